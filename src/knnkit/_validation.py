@@ -1,0 +1,71 @@
+"""Input checks done once at every public entry point, so that bad input gets a clear
+ValueError/TypeError here and never reaches a CUDA kernel."""
+
+import numbers
+
+import numpy as np
+
+from ._backend import inspect_array, get_array_module
+
+__all__ = ["METRICS", "SUPPORTED_DTYPES", "check_matrix", "check_k", "check_metric", "check_pair"]
+
+METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine")
+SUPPORTED_DTYPES = (np.float32, np.float16, np.uint8, np.int8)
+
+
+def check_metric(metric, allowed=METRICS):
+    if not isinstance(metric, str) or metric not in allowed:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(allowed)}")
+    return metric
+
+
+def check_matrix(x, name="data", allow_float64=True):
+    """Validate a 2-D vector array; return ``(array, info)`` with ``array`` C-contiguous numpy/cupy.
+
+    float64 input is converted to float32 (the library computes in float32). Non-contiguous
+    input is copied.
+    """
+    if x is None:
+        raise TypeError(f"{name} must be an array, got None")
+    a, info = inspect_array(x)
+    xp = get_array_module(a)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array of shape (n, d), got {a.ndim}-D shape {tuple(a.shape)}")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(a.shape)}")
+    dt = np.dtype(a.dtype)
+    if dt == np.float64 and allow_float64:
+        a = a.astype(np.float32)
+        dt = np.dtype(np.float32)
+    if dt.type not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has unsupported dtype {dt}; use float32, float16, uint8 or int8 "
+                        f"(float64 is converted to float32)")
+    if not a.flags.c_contiguous:
+        a = xp.ascontiguousarray(a)
+    if dt.kind == "f":
+        finite = bool(xp.isfinite(a).all())
+        if not finite:
+            raise ValueError(f"{name} contains NaN or Inf values")
+    return a, info
+
+
+def check_pair(data, queries):
+    """Check that data and queries agree in dimension."""
+    if queries.shape[1] != data.shape[1]:
+        raise ValueError(f"dimension mismatch: data has d={data.shape[1]}, queries have d={queries.shape[1]}")
+
+
+def check_k(k, n, *, self_excluded=False, name="k", max_k=None):
+    """k must be an integer with 1 <= k <= n (k < n when each point excludes itself)."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(k).__name__}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"{name} must be >= 1, got {k}")
+    limit = n - 1 if self_excluded else n
+    if k > limit:
+        what = "n - 1 (each point excludes itself)" if self_excluded else "the number of data points"
+        raise ValueError(f"{name}={k} exceeds {what}: {limit}")
+    if max_k is not None and k > max_k:
+        raise ValueError(f"{name}={k} exceeds the supported maximum {max_k}")
+    return k

@@ -1,0 +1,3 @@
+"""Graph search index (placeholder being written)."""
+__all__ = ["GraphIndex"]
+class GraphIndex: pass
