@@ -1,0 +1,7 @@
+"""``python -m knnkit``: the ``knnkit`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

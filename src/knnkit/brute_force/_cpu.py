@@ -1,0 +1,319 @@
+"""Exact k-NN on the CPU: blocked BLAS GEMM for the dot products, Numba for the selection.
+
+For a block of queries ``Qb`` and a block of data ``Xb`` the dot products ``G = Qb @ Xb.T``
+come from the BLAS that NumPy links (the only part that needs high FLOP rates). A Numba
+kernel, parallel over query rows, then streams each row of ``G`` once: it forms the key
+``||x||^2 - 2 q.x`` (squared L2 less the row constant ``||q||^2``) or ``-q.x`` and offers it
+to a bounded max-heap of the k best seen so far. Keys that do not beat the heap's root (the
+current k-th best) cost one compare, so the selection is close to a single memory pass.
+Data blocks are visited in index order, which makes "ties go to the smaller index" fall out
+of a strict comparison; the heap still compares ``(key, index)`` pairs so that the order does
+not depend on that.
+
+After selection the k winners of each row get their distance recomputed directly
+(``sum((q - x)^2)`` or ``-sum(q * x)``, accumulated in float64), which removes the
+cancellation error of the GEMM expansion from the reported distances (an exact duplicate of a
+query reads exactly 0), and each row is sorted by ``(distance, index)``.
+
+Memory stays bounded: one ``G`` block (``_BLOCK_BYTES``) plus the heaps of one query block.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["knn_cpu", "select_rows_cpu", "exact_distances_cpu"]
+
+# Bytes of one G block: big enough for BLAS efficiency, small enough to stay in L2/L3-ish
+# territory and to keep memory flat for any n.
+_BLOCK_BYTES = 32 << 20
+_QUERY_BLOCK = 2048
+# all-points graph: square blocks computed once for both sides while the heaps of every point
+# fit this many bytes
+_SYM_BLOCK = 2048
+_SYMMETRIC_HEAP_BYTES = 1 << 30
+
+
+@njit(inline="always")
+def _sift_down(hd, hi, pos, k):
+    """Restore the max-heap order of ``(hd, hi)`` (lexicographic on (key, index)) below ``pos``."""
+    d = hd[pos]
+    ix = hi[pos]
+    while True:
+        c = 2 * pos + 1
+        if c >= k:
+            break
+        if c + 1 < k and (hd[c + 1] > hd[c] or (hd[c + 1] == hd[c] and hi[c + 1] > hi[c])):
+            c += 1
+        if hd[c] > d or (hd[c] == d and hi[c] > ix):
+            hd[pos] = hd[c]
+            hi[pos] = hi[c]
+            pos = c
+        else:
+            break
+    hd[pos] = d
+    hi[pos] = ix
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _select_block(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self):
+    """Offer every key of the block ``G`` (rows = queries q0.., cols = data col0..) to the heaps."""
+    m, nb = G.shape
+    k = heap_d.shape[1]
+    for r in prange(m):
+        hd = heap_d[r]
+        hi = heap_i[r]
+        g = G[r]
+        self_col = (q0 + r - col0) if exclude_self else -1
+        top = hd[0]
+        topi = hi[0]
+        for j in range(nb):
+            if use_l2:
+                v = xn[col0 + j] - 2.0 * g[j]
+            else:
+                v = -g[j]
+            # strict '<' is enough for the tie rule because indices only grow along a row
+            if v < top or (v == top and col0 + j < topi):
+                if j == self_col:
+                    continue
+                hd[0] = v
+                hi[0] = col0 + j
+                _sift_down(hd, hi, 0, k)
+                top = hd[0]
+                topi = hi[0]
+
+
+@njit(parallel=True, cache=True)
+def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
+    """Offer the keys of ``G.T`` to the heaps: heap row c gets column ``col0 + i`` with key
+    ``xn[col0 + i] - 2 G[i, c]`` (the all-points graph computes each block pair once and uses
+    it for both sides). Each task walks 16 adjacent columns so every G row access is one cache line."""
+    mi, mc = G.shape
+    k = heap_d.shape[1]
+    W = 16
+    ngroups = (mc + W - 1) // W
+    for grp in prange(ngroups):
+        c0 = grp * W
+        w = min(W, mc - c0)
+        tops = np.empty(W, np.float32)
+        for t in range(w):
+            tops[t] = heap_d[c0 + t, 0]
+        for i in range(mi):
+            g = G[i]
+            xi = xn[col0 + i]
+            for t in range(w):
+                if use_l2:
+                    v = xi - np.float32(2.0) * g[c0 + t]
+                else:
+                    v = -g[c0 + t]
+                if v < tops[t]:
+                    hd = heap_d[c0 + t]
+                    hi = heap_i[c0 + t]
+                    hd[0] = v
+                    hi[0] = col0 + i
+                    _sift_down(hd, hi, 0, k)
+                    tops[t] = hd[0]
+
+
+@njit(parallel=True, cache=True)
+def _select_dense(D, heap_d, heap_i, col0):
+    """Offer every entry of a ready-made key matrix ``D`` to the heaps (generic top-k)."""
+    m, nb = D.shape
+    k = heap_d.shape[1]
+    for r in prange(m):
+        hd = heap_d[r]
+        hi = heap_i[r]
+        d = D[r]
+        top = hd[0]
+        topi = hi[0]
+        for j in range(nb):
+            v = d[j]
+            if v < top or (v == top and col0 + j < topi):
+                hd[0] = v
+                hi[0] = col0 + j
+                _sift_down(hd, hi, 0, k)
+                top = hd[0]
+                topi = hi[0]
+
+
+@njit(parallel=True, cache=True)
+def _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, out_d, out_i):
+    """Exact distances of the selected pairs (float64 accumulation), then sort each row."""
+    m, k = heap_d.shape
+    dim = X.shape[1]
+    for r in prange(m):
+        q = Q[q0 + r]
+        tmp = np.empty(k, np.float32)
+        for t in range(k):
+            j = heap_i[r, t]
+            if j < 0:
+                tmp[t] = np.inf
+                continue
+            x = X[j]
+            acc = 0.0
+            if use_l2:
+                for c in range(dim):
+                    diff = np.float64(q[c]) - np.float64(x[c])
+                    acc += diff * diff
+            else:
+                for c in range(dim):
+                    acc -= np.float64(q[c]) * np.float64(x[c])
+            tmp[t] = np.float32(acc)
+        # sort by (distance, index): argsort on distance, then fix runs of equal distance
+        order = np.argsort(tmp, kind="mergesort")
+        for t in range(k):
+            out_d[q0 + r, t] = tmp[order[t]]
+            out_i[q0 + r, t] = heap_i[r, order[t]]
+        # insertion pass to order equal distances by index (runs are short)
+        for t in range(1, k):
+            dd = out_d[q0 + r, t]
+            ii = out_i[q0 + r, t]
+            u = t - 1
+            while u >= 0 and out_d[q0 + r, u] == dd and out_i[q0 + r, u] > ii:
+                out_d[q0 + r, u + 1] = out_d[q0 + r, u]
+                out_i[q0 + r, u + 1] = out_i[q0 + r, u]
+                u -= 1
+            out_d[q0 + r, u + 1] = dd
+            out_i[q0 + r, u + 1] = ii
+
+
+@njit(parallel=True, cache=True)
+def _sort_heaps(heap_d, heap_i):
+    """Sort each heap row ascending by (key, index) in place."""
+    m, k = heap_d.shape
+    for r in prange(m):
+        order = np.argsort(heap_d[r], kind="mergesort")
+        d = heap_d[r][order].copy()
+        ix = heap_i[r][order].copy()
+        for t in range(1, k):
+            dd = d[t]
+            ii = ix[t]
+            u = t - 1
+            while u >= 0 and d[u] == dd and ix[u] > ii:
+                d[u + 1] = d[u]
+                ix[u + 1] = ix[u]
+                u -= 1
+            d[u + 1] = dd
+            ix[u + 1] = ii
+        heap_d[r] = d
+        heap_i[r] = ix
+
+
+def _blocks(n, m, k):
+    """Query-block and data-block sizes keeping one G block under _BLOCK_BYTES."""
+    qb = min(m, _QUERY_BLOCK)
+    nb = max(256, _BLOCK_BYTES // (4 * qb))
+    nb = min(n, max(nb, k))
+    return qb, nb
+
+
+def knn_cpu(X, Q, k, metric_internal, exclude_self):
+    """Exact k-NN of the rows of ``Q`` among the rows of ``X`` (internal minimised distances).
+
+    Parameters
+    ----------
+    X : ndarray, float32, shape (n, d), C-contiguous
+        Data (already prepared by :func:`knnkit._metrics.prepare_vectors`).
+    Q : ndarray, float32, shape (m, d), C-contiguous
+        Queries; pass ``X`` itself with ``exclude_self=True`` for the all-points graph.
+    k : int
+        Neighbours per query (``k <= n``, or ``k <= n - 1`` when excluding self).
+    metric_internal : {"l2", "ip"}
+        Squared L2 or negative inner product.
+    exclude_self : bool
+        Query ``i`` never returns data index ``i`` (``Q`` must then be ``X``).
+
+    Returns
+    -------
+    distances : ndarray, float32, shape (m, k)
+        Internal distances (squared L2 or negative dot product), ascending.
+    indices : ndarray, int64, shape (m, k)
+        Ties in distance are ordered by smaller index.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((100, 8), dtype=np.float32)
+    >>> d, i = knn_cpu(X, X, 3, "l2", True)
+    >>> d.shape, i.dtype
+    ((100, 3), dtype('int64'))
+    """
+    if metric_internal not in ("l2", "ip"):
+        raise ValueError(f"knn_cpu supports internal metrics 'l2' and 'ip', got {metric_internal!r}")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    Q = np.ascontiguousarray(Q, dtype=np.float32)
+    n, m = X.shape[0], Q.shape[0]
+    use_l2 = metric_internal == "l2"
+    xn = np.einsum("ij,ij->i", X, X) if use_l2 else np.zeros(n, np.float32)
+    xn = xn.astype(np.float32)
+    out_d = np.empty((m, k), np.float32)
+    out_i = np.empty((m, k), np.int64)
+    if exclude_self and Q is X and n * k * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK:
+        return _knn_cpu_symmetric(X, xn, k, use_l2, out_d, out_i)
+    qb, nb = _blocks(n, m, k)
+    G = np.empty(qb * nb, np.float32)
+    for q0 in range(0, m, qb):
+        q1 = min(m, q0 + qb)
+        heap_d = np.full((q1 - q0, k), np.inf, np.float32)
+        heap_i = np.full((q1 - q0, k), -1, np.int64)
+        Qb = Q[q0:q1]
+        for c0 in range(0, n, nb):
+            c1 = min(n, c0 + nb)
+            # a contiguous view: numpy's matmul leaves BLAS (and gets far slower) for a strided out
+            g = G[: (q1 - q0) * (c1 - c0)].reshape(q1 - q0, c1 - c0)
+            np.matmul(Qb, X[c0:c1].T, out=g)
+            _select_block(g, xn, c0, q0, heap_d, heap_i, use_l2, bool(exclude_self))
+        _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, out_d, out_i)
+    return out_d, out_i
+
+
+def _knn_cpu_symmetric(X, xn, k, use_l2, out_d, out_i):
+    """All-points graph computing each pair of square blocks once: ``G = X_I X_J^T`` for J >= I
+    serves the rows of I directly and the rows of J through its transpose (half the GEMM flops).
+    Candidates still reach every row in increasing index order (blocks I < J via transposes
+    first, then J' >= J directly), so the strict comparison keeps the smaller-index tie rule."""
+    n = X.shape[0]
+    B = _SYM_BLOCK
+    heap_d = np.full((n, k), np.inf, np.float32)
+    heap_i = np.full((n, k), -1, np.int64)
+    G = np.empty(B * B, np.float32)
+    for i0 in range(0, n, B):
+        i1 = min(n, i0 + B)
+        for j0 in range(i0, n, B):
+            j1 = min(n, j0 + B)
+            g = G[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
+            np.matmul(X[i0:i1], X[j0:j1].T, out=g)
+            _select_block(g, xn, j0, i0, heap_d[i0:i1], heap_i[i0:i1], use_l2, True)
+            if j0 > i0:
+                _select_block_transposed(g, xn, i0, heap_d[j0:j1], heap_i[j0:j1], use_l2)
+    _refine_and_sort(X, X, 0, heap_d, heap_i, use_l2, out_d, out_i)
+    return out_d, out_i
+
+
+def select_rows_cpu(D, k):
+    """The k smallest entries of every row of ``D`` (float32, shape (m, n)), sorted by (value, column).
+
+    Returns ``(values float32 (m, k), columns int64 (m, k))``.
+    """
+    D = np.ascontiguousarray(D, dtype=np.float32)
+    m, n = D.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}], got {k}")
+    heap_d = np.full((m, k), np.inf, np.float32)
+    heap_i = np.full((m, k), -1, np.int64)
+    _select_dense(D, heap_d, heap_i, 0)
+    _sort_heaps(heap_d, heap_i)
+    return heap_d, heap_i
+
+
+def exact_distances_cpu(X, Q, idx, metric_internal):
+    """Internal distances between ``Q[r]`` and ``X[idx[r, t]]`` recomputed in float64, as float32."""
+    diff_l2 = metric_internal == "l2"
+    out = np.empty(idx.shape, np.float32)
+    for r0 in range(0, idx.shape[0], 4096):
+        sel = X[idx[r0:r0 + 4096]].astype(np.float64)
+        q = Q[r0:r0 + 4096, None, :].astype(np.float64)
+        if diff_l2:
+            out[r0:r0 + 4096] = ((sel - q) ** 2).sum(-1)
+        else:
+            out[r0:r0 + 4096] = -(sel * q).sum(-1)
+    return out

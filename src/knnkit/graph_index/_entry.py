@@ -1,0 +1,143 @@
+"""Entry points of the graph search: a coarse k-means over the data, each centroid represented by
+its nearest data point (its medoid). A query starts from the medoids of its nearest centroids,
+so every cluster of clustered data has a door even where the graph links clusters poorly
+(GGNN section 5.4 starts from several scattered points for the same reason).
+
+The code is array-module agnostic: numpy on the CPU, cupy on the GPU.
+"""
+
+import numpy as np
+
+from .._backend import get_array_module
+
+__all__ = ["EntryPoints", "build_entry_points"]
+
+
+def _sqnorms(xp, A):
+    return (A * A).sum(axis=1)
+
+
+def _nearest_centroid(xp, A, C, metric, block=65536):
+    """Index of the nearest centroid (internal metric) for each row of A, blocked."""
+    out = xp.empty(A.shape[0], dtype=xp.int64)
+    cn = _sqnorms(xp, C)
+    for s in range(0, A.shape[0], block):
+        a = A[s:s + block]
+        dots = a @ C.T
+        d = -dots if metric == "ip" else cn[None, :] - 2 * dots
+        out[s:s + block] = xp.argmin(d, axis=1)
+    return out
+
+
+class EntryPoints:
+    """Centroids of a coarse k-means and, for each, the id of its nearest data point.
+
+    Parameters
+    ----------
+    centroids : array, float32 (c, d)
+    medoids : array, int32 (c,)
+    metric : {"l2", "ip"}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ep = EntryPoints(np.array([[0, 0], [5, 5]], np.float32), np.array([3, 7], np.int32), "l2")
+    >>> ep.seeds_for(np.array([[4, 4]], np.float32), 1).tolist()
+    [[7]]
+    """
+
+    def __init__(self, centroids, medoids, metric):
+        self.centroids = centroids
+        self.medoids = medoids
+        self.metric = metric
+
+    def __len__(self):
+        return int(self.medoids.shape[0])
+
+    def to(self, xp):
+        """A copy living in ``xp`` (numpy or cupy)."""
+        if xp is np:
+            conv = lambda a: a if isinstance(a, np.ndarray) else a.get()  # noqa: E731
+        else:
+            conv = xp.asarray
+        return EntryPoints(conv(self.centroids), conv(self.medoids), self.metric)
+
+    def seeds_for(self, queries, s):
+        """(nq, s) int32 medoid ids of the ``s`` nearest centroids of each query (-1 padded)."""
+        xp = get_array_module(queries)
+        C = self.centroids if get_array_module(self.centroids) is xp else xp.asarray(self.centroids)
+        M = self.medoids if get_array_module(self.medoids) is xp else xp.asarray(self.medoids)
+        nq = queries.shape[0]
+        c = C.shape[0]
+        s = int(max(1, s))
+        out = xp.full((nq, s), -1, dtype=xp.int32)
+        if c == 0:
+            return out
+        take = min(s, c)
+        dots = queries @ C.T
+        d = -dots if self.metric == "ip" else _sqnorms(xp, C)[None, :] - 2 * dots
+        if take < c:
+            part = xp.argpartition(d, take - 1, axis=1)[:, :take]
+        else:
+            part = xp.broadcast_to(xp.arange(c), (nq, c))
+        # nearest first, so a seed cap in the search keeps the best ones
+        pd = xp.take_along_axis(d, part, axis=1)
+        part = xp.take_along_axis(part, xp.argsort(pd, axis=1), axis=1)
+        out[:, :take] = M[part].astype(xp.int32)
+        return out
+
+
+def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_state=None):
+    """Coarse k-means on a sample of X (numpy or cupy), then the medoid of each centroid.
+
+    Parameters
+    ----------
+    X : array, float32 (n, d)
+        Prepared vectors.
+    n_entry : int
+        Number of centroids (clipped to n).
+    metric : {"l2", "ip"}
+    n_iter : int
+        Lloyd iterations (few: the centroids only need to cover the data).
+    sample : int, optional
+        Points used for the k-means (default ``min(n, 64 * n_entry)``).
+    random_state : int or None
+
+    Returns
+    -------
+    EntryPoints
+    """
+    xp = get_array_module(X)
+    n = X.shape[0]
+    c = int(max(1, min(n_entry, n)))
+    rng = np.random.default_rng(random_state)
+    m = int(min(n, sample or 64 * c))
+    samp = np.sort(rng.choice(n, m, replace=False)) if m < n else np.arange(n)
+    S = X[xp.asarray(samp)]
+    C = S[xp.asarray(rng.choice(m, c, replace=False))].copy()
+    for _ in range(n_iter):
+        lab = _nearest_centroid(xp, S, C, metric)
+        sums = xp.zeros_like(C)
+        if xp is np:
+            np.add.at(sums, lab, S)
+        else:
+            import cupyx
+
+            cupyx.scatter_add(sums, lab, S)
+        cnt = xp.bincount(lab, minlength=c).astype(xp.float32)
+        nonempty = cnt > 0
+        C = xp.where(nonempty[:, None], sums / xp.maximum(cnt, 1)[:, None], C).astype(xp.float32)
+        if metric == "ip":
+            # spherical k-means: directions matter for inner products
+            nrm = xp.sqrt(_sqnorms(xp, C))[:, None]
+            C = (C / xp.where(nrm > 0, nrm, 1)).astype(xp.float32)
+    # medoid: the data point nearest (in l2) to each centroid, over all points
+    lab = _nearest_centroid(xp, X, C, "l2")
+    d = _sqnorms(xp, X) - 2 * (X * C[lab]).sum(axis=1)
+    order = xp.lexsort(xp.stack([d, lab.astype(d.dtype)]))
+    lab_sorted = lab[order]
+    first = xp.ones(n, dtype=bool)
+    first[1:] = lab_sorted[1:] != lab_sorted[:-1]
+    keep_lab = lab_sorted[first]
+    med = order[first].astype(xp.int32)
+    return EntryPoints(C[keep_lab].astype(xp.float32), med, metric)

@@ -1,0 +1,407 @@
+"""CPU graph diversification: RobustPrune (Vamana / DiskANN), reverse-edge insertion, and the
+GGNN symmetric-link diversification (Groh et al., section 5.2).
+
+RobustPrune, shared with the GPU version (``_prune_gpu.py``): the candidates of node ``u`` are
+visited in ascending distance order; candidate ``c`` is kept when for every already kept ``p``
+
+    alpha * d(p, c) > d(u, c)
+
+on a non-negative *Euclidean* scale. Internally ``'l2'`` distances are squared, so the test is
+``alpha**2 * d2(p, c) > d2(u, c)`` -- exactly Vamana's rule on Euclidean distances. For ``'ip'``
+(negative dot product) the distances are shifted by ``S = max_i |x_i|**2`` before the same squared
+test: ``S - <a, b> >= 0``, and for unit vectors (cosine) it equals ``|a - b|**2 / 2``, i.e. the
+Euclidean rule again. Self loops, ``-1`` and repeated candidates are dropped. With ``fill=True``
+(the default used by the index) slots left free after pruning are filled with the nearest pruned
+candidates: a fixed out-degree graph costs the same to traverse either way, and the extra short
+edges raise recall.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances"]
+
+
+@njit(inline="always", fastmath=True)
+def _pd(X, a, b, is_ip):
+    x = X[a]
+    y = X[b]
+    acc = np.float32(0.0)
+    if is_ip:
+        for t in range(x.shape[0]):
+            acc += x[t] * y[t]
+        return -acc
+    for t in range(x.shape[0]):
+        diff = x[t] - y[t]
+        acc += diff * diff
+    return acc
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def _pair_distances(X, src, idx, is_ip, out):
+    n, C = idx.shape
+    for r in prange(n):
+        u = src[r]
+        for j in range(C):
+            v = idx[r, j]
+            out[r, j] = _pd(X, u, v, is_ip) if v >= 0 else np.inf
+
+
+def pair_distances(X, idx, metric, rows=None):
+    """Internal distances ``d(X[rows[r]], X[idx[r, j]])`` (``+inf`` where ``idx < 0``)."""
+    idx = np.ascontiguousarray(idx)
+    src = np.arange(idx.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+    out = np.empty(idx.shape, np.float32)
+    _pair_distances(X, src, idx, metric == "ip", out)
+    return out
+
+
+@njit(cache=True, fastmath=True)
+def _prune_one(X, u, cidx, cdist, R, alpha2, is_ip, shift, fill, out_row, kept, pruned):
+    """RobustPrune of one node; ``cidx``/``cdist`` sorted ascending. Writes ``out_row``."""
+    nk = 0
+    npr = 0
+    C = cidx.shape[0]
+    for t in range(C):
+        c = cidx[t]
+        if c < 0 or c == u:
+            continue
+        dup = False
+        for j in range(nk):
+            if kept[j] == c:
+                dup = True
+                break
+        if dup:
+            continue
+        for j in range(npr):
+            if pruned[j] == c:
+                dup = True
+                break
+        if dup:
+            continue
+        duc = cdist[t] + shift
+        ok = True
+        for j in range(nk):
+            dpc = _pd(X, kept[j], c, is_ip) + shift
+            if alpha2 * dpc <= duc:
+                ok = False
+                break
+        if ok:
+            kept[nk] = c
+            nk += 1
+            if nk == R:
+                break
+        elif npr < pruned.shape[0]:
+            pruned[npr] = c
+            npr += 1
+    if fill:
+        j = 0
+        while nk < R and j < npr:
+            kept[nk] = pruned[j]
+            nk += 1
+            j += 1
+    for j in range(nk):
+        out_row[j] = kept[j]
+    for j in range(nk, R):
+        out_row[j] = -1
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def _prune_all(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill, out):
+    n, C = cand_idx.shape
+    for r in prange(n):
+        u = node_ids[r]
+        kept = np.empty(R, np.int64)
+        pruned = np.empty(C, np.int64)
+        _prune_one(X, u, cand_idx[r], cand_dist[r], R, alpha2, is_ip, shift, fill, out[r], kept, pruned)
+
+
+def _shift(X, metric):
+    if metric != "ip":
+        return 0.0
+    return float(np.einsum("ij,ij->i", X, X).max())
+
+
+def prune_cpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, node_ids=None):
+    """RobustPrune every node's candidate list down to ``R`` out-edges (CPU, all nodes in parallel).
+
+    Parameters
+    ----------
+    X : ndarray, float32 (n, d)
+        Prepared vectors.
+    cand_idx : ndarray, int (n, C)
+        Candidates per node (``-1`` = none); any order.
+    cand_dist : ndarray, float32 (n, C)
+        Internal distance node -> candidate (``+inf`` for ``-1``).
+    R : int
+        Out-degree.
+    alpha : float
+        Pruning slack (>= 1; 1 gives the relative neighbourhood graph rule).
+    metric : {"l2", "ip"}
+        Internal metric (see the module docstring for the rule on each).
+    fill : bool
+        Fill free slots with the nearest pruned candidates.
+    node_ids : ndarray, optional
+        Node id of each candidate row (default ``arange(n)``; used when inserting new points).
+
+    Returns
+    -------
+    graph : ndarray, int32 (n, R), ``-1`` padded.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.], [1.], [2.]], np.float32)
+    >>> ci = np.array([[1, 2], [0, 2], [1, 0]]); cd = np.array([[1, 4], [1, 1], [1, 4]], np.float32)
+    >>> prune_cpu(X, ci, cd, 2, 1.0, "l2", fill=False).tolist()
+    [[1, -1], [0, 2], [1, -1]]
+    """
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    cand_idx = np.ascontiguousarray(cand_idx, dtype=np.int64)
+    cand_dist = np.ascontiguousarray(cand_dist, dtype=np.float32)
+    # (distance, index) order, as the GPU version: ties resolve the same way on both
+    order = np.lexsort((cand_idx, cand_dist), axis=1)
+    cand_idx = np.ascontiguousarray(np.take_along_axis(cand_idx, order, axis=1))
+    cand_dist = np.ascontiguousarray(np.take_along_axis(cand_dist, order, axis=1))
+    rows = cand_idx.shape[0]
+    node_ids = np.arange(rows, dtype=np.int64) if node_ids is None else np.asarray(node_ids, np.int64)
+    out = np.empty((rows, int(R)), np.int32)
+    _prune_all(X, cand_idx, cand_dist, node_ids, int(R), np.float32(alpha) ** 2, metric == "ip",
+               np.float32(_shift(X, metric)), bool(fill), out)
+    return out
+
+
+@njit(cache=True)
+def _reverse_csr(graph, n_rows, offset):
+    """CSR of reverse edges: for each target v, the sources u with v in graph[u]."""
+    m, R = graph.shape
+    counts = np.zeros(n_rows + 1, np.int64)
+    for u in range(m):
+        for j in range(R):
+            v = graph[u, j]
+            if v >= 0:
+                counts[v + 1] += 1
+    for v in range(n_rows):
+        counts[v + 1] += counts[v]
+    fill = counts[:-1].copy()
+    rev = np.empty(counts[-1], np.int64)
+    for u in range(m):
+        for j in range(R):
+            v = graph[u, j]
+            if v >= 0:
+                rev[fill[v]] = u + offset
+                fill[v] += 1
+    return counts, rev
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def _merge_reverse(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, out):
+    """For node rows[r]: union of its list and its reverse edges, re-pruned when over R."""
+    for r in prange(rows.shape[0]):
+        u = rows[r]
+        nrev = counts[r + 1] - counts[r]
+        cap = R + nrev
+        ci = np.empty(cap, np.int64)
+        m = 0
+        for j in range(R):
+            v = graph[u, j]
+            if v >= 0:
+                ci[m] = v
+                m += 1
+        for t in range(counts[r], counts[r + 1]):
+            v = rev[t]
+            if v == u:
+                continue
+            dup = False
+            for j in range(m):
+                if ci[j] == v:
+                    dup = True
+                    break
+            if not dup:
+                ci[m] = v
+                m += 1
+        if m <= R:
+            # no overflow: keep the list and append the new reverse edges
+            for j in range(m):
+                out[r, j] = ci[j]
+            for j in range(m, R):
+                out[r, j] = -1
+            continue
+        cdv = np.empty(m, np.float32)
+        for j in range(m):
+            cdv[j] = _pd(X, u, ci[j], is_ip)
+        order = np.argsort(cdv[:m], kind="mergesort")  # ci holds distinct ids; ties are rare here
+        cs = np.empty(m, np.int64)
+        ds = np.empty(m, np.float32)
+        for j in range(m):
+            cs[j] = ci[order[j]]
+            ds[j] = cdv[order[j]]
+        kept = np.empty(R, np.int64)
+        pruned = np.empty(m, np.int64)
+        _prune_one(X, u, cs, ds, R, alpha2, is_ip, shift, fill, out[r], kept, pruned)
+
+
+def add_reverse_edges(X, graph, R, alpha, metric, *, fill=True, rows=None, new_graph_rows=None,
+                      row_offset=0):
+    """Add the reverse of every edge; lists that overflow ``R`` are re-pruned with RobustPrune.
+
+    ``graph`` rows are nodes ``0..n-1``. For incremental inserts, ``new_graph_rows`` (m, R)
+    holds the out-lists of new nodes ``row_offset..row_offset+m-1`` and only the reverse edges
+    of those lists are added to ``graph`` (which must already have ``n`` rows, including the new
+    ones). Returns the updated graph (int32, a new array).
+    """
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    graph = np.ascontiguousarray(graph, dtype=np.int32)
+    n = graph.shape[0]
+    src = graph if new_graph_rows is None else np.ascontiguousarray(new_graph_rows, np.int32)
+    offset = 0 if new_graph_rows is None else int(row_offset)
+    counts, rev = _reverse_csr(src, n, offset)
+    if rows is None:
+        rows = np.nonzero(np.diff(counts) > 0)[0].astype(np.int64)
+    sub_counts = np.zeros(rows.shape[0] + 1, np.int64)
+    sub_counts[1:] = np.cumsum(counts[rows + 1] - counts[rows])
+    sub_rev = np.empty(sub_counts[-1], np.int64)
+    if rows.shape[0]:
+        _gather_rev(counts, rev, rows, sub_counts, sub_rev)
+    out_rows = np.empty((rows.shape[0], int(R)), np.int32)
+    _merge_reverse(X, graph, sub_counts, sub_rev, rows, int(R), np.float32(alpha) ** 2,
+                   metric == "ip", np.float32(_shift(X, metric)), bool(fill), out_rows)
+    out = graph.copy()
+    out[rows] = out_rows
+    return out
+
+
+@njit(cache=True)
+def _gather_rev(counts, rev, rows, sub_counts, sub_rev):
+    for r in range(rows.shape[0]):
+        v = rows[r]
+        a = counts[v]
+        b = counts[v + 1]
+        o = sub_counts[r]
+        for t in range(a, b):
+            sub_rev[o + t - a] = rev[t]
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def _sym_requests(X, knn, k_nn, is_ip, max_visits, req_src, req_dist):
+    """GGNN section 5.2: for each node z and each of its k_nn nearest x, look for a path x -> z
+    inside the ball around q_m = z + 0.4 (x - z) of radius |q_m - x|, following only k_nn-nearest
+    links. Without one, request the reverse link x -> z (req_src[z, i] = x, else -1)."""
+    n = knn.shape[0]
+    d = X.shape[1]
+    for z in prange(n):
+        visited = np.empty(max_visits, np.int64)
+        qm = np.empty(d, np.float32)
+        for i in range(k_nn):
+            req_src[z, i] = -1
+            req_dist[z, i] = np.inf
+            x = knn[z, i]
+            if x < 0:
+                continue
+            direct = False
+            for j in range(k_nn):
+                if knn[x, j] == z:
+                    direct = True
+                    break
+            if direct:
+                continue
+            for t in range(d):
+                qm[t] = X[z, t] + np.float32(0.4) * (X[x, t] - X[z, t])
+            r2 = np.float32(0.0)
+            for t in range(d):
+                diff = qm[t] - X[x, t]
+                r2 += diff * diff
+            # breadth-first walk inside the ball, bounded by max_visits
+            nv = 1
+            visited[0] = x
+            head = 0
+            found = False
+            while head < nv and not found:
+                a = visited[head]
+                head += 1
+                for j in range(k_nn):
+                    b = knn[a, j]
+                    if b < 0:
+                        continue
+                    if b == z:
+                        found = True
+                        break
+                    seen = False
+                    for t in range(nv):
+                        if visited[t] == b:
+                            seen = True
+                            break
+                    if seen or nv >= max_visits:
+                        continue
+                    db = np.float32(0.0)
+                    for t in range(d):
+                        diff = qm[t] - X[b, t]
+                        db += diff * diff
+                    if db <= r2:
+                        visited[nv] = b
+                        nv += 1
+            if not found:
+                req_src[z, i] = x
+                req_dist[z, i] = _pd(X, x, z, is_ip)
+
+
+def ggnn_diversify(X, knn_idx, knn_dist, R, metric, *, max_visits=24):
+    """GGNN-style fixed-degree graph: ``R - R//2`` nearest neighbours plus up to ``R//2`` reverse
+    links (the nearest requested ones), requested when no short path back exists (section 5.2).
+
+    Returns int32 (n, R); free slots are filled with further nearest neighbours, then ``-1``.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    knn_idx = np.ascontiguousarray(knn_idx, dtype=np.int64)
+    n, K = knn_idx.shape
+    k_sym = R // 2
+    k_nn = min(R - k_sym, K)
+    req_src = np.empty((n, k_nn), np.int64)
+    req_dist = np.empty((n, k_nn), np.float32)
+    _sym_requests(X, knn_idx, k_nn, metric == "ip", int(max_visits), req_src, req_dist)
+    # regroup requests by source x: x gets the link x -> z
+    z_of = np.repeat(np.arange(n, dtype=np.int64), k_nn)
+    src = req_src.ravel()
+    dist = req_dist.ravel()
+    ok = src >= 0
+    src, z_of, dist = src[ok], z_of[ok], dist[ok]
+    order = np.lexsort((dist, src))
+    src, z_of = src[order], z_of[order]
+    out = np.full((n, R), -1, np.int32)
+    out[:, :k_nn] = knn_idx[:, :k_nn]
+    _place_sym(out, knn_idx, src, z_of, k_nn, R)
+    return out
+
+
+@njit(cache=True)
+def _place_sym(out, knn, src, z_of, k_nn, R):
+    n = out.shape[0]
+    pos = np.full(n, k_nn, np.int64)
+    for t in range(src.shape[0]):
+        x = src[t]
+        if pos[x] < R:
+            z = z_of[t]
+            dup = False
+            for j in range(pos[x]):
+                if out[x, j] == z:
+                    dup = True
+                    break
+            if not dup:
+                out[x, pos[x]] = z
+                pos[x] += 1
+    K = knn.shape[1]
+    for x in range(n):
+        j = k_nn
+        while pos[x] < R and j < K:
+            c = knn[x, j]
+            j += 1
+            if c < 0:
+                continue
+            dup = False
+            for t in range(pos[x]):
+                if out[x, t] == c:
+                    dup = True
+                    break
+            if not dup:
+                out[x, pos[x]] = c
+                pos[x] += 1

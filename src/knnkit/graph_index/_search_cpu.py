@@ -1,0 +1,241 @@
+"""CPU graph search: best-first beam search with the GGNN slack stop (Groh et al., section 4.1).
+
+This is the reference the GPU search (``_search_gpu.py``) follows. Semantics, shared by both:
+
+* Distances are the internal ones: ``'l2'`` squared Euclidean, ``'ip'`` negative dot product.
+* One sorted *candidate list* of ``beam`` entries (index, distance, expanded flag) per query.
+  It starts with the query's seeds (``-1`` entries skipped, duplicates once). Each step takes the
+  nearest not yet expanded entry, marks it expanded, computes the distance of each of its graph
+  neighbours not yet seen (a visited set holds every node whose distance was computed, so no node
+  enters the list twice) and inserts those closer than the list's last entry (ties: the older
+  entry stays first). The result is the list's first ``k`` entries.
+* Stop when no unexpanded entry is left, after ``max_iters`` expansions, or -- the GGNN slack
+  criterion, only when ``tau`` is finite and the list holds at least ``k`` entries -- when the
+  next entry to expand is farther than ``d_best_k + xi`` with ``xi = tau * min(d_best_1, nn1_max)``.
+  The criterion is evaluated on a non-negative *Euclidean-like* scale ``c(d)``:
+
+  - ``'l2'``: ``c(d) = sqrt(max(d, 0))`` -- the Euclidean distance, as in the paper;
+  - ``'ip'``: ``c(d) = sqrt(max(d + |q| * M, 0))`` with ``M = max_i |x_i|``. ``d + |q| M >= 0``
+    by Cauchy-Schwarz; for unit vectors (cosine) it is ``1 - cos = |q - x|^2 / 2``, so the
+    criterion is again Euclidean (scaled by 1/sqrt(2), which ``tau`` absorbs).
+
+  ``nn1_max`` is the paper's global ``d_nn1+``: the largest distance, on the same scale, of a data
+  point to its nearest neighbour, computed at build time (``inf`` when unknown) -- it caps the
+  slack of queries far from the data. ``tau=inf`` turns the criterion off (plain beam search).
+* Fewer than ``k`` reachable points: the remaining slots hold index ``-1`` and distance ``+inf``.
+"""
+
+import numpy as np
+import numba
+from numba import njit, prange
+
+__all__ = ["search_cpu"]
+
+
+@njit(inline="always", fastmath=True)
+def _dist(q, X, v, is_ip):
+    x = X[v]
+    acc = np.float32(0.0)
+    if is_ip:
+        for t in range(q.shape[0]):
+            acc += q[t] * x[t]
+        return -acc
+    for t in range(q.shape[0]):
+        diff = q[t] - x[t]
+        acc += diff * diff
+    return acc
+
+
+@njit(inline="always")
+def _insert(cd, ci, ce, size, beam, dv, v):
+    """Insert (dv, v) into the sorted list; return (new size, position) (position == beam: not kept)."""
+    lo = 0
+    hi = size
+    while lo < hi:  # upper bound: the older entry stays first among equals
+        mid = (lo + hi) >> 1
+        if cd[mid] <= dv:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo >= beam:
+        return size, beam
+    last = size if size < beam else beam - 1
+    j = last
+    while j > lo:
+        cd[j] = cd[j - 1]
+        ci[j] = ci[j - 1]
+        ce[j] = ce[j - 1]
+        j -= 1
+    cd[lo] = dv
+    ci[lo] = v
+    ce[lo] = 0
+    if size < beam:
+        size += 1
+    return size, lo
+
+
+@njit(inline="always", fastmath=True)
+def _crit(d, shift):
+    x = d + shift
+    return np.sqrt(x) if x > 0 else np.float32(0.0)
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def _search_kernel(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, n_chunks,
+                   out_d, out_i, stats):
+    n = X.shape[0]
+    R = graph.shape[1]
+    nq = Q.shape[0]
+    per = (nq + n_chunks - 1) // n_chunks
+    use_tau = tau < np.inf
+    for c in prange(n_chunks):
+        lo = c * per
+        hi = min(nq, lo + per)
+        if lo >= hi:
+            continue
+        # one scratch set per chunk: an epoch-stamped visited array avoids clearing per query
+        mark = np.zeros(n, np.uint16)
+        epoch = 0
+        cd = np.empty(beam, np.float32)
+        ci = np.empty(beam, np.int64)
+        ce = np.empty(beam, np.uint8)
+        for qi in range(lo, hi):
+            epoch += 1
+            if epoch == 65535:
+                mark[:] = 0
+                epoch = 1
+            q = Q[qi]
+            shift = np.float32(0.0)
+            if is_ip:
+                qn = np.float32(0.0)
+                for t in range(q.shape[0]):
+                    qn += q[t] * q[t]
+                shift = np.float32(np.sqrt(qn) * xnorm_max)
+            size = 0
+            ndist = 0
+            for s in range(seeds.shape[1]):
+                v = seeds[qi, s]
+                if v < 0 or v >= n:
+                    continue
+                if mark[v] == epoch:
+                    continue
+                mark[v] = epoch
+                dv = _dist(q, X, v, is_ip)
+                ndist += 1
+                size, pos = _insert(cd, ci, ce, size, beam, dv, v)
+            cur = 0
+            it = 0
+            while it < max_iters:
+                while cur < size and ce[cur] != 0:
+                    cur += 1
+                if cur >= size:
+                    break
+                if use_tau and cur >= k:
+                    # entries before k are always expanded first; the slack test matters past k
+                    xi = tau * min(_crit(cd[0], shift), nn1_max)
+                    if _crit(cd[cur], shift) > _crit(cd[k - 1], shift) + xi:
+                        break
+                ce[cur] = 1
+                node = ci[cur]
+                it += 1
+                newcur = cur + 1
+                for j in range(R):
+                    v = graph[node, j]
+                    if v < 0:
+                        continue
+                    if mark[v] == epoch:
+                        continue
+                    mark[v] = epoch
+                    dv = _dist(q, X, v, is_ip)
+                    ndist += 1
+                    if size == beam and dv >= cd[beam - 1]:
+                        continue
+                    size, pos = _insert(cd, ci, ce, size, beam, dv, v)
+                    if pos < newcur:
+                        newcur = pos
+                cur = newcur
+            stats[qi, 0] = it
+            stats[qi, 1] = ndist
+            m = min(k, size)
+            for j in range(m):
+                out_d[qi, j] = cd[j]
+                out_i[qi, j] = ci[j]
+            for j in range(m, k):
+                out_d[qi, j] = np.inf
+                out_i[qi, j] = -1
+
+
+def search_cpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, xnorm_max=None, nn1_max=None,
+               return_stats=False):
+    """Search ``graph`` for the ``k`` nearest points of ``X`` to each query (CPU, Numba).
+
+    Parameters
+    ----------
+    X : ndarray, float32 (n, d)
+        Prepared data vectors (unit-normalised for cosine).
+    graph : ndarray, int32 (n, R)
+        Fixed out-degree graph, ``-1`` for unused slots.
+    queries : ndarray, float32 (nq, d)
+        Prepared queries.
+    k : int
+        Neighbours per query.
+    seeds : ndarray, int32 (nq, s)
+        Start nodes per query (``-1`` = none).
+    beam : int
+        Candidate-list size, ``>= k``.
+    tau : float
+        GGNN slack (``inf`` disables the slack stop); see the module docstring.
+    max_iters : int
+        Cap on expansions per query.
+    metric : {"l2", "ip"}
+        Internal metric.
+    xnorm_max : float, optional
+        ``max_i |x_i|`` for the ``'ip'`` criterion (computed when omitted).
+    nn1_max : float, optional
+        GGNN's ``d_nn1+`` on the criterion scale (``inf`` when omitted).
+    return_stats : bool
+        Also return int32 (nq, 2): expansions and distance evaluations per query.
+
+    Returns
+    -------
+    distances : ndarray, float32 (nq, k)
+        Internal distances, ascending; ``+inf`` where fewer than ``k`` points were reached.
+    indices : ndarray, int64 (nq, k)
+        Point indices, ``-1`` in padded slots.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.eye(3, dtype=np.float32)
+    >>> g = np.array([[1, 2], [0, 2], [0, 1]], dtype=np.int32)
+    >>> d, i = search_cpu(X, g, X[:1], 2, seeds=np.array([[2]], np.int32), beam=4, tau=np.inf,
+    ...                   max_iters=10, metric="l2")
+    >>> i.tolist()
+    [[0, 2]]
+    """
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    graph = np.ascontiguousarray(graph, dtype=np.int32)
+    seeds = np.ascontiguousarray(seeds, dtype=np.int32)
+    if seeds.ndim == 1:
+        seeds = seeds.reshape(-1, 1)
+    nq = queries.shape[0]
+    k = int(k)
+    beam = max(int(beam), k)
+    tau = np.inf if tau is None else float(tau)
+    max_iters = int(max_iters) if max_iters is not None else 2 ** 31 - 1
+    is_ip = metric == "ip"
+    if is_ip and xnorm_max is None:
+        xnorm_max = float(np.sqrt(np.einsum("ij,ij->i", X, X).max()))
+    xnorm_max = float(xnorm_max or 0.0)
+    out_d = np.empty((nq, k), np.float32)
+    out_i = np.empty((nq, k), np.int64)
+    stats = np.zeros((nq, 2), np.int32)
+    if nq == 0:
+        return (out_d, out_i, stats) if return_stats else (out_d, out_i)
+    # more chunks than threads balances queries of uneven length; each chunk owns n bytes*2 scratch
+    n_chunks = max(1, min(nq, numba.get_num_threads() * 4))
+    _search_kernel(X, graph, queries, seeds, k, beam, np.float32(tau), max_iters, is_ip,
+                   np.float32(xnorm_max), np.float32(np.inf if nn1_max is None else nn1_max), n_chunks,
+                   out_d, out_i, stats)
+    return (out_d, out_i, stats) if return_stats else (out_d, out_i)

@@ -1,0 +1,210 @@
+"""Batched best-first graph search on the GPU (GGNN sec. 4 with BANG's parallel merge and
+fp16 traversal + exact re-ranking).
+
+One thread block per query keeps a sorted candidate list of ``beam`` entries (each flagged once
+expanded), a visited hash table and the query in shared memory; see ``kernels/search.cu`` for
+the algorithm and ``kernels/NOTES_search.md`` for measurements.
+"""
+
+import math
+
+import numpy as np
+
+from .._config import logger
+from .._cuda import get_kernel
+
+__all__ = ["search_gpu", "search_config"]
+
+_MAX_SMEM = 227 * 1024  # opt-in shared memory per block on sm_80 / sm_90
+
+
+def _pow2ceil(x):
+    return 1 << max(0, int(math.ceil(math.log2(max(1, x)))))
+
+
+def search_config(d, *, fp16=False, team=None, block=None):
+    """Kernel shape for dimension ``d``: ``(EPC, TEAM, MAXCH, NT)``.
+
+    EPC: elements per load (16-byte loads when ``d`` allows it); TEAM: lanes computing one
+    distance; MAXCH: loads in flight per lane; NT: threads per block.  The defaults aim at about
+    four 16-byte loads per lane per distance (enough memory-level parallelism, few idle lanes).
+    """
+    if fp16:
+        epc = 8 if d % 8 == 0 else (2 if d % 2 == 0 else 1)
+    else:
+        epc = 4 if d % 4 == 0 else 1
+    nchunks = d // epc
+    if team is None:
+        team = min(32, _pow2ceil(-(-nchunks // 4)))
+    team = int(team)
+    if team not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"team must be a power of two <= 32, got {team}")
+    maxch = min(8, _pow2ceil(-(-nchunks // team)))
+    if block is None:
+        block = 128 if team <= 8 else 256
+    block = int(block)
+    if block not in (32, 64, 128, 256, 512):
+        raise ValueError(f"block must be one of 32, 64, 128, 256, 512, got {block}")
+    return epc, team, maxch, block
+
+
+def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_fp16=None, width=None,
+               xnorm_max=None, nn1_max=None, hash_size=None, team=None, block=None, min_blocks=None,
+               rerank="fused", return_stats=False):
+    """Search ``graph`` for the ``k`` nearest neighbours of every query (internal metric).
+
+    Best-first search with backtracking: from the ``seeds`` of each query, repeatedly expand the
+    closest not yet expanded entries of a sorted list of ``beam`` candidates, until none is left,
+    the slack test fails or ``max_iters`` expansions were made.  Slack test (GGNN sec. 4.1.2, same
+    as ``search_cpu``): stop when ``c(d) > c(d_best_k) + tau * min(c(d_best_1), nn1_max)`` for the
+    best unexpanded ``d``, where ``c(d) = sqrt(max(d + shift, 0))``, ``shift = 0`` for ``'l2'``
+    (Euclidean scale) and ``|q| * xnorm_max`` for ``'ip'`` (non-negative by Cauchy-Schwarz; for
+    unit vectors ``c`` is the Euclidean distance over sqrt(2)).
+
+    Parameters
+    ----------
+    X : cupy.ndarray, float32 (n, d)
+        Prepared data vectors.
+    graph : cupy.ndarray, int32 (n, R)
+        Search graph, -1 padded.
+    queries : cupy.ndarray, float32 (nq, d)
+        Prepared queries.
+    k : int
+        Neighbours wanted (``k <= beam``).
+    seeds : cupy.ndarray, int32 (nq, s) or (s,)
+        Start nodes per query (-1 = none); a 1-D array is shared by all queries.
+    beam : int
+        Candidate list size (``>= k``), up to a few thousand (shared memory bound).
+    tau : float or None
+        GGNN slack factor; None or ``inf`` disables the slack test (plain beam search).
+    max_iters : int or None
+        Cap on expansion steps (each expands ``width`` nodes).
+    metric : {"l2", "ip"}
+        Internal metric (squared L2 or negative dot product).
+    X_fp16 : cupy.ndarray, float16 (n, d), optional
+        Half-precision copy read during traversal; the final list is re-ranked with ``X`` (BANG 4.9).
+    width : int, optional
+        Nodes expanded per step (more parallel work per step, fewer barriers per distance).
+        Default 2 with ``X_fp16`` (measured faster at equal recall), else 1.
+    xnorm_max : float, optional
+        ``max_i |x_i|`` for the ``'ip'`` slack scale; computed from ``X`` when None.
+    nn1_max : float, optional
+        GGNN's ``d_nn1+`` (largest nearest-neighbour Euclidean distance in the data); inf if None.
+    hash_size, team, block, min_blocks : int, optional
+        Kernel tuning (visited-table slots, lanes per distance, threads per block, minimum
+        resident blocks per SM asked of the register allocator).
+    rerank : {"fused", "split"}
+        With ``X_fp16``: re-rank inside the search kernel, or in a second kernel.
+    return_stats : bool
+        Also return an int32 (nq, 2) array: expansion steps and distances computed per query.
+
+    Returns
+    -------
+    dist : cupy.ndarray, float32 (nq, k)
+        Internal distances, ascending; ``inf`` where fewer than ``k`` points were reached.
+    idx : cupy.ndarray, int64 (nq, k)
+        Indices; -1 where fewer than ``k`` points were reached.
+
+    Examples
+    --------
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> X = cp.random.rand(2000, 32, dtype=cp.float32)  # doctest: +SKIP
+    >>> G = cp.argsort(((X[:, None] - X[None]) ** 2).sum(-1), 1)[:, 1:17].astype(cp.int32)  # doctest: +SKIP
+    >>> seeds = cp.zeros((5, 1), dtype=cp.int32)  # doctest: +SKIP
+    >>> d, i = search_gpu(X, G, X[:5], 3, seeds=seeds, beam=32, tau=None, max_iters=None,
+    ...                   metric="l2")  # doctest: +SKIP
+    """
+    import cupy as cp
+
+    if metric not in ("l2", "ip"):
+        raise ValueError(f"search_gpu: metric must be 'l2' or 'ip', got {metric!r}")
+    X = cp.ascontiguousarray(X, dtype=cp.float32)
+    graph = cp.ascontiguousarray(graph, dtype=cp.int32)
+    queries = cp.ascontiguousarray(queries, dtype=cp.float32)
+    n, d = X.shape
+    nq = queries.shape[0]
+    if queries.ndim != 2 or queries.shape[1] != d:
+        raise ValueError(f"queries must have shape (nq, {d}), got {queries.shape}")
+    if graph.ndim != 2 or graph.shape[0] != n:
+        raise ValueError(f"graph must have shape ({n}, R), got {graph.shape}")
+    R = graph.shape[1]
+    if width is None:
+        width = 2 if X_fp16 is not None else 1
+    k, L, width = int(k), int(beam), int(width)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if L < k:
+        raise ValueError(f"beam ({L}) must be >= k ({k})")
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    seeds = cp.asarray(seeds, dtype=cp.int32)
+    if seeds.ndim == 1:
+        seeds = cp.broadcast_to(seeds[None, :], (nq, seeds.shape[0]))
+    seeds = cp.ascontiguousarray(seeds)
+    if seeds.shape[0] != nq:
+        raise ValueError(f"seeds must have one row per query ({nq}), got {seeds.shape}")
+    S = seeds.shape[1]
+    out_d = cp.full((nq, k), np.inf, dtype=cp.float32)
+    out_i = cp.full((nq, k), -1, dtype=cp.int64)
+    stats = cp.zeros((nq, 2), dtype=cp.int32)  # always written (8 bytes per query), returned on request
+    if nq == 0:
+        return (out_d, out_i, stats) if return_stats else (out_d, out_i)
+
+    fp16 = X_fp16 is not None
+    if fp16:
+        X_fp16 = cp.ascontiguousarray(X_fp16, dtype=cp.float16)
+        if X_fp16.shape != X.shape:
+            raise ValueError(f"X_fp16 shape {X_fp16.shape} differs from X shape {X.shape}")
+    epc, team, maxch, block = search_config(d, fp16=fp16, team=team, block=block)
+    if min_blocks is None:
+        # Register cap: ~40 registers (12 blocks of 128 threads per SM) where that does not spill,
+        # else ~64 (see NOTES_search.md).
+        min_blocks = (1536 if maxch <= 4 else 1024) // block
+    Lp = _pow2ceil(L)
+    cmax = max(32, width * R)
+    if hash_size is None:
+        hash_size = max(2048, _pow2ceil(4 * (L + cmax)))
+    hash_size = _pow2ceil(max(int(hash_size), 2 * (L + cmax)))
+    dpad = (d + 3) // 4 * 4
+    smem = 4 * (dpad + 4 * Lp + 5 * cmax + hash_size + width)
+    if smem > _MAX_SMEM:
+        raise ValueError(f"search state needs {smem} bytes of shared memory per query (> {_MAX_SMEM}); "
+                         f"lower beam ({L}), width ({width}) or the graph degree ({R})")
+    if max_iters is None:
+        max_iters = 1 << 30
+    tau = np.inf if tau is None else float(tau)
+    nn1 = np.inf if nn1_max is None else float(nn1_max)
+    if metric == "ip":
+        if xnorm_max is None:
+            xnorm_max = float(cp.sqrt((X * X).sum(axis=1).max()))
+        qshift = (cp.sqrt((queries * queries).sum(axis=1)) * cp.float32(xnorm_max)).astype(cp.float32)
+    else:
+        qshift = cp.zeros((1,), dtype=cp.float32)
+    if rerank not in ("fused", "split"):
+        raise ValueError(f"rerank must be 'fused' or 'split', got {rerank!r}")
+    mode = 0 if not fp16 else (1 if rerank == "fused" else 2)
+    T = "__half" if fp16 else "float"
+    mcode = 0 if metric == "l2" else 1
+    name = f"graph_search<{T},{epc},{team},{maxch},{mcode},{block},{mode},{int(min_blocks)}>"
+    kern = get_kernel("search.cu", name, name_expressions=(name,))
+    if smem > 48 * 1024:
+        kern.max_dynamic_shared_size_bytes = smem
+    logger.debug("search_gpu: nq=%d k=%d beam=%d width=%d kernel=%s smem=%d hash=%d", nq, k, L, width, name,
+                 smem, hash_size)
+    out_list = cp.empty((nq, L), dtype=cp.int32) if mode == 2 else cp.empty((1,), dtype=cp.int32)
+    grid = int(min(nq, 1 << 30))
+    kern((grid,), (block,),
+         (X_fp16 if fp16 else X, X, np.int32(n), np.int32(d), graph, np.int32(R), queries, qshift, np.int32(nq), seeds,
+          np.int32(S), np.int32(k), np.int32(L), np.int32(Lp), np.int32(width), np.int32(cmax),
+          np.int32(hash_size), np.float32(tau), np.float32(nn1), np.int32(min(int(max_iters), 2**31 - 1)),
+          out_d, out_i, stats, out_list), shared_mem=smem)
+    if mode == 2:
+        rteam = 32 if d >= 64 else min(32, _pow2ceil(d))
+        rname = f"rerank_topk<{rteam},{mcode},128>"
+        rk = get_kernel("search.cu", rname, name_expressions=(rname,))
+        rsmem = 4 * (dpad + 2 * Lp)
+        if rsmem > 48 * 1024:
+            rk.max_dynamic_shared_size_bytes = rsmem
+        rk((grid,), (128,), (X, np.int32(d), queries, out_list, np.int32(nq), np.int32(L), np.int32(Lp), np.int32(k),
+                             out_d, out_i), shared_mem=rsmem)
+    return (out_d, out_i, stats) if return_stats else (out_d, out_i)

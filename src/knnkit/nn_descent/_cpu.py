@@ -1,0 +1,720 @@
+"""NN-Descent on the CPU (Numba), with the GNND semantics of Wang, Zhao & Zeng,
+"Large-Scale Approximate k-NN Graph Construction on GPU", section 4.
+
+This is the no-GPU path of :func:`knnkit.knn_graph` and the reference the GPU kernels are
+tested against, so it follows the same contract as ``nndescent_gpu``:
+
+* every list holds ``K`` neighbours sorted ascending (ties: smaller id first), no self, no
+  duplicates; ``-1`` / ``inf`` only when a list cannot be filled (n - 1 < K);
+* per iteration each node samples its first ``p`` NEW and first ``p`` OLD neighbours
+  (section 4.1: "the first p objects"); sampled NEW ones become OLD; reverse neighbours are
+  appended up to ``2p`` per list (a uniform reservoir sample, standing in for the GPU's
+  racing atomic appends);
+* the local join compares NEW-NEW and NEW-OLD pairs of each node; ``update="basic"`` offers
+  every compared pair to both lists (classic NN-Descent), ``update="selective"`` offers only
+  the nearest NEW and nearest OLD object of each NEW sample and the nearest NEW object of
+  each OLD sample (Algorithm 2);
+* ``split=s`` (graph merge, section 5.1) compares only cross pairs (one id < s, other >= s);
+* stop after ``max_iters`` or when an iteration makes fewer than ``delta * n * K`` updates.
+
+How the CPU version is organised (why, mostly for speed on few cores): nodes are processed
+in blocks. Within a block the join runs in parallel and only *reads* the graph, writing the
+candidate updates into a per-node buffer; the buffer is then applied in parallel with each
+thread owning the lists ``v % n_threads == t``. So there are no locks, and the result does
+not depend on the number of threads or on scheduling: a run is repeatable from ``seed``.
+Random numbers come from a counter-based hash (splitmix64) of (seed, node, iteration) for
+the same reason.
+"""
+
+import time
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .._config import logger
+
+__all__ = ["nndescent_cpu", "rp_forest_init", "exact_graph_cpu", "METRIC_CODES", "pairwise_distances", "row_distances", "merge_rows"]
+
+METRIC_CODES = {"l2": 0, "ip": 1, "l1": 2}
+
+# Reassociation lets LLVM vectorise the distance loops; no 'nnan'/'ninf' because inf marks
+# empty list slots and must compare correctly.
+_FM = {"reassoc", "contract", "arcp", "nsz"}
+
+_U1 = np.uint64(0x9E3779B97F4A7C15)
+_U2 = np.uint64(0xBF58476D1CE4E5B9)
+_U3 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(cache=True, inline="always")
+def _mix(x):
+    x = (x ^ (x >> np.uint64(30))) * _U2
+    x = (x ^ (x >> np.uint64(27))) * _U3
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def _seed3(seed, a, b):
+    return _mix(_mix(_mix(np.uint64(seed) + _U1) + np.uint64(a) + _U1) + np.uint64(b))
+
+
+@njit(cache=True, inline="always")
+def _next(state):
+    state = state + _U1
+    return state, _mix(state)
+
+
+@njit(cache=True, inline="always")
+def _below(r, m):
+    """Uniform-ish integer in [0, m) from a 64-bit random word."""
+    return np.int64((r >> np.uint64(11)) % np.uint64(m))
+
+
+@njit(cache=True, fastmath=_FM)
+def _dist(X, a, b, metric):
+    d = X.shape[1]
+    acc = np.float32(0.0)
+    if metric == 0:
+        for i in range(d):
+            t = X[a, i] - X[b, i]
+            acc += t * t
+    elif metric == 1:
+        for i in range(d):
+            acc += X[a, i] * X[b, i]
+        acc = -acc
+    else:
+        for i in range(d):
+            acc += abs(X[a, i] - X[b, i])
+    return acc
+
+
+@njit(cache=True, inline="always")
+def _insert(ind, dist, flag, a, b, d):
+    """Insert (b, d) into the sorted list of a; 1 when the list changed."""
+    K = ind.shape[1]
+    w = dist[a, K - 1]
+    # ties with the worst entry: the smaller id wins, so results do not depend on order
+    if not (d < w or (d == w and (ind[a, K - 1] < 0 or b < ind[a, K - 1]))):
+        return 0
+    for j in range(K):
+        if ind[a, j] == b:
+            return 0
+    pos = K - 1
+    while pos > 0 and (dist[a, pos - 1] > d or (dist[a, pos - 1] == d and
+                                                 (ind[a, pos - 1] > b or ind[a, pos - 1] < 0))):
+        ind[a, pos] = ind[a, pos - 1]
+        dist[a, pos] = dist[a, pos - 1]
+        flag[a, pos] = flag[a, pos - 1]
+        pos -= 1
+    ind[a, pos] = b
+    dist[a, pos] = d
+    flag[a, pos] = 1
+    return 1
+
+
+# ----------------------------------------------------------------------------- initialisation
+
+@njit(parallel=True, cache=True)
+def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed, split):
+    """Lists from a (possibly partial, unsorted, duplicated) init graph, topped up with random
+    ids; all entries NEW (Algorithm 1 lines 1-5). With ``split`` (graph merge) only the
+    cross-subset entries start NEW, same-subset ones OLD (section 5.1: the sub-graphs are
+    already refined; "the last k/2 objects of each list are marked as NEW")."""
+    n, K = ind.shape
+    K0 = init_ind.shape[1]
+    for s in prange(n):
+        for j in range(K):
+            ind[s, j] = -1
+            dist[s, j] = np.inf
+            flag[s, j] = 1
+        for j in range(K0):
+            v = init_ind[s, j]
+            if v < 0 or v >= n or v == s:
+                continue
+            if have_dist:
+                d = init_dist[s, j]
+                if not (d <= np.inf):  # NaN from a broken input: recompute
+                    d = _dist(X, s, v, metric)
+            else:
+                d = _dist(X, s, v, metric)
+            _insert(ind, dist, flag, s, v, d)
+        # top up with random distinct ids (n - 1 >= K is guaranteed by the caller; otherwise
+        # the list keeps -1 tails)
+        filled = 0
+        for j in range(K):
+            if ind[s, j] >= 0:
+                filled += 1
+        if filled < K and n - 1 > filled:
+            st = _seed3(seed, s, 0xABCDEF)
+            tries = 0
+            while filled < K and tries < 8 * K + 64:
+                st, r = _next(st)
+                v = _below(r, n)
+                tries += 1
+                if v == s:
+                    continue
+                filled += _insert(ind, dist, flag, s, v, _dist(X, s, v, metric))
+            if filled < K:  # unlucky or nearly full: deterministic sweep
+                v = 0
+                while filled < K and v < n:
+                    if v != s:
+                        filled += _insert(ind, dist, flag, s, v, _dist(X, s, v, metric))
+                    v += 1
+        for j in range(K):
+            if split > 0 and (ind[s, j] < split) == (s < split):
+                flag[s, j] = 0
+            else:
+                flag[s, j] = 1
+
+
+# ----------------------------------------------------------------------------- sampling (4.1)
+
+@njit(parallel=True, cache=True)
+def _sample_forward(ind, flag, p, new_c, new_n, old_c, old_n):
+    n, K = ind.shape
+    for s in prange(n):
+        cn = 0
+        co = 0
+        for j in range(K):
+            v = ind[s, j]
+            if v < 0:
+                continue
+            if flag[s, j] != 0:
+                if cn < p:
+                    new_c[s, cn] = v
+                    cn += 1
+                    flag[s, j] = 0  # "mark all sampled neighbours as OLD"
+            elif co < p:
+                old_c[s, co] = v
+                co += 1
+        new_n[s] = cn
+        old_n[s] = co
+
+
+@njit(cache=True)
+def _sample_reverse(c, cnt, fwd, seed, it, salt):
+    """Append reverse neighbours to each list up to its capacity, as a uniform reservoir
+    sample over all reverse candidates (serial: n * p random touches, small next to the join)."""
+    n, P = c.shape
+    seen = np.zeros(n, np.int32)
+    st = _seed3(seed, it, salt)
+    for s in range(n):
+        for j in range(fwd[s]):
+            v = c[s, j]
+            seen[v] += 1
+            if cnt[v] < P:
+                c[v, cnt[v]] = s
+                cnt[v] += 1
+            else:
+                room = P - fwd[v]
+                if room > 0:
+                    st, r = _next(st)
+                    q = _below(r, seen[v])
+                    if q < room:
+                        c[v, fwd[v] + q] = s
+
+
+# ----------------------------------------------------------------------------- local join (4.2)
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _join_block(X, metric, s0, s1, new_c, new_n, old_c, old_n, dist, split, selective,
+                cap, upd_a, upd_b, upd_d, upd_cnt, nchunks):
+    """Cross-match NEW-NEW and NEW-OLD samples of nodes s0..s1-1; write candidate updates
+    (target, neighbour, distance) into the block buffer. Reads the graph only."""
+    K = dist.shape[1]
+    P = new_c.shape[1]
+    nb = s1 - s0
+    chunk = (nb + nchunks - 1) // nchunks
+    for c in prange(nchunks):
+        lo = s0 + c * chunk
+        hi = min(s1, lo + chunk)
+        nn = np.empty(P, np.int32)
+        oo = np.empty(P, np.int32)
+        bnd = np.empty(P, np.float32)  # nearest other NEW, per NEW sample
+        bni = np.empty(P, np.int32)
+        bod = np.empty(P, np.float32)  # nearest OLD, per NEW sample
+        boi = np.empty(P, np.int32)
+        bxd = np.empty(P, np.float32)  # nearest NEW, per OLD sample
+        bxi = np.empty(P, np.int32)
+        for s in range(lo, hi):
+            # distinct NEW samples; OLD samples that are not also NEW
+            cn = 0
+            for i in range(new_n[s]):
+                v = new_c[s, i]
+                dup = False
+                for j in range(cn):
+                    if nn[j] == v:
+                        dup = True
+                        break
+                if not dup:
+                    nn[cn] = v
+                    cn += 1
+            co = 0
+            for i in range(old_n[s]):
+                v = old_c[s, i]
+                dup = False
+                for j in range(cn):
+                    if nn[j] == v:
+                        dup = True
+                        break
+                if not dup:
+                    for j in range(co):
+                        if oo[j] == v:
+                            dup = True
+                            break
+                if not dup:
+                    oo[co] = v
+                    co += 1
+            base = (s - s0) * cap
+            m = 0
+            if not selective:
+                for i in range(cn):
+                    a = nn[i]
+                    sa = a < split
+                    for j in range(i + 1, cn):
+                        b = nn[j]
+                        if split > 0 and (b < split) == sa:
+                            continue
+                        d = _dist(X, a, b, metric)
+                        if d < dist[a, K - 1] or d < dist[b, K - 1]:
+                            upd_a[base + m] = a
+                            upd_b[base + m] = b
+                            upd_d[base + m] = d
+                            m += 1
+                    for j in range(co):
+                        b = oo[j]
+                        if split > 0 and (b < split) == sa:
+                            continue
+                        d = _dist(X, a, b, metric)
+                        if d < dist[a, K - 1] or d < dist[b, K - 1]:
+                            upd_a[base + m] = a
+                            upd_b[base + m] = b
+                            upd_d[base + m] = d
+                            m += 1
+            else:
+                for i in range(cn):
+                    bnd[i] = np.inf
+                    bni[i] = -1
+                    bod[i] = np.inf
+                    boi[i] = -1
+                for j in range(co):
+                    bxd[j] = np.inf
+                    bxi[j] = -1
+                for i in range(cn):
+                    a = nn[i]
+                    sa = a < split
+                    for j in range(i + 1, cn):
+                        b = nn[j]
+                        if split > 0 and (b < split) == sa:
+                            continue
+                        d = _dist(X, a, b, metric)
+                        if d < bnd[i]:
+                            bnd[i] = d
+                            bni[i] = b
+                        if d < bnd[j]:
+                            bnd[j] = d
+                            bni[j] = a
+                    for j in range(co):
+                        b = oo[j]
+                        if split > 0 and (b < split) == sa:
+                            continue
+                        d = _dist(X, a, b, metric)
+                        if d < bod[i]:
+                            bod[i] = d
+                            boi[i] = b
+                        if d < bxd[j]:
+                            bxd[j] = d
+                            bxi[j] = a
+                for i in range(cn):
+                    a = nn[i]
+                    if bni[i] >= 0 and bnd[i] < dist[a, K - 1]:
+                        upd_a[base + m] = a
+                        upd_b[base + m] = bni[i]
+                        upd_d[base + m] = bnd[i]
+                        m += 1
+                    if boi[i] >= 0 and bod[i] < dist[a, K - 1]:
+                        upd_a[base + m] = a
+                        upd_b[base + m] = boi[i]
+                        upd_d[base + m] = bod[i]
+                        m += 1
+                for j in range(co):
+                    a = oo[j]
+                    if bxi[j] >= 0 and bxd[j] < dist[a, K - 1]:
+                        upd_a[base + m] = a
+                        upd_b[base + m] = bxi[j]
+                        upd_d[base + m] = bxd[j]
+                        m += 1
+            upd_cnt[s - s0] = m
+
+
+@njit(parallel=True, cache=True)
+def _apply_block(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetric, T):
+    """Apply the block's candidate updates (4.3); thread t owns the lists v % T == t."""
+    counts = np.zeros(T, np.int64)
+    for t in prange(T):
+        c = 0
+        for r in range(nb):
+            base = r * cap
+            for e in range(upd_cnt[r]):
+                a = upd_a[base + e]
+                b = upd_b[base + e]
+                d = upd_d[base + e]
+                if a % T == t:
+                    c += _insert(ind, dist, flag, a, b, d)
+                if symmetric and b % T == t:
+                    c += _insert(ind, dist, flag, b, a, d)
+        counts[t] = c
+    return counts.sum()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def row_distances(X, rows, cols, metric):
+    """Distances between rows[i] and each cols[i, j] (-1 -> inf); internal metric code."""
+    n, K = cols.shape
+    out = np.empty((n, K), np.float32)
+    for i in prange(n):
+        a = rows[i]
+        for j in range(K):
+            b = cols[i, j]
+            out[i, j] = _dist(X, a, b, metric) if b >= 0 else np.inf
+    return out
+
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _exact_small(X, metric, ind, dist):
+    n, K = ind.shape
+    for s in prange(n):
+        for v in range(n):
+            if v != s:
+                d = _dist(X, s, v, metric)
+                _insert_plain(ind, dist, s, v, d)
+
+
+def exact_graph_cpu(X, k, metric="l2"):
+    """Exact k-NN lists (self excluded) by an O(n^2) loop; for tiny inputs and metrics the
+    BLAS brute force does not cover (l1)."""
+    n = X.shape[0]
+    ind = np.full((n, k), -1, np.int32)
+    dist = np.full((n, k), np.inf, np.float32)
+    _exact_small(np.ascontiguousarray(X, dtype=np.float32), METRIC_CODES[metric], ind, dist)
+    return ind, dist
+
+
+@njit(cache=True, inline="always")
+def _insert_plain(ind, dist, a, b, d):
+    K = ind.shape[1]
+    if not (d < dist[a, K - 1] or (d == dist[a, K - 1] and (ind[a, K - 1] < 0 or b < ind[a, K - 1]))):
+        return 0
+    for j in range(K):
+        if ind[a, j] == b:
+            return 0
+    pos = K - 1
+    while pos > 0 and (dist[a, pos - 1] > d or (dist[a, pos - 1] == d and
+                                                 (ind[a, pos - 1] > b or ind[a, pos - 1] < 0))):
+        ind[a, pos] = ind[a, pos - 1]
+        dist[a, pos] = dist[a, pos - 1]
+        pos -= 1
+    ind[a, pos] = b
+    dist[a, pos] = d
+    return 1
+
+
+@njit(parallel=True, cache=True)
+def merge_rows(ind, dist, add_ind, add_dist):
+    """Merge candidate rows (add_ind, add_dist; -1 ignored) into sorted lists, in place."""
+    n = ind.shape[0]
+    K2 = add_ind.shape[1]
+    for s in prange(n):
+        for j in range(K2):
+            v = add_ind[s, j]
+            if v >= 0:
+                _insert_plain(ind, dist, s, v, add_dist[s, j])
+
+
+def pairwise_distances(X, rows, cols, metric="l2"):
+    """Internal-metric distances between X[rows[i]] and X[cols[i, j]] (helper for merges)."""
+    return row_distances(X, np.ascontiguousarray(rows, dtype=np.int64),
+                         np.ascontiguousarray(cols, dtype=np.int64), METRIC_CODES[metric])
+
+
+# ----------------------------------------------------------------------------- driver
+
+def _block_plan(n, P, selective, entries=1 << 22):
+    """Rows per block and buffer slots per row so that the update buffer stays ~50 MB."""
+    cap = 3 * P if selective else P * (P - 1) // 2 + P * P
+    cap = max(cap, 1)
+    rows = max(256, entries // cap)
+    return min(n, rows), cap
+
+
+def nndescent_cpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
+                  split=None, seed=0, update="selective", callback=None):
+    """NN-Descent k-NN graph on the CPU (GNND semantics, see the module docstring).
+
+    Parameters
+    ----------
+    X : numpy.ndarray, float32 (n, d), C-contiguous
+        Vectors already prepared for the internal metric (``knnkit._metrics.prepare_vectors``).
+    K : int
+        List length.
+    sample : int
+        ``p``: NEW and OLD samples per list and iteration (reverse samples fill up to ``2p``).
+    max_iters : int
+    delta : float
+        Stop when an iteration updates fewer than ``delta * n * K`` entries.
+    metric : {"l2", "ip", "l1"}
+        Internal metric (smaller is nearer).
+    init_indices, init_distances : (n, K0) arrays, optional
+        Starting graph (``-1`` = empty); missing distances are computed, short lists are
+        topped up with random ids.
+    split : int, optional
+        Compare only pairs with one id below ``split`` and one at or above (graph merge).
+        The init graph's cross-subset entries start NEW, same-subset entries OLD.
+    seed : int
+    update : {"selective", "basic"}
+    callback : callable, optional
+        ``callback(iteration, indices, distances)`` after every iteration (CPU only; used by the
+        benchmark to trace recall per iteration). The arrays are live: copy to keep them.
+
+    Returns
+    -------
+    indices : int32 (n, K), distances : float32 (n, K), stats : dict
+        ``stats = dict(iterations=int, updates=[...], time_s=[...])``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> I, D, st = nndescent_cpu(X, 10, sample=8, max_iters=10, delta=0.001, metric="l2")
+    >>> I.shape, bool((I != np.arange(500)[:, None]).all())
+    ((500, 10), True)
+    """
+    if update not in ("selective", "basic"):
+        raise ValueError(f"update must be 'selective' or 'basic', got {update!r}")
+    if metric not in METRIC_CODES:
+        raise ValueError(f"internal metric must be one of {tuple(METRIC_CODES)}, got {metric!r}")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n = X.shape[0]
+    K = int(K)
+    if K < 1:
+        raise ValueError("K must be >= 1")
+    mcode = METRIC_CODES[metric]
+    seed = int(seed) & 0x7FFFFFFFFFFFFFFF
+    split = 0 if split is None else int(split)
+    ind = np.empty((n, K), np.int32)
+    dist = np.empty((n, K), np.float32)
+    flag = np.empty((n, K), np.uint8)
+    stats = {"iterations": 0, "updates": [], "time_s": []}
+
+    # Tiny inputs (or a list as long as the data): exact, nothing to descend.
+    if split == 0 and (n - 1 <= K or n <= 2 * K + 2):
+        ind.fill(-1)
+        dist.fill(np.inf)
+        _exact_small(X, mcode, ind, dist)
+        return ind, dist, stats
+
+    if init_indices is None:
+        init_ind = np.full((n, 0), -1, np.int32)
+        init_dist = np.zeros((n, 0), np.float32)
+        have = False
+    else:
+        init_ind = np.ascontiguousarray(init_indices, dtype=np.int32)
+        if init_ind.shape[0] != n:
+            raise ValueError(f"init graph has {init_ind.shape[0]} rows, data has {n}")
+        have = init_distances is not None
+        init_dist = (np.ascontiguousarray(init_distances, dtype=np.float32) if have
+                     else np.zeros((n, init_ind.shape[1]), np.float32))
+    t0 = time.perf_counter()
+    _init_lists(X, mcode, ind, dist, flag, init_ind, init_dist, have, seed, split)
+    stats["init_s"] = time.perf_counter() - t0
+
+    p = max(1, min(int(sample), K))
+    P = 2 * p
+    new_c = np.empty((n, P), np.int32)
+    old_c = np.empty((n, P), np.int32)
+    new_n = np.empty(n, np.int32)
+    old_n = np.empty(n, np.int32)
+    selective = update == "selective"
+    rows, cap = _block_plan(n, P, selective)
+    upd_a = np.empty(rows * cap, np.int32)
+    upd_b = np.empty(rows * cap, np.int32)
+    upd_d = np.empty(rows * cap, np.float32)
+    upd_cnt = np.empty(rows, np.int32)
+    T = numba.get_num_threads()
+    nchunks = 4 * T
+    threshold = delta * n * K
+    for it in range(int(max_iters)):
+        t0 = time.perf_counter()
+        _sample_forward(ind, flag, p, new_c, new_n, old_c, old_n)
+        fwd_n = new_n.copy()
+        fwd_o = old_n.copy()
+        _sample_reverse(new_c, new_n, fwd_n, seed, it, 1)
+        _sample_reverse(old_c, old_n, fwd_o, seed, it, 2)
+        total = 0
+        for s0 in range(0, n, rows):
+            s1 = min(n, s0 + rows)
+            _join_block(X, mcode, s0, s1, new_c, new_n, old_c, old_n, dist, split, selective,
+                        cap, upd_a, upd_b, upd_d, upd_cnt, nchunks)
+            total += int(_apply_block(s1 - s0, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag,
+                                      not selective, T))
+        stats["iterations"] = it + 1
+        stats["updates"].append(total)
+        stats["time_s"].append(time.perf_counter() - t0)
+        if callback is not None:
+            callback(it, ind, dist)
+        logger.debug("nndescent_cpu iteration %d: %d updates in %.3f s", it, total, stats["time_s"][-1])
+        if total < threshold:
+            break
+    return ind, dist, stats
+
+
+# ----------------------------------------------------------------------------- RP-forest init
+
+@njit(cache=True, fastmath=_FM)
+def _rp_tree(X, metric, leaf_size, seed, tree, perm, leaf_lo, leaf_hi):
+    """One random-projection tree: split by the bisecting hyperplane of two random members
+    (angular version for inner products) until segments hold <= leaf_size points. Fills
+    ``perm`` (points grouped by leaf) and the leaf bounds; returns the number of leaves."""
+    n, d = X.shape
+    for i in range(n):
+        perm[i] = i
+    stack_lo = np.empty(128, np.int64)
+    stack_hi = np.empty(128, np.int64)
+    top = 0
+    stack_lo[0] = 0
+    stack_hi[0] = n
+    top = 1
+    nleaves = 0
+    normal = np.empty(d, np.float32)
+    side = np.empty(n, np.uint8)
+    st = _seed3(seed, tree, 0x5EED)
+    while top > 0:
+        top -= 1
+        lo = stack_lo[top]
+        hi = stack_hi[top]
+        m = hi - lo
+        if m <= leaf_size or top >= 126:
+            leaf_lo[nleaves] = lo
+            leaf_hi[nleaves] = hi
+            nleaves += 1
+            continue
+        st, r = _next(st)
+        a = perm[lo + _below(r, m)]
+        st, r = _next(st)
+        b = perm[lo + _below(r, m - 1)]
+        if b == a:
+            b = perm[hi - 1]
+        off = np.float32(0.0)
+        if metric == 1:
+            na = np.float32(0.0)
+            nb = np.float32(0.0)
+            for j in range(d):
+                na += X[a, j] * X[a, j]
+                nb += X[b, j] * X[b, j]
+            na = np.float32(1.0) / np.sqrt(max(na, np.float32(1e-30)))
+            nb = np.float32(1.0) / np.sqrt(max(nb, np.float32(1e-30)))
+            for j in range(d):
+                normal[j] = X[a, j] * na - X[b, j] * nb
+        else:
+            for j in range(d):
+                normal[j] = X[a, j] - X[b, j]
+                off += normal[j] * (X[a, j] + X[b, j]) * np.float32(0.5)
+        nleft = 0
+        for i in range(lo, hi):
+            q = perm[i]
+            s = np.float32(0.0)
+            for j in range(d):
+                s += X[q, j] * normal[j]
+            s -= off
+            if s == 0:
+                st, r = _next(st)
+                left = (r >> np.uint64(63)) == np.uint64(0)
+            else:
+                left = s < 0
+            side[i - lo] = 1 if left else 0
+            nleft += 1 if left else 0
+        if nleft == 0 or nleft == m:
+            # degenerate (duplicates or a flat direction): split at random into halves
+            for i in range(m):
+                side[i] = 1 if i < m // 2 else 0
+            nleft = m // 2
+        # stable partition through a scratch copy of the segment
+        tmp = perm[lo:hi].copy()
+        li = lo
+        ri = lo + nleft
+        for i in range(m):
+            if side[i]:
+                perm[li] = tmp[i]
+                li += 1
+            else:
+                perm[ri] = tmp[i]
+                ri += 1
+        stack_lo[top] = lo
+        stack_hi[top] = lo + nleft
+        top += 1
+        stack_lo[top] = lo + nleft
+        stack_hi[top] = hi
+        top += 1
+    return nleaves
+
+
+@njit(parallel=True, cache=True)
+def _rp_trees(X, metric, leaf_size, seed, perms, leaf_lo, leaf_hi, nleaves):
+    for t in prange(perms.shape[0]):
+        nleaves[t] = _rp_tree(X, metric, leaf_size, seed, t, perms[t], leaf_lo[t], leaf_hi[t])
+
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _leaf_join(X, metric, perm, leaf_lo, leaf_hi, nleaves, ind, dist, flag):
+    """All pairs inside each leaf of one tree; a point is in one leaf, so leaves are
+    independent and the parallel inserts never touch the same list."""
+    for l in prange(nleaves):
+        lo = leaf_lo[l]
+        hi = leaf_hi[l]
+        for i in range(lo, hi):
+            a = perm[i]
+            for j in range(i + 1, hi):
+                b = perm[j]
+                d = _dist(X, a, b, metric)
+                if d < dist[a, ind.shape[1] - 1]:
+                    _insert(ind, dist, flag, a, b, d)
+                if d < dist[b, ind.shape[1] - 1]:
+                    _insert(ind, dist, flag, b, a, d)
+
+
+def rp_forest_init(X, K, *, metric="l2", n_trees=None, leaf_size=None, seed=0, return_order=False):
+    """Initial lists from a forest of random-projection trees (all pairs within each leaf), as
+    PyNNDescent does: far better than random lists, so NN-Descent needs fewer iterations.
+
+    Returns ``(indices int32 (n, K), distances float32 (n, K))`` with ``-1``/``inf`` where a
+    list is not full (NN-Descent tops those up at random), and with ``return_order`` the leaf
+    order of the first tree (a permutation that puts near points at near positions).
+    """
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n = X.shape[0]
+    if n_trees is None:
+        n_trees = max(3, min(8, int(round(2.0 * np.log10(max(n, 10))))))
+    if leaf_size is None:
+        leaf_size = max(K + 2, 24)
+        # bigger leaves already give each point more candidates: fewer trees for the same cost
+        n_trees = max(2, int(round(n_trees * 24 / leaf_size)))
+    leaf_size = int(min(max(leaf_size, 2), max(n, 2)))
+    n_trees = int(n_trees)
+    max_leaves = n  # each leaf holds at least one point
+    perms = np.empty((n_trees, n), np.int32)
+    leaf_lo = np.empty((n_trees, max_leaves), np.int64)
+    leaf_hi = np.empty((n_trees, max_leaves), np.int64)
+    nleaves = np.empty(n_trees, np.int64)
+    mcode = METRIC_CODES[metric]
+    _rp_trees(X, mcode, leaf_size, int(seed) & 0x7FFFFFFFFFFFFFFF, perms, leaf_lo, leaf_hi, nleaves)
+    ind = np.full((n, K), -1, np.int32)
+    dist = np.full((n, K), np.inf, np.float32)
+    flag = np.ones((n, K), np.uint8)
+    for t in range(n_trees):
+        _leaf_join(X, mcode, perms[t], leaf_lo[t], leaf_hi[t], nleaves[t], ind, dist, flag)
+    if return_order:
+        return ind, dist, perms[0].copy()
+    return ind, dist

@@ -1,0 +1,232 @@
+"""GPU NN-Descent (GNND, Wang, Zhao & Zeng, section 4) driving the kernels of ``kernels/gnnd.cu``.
+
+One iteration is four kernel launches:
+
+1. ``gnnd_sample``  - the first ``p`` NEW and ``p`` OLD entries of every list (sampled NEW become OLD);
+2. ``gnnd_reverse`` - reverse samples appended atomically up to ``2p`` per list;
+3. ``gnnd_local_join`` - one thread block per node: dedupe its samples, NEW-NEW and NEW-OLD
+   distances in shared memory, selective (or basic) update of the lists under spinlocks;
+4. a read of the update counter, which is the convergence test.
+
+The graph lives on the GPU as ``idx`` (n, K) int32 with bit 31 = NEW flag and ``dist`` (n, K)
+float32. With ``locks="segmented"`` a list is ``ceil(K / 32)`` independently sorted and locked
+segments (neighbour ``v`` goes to segment ``v % nseg``); the final pass merges them.
+
+The public entry point is :func:`knnkit.knn_graph`; this module is its GPU engine.
+"""
+
+import math
+import time
+
+import numpy as np
+
+from .._config import logger
+
+__all__ = ["nndescent_gpu"]
+
+_DTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "f16",
+           np.dtype(np.uint8): "unsigned char", np.dtype(np.int8): "signed char"}
+_METRICS = {"l2": 0, "ip": 1, "l1": 2}
+_MAX_K = 128          # 4 list entries per lane in the one-warp-per-list kernels
+_MAX_SAMPLE = 32      # 2p <= 64 samples of each kind in one thread block
+_WARPS = 4            # warps per block of the one-warp-per-list kernels
+
+
+def _kernels(dtype, metric, maxs, group, minblocks):
+    from .._cuda import get_module
+
+    t, m = _DTYPES[np.dtype(dtype)], _METRICS[metric]
+    names = (f"gnnd_prepare<{t}, {m}>", f"gnnd_local_join<{t}, {m}, {maxs}>", "gnnd_sample", "gnnd_reverse")
+    opts = ("-lineinfo", f"-DGNND_GROUP={group}") + ((f"-DGNND_MINB={minblocks}",) if minblocks else ())
+    mod = get_module("gnnd.cu", options=opts, name_expressions=names)
+    return [mod.get_function(nm) for nm in names]
+
+
+def _ptr(a):
+    """A kernel argument for an optional array: the array, or a null pointer."""
+    return np.uint64(0) if a is None else a
+
+
+def _allow_smem(kernel, nbytes):
+    """Opt the kernel in to more than 48 KiB of dynamic shared memory (MAXS = 64 needs ~67 KiB)."""
+    if nbytes <= 48 * 1024:
+        return
+    try:
+        kernel.max_dynamic_shared_size_bytes = nbytes
+    except AttributeError:  # a plain cupy.cuda.Function
+        from cupy.cuda import driver
+
+        driver.funcSetAttribute(kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+
+
+def _join_smem(maxs):
+    return 4 * (2 * maxs * 68 + maxs * (2 * maxs + 1))
+
+
+def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
+                  split=None, seed=0, update="selective", locks="segmented", callback=None, _group=8,
+                  _minblocks=None):
+    """Build an approximate k-NN graph of ``X`` on the GPU with GNND.
+
+    Parameters
+    ----------
+    X : cupy.ndarray, shape (n, d)
+        C-contiguous float32 (float16, uint8 and int8 also work and move fewer bytes), already
+        prepared for the metric (unit rows for cosine).
+    K : int
+        List length, at most 128 and at most n - 1 (longer lists are padded with -1 / inf).
+    sample : int
+        p: NEW and OLD samples per list per iteration (reverse samples fill up to 2p), 1..32.
+    max_iters : int
+        Upper bound on the iterations.
+    delta : float
+        Stop when an iteration makes fewer than ``delta * n * K`` updates.
+    metric : {"l2", "ip", "l1"}
+        Squared L2, negative inner product, or manhattan.
+    init_indices, init_distances : cupy.ndarray, optional
+        Initial graph (n, K'); invalid, self or duplicate entries are replaced by random ones,
+        missing distances are computed.
+    split : int, optional
+        Graph merge (GGM, section 5): only pairs with one id < split and the other >= split are
+        compared; initial entries across the split are NEW, the others OLD.
+    seed : int
+        Seed of the random initial graph.
+    update : {"selective", "basic"}
+        Insert only the nearest NEW / OLD object of each sample (Algorithm 2) or every pair.
+    locks : {"segmented", "global"}
+        One spinlock per 32-entry segment of a list, or one per list.
+    callback : callable, optional
+        ``callback(iteration, idx, dist)`` after every iteration with the raw graph (bit 31 of
+        ``idx`` is the NEW flag; rows are sorted per segment only); for convergence studies.
+    _group, _minblocks : int
+        Kernel tuning knobs (lanes per insertion group, 4 or 8; minimum resident blocks per SM
+        for the register allocator), see NOTES_gnnd.md.
+
+    Returns
+    -------
+    indices : cupy.ndarray (n, K) int32
+    distances : cupy.ndarray (n, K) float32
+        Rows sorted ascending (ties: smaller id), no self, no duplicates.
+    stats : dict
+        ``iterations``, ``updates`` (per iteration), ``time_s`` (per iteration, seconds).
+
+    Examples
+    --------
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> X = cp.random.rand(10000, 32, dtype=cp.float32)  # doctest: +SKIP
+    >>> idx, dist, stats = nndescent_gpu(X, 16, sample=8, max_iters=20, delta=0.001,
+    ...                                  metric="l2")  # doctest: +SKIP
+    """
+    import cupy as cp
+
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be one of {tuple(_METRICS)}, got {metric!r}")
+    if update not in ("selective", "basic"):
+        raise ValueError(f"update must be 'selective' or 'basic', got {update!r}")
+    if locks not in ("segmented", "global"):
+        raise ValueError(f"locks must be 'segmented' or 'global', got {locks!r}")
+    X = cp.asarray(X)
+    if X.ndim != 2 or np.dtype(X.dtype) not in _DTYPES:
+        raise TypeError("X must be a 2-D float32, float16, uint8 or int8 array")
+    X = cp.ascontiguousarray(X)
+    n, d = X.shape
+    K_out = int(K)
+    if K_out < 1:
+        raise ValueError(f"K must be >= 1, got {K}")
+    K = min(K_out, n - 1)
+    if K > _MAX_K:
+        raise ValueError(f"K={K} exceeds the GPU NN-Descent maximum {_MAX_K}")
+    p = int(sample)
+    if not 1 <= p <= _MAX_SAMPLE:
+        raise ValueError(f"sample must be in 1..{_MAX_SAMPLE}, got {sample}")
+    if K < 1:  # n == 1: no neighbours at all
+        return (cp.full((n, K_out), -1, cp.int32), cp.full((n, K_out), cp.inf, cp.float32),
+                dict(iterations=0, updates=[], time_s=[]))
+    cap = 2 * p
+    maxs = 32 if cap <= 32 else 64
+    nseg = -(-K // 32) if locks == "segmented" else 1
+    if nseg > 1 and n // nseg - 1 <= -(-K // nseg):
+        nseg = 1  # segment v % nseg needs a residue class larger than a segment (tiny n only)
+    split_arg = -1 if split is None else int(split)
+    if split is not None and not 0 < split_arg < n:
+        raise ValueError(f"split must be in 1..n-1, got {split}")
+    if _group not in (4, 8):
+        raise ValueError("_group must be 4 or 8")
+    prepare, join, sample_k, reverse = _kernels(X.dtype, metric, maxs, _group, _minblocks)
+    _allow_smem(join, _join_smem(maxs))
+
+    g_idx = cp.empty((n, K), cp.int32)
+    g_dist = cp.empty((n, K), cp.float32)
+    if init_indices is not None:
+        ii = cp.ascontiguousarray(cp.asarray(init_indices, dtype=cp.int32))
+        if ii.ndim != 2 or ii.shape[0] != n:
+            raise ValueError(f"init_indices must have shape (n, K'), got {ii.shape}")
+        dd = None
+        if init_distances is not None:
+            dd = cp.ascontiguousarray(cp.asarray(init_distances, dtype=cp.float32))
+            if dd.shape != ii.shape:
+                raise ValueError("init_distances must have the shape of init_indices")
+        # bring to K columns: truncate, or pad with -1 (filled randomly by the kernel)
+        if ii.shape[1] != K:
+            k0 = min(K, ii.shape[1])
+            i2 = cp.full((n, K), -1, cp.int32)
+            i2[:, :k0] = ii[:, :k0]
+            ii = i2
+            if dd is not None:
+                d2 = cp.full((n, K), cp.nan, cp.float32)
+                d2[:, :k0] = dd[:, :k0]
+                dd = d2
+    else:
+        ii, dd = None, None
+
+    wblocks = (n + _WARPS - 1) // _WARPS
+    list_smem = _WARPS * 2 * K * 4
+    prep_smem = _WARPS * 4 * K * 4
+    seed64 = np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
+    prepare((wblocks,), (32 * _WARPS,),
+            (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), _ptr(ii), _ptr(dd), g_idx, g_dist,
+             seed64, np.int32(split_arg), np.int32(1)), shared_mem=prep_smem)
+
+    locks_arr = cp.zeros(n * nseg, cp.int32)
+    new_s = cp.empty((n, maxs), cp.int32)
+    old_s = cp.empty((n, maxs), cp.int32)
+    cnts = cp.empty((4, n), cp.int32)  # new_cnt, new_fwd, old_cnt, old_fwd
+    counter = cp.zeros(1, cp.uint64)
+    threshold = delta * n * K
+    stats = dict(iterations=0, updates=[], time_s=[])
+    join_threads = 128 if maxs == 32 else 256
+    cp.cuda.get_current_stream().synchronize()
+    for it in range(int(max_iters)):
+        t0 = time.perf_counter()
+        counter.fill(0)
+        sample_k((wblocks,), (32 * _WARPS,),
+                 (g_idx, g_dist, np.int32(n), np.int32(K), np.int32(nseg), np.int32(p), np.int32(maxs),
+                  new_s, cnts[0], cnts[1], old_s, cnts[2], cnts[3]), shared_mem=list_smem)
+        reverse(((n + 255) // 256,), (256,),
+                (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2]))
+        join((n,), (join_threads,),
+             (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), np.int32(cap), new_s, cnts[0],
+              old_s, cnts[2], g_idx, g_dist, locks_arr, np.int32(split_arg), np.int32(update == "basic"),
+              counter), shared_mem=_join_smem(maxs))
+        upd = int(counter.get()[0])
+        dt = time.perf_counter() - t0
+        stats["iterations"] = it + 1
+        stats["updates"].append(upd)
+        stats["time_s"].append(dt)
+        logger.debug("gnnd iteration %d: %d updates, %.4f s", it, upd, dt)
+        if callback is not None:
+            callback(it, g_idx, g_dist)
+        if upd < threshold:
+            break
+
+    out_idx = cp.empty((n, K), cp.int32)
+    out_dist = cp.empty((n, K), cp.float32)
+    prepare((wblocks,), (32 * _WARPS,),
+            (X, np.int32(n), np.int32(d), np.int32(K), np.int32(1), g_idx, g_dist, out_idx, out_dist, seed64,
+             np.int32(-1), np.int32(0)), shared_mem=prep_smem)
+    if K < K_out:
+        pad_i = cp.full((n, K_out), -1, cp.int32)
+        pad_d = cp.full((n, K_out), cp.inf, cp.float32)
+        pad_i[:, :K], pad_d[:, :K] = out_idx, out_dist
+        out_idx, out_dist = pad_i, pad_d
+    return out_idx, out_dist, stats

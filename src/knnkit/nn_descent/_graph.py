@@ -1,0 +1,311 @@
+"""The :class:`KnnGraph` result object: neighbour lists, conversions, persistence.
+
+Storage: ``indices``/``distances`` are kept where they were computed (numpy arrays for a CPU
+build, cupy arrays for a GPU build); the public attributes return them through
+:func:`knnkit.set_output` rules (by default on the input's device and framework). Methods that
+need the host (``recall``, ``to_csr``, ``save``) copy to the host once.
+
+File format (``save``/``load``), little-endian::
+
+    magic     8 bytes  b"KNNKGRPH"
+    version   uint32   (1)
+    header    uint32 length + UTF-8 JSON: metric, n, k, index dtype, include_self, stats
+    indices   n*k*{4|8} bytes (int32, or int64 when n >= 2**31)
+    distances n*k*4 bytes (float32)
+    checksum  32 bytes  BLAKE2b-256 of everything before it
+
+A short, truncated or corrupted file raises ``ValueError``.
+"""
+
+import hashlib
+import json
+import os
+import struct
+
+import numpy as np
+
+from .._backend import as_host, wrap_output, ArrayInfo
+from .._persist import GRAPH_MAGIC
+
+__all__ = ["KnnGraph", "index_dtype_for"]
+
+_VERSION = 1
+
+
+def index_dtype_for(n):
+    """int32 ids while they fit, int64 from 2**31 points on."""
+    return np.int32 if n < 2 ** 31 else np.int64
+
+
+def _recall_rows(a, b):
+    """Mean fraction of b's ids found in a (row-wise), chunked to bound memory."""
+    n, m = a.shape
+    hits = 0
+    step = max(1, (1 << 22) // max(1, a.shape[1] * b.shape[1]))
+    for s in range(0, n, step):
+        x = a[s:s + step, :, None]
+        y = b[s:s + step, None, :]
+        eq = (x == y) & (y >= 0)
+        hits += int(eq.any(axis=1).sum())
+    return hits / float(b.shape[0] * b.shape[1])
+
+
+class KnnGraph:
+    """An approximate (or exact) k-nearest-neighbour graph.
+
+    Attributes
+    ----------
+    indices : (n, k) int32 array (int64 when n >= 2**31)
+        Row ``i`` lists the neighbours of point ``i``, nearest first; ``-1`` marks a slot that
+        could not be filled. With ``include_self=True`` column 0 is ``i`` itself.
+    distances : (n, k) float32 array
+        In the user's metric (``inner_product``: similarities, sorted descending).
+    k : int
+    metric : str
+    include_self : bool
+    stats : dict
+        Build statistics: ``method``, ``iterations``, ``updates`` (per iteration),
+        ``time_s`` (per iteration), ``phase_s`` (time per phase), parameters used.
+
+    Examples
+    --------
+    >>> import numpy as np, knnkit
+    >>> X = np.random.default_rng(0).random((300, 4), dtype=np.float32)
+    >>> g = knnkit.knn_graph(X, k=5, device="cpu", random_state=0)
+    >>> g.indices.shape, g.k
+    ((300, 5), 5)
+    """
+
+    def __init__(self, indices, distances, *, metric="sqeuclidean", include_self=False, stats=None,
+                 info=None, data=None, params=None):
+        if indices.shape != distances.shape or indices.ndim != 2:
+            raise ValueError(f"indices {indices.shape} and distances {distances.shape} must be equal 2-D shapes")
+        self._ind = indices
+        self._dist = distances
+        self._info = info if info is not None else ArrayInfo("numpy", False)
+        self.metric = metric
+        self.include_self = bool(include_self)
+        self.stats = dict(stats or {})
+        self._data = data          # reference kept for extend(); None after load()
+        self._params = dict(params or {})
+
+    # ------------------------------------------------------------------ basic properties
+    @property
+    def indices(self):
+        return wrap_output(self._ind, self._info)
+
+    @property
+    def distances(self):
+        return wrap_output(self._dist, self._info)
+
+    @property
+    def n(self):
+        return int(self._ind.shape[0])
+
+    @property
+    def k(self):
+        return int(self._ind.shape[1])
+
+    @property
+    def shape(self):
+        return (self.n, self.k)
+
+    def __len__(self):
+        return self.n
+
+    def __repr__(self):
+        return (f"KnnGraph(n={self.n}, k={self.k}, metric={self.metric!r}, include_self={self.include_self}, "
+                f"method={self.stats.get('method')!r})")
+
+    def host_arrays(self):
+        """``(indices, distances)`` as numpy arrays."""
+        return as_host(self._ind), as_host(self._dist)
+
+    # ------------------------------------------------------------------ quality
+    def recall(self, truth_indices):
+        """Fraction of true neighbours found (the paper's Recall@k, eq. 4).
+
+        Parameters
+        ----------
+        truth_indices : (n, >= m) array
+            Exact neighbour ids excluding each point itself (e.g. the indices returned by
+            ``knnkit.knn(data, k=...)``). ``m`` = the graph's neighbour columns (``k``, or
+            ``k - 1`` with ``include_self``); when ``truth_indices`` has fewer columns, Recall@m
+            is computed over that many instead.
+
+        Returns
+        -------
+        float in [0, 1]
+        """
+        t = np.asarray(as_host(truth_indices) if not isinstance(truth_indices, np.ndarray) else truth_indices)
+        ind = as_host(self._ind)
+        if self.include_self:
+            ind = ind[:, 1:]
+        if t.ndim != 2 or t.shape[0] != ind.shape[0]:
+            raise ValueError(f"truth_indices must have shape ({ind.shape[0]}, m), got {t.shape}")
+        m = min(ind.shape[1], t.shape[1])
+        if m == 0:
+            raise ValueError("nothing to compare: the graph has no neighbour columns")
+        return _recall_rows(ind[:, :m].astype(np.int64), t[:, :m].astype(np.int64))
+
+    # ------------------------------------------------------------------ conversions
+    def to_csr(self):
+        """The graph as a scipy ``csr_matrix`` of shape (n, n).
+
+        Same conventions as ``sklearn.neighbors.kneighbors_graph(mode="distance")``: entry
+        ``(i, j)`` holds the distance from ``i`` to neighbour ``j`` (explicit zeros kept, e.g. for
+        duplicates and for the self column of ``include_self=True``); rows have sorted column
+        indices; ``-1`` slots are left out.
+        """
+        import scipy.sparse as sp
+
+        ind, dist = self.host_arrays()
+        n, k = ind.shape
+        valid = ind >= 0
+        counts = valid.sum(axis=1)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        # sort each row by column id (stable), dropping -1 slots (they sort first as -1)
+        order = np.argsort(np.where(valid, ind, -1), axis=1, kind="stable")
+        cols = np.take_along_axis(ind, order, axis=1)
+        vals = np.take_along_axis(dist, order, axis=1)
+        keep = np.take_along_axis(valid, order, axis=1)
+        idx_t = np.int32 if n < 2 ** 31 and indptr[-1] < 2 ** 31 else np.int64
+        m = sp.csr_matrix((vals[keep].astype(np.float32), cols[keep].astype(idx_t), indptr.astype(idx_t)),
+                          shape=(n, n))
+        m.has_sorted_indices = True
+        return m
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path):
+        """Write the graph to ``path`` (format in the module docstring); atomic (tmp + rename).
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit, tempfile, os
+        >>> g = knnkit.knn_graph(np.eye(8, dtype=np.float32), k=2, device="cpu")
+        >>> p = os.path.join(tempfile.mkdtemp(), "g.knng")
+        >>> g.save(p); knnkit.load(p).k
+        2
+        """
+        ind, dist = self.host_arrays()
+        n, k = ind.shape
+        itype = index_dtype_for(n) if ind.dtype.itemsize <= 4 else np.int64
+        ind = np.ascontiguousarray(ind, dtype=itype)
+        dist = np.ascontiguousarray(dist, dtype=np.float32)
+        header = json.dumps({
+            "metric": self.metric, "n": int(n), "k": int(k), "index_dtype": np.dtype(itype).name,
+            "include_self": self.include_self, "stats": _jsonable(self.stats),
+        }).encode()
+        h = hashlib.blake2b(digest_size=32)
+        tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                for chunk in (GRAPH_MAGIC, struct.pack("<II", _VERSION, len(header)), header):
+                    f.write(chunk)
+                    h.update(chunk)
+                for arr in (ind, dist):
+                    mv = memoryview(arr.reshape(-1).view(np.uint8))
+                    f.write(mv)
+                    h.update(mv)
+                f.write(h.digest())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path):
+        """Read a graph written by :meth:`save`; ``ValueError`` if truncated or corrupted."""
+        with open(path, "rb") as f:
+            blob = f.read()
+        if len(blob) < 8 + 8 + 32 or blob[:8] != GRAPH_MAGIC:
+            raise ValueError(f"{path}: not a knnkit graph file (bad magic or too short)")
+        version, hlen = struct.unpack_from("<II", blob, 8)
+        if version != _VERSION:
+            raise ValueError(f"{path}: unsupported graph file version {version}")
+        if hashlib.blake2b(blob[:-32], digest_size=32).digest() != blob[-32:]:
+            raise ValueError(f"{path}: checksum mismatch (file truncated or corrupted)")
+        try:
+            meta = json.loads(blob[16:16 + hlen].decode())
+            n, k = int(meta["n"]), int(meta["k"])
+            itype = np.dtype(meta["index_dtype"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: corrupted header ({e})") from None
+        off = 16 + hlen
+        need = off + n * k * itype.itemsize + n * k * 4 + 32
+        if len(blob) != need:
+            raise ValueError(f"{path}: size {len(blob)} does not match header (expected {need})")
+        ind = np.frombuffer(blob, itype, n * k, off).reshape(n, k).copy()
+        dist = np.frombuffer(blob, np.float32, n * k, off + n * k * itype.itemsize).reshape(n, k).copy()
+        return cls(ind, dist, metric=meta["metric"], include_self=meta.get("include_self", False),
+                   stats=meta.get("stats", {}))
+
+    # ------------------------------------------------------------------ incremental build
+    def extend(self, new_data, data=None, **kwargs):
+        """Add points: build a graph on ``new_data`` and merge it in (paper section 5, GGM).
+
+        Parameters
+        ----------
+        new_data : (m, d) array
+            New points; they get ids ``n .. n + m - 1``.
+        data : (n, d) array, optional
+            The points this graph was built on. Needed when the graph holds no reference to
+            them (graphs built by :func:`knn_graph` keep one; loaded graphs do not).
+        **kwargs
+            Passed to :func:`knn_graph` / :func:`merge_graphs` (``device``, ``random_state``,
+            ``n_neighbors_internal``, ...).
+
+        Returns
+        -------
+        KnnGraph
+            A new graph over ``concat(data, new_data)``; it keeps a reference to the
+            concatenated data so that ``extend`` can be chained.
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> rng = np.random.default_rng(0)
+        >>> g = knnkit.knn_graph(rng.random((400, 4), dtype=np.float32), k=5, device="cpu")
+        >>> g2 = g.extend(rng.random((100, 4), dtype=np.float32))
+        >>> g2.indices.shape
+        (500, 5)
+        """
+        from ._build import knn_graph
+        from ._merge import merge_graphs
+
+        base = data if data is not None else self._data
+        if base is None:
+            raise ValueError("this graph keeps no reference to its data (e.g. it was loaded from disk); "
+                             "pass data=the points it was built on")
+        if base.shape[0] != self.n:
+            raise ValueError(f"data has {base.shape[0]} rows but the graph has {self.n}")
+        if self.include_self:
+            raise ValueError("extend() needs a graph built with include_self=False")
+        build_kw = {k: v for k, v in kwargs.items() if k in ("device", "random_state", "n_neighbors_internal",
+                                                             "sample", "max_iters", "delta", "verbose")}
+        build_kw.setdefault("device", self._params.get("device", "auto"))
+        m = new_data.shape[0]
+        kk = min(self.k, m - 1) if m > 1 else 0
+        if kk < 1:
+            raise ValueError("extend() needs at least 2 new points")
+        g_new = knn_graph(new_data, k=kk, metric=self.metric, **build_kw)
+        merge_kw = {k: v for k, v in kwargs.items() if k in ("random_state", "n_neighbors_internal", "sample",
+                                                             "max_iters", "delta", "update", "verbose")}
+        merge_kw["device"] = build_kw["device"]
+        return merge_graphs(base, self, new_data, g_new, k=self.k, **merge_kw)
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, (int, float, str, bool)) or obj is None:
+        return obj
+    return str(obj)

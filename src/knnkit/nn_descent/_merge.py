@@ -1,0 +1,172 @@
+"""GGM: merge the k-NN graphs of two disjoint sets into the graph of their union
+(Wang, Zhao & Zeng, section 5.1, Algorithm 3).
+
+Each list of ``G1`` keeps its nearest half (``G1^u``) and gets the other half filled with random
+members of ``S2`` (and symmetrically for ``G2``); NN-Descent then refines the joined graph
+comparing only pairs from different subsets (``split=n1``: both sub-graphs are already
+"fully baked", so same-subset pairs would only repeat work); finally each list is merged with the
+far half it gave up (``G1^v``/``G2^v``) and sorted.
+"""
+
+import time
+
+import numpy as np
+
+from .._backend import resolve_device, as_host, as_device
+from .._metrics import internal_metric, prepare_vectors, finalize_distances
+from .._validation import check_matrix
+from ._build import default_parameters, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
+from ._graph import KnnGraph, index_dtype_for
+
+__all__ = ["merge_graphs", "to_internal", "merge_lists"]
+
+
+def to_internal(D, metric):
+    """User-metric distances back to the internal minimised form (inverse of finalize)."""
+    D = np.asarray(D, dtype=np.float32)
+    if metric == "euclidean":
+        return D * D
+    if metric == "inner_product":
+        return -D
+    if metric == "cosine":
+        return D - np.float32(1)
+    return D.copy()
+
+
+def merge_lists(ind, dist, add_ind, add_dist, k):
+    """Merge candidate lists into sorted lists (internal distances, host arrays); top k."""
+    from ._cpu import merge_rows
+
+    ind = np.ascontiguousarray(ind, dtype=np.int32).copy()
+    dist = np.ascontiguousarray(dist, dtype=np.float32).copy()
+    merge_rows(ind, dist, np.ascontiguousarray(add_ind, dtype=np.int32),
+               np.ascontiguousarray(add_dist, dtype=np.float32))
+    return ind[:, :k], dist[:, :k]
+
+
+def _neighbour_part(g):
+    I, D = g.host_arrays()
+    if g.include_self:
+        I, D = I[:, 1:], D[:, 1:]
+    return np.asarray(I, dtype=np.int64), np.asarray(D, dtype=np.float32)
+
+
+def ggm_init(I1, I2, n1, n2, K, rng):
+    """Initial lists of Algorithm 3: kept halves (own ids, ``S2`` shifted by n1) plus random
+    members of the other set; returns ``(init (n1+n2, K) int32, far1, far2)`` where ``far*`` are
+    the dropped tails (global ids) to merge back at the end."""
+    h = K // 2
+    h1 = min(h, I1.shape[1])
+    h2 = min(h, I2.shape[1])
+    init = np.full((n1 + n2, K), -1, np.int32)
+    init[:n1, :h1] = I1[:, :h1]
+    init[n1:, :h2] = np.where(I2[:, :h2] >= 0, I2[:, :h2] + n1, -1)
+    # random members of the other subset fill the rest (Algorithm 3 lines 3-8)
+    if K - h1 > 0:
+        init[:n1, h1:] = n1 + rng.integers(0, n2, size=(n1, K - h1), dtype=np.int64)
+    if K - h2 > 0:
+        init[n1:, h2:] = rng.integers(0, n1, size=(n2, K - h2), dtype=np.int64)
+    far1 = I1[:, h1:]
+    far2 = np.where(I2[:, h2:] >= 0, I2[:, h2:] + n1, -1)
+    return init, (h1, far1), (h2, far2)
+
+
+def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,
+                 sample=None, max_iters=None, delta=0.001, update=None, verbose=False):
+    """Merge the k-NN graphs of two point sets into the graph of their union (GGM).
+
+    Parameters
+    ----------
+    data1, data2 : (n1, d), (n2, d) arrays
+        The two point sets (disjoint).
+    g1, g2 : KnnGraph
+        Their graphs (same metric), e.g. from :func:`knn_graph`.
+    k : int, optional
+        Neighbours in the result (default ``min(g1.k, g2.k)``, at most ``n1 + n2 - 1``).
+    device, random_state, n_neighbors_internal, sample, max_iters, delta, update, verbose
+        As in :func:`knn_graph`; they drive the cross-subset NN-Descent refinement.
+
+    Returns
+    -------
+    KnnGraph
+        Over ``concat(data1, data2)``: ids ``0..n1-1`` are ``data1``, ``n1..`` are ``data2``.
+
+    Examples
+    --------
+    >>> import numpy as np, knnkit
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = rng.random((500, 8), dtype=np.float32), rng.random((400, 8), dtype=np.float32)
+    >>> ga = knnkit.knn_graph(a, k=10, device="cpu"); gb = knnkit.knn_graph(b, k=10, device="cpu")
+    >>> g = knnkit.merge_graphs(a, ga, b, gb, device="cpu", random_state=0)
+    >>> g.indices.shape
+    (900, 10)
+    """
+    t_start = time.perf_counter()
+    if not isinstance(g1, KnnGraph) or not isinstance(g2, KnnGraph):
+        raise TypeError("g1 and g2 must be KnnGraph objects")
+    if g1.metric != g2.metric:
+        raise ValueError(f"graphs use different metrics: {g1.metric!r} and {g2.metric!r}")
+    metric = g1.metric
+    if metric not in GRAPH_METRICS:
+        raise ValueError(f"unknown metric {metric!r}")
+    X1, info = check_matrix(data1, "data1")
+    X2, _ = check_matrix(data2, "data2")
+    if X1.shape[1] != X2.shape[1]:
+        raise ValueError(f"dimension mismatch: data1 has d={X1.shape[1]}, data2 has d={X2.shape[1]}")
+    n1, n2 = int(X1.shape[0]), int(X2.shape[0])
+    if g1.n != n1 or g2.n != n2:
+        raise ValueError(f"graph sizes ({g1.n}, {g2.n}) do not match data ({n1}, {n2})")
+    n = n1 + n2
+    I1, D1 = _neighbour_part(g1)
+    I2, D2 = _neighbour_part(g2)
+    kin = min(I1.shape[1], I2.shape[1])
+    k = kin if k is None else int(k)
+    if not 1 <= k <= n - 1:
+        raise ValueError(f"k={k} must be in [1, n1 + n2 - 1 = {n - 1}]")
+    kind, dev_id = resolve_device(device, info)
+    seed = seed_from(random_state)
+    rng = np.random.default_rng(seed)
+    K0, p0, it0 = default_parameters(k, n, device=kind)
+    K = int(n_neighbors_internal) if n_neighbors_internal is not None else K0
+    K = max(k, min(K, n - 1))
+    p = int(sample) if sample is not None else (p0 if n_neighbors_internal is None else sample_for(K, kind))
+    iters = int(max_iters) if max_iters is not None else it0
+    upd = update or ("selective" if kind == "gpu" else "basic")
+    mi = internal_metric(metric)
+
+    init, (h1, far1), (h2, far2) = ggm_init(I1, I2, n1, n2, K, rng)
+    with _device_ctx(kind, dev_id):
+        xp = np
+        if kind == "gpu":
+            from .._backend import cupy_or_none
+
+            xp = cupy_or_none()
+            X = xp.concatenate([as_device(X1), as_device(X2)])
+        else:
+            X = np.concatenate([as_host(X1), as_host(X2)])
+        Xp = prepare_vectors(X, metric)
+        init_d = as_device(init) if kind == "gpu" else init
+        t0 = time.perf_counter()
+        I, D, st = run_nndescent(Xp, K, device=kind, sample=p, max_iters=iters, delta=delta,
+                                 metric_internal=mi, init_indices=init_d, split=n1, seed=seed, update=upd)
+        t_desc = time.perf_counter() - t0
+        # Algorithm 3 line 12: merge with the far halves that were set aside, sort, keep k
+        far = np.full((n, max(far1.shape[1], far2.shape[1], 1)), -1, np.int32)
+        fard = np.full(far.shape, np.inf, np.float32)
+        far[:n1, :far1.shape[1]] = far1
+        far[n1:, :far2.shape[1]] = far2
+        fard[:n1, :far1.shape[1]] = to_internal(D1[:, h1:], metric)
+        fard[n1:, :far2.shape[1]] = to_internal(D2[:, h2:], metric)
+        Ih, Dh = merge_lists(as_host(I), as_host(D), far, fard, k)
+        if metric != "manhattan":
+            Dh = finalize_distances(Dh, metric)
+        itype = index_dtype_for(n)
+        Ih = Ih.astype(itype, copy=False)
+        if kind == "gpu":
+            Ih, Dh = as_device(Ih), as_device(Dh)
+    stats = {"method": "merge", "device": kind, "iterations": int(st["iterations"]),
+             "updates": [int(u) for u in st["updates"]], "time_s": [float(t) for t in st["time_s"]],
+             "K": K, "sample": p, "update": upd, "seed": seed,
+             "phase_s": {"descent": t_desc, "total": time.perf_counter() - t_start}}
+    return KnnGraph(Ih, Dh, metric=metric, include_self=False, stats=stats, info=info, data=X,
+                    params={"device": device, "seed": seed})

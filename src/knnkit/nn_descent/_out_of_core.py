@@ -1,0 +1,418 @@
+"""Out-of-memory k-NN graph construction by shards and pairwise merges
+(Wang, Zhao & Zeng, section 5, "the large-scale dataset is partitioned into multiple shards").
+
+Plan, for ``s`` shards of a memory-mapped vector file:
+
+1. ``graph_i``: a k-NN graph of every shard on its own (NN-Descent or brute force), saved to the
+   work folder (local ids) together with the shard's *running* list (its current top-k over
+   everything merged so far, global ids).
+2. ``merge_i_j`` for every pair ``i < j``, once: GGM merges the two shard graphs; the rows of
+   each shard are merged into its running list (dedupe, keep the k nearest). After all pairs,
+   each running list holds the top-k over the whole file (section 5: "each of which retains the
+   top-k neighbours from the whole dataset").
+3. ``final``: running lists are concatenated into ``knn_indices.ibin`` (int32, global ids) and
+   ``knn_distances.fbin`` (float32, user metric).
+
+Only the shards of the current step (plus one being prefetched) are in memory. A background
+thread reads the next step's shard while the current one computes (disk I/O overlapped with
+compute).
+
+Resuming: ``manifest.json`` in the work folder records every completed step with the BLAKE2b
+checksum of each file it produced; it is replaced atomically (tmp + ``os.replace``) only after
+the step's files are fully written (themselves written to a temporary name and renamed). A rerun
+with the same work folder skips completed steps, verifies checksums of what it reads, and never
+reads a file the manifest does not list, so a half-written file from a killed run is ignored
+(and removed). A work folder made for another dataset or other parameters is refused.
+"""
+
+import concurrent.futures
+import hashlib
+import json
+import math
+import os
+import re
+import time
+
+import numpy as np
+
+from .._config import logger, progress, get_memory_budget
+from .._metrics import internal_metric, finalize_distances
+from .._validation import check_metric, check_k
+from .._backend import resolve_device
+from ._build import knn_graph, default_parameters, seed_from, GRAPH_METRICS
+from ._graph import KnnGraph
+from ._merge import merge_graphs, merge_lists, to_internal
+
+__all__ = ["knn_graph_out_of_core"]
+
+MANIFEST = "manifest.json"
+_VERSION = 1
+_OWNED = re.compile(r"^(base_\d+|run_\d+_v\d+)\.(ibin|fbin)$|^knn_(indices\.ibin|distances\.fbin)$|"
+                    r"^\..*\.tmp$|^manifest\.json\.tmp.*$")
+#: Outputs up to this many bytes are loaded and returned as a KnnGraph; above, a dict of paths.
+RETURN_GRAPH_MAX_BYTES = 2 << 30
+
+
+# ----------------------------------------------------------------------------- small I/O helpers
+
+def _io():
+    from .. import io
+
+    return io
+
+
+def _checksum(path, bufsize=1 << 22):
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(bufsize)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def _write_manifest(workdir, manifest):
+    tmp = os.path.join(workdir, f"{MANIFEST}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(workdir, MANIFEST))
+
+
+def _fingerprint(vf, path):
+    """Identity of the input: path, size, shape, dtype and a hash of 33 spread-out rows."""
+    n = vf.shape[0]
+    rows = np.unique(np.linspace(0, n - 1, 33).astype(np.int64)) if n else np.zeros(0, np.int64)
+    h = hashlib.blake2b(digest_size=16)
+    for r in rows:
+        h.update(np.ascontiguousarray(vf.read_rows(int(r), int(r) + 1)).tobytes())
+    return {"path": os.path.realpath(os.fspath(path)), "size": os.path.getsize(path),
+            "shape": [int(s) for s in vf.shape], "dtype": str(vf.dtype), "rows_hash": h.hexdigest()}
+
+
+class _Store:
+    """Files of one work folder: written atomically, checksummed, verified on read."""
+
+    def __init__(self, workdir, manifest):
+        self.dir = workdir
+        self.m = manifest
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def write_pair(self, stem, ind, dist):
+        io = _io()
+        files = {}
+        for ext, arr in (("ibin", np.ascontiguousarray(ind, np.int32)),
+                         ("fbin", np.ascontiguousarray(dist, np.float32))):
+            name = f"{stem}.{ext}"
+            io.write(self.path(name), arr, atomic=True)
+            files[name] = _checksum(self.path(name))
+        return files
+
+    def read_pair(self, stem, checksums):
+        io = _io()
+        out = []
+        for ext in ("ibin", "fbin"):
+            name = f"{stem}.{ext}"
+            p = self.path(name)
+            if not os.path.exists(p):
+                raise ValueError(f"{p}: listed in the manifest but missing; delete the work folder to start over")
+            if _checksum(p) != checksums[name]:
+                raise ValueError(f"{p}: checksum mismatch with the manifest (file changed or corrupted); "
+                                 f"delete the work folder to start over")
+            out.append(io.read(p))
+        return out[0], out[1]
+
+
+def _default_shard_size(n, d, K, p, kind, memory_budget):
+    if memory_budget is None:
+        if kind == "gpu":
+            memory_budget = get_memory_budget()
+        else:
+            try:
+                memory_budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+            except (ValueError, OSError, AttributeError):
+                memory_budget = 2 << 30
+    # per point in memory: prepared vector, list state (ids, distances, flags), samples, running
+    # list; a merge holds two shards and the prefetcher a third
+    per_row = 4 * d + 12 * K + 16 * p + 64
+    return max(1, int(memory_budget) // (3 * 2 * per_row)), int(memory_budget)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=None, metric="sqeuclidean",
+                          device="auto", random_state=None, n_neighbors_internal=None, return_graph="auto",
+                          verbose=False, _fault_hook=None):
+    """k-NN graph of a vector file larger than memory: shards, per-shard graphs, pairwise GGM merges.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        ``.fbin``, ``.u8bin``, ``.i8bin``, ``.fvecs``, ``.bvecs`` or ``.npy`` file (memory-mapped).
+    k : int
+        Neighbours per point (self excluded).
+    workdir : str or os.PathLike
+        Folder for shard graphs, running lists, the manifest and the outputs. Reusing it resumes an
+        interrupted run; a folder made for another file or other parameters is refused.
+    shard_size : int, optional
+        Points per shard (default: as many as fit ``memory_budget`` with two shards in a merge
+        plus one being prefetched). Shards are made equal in size.
+    memory_budget : int, optional
+        Bytes one step may use (default: a quarter of the RAM on the CPU, the knnkit GPU budget on
+        the GPU).
+    metric : {"sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"}
+    device : {"auto", "cpu", "gpu"} or int
+    random_state : None or int
+        Stored in the manifest, so that a resumed run continues with the same seed.
+    n_neighbors_internal : int, optional
+        List length of the shard graphs (default as in :func:`knn_graph`).
+    return_graph : {"auto", True, False}
+        ``"auto"``: a :class:`KnnGraph` when the output is under 2 GiB, else a dict of paths
+        ``{"indices", "distances", "manifest"}``; ``True``/``False`` force one or the other.
+    verbose : bool
+
+    Returns
+    -------
+    KnnGraph or dict
+        The graph (global ids, user metric) or the paths of ``knn_indices.ibin`` /
+        ``knn_distances.fbin`` / ``manifest.json``.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile, knnkit
+    >>> d = tempfile.mkdtemp()
+    >>> knnkit.io.write(os.path.join(d, "x.fbin"), np.random.default_rng(0).random((3000, 8)))
+    >>> g = knnkit.knn_graph_out_of_core(os.path.join(d, "x.fbin"), k=5, workdir=os.path.join(d, "w"),
+    ...                                  shard_size=1000, device="cpu", random_state=0)
+    >>> g.indices.shape
+    (3000, 5)
+    """
+    hook = _fault_hook or (lambda name: None)
+    check_metric(metric, GRAPH_METRICS)
+    io = _io()
+    path = os.fspath(path)
+    try:
+        vf = io.open_vectors(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read vectors from {path}: {e}") from e
+    if len(vf.shape) != 2:
+        raise ValueError(f"{path}: expected a 2-D (n, d) array, got shape {vf.shape}")
+    n, d = (int(s) for s in vf.shape)
+    if n == 0 or d == 0:
+        raise ValueError(f"{path}: the file holds no vectors (shape {vf.shape})")
+    if n >= 2 ** 31:
+        raise ValueError(f"{path}: {n} points exceed the int32 ids of the out-of-core output")
+    k = check_k(k, n, self_excluded=True)
+    kind, _ = resolve_device(device, None)
+    K = default_parameters(k, n, device=kind)[0] if n_neighbors_internal is None else int(n_neighbors_internal)
+    if K < k:
+        raise ValueError(f"n_neighbors_internal={K} must be >= k={k}")
+    p = int(math.ceil(K / 2))
+    budget = None
+    if shard_size is None:
+        shard_size, budget = _default_shard_size(n, d, K, p, kind, memory_budget)
+    shard_size = int(shard_size)
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    n_shards = max(1, -(-n // shard_size))
+    bounds = np.linspace(0, n, n_shards + 1).round().astype(np.int64)  # equal shards
+    smallest = int(np.diff(bounds).min())
+    if smallest <= k:
+        raise ValueError(f"shards of {smallest} points cannot hold k={k} neighbours of their own; "
+                         f"use a larger shard_size (or memory_budget) or a smaller k")
+    workdir = os.fspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+
+    fp = _fingerprint(vf, path)
+    params = {"k": k, "K": K, "metric": metric, "shard_size": shard_size, "n_shards": n_shards}
+    mpath = os.path.join(workdir, MANIFEST)
+    manifest = None
+    if os.path.exists(mpath):
+        try:
+            with open(mpath) as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{mpath}: unreadable manifest ({e}); delete the work folder to start over") from e
+        if manifest.get("fingerprint") != fp:
+            raise ValueError(f"work folder {workdir} belongs to another dataset "
+                             f"({manifest.get('fingerprint', {}).get('path')}, shape "
+                             f"{manifest.get('fingerprint', {}).get('shape')}); use an empty folder")
+        if manifest.get("params") != params:
+            raise ValueError(f"work folder {workdir} was made with other parameters {manifest.get('params')} "
+                             f"(now {params}); use another folder or the same parameters")
+        if random_state is not None and manifest["seed"] != seed_from(random_state):
+            raise ValueError(f"work folder {workdir} was made with another random_state")
+        logger.info("resuming out-of-core build in %s: %d steps done", workdir, len(manifest["done"]))
+    else:
+        manifest = {"version": _VERSION, "fingerprint": fp, "params": params,
+                    "seed": seed_from(random_state), "bounds": bounds.tolist(), "done": {}, "running": {},
+                    "created": time.time()}
+        _write_manifest(workdir, manifest)
+    _cleanup(workdir, manifest)
+    store = _Store(workdir, manifest)
+    seed = int(manifest["seed"])
+    bounds = np.asarray(manifest["bounds"], np.int64)
+
+    steps = [f"graph_{i}" for i in range(n_shards)]
+    steps += [f"merge_{i}_{j}" for i in range(n_shards) for j in range(i + 1, n_shards)]
+    steps.append("final")
+
+    def load_shard(i):
+        x = np.ascontiguousarray(vf.read_rows(int(bounds[i]), int(bounds[i + 1])))
+        if x.dtype == np.float64:
+            x = x.astype(np.float32)
+        return x
+
+    def shards_of(step):
+        parts = step.split("_")
+        return [] if step == "final" else [int(v) for v in parts[1:]]
+
+    cache = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="knnkit-prefetch")
+
+    def get(i):
+        if i not in cache:
+            cache[i] = pool.submit(load_shard, i)
+        return cache[i].result()
+
+    todo = [s for s in steps if s not in manifest["done"]]
+    t_start = time.perf_counter()
+    bar = progress(total=len(steps), desc="out-of-core k-NN graph", unit="step")
+    bar.update(len(steps) - len(todo))
+    try:
+        for t, step in enumerate(todo):
+            need = shards_of(step)
+            # keep only what this step needs, then prefetch the next step's new shard in the background
+            for i in list(cache):
+                if i not in need:
+                    del cache[i]
+            nxt = shards_of(todo[t + 1]) if t + 1 < len(todo) else []
+            for i in need:
+                get(i)
+            for i in nxt:
+                if i not in cache:
+                    cache[i] = pool.submit(load_shard, i)
+            hook(f"{step}:start")
+            t0 = time.perf_counter()
+            if step.startswith("graph_"):
+                files, running = _step_graph(store, need[0], get(need[0]), bounds, k, K, metric, device, seed)
+            elif step.startswith("merge_"):
+                files, running = _step_merge(store, need[0], need[1], get(need[0]), get(need[1]), bounds, k, K,
+                                             metric, device, seed)
+            else:
+                files, running = _step_final(store, n_shards), {}
+            hook(f"{step}:written")
+            old = {i: manifest["running"].get(str(i)) for i in running}
+            manifest["running"].update({str(i): v for i, v in running.items()})
+            manifest["done"][step] = {"files": files, "time_s": time.perf_counter() - t0}
+            _write_manifest(workdir, manifest)
+            hook(f"{step}:done")
+            for i, prev in old.items():  # superseded running lists
+                if prev and prev["stem"] != running[i]["stem"]:
+                    for name in prev["files"]:
+                        _remove(os.path.join(workdir, name))
+            bar.update(1)
+            if verbose:
+                logger.info("out-of-core %s done in %.2f s", step, time.perf_counter() - t0)
+    finally:
+        bar.close()
+        pool.shutdown(wait=True, cancel_futures=True)
+    out_i = os.path.join(workdir, "knn_indices.ibin")
+    out_d = os.path.join(workdir, "knn_distances.fbin")
+    paths = {"indices": out_i, "distances": out_d, "manifest": mpath}
+    if return_graph == "auto":
+        return_graph = n * k * 8 <= RETURN_GRAPH_MAX_BYTES
+    if not return_graph:
+        return paths
+    fin = manifest["done"]["final"]["files"]
+    for name, cs in fin.items():
+        if _checksum(os.path.join(workdir, name)) != cs:
+            raise ValueError(f"{name}: checksum mismatch with the manifest; delete the work folder to start over")
+    I = io.read(out_i)
+    D = io.read(out_d)
+    stats = {"method": "out_of_core", "n_shards": n_shards, "shard_size": shard_size, "K": K, "seed": seed,
+             "memory_budget": budget, "paths": paths,
+             "phase_s": {s: v["time_s"] for s, v in manifest["done"].items()},
+             "time_s_this_run": time.perf_counter() - t_start}
+    return KnnGraph(I, D, metric=metric, stats=stats)
+
+
+# ----------------------------------------------------------------------------- steps
+
+def _step_graph(store, i, X, bounds, k, K, metric, device, seed):
+    ni = X.shape[0]
+    g = knn_graph(X, k=min(K, ni - 1), metric=metric, device=device, random_state=seed + 7919 * i + 1)
+    I, D = g.host_arrays()
+    files = store.write_pair(f"base_{i}", I, D)
+    stem = f"run_{i}_v0"
+    files.update(store.write_pair(stem, np.where(I[:, :k] >= 0, I[:, :k] + bounds[i], -1), D[:, :k]))
+    return files, {i: {"stem": stem, "files": {f: files[f] for f in (stem + ".ibin", stem + ".fbin")}}}
+
+
+def _load_base(store, i, metric):
+    step = store.m["done"][f"graph_{i}"]["files"]
+    I, D = store.read_pair(f"base_{i}", step)
+    return KnnGraph(I, D, metric=metric)
+
+
+def _load_running(store, i):
+    r = store.m["running"][str(i)]
+    return store.read_pair(r["stem"], r["files"])
+
+
+def _step_merge(store, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
+    gi = _load_base(store, i, metric)
+    gj = _load_base(store, j, metric)
+    ni = Xi.shape[0]
+    g = merge_graphs(Xi, gi, Xj, gj, k=min(k, ni + Xj.shape[0] - 1), device=device,
+                     n_neighbors_internal=K, random_state=seed + 104729 * (i * 65536 + j) + 3)
+    I, D = g.host_arrays()
+    I = I.astype(np.int64)
+    glob = np.where(I < 0, -1, np.where(I < ni, I + bounds[i], I - ni + bounds[j])).astype(np.int32)
+    files, running = {}, {}
+    for s, rows in ((i, slice(0, ni)), (j, slice(ni, None))):
+        RI, RD = _load_running(store, s)
+        MI, MD = merge_lists(RI, to_internal(RD, metric), glob[rows], to_internal(D[rows], metric), k)
+        if metric != "manhattan":
+            MD = finalize_distances(MD, metric)
+        ver = int(store.m["running"][str(s)]["stem"].rsplit("_v", 1)[1]) + 1
+        stem = f"run_{s}_v{ver}"
+        f = store.write_pair(stem, MI, MD)
+        files.update(f)
+        running[s] = {"stem": stem, "files": f}
+    return files, running
+
+
+def _step_final(store, n_shards):
+    io = _io()
+    files = {}
+    for name, col in (("knn_indices.ibin", 0), ("knn_distances.fbin", 1)):
+        with io.VectorWriter(store.path(name)) as w:
+            for i in range(n_shards):
+                w.append(_load_running(store, i)[col])
+        files[name] = _checksum(store.path(name))
+    return files
+
+
+def _remove(p):
+    try:
+        os.remove(p)
+    except FileNotFoundError:
+        pass
+
+
+def _cleanup(workdir, manifest):
+    """Remove files of ours that the manifest does not list (half-written or superseded)."""
+    keep = {MANIFEST}
+    for step, v in manifest["done"].items():
+        keep.update(f for f in v["files"] if not f.startswith("run_"))
+    for v in manifest["running"].values():
+        keep.update(v["files"])
+    for name in os.listdir(workdir):
+        if name not in keep and _OWNED.match(name):
+            logger.debug("removing stray file %s", name)
+            _remove(os.path.join(workdir, name))

@@ -1,0 +1,388 @@
+"""Tests of knnkit.GraphIndex (CPU path; GPU tests marked and skipped without a GPU)."""
+
+
+import numpy as np
+import pytest
+
+import knnkit
+from knnkit import GraphIndex
+from knnkit._metrics import internal_metric, prepare_vectors
+from knnkit.graph_index._build import exact_knn_cpu
+from knnkit.graph_index._entry import EntryPoints, build_entry_points
+from knnkit.graph_index._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances, prune_cpu
+from knnkit.graph_index._search_cpu import search_cpu
+
+METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine")
+
+
+def clustered(n, d, nq, seed):
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((20, d)).astype(np.float32)
+    lab = rng.integers(0, 20, n + nq)
+    X = (c[lab] + 0.3 * rng.standard_normal((n + nq, d))).astype(np.float32)
+    return X[:n], X[n:]
+
+
+def truth(X, Q, k, metric):
+    im = internal_metric(metric)
+    _d, i = exact_knn_cpu(prepare_vectors(X, metric), prepare_vectors(Q, metric), k, im)
+    return i
+
+
+def recall(found, exact):
+    return np.mean([len(set(a.tolist()) & set(b.tolist())) / len(b) for a, b in zip(found, exact)])
+
+
+@pytest.fixture(scope="module")
+def clu():
+    return clustered(3000, 24, 150, seed=11)
+
+
+@pytest.fixture(scope="module")
+def clu_index(clu):
+    return GraphIndex.build(clu[0], graph_degree=16, device="cpu", random_state=0)
+
+
+# ---------------------------------------------------------------- recall
+@pytest.mark.parametrize("metric", METRICS)
+def test_recall_clustered(clu, metric):
+    X, Q = clu
+    index = GraphIndex.build(X, metric=metric, graph_degree=16, device="cpu", random_state=1)
+    d, i = index.search(Q, k=10)
+    r = recall(i, truth(X, Q, 10, metric))
+    # maximum inner product search on a graph is harder (no triangle inequality)
+    assert r >= (0.85 if metric == "inner_product" else 0.97), r
+    assert i.dtype == np.int64 and d.dtype == np.float32 and d.shape == (len(Q), 10)
+    # rows best first in the user's metric
+    if metric == "inner_product":
+        assert np.all(np.diff(d, axis=1) <= 1e-5)
+    else:
+        assert np.all(np.diff(d, axis=1) >= -1e-5)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_recall_uniform_and_distances(metric):
+    rng = np.random.default_rng(5)
+    X = rng.random((2000, 8), dtype=np.float32)
+    Q = rng.random((100, 8), dtype=np.float32)
+    index = GraphIndex.build(X, metric=metric, graph_degree=16, device="cpu", random_state=2)
+    d, i = index.search(Q, k=5, beam=48)
+    assert recall(i, truth(X, Q, 5, metric)) >= 0.97
+    # reported distances are the true distances of the reported points
+    x, q = X[i[:, 0]].astype(np.float64), Q.astype(np.float64)
+    expect = {"sqeuclidean": ((x - q) ** 2).sum(1), "euclidean": np.sqrt(((x - q) ** 2).sum(1)),
+              "inner_product": (x * q).sum(1),
+              "cosine": 1 - (x * q).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(q, axis=1)}[metric]
+    np.testing.assert_allclose(d[:, 0], expect, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("diversify", ["prune", "ggnn"])
+def test_diversify_options(clu, diversify):
+    X, Q = clu
+    index = GraphIndex.build(X, graph_degree=16, diversify=diversify, build_algo="brute", device="cpu")
+    g = index.graph
+    assert g.shape == (len(X), 16) and g.dtype == np.int32
+    assert g.max() < len(X) and g.min() >= -1
+    assert not np.any(g == np.arange(len(X))[:, None]), "self loop"
+    _d, i = index.search(Q, k=10, beam=32)
+    assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
+
+
+def test_beam_and_tau_knobs(clu, clu_index):
+    X, Q = clu
+    exact = truth(X, Q, 10, "sqeuclidean")
+    r_small = recall(clu_index.search(Q, k=10, beam=10)[1], exact)
+    r_big = recall(clu_index.search(Q, k=10, beam=128)[1], exact)
+    assert r_big >= r_small and r_big >= 0.99
+    # tau=0 stops as soon as no candidate beats the k-th best: never more work than tau=inf
+    _d, _i, s0 = search_cpu(clu_index._X, clu_index._graph, prepare_vectors(Q, "sqeuclidean"), 10,
+                            seeds=clu_index._entry.seeds_for(Q, 4), beam=128, tau=0.0, max_iters=10 ** 6,
+                            metric="l2", return_stats=True)
+    _d, _i, s1 = search_cpu(clu_index._X, clu_index._graph, prepare_vectors(Q, "sqeuclidean"), 10,
+                            seeds=clu_index._entry.seeds_for(Q, 4), beam=128, tau=np.inf, max_iters=10 ** 6,
+                            metric="l2", return_stats=True)
+    assert np.all(s0[:, 1] <= s1[:, 1]) and s0[:, 1].mean() < s1[:, 1].mean()
+    # max_iters caps expansions
+    _d, _i, s2 = search_cpu(clu_index._X, clu_index._graph, prepare_vectors(Q, "sqeuclidean"), 10,
+                            seeds=clu_index._entry.seeds_for(Q, 4), beam=128, tau=np.inf, max_iters=3,
+                            metric="l2", return_stats=True)
+    assert s2[:, 0].max() <= 3
+
+
+def test_self_queries_and_k_edges(clu_index, clu):
+    X, _ = clu
+    d, i = clu_index.search(X[:200], k=1)
+    assert np.mean(i[:, 0] == np.arange(200)) >= 0.99
+    assert np.allclose(d[i[:, 0] == np.arange(200)], 0, atol=1e-4)
+    # large k: beam is raised to k
+    d, i = clu_index.search(X[:20], k=300)
+    assert i.shape == (20, 300) and np.all(i >= 0)
+    assert all(len(set(r.tolist())) == 300 for r in i)
+    assert recall(i, truth(X, X[:20], 300, "sqeuclidean")) >= 0.9
+
+
+def test_tiny_inputs_and_duplicates():
+    X = np.array([[0.0], [1.0], [3.0]], np.float32)
+    index = GraphIndex.build(X, graph_degree=4, device="cpu")
+    d, i = index.search(np.array([[0.9]], np.float32), k=3)
+    assert i.tolist() == [[1, 0, 2]]
+    np.testing.assert_allclose(d, [[0.01, 0.81, 4.41]], rtol=1e-5)
+    index = GraphIndex.build(X[:2], device="cpu")
+    assert index.search(X[:1], k=2)[1].tolist() == [[0, 1]]
+    # many duplicates: every copy of the nearest point is found
+    rng = np.random.default_rng(0)
+    base = rng.random((50, 6), dtype=np.float32)
+    D = np.repeat(base, 8, axis=0)
+    index = GraphIndex.build(D, graph_degree=12, device="cpu", random_state=0)
+    d, i = index.search(base[:10], k=8, beam=64)
+    assert np.allclose(d, 0, atol=1e-5)
+    assert np.all(i // 8 == np.arange(10)[:, None])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float16])
+def test_storage_dtypes(dtype):
+    rng = np.random.default_rng(3)
+    if dtype == np.float16:
+        X = rng.standard_normal((1500, 16)).astype(np.float16)
+    else:
+        info = np.iinfo(dtype)
+        X = rng.integers(info.min, info.max, (1500, 16), endpoint=True).astype(dtype)
+    Q = X[:50].astype(np.float32) + 0.25
+    index = GraphIndex.build(X, graph_degree=16, device="cpu", random_state=0)
+    assert index.dtype == np.dtype(dtype) and index.data.dtype == np.dtype(dtype)
+    _d, i = index.search(Q, k=5)
+    assert recall(i, truth(X.astype(np.float32), Q, 5, "sqeuclidean")) >= 0.95
+
+
+# ---------------------------------------------------------------- padding
+def test_padding_when_fewer_points_reachable():
+    # two components that the graph never joins; seeds only in the first
+    X = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 100.0)]).astype(np.float32)
+    X += np.arange(10, dtype=np.float32)[:, None] * 0.01
+    g = np.full((10, 4), -1, np.int32)
+    for c in (0, 5):
+        for a in range(c, c + 5):
+            g[a, :4] = [b for b in range(c, c + 5) if b != a]
+    d, i = search_cpu(X, g, X[:1], 8, seeds=np.array([[0, -1]], np.int32), beam=16, tau=np.inf,
+                      max_iters=100, metric="l2")
+    assert sorted(i[0, :5].tolist()) == [0, 1, 2, 3, 4]
+    assert np.all(i[0, 5:] == -1) and np.all(np.isinf(d[0, 5:]))
+    # through the public API, in the user metric (inner_product pads with -inf)
+    for metric, pad in (("sqeuclidean", np.inf), ("inner_product", -np.inf)):
+        index = GraphIndex.build(X, metric=metric, graph_degree=4, device="cpu")
+        index._graph = g
+        index._entry = EntryPoints(X[:1].copy(), np.array([0], np.int32), internal_metric(metric))
+        d, i = index.search(X[:2], k=10)
+        assert np.all(i[:, 5:] == -1) and np.all(d[:, 5:] == pad)
+        assert np.all(i[:, :5] >= 0) and np.all(np.isfinite(d[:, :5]))
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_input(clu_index, clu):
+    X, Q = clu
+    with pytest.raises(ValueError, match="dimension"):
+        clu_index.search(Q[:, :5], k=3)
+    with pytest.raises(ValueError):
+        clu_index.search(Q, k=len(X) + 1)
+    with pytest.raises(ValueError):
+        clu_index.search(Q, k=0)
+    with pytest.raises(ValueError, match="maximum"):
+        clu_index.search(Q, k=1025)
+    bad = Q.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clu_index.search(bad, k=3)
+    with pytest.raises(ValueError):
+        clu_index.search(Q, k=3, beam=0)
+    with pytest.raises(ValueError):
+        clu_index.search(Q, k=3, tau=-1.0)
+    with pytest.raises(ValueError):
+        clu_index.search(Q[0], k=3)
+    with pytest.raises(ValueError, match="metric"):
+        GraphIndex.build(X, metric="hamming", device="cpu")
+    with pytest.raises(ValueError):
+        GraphIndex.build(X, graph_degree=16, intermediate_degree=8, device="cpu")
+    with pytest.raises(ValueError):
+        GraphIndex.build(X, diversify="random", device="cpu")
+    with pytest.raises(ValueError):
+        GraphIndex.build(X[:1], device="cpu")
+    with pytest.raises(TypeError):
+        GraphIndex.build(X.astype(np.int64), device="cpu")
+
+
+# ---------------------------------------------------------------- persistence
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_save_load_round_trip(tmp_path, dtype):
+    rng = np.random.default_rng(7)
+    X = (rng.random((800, 12)) * (255 if dtype == np.uint8 else 1)).astype(dtype)
+    Q = rng.random((40, 12)).astype(np.float32) * (255 if dtype == np.uint8 else 1)
+    index = GraphIndex.build(X, metric="cosine", graph_degree=12, device="cpu", random_state=0, beam=40)
+    path = tmp_path / "idx.knnkit"
+    index.save(path)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"KNNKINDX"
+    for loaded in (GraphIndex.load(path, device="cpu"), knnkit.load(path, device="cpu")):
+        assert isinstance(loaded, GraphIndex)
+        assert loaded.metric == "cosine" and loaded.dtype == np.dtype(dtype)
+        assert np.array_equal(loaded.data, index.data) and loaded.data.dtype == index.data.dtype
+        assert np.array_equal(loaded.graph, index.graph)
+        assert np.array_equal(loaded.entry_points, index.entry_points)
+        assert loaded.search_params == index.search_params and loaded.search_params["beam"] == 40
+        assert loaded.build_params == index.build_params
+        d0, i0 = index.search(Q, k=7)
+        d1, i1 = loaded.search(Q, k=7)
+        assert np.array_equal(i0, i1) and np.array_equal(d0, d1)
+        assert repr(loaded) == repr(index)
+    # saving the loaded index gives the same bytes
+    path2 = tmp_path / "idx2.knnkit"
+    GraphIndex.load(path, device="cpu").save(path2)
+    assert path.read_bytes() == path2.read_bytes()
+
+
+def test_corrupted_and_truncated_files(tmp_path, clu_index):
+    path = tmp_path / "idx.knnkit"
+    clu_index.save(path)
+    raw = path.read_bytes()
+    bad = tmp_path / "bad.knnkit"
+    # a flipped byte in the vectors
+    b = bytearray(raw)
+    b[len(raw) // 2] ^= 0x40
+    bad.write_bytes(bytes(b))
+    with pytest.raises(ValueError, match="corrupted"):
+        GraphIndex.load(bad, device="cpu")
+    # truncated at several places
+    for cut in (4, 20, 200, len(raw) // 2, len(raw) - 1):
+        bad.write_bytes(raw[:cut])
+        with pytest.raises(ValueError):
+            knnkit.load(bad, device="cpu")
+    # trailing garbage, wrong version, wrong magic
+    bad.write_bytes(raw + b"x")
+    with pytest.raises(ValueError):
+        GraphIndex.load(bad, device="cpu")
+    b = bytearray(raw)
+    b[8] = 99
+    bad.write_bytes(bytes(b))
+    with pytest.raises(ValueError, match="version"):
+        GraphIndex.load(bad, device="cpu")
+    bad.write_bytes(b"NOTKNNKT" + raw[8:])
+    with pytest.raises(ValueError):
+        knnkit.load(bad)
+
+
+# ---------------------------------------------------------------- extend
+def test_extend_keeps_recall():
+    X, Q = clustered(3000, 16, 150, seed=21)
+    index = GraphIndex.build(X[:1500], graph_degree=16, device="cpu", random_state=0)
+    index.extend(X[1500:2200])
+    index.extend(X[2200:], batch_size=300)
+    assert index.n == 3000 and index.graph.shape == (3000, 16)
+    g = index.graph
+    assert g.max() < 3000 and not np.any(g == np.arange(3000)[:, None])
+    _d, i = index.search(Q, k=10)
+    assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
+    # inserted points are found as their own nearest neighbour
+    _d, i = index.search(X[2000:2300], k=1)
+    assert np.mean(i[:, 0] == np.arange(2000, 2300)) >= 0.98
+    with pytest.raises(ValueError):
+        index.extend(X[:10, :5])
+
+
+def test_extend_cast_and_single_point():
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 255, (600, 8)).astype(np.uint8)
+    index = GraphIndex.build(X, graph_degree=8, device="cpu")
+    index.extend(np.full((1, 8), 7, np.int64).astype(np.float32).astype(np.uint8))
+    assert index.n == 601 and index.search(np.full((1, 8), 7, np.float32), k=1)[1][0, 0] == 600
+    with pytest.raises(TypeError):
+        index.extend(rng.random((3, 8)).astype(np.float32))
+
+
+# ---------------------------------------------------------------- building blocks
+def test_prune_rule_and_reverse_edges():
+    X = np.array([[0.0], [1.0], [2.0], [10.0]], np.float32)
+    ci = np.array([[1, 2, 3], [0, 2, 3], [1, 0, 3], [2, 1, 0]])
+    cd = pair_distances(X, ci, "l2")
+    g = prune_cpu(X, ci, cd, 3, 1.0, "l2", fill=False)
+    # 0 keeps 1; 2 and 3 are occluded by 1 (|1-2| < |0-2|)
+    assert g[0].tolist() == [1, -1, -1]
+    assert g[1].tolist()[:2] == [0, 2]
+    g2 = add_reverse_edges(X, g, 3, 1.0, "l2", fill=False)
+    # 3 -> 2 gains its reverse 2 -> 3 since 2 has room
+    assert 3 in g2[2].tolist()
+    # 'ip' with unit vectors follows the Euclidean rule
+    ang = np.array([0.0, 0.3, 0.6, 2.0])
+    U = np.stack([np.cos(ang), np.sin(ang)], 1).astype(np.float32)
+    gi = prune_cpu(U, ci, pair_distances(U, ci, "ip"), 3, 1.0, "ip", fill=False)
+    gl = prune_cpu(U, ci, pair_distances(U, ci, "l2"), 3, 1.0, "l2", fill=False)
+    assert np.array_equal(gi, gl)
+
+
+def test_ggnn_diversify_shape():
+    X, _ = clustered(500, 8, 1, seed=3)
+    _d, knn = exact_knn_cpu(X, X, 16, "l2", exclude_self=True)
+    g = ggnn_diversify(X, knn, None, 12, "l2")
+    assert g.shape == (500, 12)
+    assert np.array_equal(g[:, :6], knn[:, :6])
+    assert all(len(set(r[r >= 0].tolist())) == (r >= 0).sum() for r in g)
+
+
+def test_entry_points():
+    X, _ = clustered(2000, 8, 1, seed=4)
+    ep = build_entry_points(X, 20, "l2", random_state=0)
+    assert 1 <= len(ep) <= 20 and ep.medoids.dtype == np.int32
+    s = ep.seeds_for(X[:10], 3)
+    assert s.shape == (10, 3) and s.dtype == np.int32 and np.all(s >= 0)
+    s = ep.seeds_for(X[:10], 100)
+    assert s.shape == (10, 100) and np.all(s[:, len(ep):] == -1)
+
+
+def test_repeatable_with_random_state(tmp_path):
+    X, Q = clustered(5000, 8, 20, seed=9)  # n > 4096: the NN-Descent path
+    a = GraphIndex.build(X, graph_degree=8, device="cpu", random_state=3)
+    b = GraphIndex.build(X, graph_degree=8, device="cpu", random_state=3)
+    assert np.array_equal(a.graph, b.graph) and np.array_equal(a.entry_points, b.entry_points)
+    assert np.array_equal(a.search(Q, k=5)[1], b.search(Q, k=5)[1])
+    # a Generator seed is accepted and the index still saves (the seed is recorded by its repr)
+    c = GraphIndex.build(X[:500], graph_degree=8, device="cpu", random_state=np.random.default_rng(1))
+    c.save(tmp_path / "c.knnkit")
+    assert GraphIndex.load(tmp_path / "c.knnkit", device="cpu").n == 500
+
+
+def test_repr_and_defaults(clu_index):
+    r = repr(clu_index)
+    assert "GraphIndex(" in r and "graph_degree=16" in r and "metric='sqeuclidean'" in r
+    assert len(clu_index) == 3000
+
+
+# ---------------------------------------------------------------- GPU
+gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_gpu_build_and_search_match_cpu(clu, metric):
+    import cupy as cp
+
+    X, Q = clu
+    index = GraphIndex.build(cp.asarray(X), metric=metric, graph_degree=16, random_state=0)
+    assert index.device == "gpu"
+    d, i = index.search(cp.asarray(Q), k=10)
+    assert isinstance(i, cp.ndarray)
+    exact = truth(X, Q, 10, metric)
+    r_gpu = recall(cp.asnumpy(i), exact)
+    r_cpu = recall(index.search(Q, k=10, device="cpu")[1], exact)
+    assert r_gpu >= 0.97 and abs(r_gpu - r_cpu) <= 0.02
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_saved_index_loads_on_cpu(tmp_path, clu):
+    import cupy as cp
+
+    X, Q = clu
+    index = GraphIndex.build(cp.asarray(X), graph_degree=16, random_state=0)
+    index.save(tmp_path / "g.knnkit")
+    cpu = GraphIndex.load(tmp_path / "g.knnkit", device="cpu")
+    assert np.array_equal(cpu.graph, index.graph)
+    assert recall(cpu.search(Q, k=10)[1], truth(X, Q, 10, "sqeuclidean")) >= 0.97

@@ -1,0 +1,162 @@
+"""Out-of-core k-NN graph: shards + pairwise GGM merges, resumable through a manifest."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import knnkit
+from knnkit.nn_descent import knn_graph_out_of_core
+
+
+def clustered(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    C = rng.normal(size=(15, d)) * 4
+    return (C[rng.integers(0, 15, n)] + rng.normal(size=(n, d))).astype(np.float32)
+
+
+def exact_ids(X, k):
+    X = X.astype(np.float64)
+    sq = (X * X).sum(1)
+    D = sq[:, None] + sq[None] - 2 * X @ X.T
+    np.fill_diagonal(D, np.inf)
+    return np.argsort(D, axis=1, kind="stable")[:, :k]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ooc")
+    X = clustered(2400, 12, seed=1)
+    path = str(d / "x.fbin")
+    knnkit.io.write(path, X)
+    return path, X, exact_ids(X, 8)
+
+
+KW = dict(k=8, shard_size=600, device="cpu", random_state=3)
+
+
+def test_several_shards_recall_and_outputs(dataset, tmp_path):
+    path, X, T = dataset
+    g = knn_graph_out_of_core(path, workdir=tmp_path / "w", **KW)
+    assert g.stats["n_shards"] == 4
+    I = np.asarray(g.indices)
+    assert I.shape == (2400, 8) and I.dtype == np.int32
+    assert not (I == np.arange(2400)[:, None]).any()
+    assert g.recall(T) >= 0.97
+    Xf = X.astype(np.float64)
+    ref = ((Xf[np.arange(2400)[:, None]] - Xf[I]) ** 2).sum(-1)
+    np.testing.assert_allclose(np.asarray(g.distances), ref, rtol=1e-3, atol=1e-3)
+    # the outputs on disk are the same graph, and the manifest lists every step
+    np.testing.assert_array_equal(knnkit.io.read(tmp_path / "w" / "knn_indices.ibin"), I)
+    man = json.load(open(tmp_path / "w" / "manifest.json"))
+    assert set(man["done"]) == {"graph_0", "graph_1", "graph_2", "graph_3", "final"} | {
+        f"merge_{i}_{j}" for i in range(4) for j in range(i + 1, 4)}
+    paths = knn_graph_out_of_core(path, workdir=tmp_path / "w", return_graph=False, **KW)  # all done
+    assert paths["indices"].endswith("knn_indices.ibin")
+
+
+def test_single_shard_fvecs_and_npy(tmp_path):
+    X = clustered(500, 5, seed=2)
+    for ext in ("fvecs", "npy"):
+        p = str(tmp_path / f"x.{ext}")
+        knnkit.io.write(p, X)
+        g = knn_graph_out_of_core(p, k=5, workdir=tmp_path / f"w{ext}", device="cpu", random_state=0)
+        assert g.stats["n_shards"] == 1
+        assert g.recall(exact_ids(X, 5)) >= 0.99
+
+
+@pytest.mark.parametrize("point", ["graph_2:start", "graph_1:written", "merge_0_1:written", "merge_0_2:done",
+                                   "merge_2_3:start", "final:written"])
+def test_resume_after_kill(dataset, tmp_path, point):
+    path, X, T = dataset
+    ref = knn_graph_out_of_core(path, workdir=tmp_path / "ref", **KW)
+
+    class Killed(Exception):
+        pass
+
+    def hook(name):
+        if name == point:
+            raise Killed(name)
+
+    w = tmp_path / "w"
+    with pytest.raises(Killed):
+        knn_graph_out_of_core(path, workdir=w, _fault_hook=hook, **KW)
+    seen = []
+    g = knn_graph_out_of_core(path, workdir=w, _fault_hook=seen.append, **KW)
+    step = point.split(":")[0]
+    # the killed step is redone unless it had been committed; earlier steps are not
+    assert (f"{step}:start" in seen) == (not point.endswith(":done"))
+    assert "graph_0:start" not in seen
+    np.testing.assert_array_equal(np.asarray(g.indices), np.asarray(ref.indices))
+    assert g.recall(T) >= 0.97
+    assert not [f for f in os.listdir(w) if f.endswith(".tmp")]
+
+
+def test_half_written_file_ignored(dataset, tmp_path):
+    path, X, T = dataset
+    w = tmp_path / "w"
+
+    def hook(name):
+        if name == "merge_0_1:start":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        knn_graph_out_of_core(path, workdir=w, _fault_hook=hook, **KW)
+    # a killed writer leaves garbage under the names the next steps will produce
+    (w / "run_0_v1.ibin").write_bytes(b"\x00" * 37)
+    (w / ".run_1_v1.ibin.deadbeef.tmp").write_bytes(b"junk")
+    g = knn_graph_out_of_core(path, workdir=w, **KW)
+    assert g.recall(T) >= 0.97
+    assert not (w / ".run_1_v1.ibin.deadbeef.tmp").exists()
+
+
+def test_corrupted_listed_file_refused(dataset, tmp_path):
+    path, X, T = dataset
+    w = tmp_path / "w"
+
+    def hook(name):
+        if name == "merge_0_1:start":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        knn_graph_out_of_core(path, workdir=w, _fault_hook=hook, **KW)
+    b = bytearray((w / "base_0.ibin").read_bytes())
+    b[20] ^= 1
+    (w / "base_0.ibin").write_bytes(bytes(b))
+    with pytest.raises(ValueError, match="checksum"):
+        knn_graph_out_of_core(path, workdir=w, **KW)
+
+
+def test_workdir_of_another_dataset_refused(dataset, tmp_path):
+    path, X, T = dataset
+    w = tmp_path / "w"
+    knn_graph_out_of_core(path, workdir=w, **KW)
+    other = str(tmp_path / "y.fbin")
+    Y = X.copy()
+    Y[0] += 1  # same shape, other content
+    knnkit.io.write(other, Y)
+    with pytest.raises(ValueError, match="another dataset"):
+        knn_graph_out_of_core(other, workdir=w, **KW)
+    with pytest.raises(ValueError, match="other parameters"):
+        knn_graph_out_of_core(path, workdir=w, **{**KW, "k": 6})
+
+
+def test_errors(tmp_path):
+    X = clustered(100, 4)
+    p = str(tmp_path / "x.fbin")
+    knnkit.io.write(p, X)
+    with pytest.raises(ValueError):  # k >= n
+        knn_graph_out_of_core(p, k=100, workdir=tmp_path / "a", device="cpu")
+    with pytest.raises(ValueError, match="shard"):  # shards too small for k
+        knn_graph_out_of_core(p, k=10, workdir=tmp_path / "b", shard_size=8, device="cpu")
+    e = str(tmp_path / "e.fbin")
+    knnkit.io.write(e, np.zeros((0, 4), np.float32))
+    with pytest.raises(ValueError):  # empty file
+        knn_graph_out_of_core(e, k=1, workdir=tmp_path / "c", device="cpu")
+    bad = tmp_path / "bad.fbin"
+    bad.write_bytes(b"\x05\x00\x00\x00\x04\x00\x00\x00" + b"\x00" * 10)  # truncated
+    with pytest.raises(ValueError, match="cannot read"):
+        knn_graph_out_of_core(str(bad), k=1, workdir=tmp_path / "d", device="cpu")
+    with pytest.raises((ValueError, FileNotFoundError)):
+        knn_graph_out_of_core(str(tmp_path / "missing.fbin"), k=1, workdir=tmp_path / "f", device="cpu")
