@@ -287,6 +287,16 @@ def test_extend_keeps_recall():
         index.extend(X[:10, :5])
 
 
+@pytest.mark.parametrize("metric", ["inner_product", "cosine"])
+def test_extend_similarity_metrics(metric):
+    X, Q = clustered(2000, 12, 100, seed=22)
+    index = GraphIndex.build(X[:1000], metric=metric, graph_degree=16, device="cpu", random_state=0)
+    index.extend(X[1000:])
+    assert np.isfinite(index.nn1_max)
+    _d, i = index.search(Q, k=10)
+    assert recall(i, truth(X, Q, 10, metric)) >= (0.85 if metric == "inner_product" else 0.95)
+
+
 def test_extend_cast_and_single_point():
     rng = np.random.default_rng(0)
     X = rng.integers(0, 255, (600, 8)).astype(np.uint8)
@@ -386,3 +396,23 @@ def test_gpu_saved_index_loads_on_cpu(tmp_path, clu):
     cpu = GraphIndex.load(tmp_path / "g.knnkit", device="cpu")
     assert np.array_equal(cpu.graph, index.graph)
     assert recall(cpu.search(Q, k=10)[1], truth(X, Q, 10, "sqeuclidean")) >= 0.97
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_float16_inner_product_and_cpu_index_on_gpu(clu):
+    import cupy as cp
+
+    X, Q = clu
+    X16 = X.astype(np.float16)
+    for metric in ("sqeuclidean", "inner_product"):
+        index = GraphIndex.build(cp.asarray(X16), metric=metric, graph_degree=16, random_state=0)
+        _d, i = index.search(Q, k=10)  # numpy queries -> numpy results
+        assert isinstance(i, np.ndarray)
+        assert recall(i, truth(X16.astype(np.float32), Q, 10, metric)) >= (0.85 if metric == "inner_product"
+                                                                            else 0.97)
+    cpu_index = GraphIndex.build(X, graph_degree=16, device="cpu", random_state=0)
+    d_gpu, i_gpu = cpu_index.search(Q, k=10, device="gpu", tau=0.1, beam=128)
+    d_cpu, i_cpu = cpu_index.search(Q, k=10, device="cpu", tau=0.1, beam=128)
+    assert recall(i_gpu, i_cpu) >= 0.98
+    np.testing.assert_allclose(d_gpu[:, 0], d_cpu[:, 0], rtol=1e-3, atol=1e-3)

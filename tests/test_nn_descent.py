@@ -126,6 +126,21 @@ def test_update_rules_and_determinism(update):
     assert a[2]["updates"][0] > a[2]["updates"][-1]
 
 
+def test_same_graph_for_any_thread_count():
+    numba = pytest.importorskip("numba")
+    X = clustered(3000, 8, seed=13)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        a = knn_graph(X, k=10, method="nndescent", device="cpu", random_state=7)
+        numba.set_num_threads(old)
+        b = knn_graph(X, k=10, method="nndescent", device="cpu", random_state=7)
+    finally:
+        numba.set_num_threads(old)
+    np.testing.assert_array_equal(np.asarray(a.indices), np.asarray(b.indices))
+    np.testing.assert_array_equal(np.asarray(a.distances), np.asarray(b.distances))
+
+
 def test_duplicates_and_d1():
     rng = np.random.default_rng(4)
     base = rng.random((400, 6), dtype=np.float32)

@@ -269,7 +269,9 @@ def _row_norms(A):
     """Euclidean norms of the rows of a float32 cupy matrix, float64 on the host."""
     import cupy as cp
 
-    return cp.sqrt((A.astype(cp.float64) ** 2).sum(axis=1)).get() if A.shape[0] else np.zeros(0)
+    if not A.shape[0]:
+        return np.zeros(0)
+    return cp.sqrt((A * A).sum(axis=1, dtype=cp.float64)).get()  # float64 accumulation
 
 
 class _Prepared:

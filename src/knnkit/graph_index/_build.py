@@ -17,19 +17,22 @@ Steps (device-agnostic where the array code allows it):
 import numpy as np
 
 from .._config import logger
-from .._backend import as_host, get_array_module
+from .._backend import as_host, get_array_module, inspect_array
 from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "diversify", "select_topk", "nn1_max"]
 
 
-def nn1_max(X, cand_dist, metric):
+def nn1_max(X, cand_dist, metric, *, xnorm_max=None):
     """GGNN's ``d_nn1+``: the largest distance of a point to its nearest neighbour, on the slack
-    criterion's scale (Euclidean for 'l2'; ``sqrt(d + |x| max|x|)`` for 'ip', see ``_search_cpu``)."""
+    criterion's scale (Euclidean for 'l2'; ``sqrt(d + |x| max|x|)`` for 'ip', see ``_search_cpu``).
+
+    ``X`` holds the rows of ``cand_dist``; ``xnorm_max`` (default: from ``X``) is ``max |x|`` over
+    the whole data."""
     d1 = np.min(cand_dist, axis=1).astype(np.float64)
     if metric == "ip":
         xn = np.sqrt(np.einsum("ij,ij->i", X, X)).astype(np.float64)
-        d1 = d1 + xn * xn.max()
+        d1 = d1 + xn * (xn.max() if xnorm_max is None else float(xnorm_max))
     d1 = d1[np.isfinite(d1)]
     return float(np.sqrt(np.maximum(d1, 0).max())) if d1.size else float("inf")
 
@@ -88,10 +91,10 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
         try:
             from ..nn_descent import knn_graph
 
-            g = knn_graph(X if device == "cpu" else X, K, metric=_user_metric_for(metric, user_metric),
-                          device=device, random_state=random_state)
+            g = knn_graph(X, K, metric=_user_metric_for(metric, user_metric), device=device,
+                          random_state=random_state)
             idx = g.indices if hasattr(g, "indices") else (g[1] if isinstance(g, tuple) else g)
-            idx = np.ascontiguousarray(as_host(idx)).astype(np.int64, copy=False)
+            idx = _host_int64(idx)
             if idx.shape == (n, K):
                 return idx
             logger.warning("knn_graph returned shape %s, expected %s; using brute force", idx.shape, (n, K))
@@ -99,9 +102,26 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             logger.info("knn_graph (NN-Descent) not available yet; building the candidate graph exactly")
         except Exception as e:  # a failing optional path must not break the index build
             logger.warning("knn_graph failed (%s); building the candidate graph exactly", e)
+    if device == "gpu":
+        try:
+            from ..brute_force import knn
+
+            _d, idx = knn(X, None, k=K, metric=_user_metric_for(metric, user_metric), device="gpu")
+            idx = _host_int64(idx)
+            if idx.shape == (n, K):
+                return idx
+        except (ImportError, NotImplementedError) as e:
+            logger.warning("GPU brute force not available (%s); exact candidate graph on the CPU", e)
     Xh = np.ascontiguousarray(as_host(X))
     _d, idx = exact_knn_cpu(Xh, Xh, K, metric, exclude_self=True)
     return idx
+
+
+def _host_int64(a):
+    """A host int64 numpy copy of whatever array the library returned (numpy, cupy or torch,
+    depending on ``knnkit.set_output``)."""
+    arr, _info = inspect_array(a)
+    return np.ascontiguousarray(as_host(arr)).astype(np.int64, copy=False)
 
 
 def _user_metric_for(internal, user_metric):

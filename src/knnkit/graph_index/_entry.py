@@ -131,13 +131,14 @@ def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_stat
             # spherical k-means: directions matter for inner products
             nrm = xp.sqrt(_sqnorms(xp, C))[:, None]
             C = (C / xp.where(nrm > 0, nrm, 1)).astype(xp.float32)
-    # medoid: the data point nearest (in l2) to each centroid, over all points
-    lab = _nearest_centroid(xp, X, C, "l2")
-    d = _sqnorms(xp, X) - 2 * (X * C[lab]).sum(axis=1)
+    # medoid: the sample point nearest (in l2) to each centroid -- a data point inside the
+    # cluster; the sample keeps this O(64 c^2 d) instead of O(n c d)
+    lab = _nearest_centroid(xp, S, C, "l2")
+    d = _sqnorms(xp, S) - 2 * (S * C[lab]).sum(axis=1)
     order = xp.lexsort(xp.stack([d, lab.astype(d.dtype)]))
     lab_sorted = lab[order]
-    first = xp.ones(n, dtype=bool)
+    first = xp.ones(m, dtype=bool)
     first[1:] = lab_sorted[1:] != lab_sorted[:-1]
     keep_lab = lab_sorted[first]
-    med = order[first].astype(xp.int32)
+    med = xp.asarray(samp)[order[first]].astype(xp.int32)
     return EntryPoints(C[keep_lab].astype(xp.float32), med, metric)

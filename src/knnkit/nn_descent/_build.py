@@ -19,6 +19,9 @@ GRAPH_METRICS = METRICS + ("manhattan",)
 #: exact and about as fast as NN-Descent); NN-Descent above.
 BRUTE_AUTO_MAX_N = {"cpu": 20_000, "gpu": 100_000}
 
+#: Longest list the GPU NN-Descent kernels support (``_gpu._MAX_K``).
+GPU_MAX_K = 128
+
 
 def seed_from(random_state):
     """A 63-bit integer seed from None / int / numpy Generator / RandomState."""
@@ -40,26 +43,40 @@ def default_parameters(k, n, *, device="cpu"):
     The rules (measured on clustered 128-d data with intrinsic dimension 16, n = 10k..1M, k in
     {10, 32, 64}; recall@k >= 0.99 with margin):
 
-    * ``K = k + max(10, k // 8)`` capped at ``n - 1``: a longer list than asked for keeps the
-      descent from stalling in local minima, the main reason NN-Descent recall plateaus below 1.
-      (k=10 -> 20, k=32 -> 42, k=64 -> 72; at 100k x 128: recall@k 0.994 / 0.998 / 0.9999.)
-    * ``p = min(ceil(K / 2), 12)`` samples (NEW and OLD each, reverse fill up to ``2p``): the
-      join costs O(p^2) per node, and beyond ~12 samples the extra candidates mostly repeat what
-      the next iteration finds anyway (k=64 with p=16 was 1.7x slower for +0.0001 recall).
-      The GPU allows up to 32 (its joins are cheap, iterations are not).
+    * ``K = k + max(10, k // 8) + g(n)`` with ``g(n) = round(6 * log2(n / 1e5))`` above 100k
+      points (0 below), capped at ``n - 1``. A list longer than asked for keeps the descent
+      from stalling in local minima, the main reason NN-Descent recall plateaus below 1, and the
+      plateau falls as n grows (neighbour distances approach the noise floor). Measured on
+      clustered 128-d data (``make_clustered``, intrinsic dim 16 + isotropic noise), k=10:
+      100k: K=20 -> 0.994; 300k: K=20 -> 0.983, K=24 -> 0.996; 1M: K=24 -> 0.983,
+      K=28 -> 0.988, K=34 -> 0.990, K=40 (p=14) -> 0.995. k=32 / 64 at 100k: K=42 / 74 ->
+      0.998 / 0.9997; at 300k 0.994 / 0.998.
+    * ``p = min(ceil(K / 2), max(12 + max(0, round(log2(n / 1e5))), ceil(K / 4)))`` samples (NEW and OLD each,
+      reverse fill up to ``2p``): the join costs O(p^2) per node, and beyond ~12 samples the
+      extra candidates mostly repeat what the next iteration finds anyway (k=64 at 100k with
+      p=16 was 1.7x slower than p=12 for +0.0001 recall); larger n needs a few more. The GPU
+      allows up to 32 (its joins are cheap, iterations are not).
     * ``max_iters = 2 * ceil(log2 n) + 6``: NN-Descent converges in O(log n) rounds; the
       ``delta`` rule (fewer than ``delta * n * K`` updates) stops it earlier in practice.
     """
-    K = k + max(10, k // 8)
+    grow = max(0.0, math.log2(max(n, 1) / 1e5))
+    K = k + max(10, k // 8) + int(round(6 * grow))
+    if device == "gpu":
+        K = min(K, max(k, GPU_MAX_K))  # the GPU kernels hold at most 128 entries per list
     K = max(k, min(K, n - 1))
-    p = sample_for(K, device)
+    p = sample_for(K, device, n)
     max_iters = 2 * int(math.ceil(math.log2(max(n, 2)))) + 6
     return K, max(1, p), max_iters
 
 
-def sample_for(K, device="cpu"):
-    """Default ``p`` for a list length ``K`` (see :func:`default_parameters`)."""
-    return max(1, min(int(math.ceil(K / 2)), 32 if device == "gpu" else 12))
+def sample_for(K, device="cpu", n=100_000):
+    """Default ``p`` for a list length ``K`` and n points (see :func:`default_parameters`)."""
+    cap = 32 if device == "gpu" else 12 + int(round(max(0.0, math.log2(max(n, 1) / 1e5))))
+    # at least K/4: with fewer samples than that a long list is explored so slowly that an
+    # iteration can make fewer than delta*n*K updates long before convergence (k=100, n=1200,
+    # K=112: p=12 stopped after 3 iterations at recall 0.73; p=28: 0.99998)
+    cap = max(cap, int(math.ceil(K / 4)))
+    return max(1, min(int(math.ceil(K / 2)), cap))
 
 
 def run_nndescent(Xp, K, *, device, sample, max_iters, delta, metric_internal, init_indices=None,
@@ -116,9 +133,9 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
         the thread count too).
     n_neighbors_internal : int, optional
         ``K >= k``, the list length NN-Descent works with (default: :func:`default_parameters`,
-        ``k + max(10, k // 8)``).
+        ``k + max(10, k // 8)`` plus a term growing with log n).
     sample : int, optional
-        ``p``, NEW/OLD samples per list and iteration (default ``min(ceil(K / 2), 12)`` on the CPU).
+        ``p``, NEW/OLD samples per list and iteration (default ``min(ceil(K / 2), 12 + log2(n / 1e5))`` on the CPU).
     max_iters : int, optional
         Iteration cap (default ``2 * ceil(log2 n) + 6``).
     delta : float, default 0.001
@@ -185,7 +202,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
                 raise ValueError(f"n_neighbors_internal={K} must be >= the neighbours asked for ({kk})")
             K = min(K, n - 1) if n > 1 else K
             p = int(sample) if sample is not None else (p0 if n_neighbors_internal is None
-                                                       else sample_for(K, kind))
+                                                       else sample_for(K, kind, n))
             if p < 1:
                 raise ValueError(f"sample must be >= 1, got {p}")
             iters = int(max_iters) if max_iters is not None else it0
@@ -204,21 +221,17 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
             init_d = None
             order = None
             if init_i is None and kind == "cpu" and n > 4 * K:
-                # A few random-projection trees give NN-Descent a far better start than random
-                # lists (as PyNNDescent does). The first tree's leaf order also renumbers the
-                # points so that neighbours sit close in memory: the joins then hit the cache
-                # (about 20% faster at 100k x 128). The GPU version starts from random lists.
-                from ._cpu import rp_forest_init
+                # Renumber the points by the leaf order of one random-projection tree, so that
+                # neighbours sit close in memory and the joins hit the cache; then a few more
+                # trees give NN-Descent a far better start than random lists (as PyNNDescent
+                # does). The GPU version starts from random lists.
+                from ._cpu import rp_forest_init, rp_order
 
                 t1 = time.perf_counter()
-                init_i, init_d, order = rp_forest_init(Xp, K, metric=internal_metric(metric), seed=seed,
-                                                       return_order=True)
-                inv = np.empty(n, np.int32)
-                inv[order] = np.arange(n, dtype=np.int32)
+                mi_ = internal_metric(metric)
+                order = rp_order(Xp, metric=mi_, seed=seed)
                 Xp = Xp[order]
-                init_i = init_i[order]
-                init_i = np.where(init_i >= 0, inv[np.maximum(init_i, 0)], -1).astype(np.int32)
-                init_d = init_d[order]
+                init_i, init_d = rp_forest_init(Xp, K, metric=mi_, seed=seed)
                 stats["phase_s"]["rp_forest"] = time.perf_counter() - t1
             stats["phase_s"]["prepare"] = time.perf_counter() - t0
             t0 = time.perf_counter()

@@ -34,7 +34,7 @@ from numba import njit, prange
 
 from .._config import logger
 
-__all__ = ["nndescent_cpu", "rp_forest_init", "exact_graph_cpu", "METRIC_CODES", "pairwise_distances", "row_distances", "merge_rows"]
+__all__ = ["nndescent_cpu", "rp_forest_init", "rp_order", "exact_graph_cpu", "METRIC_CODES", "pairwise_distances", "row_distances", "merge_rows"]
 
 METRIC_CODES = {"l2": 0, "ip": 1, "l1": 2}
 
@@ -662,9 +662,9 @@ def _rp_tree(X, metric, leaf_size, seed, tree, perm, leaf_lo, leaf_hi):
 
 
 @njit(parallel=True, cache=True)
-def _rp_trees(X, metric, leaf_size, seed, perms, leaf_lo, leaf_hi, nleaves):
+def _rp_trees(X, metric, leaf_size, seed, t0, perms, leaf_lo, leaf_hi, nleaves):
     for t in prange(perms.shape[0]):
-        nleaves[t] = _rp_tree(X, metric, leaf_size, seed, t, perms[t], leaf_lo[t], leaf_hi[t])
+        nleaves[t] = _rp_tree(X, metric, leaf_size, seed, t0 + t, perms[t], leaf_lo[t], leaf_hi[t])
 
 
 @njit(parallel=True, cache=True, fastmath=_FM)
@@ -685,6 +685,20 @@ def _leaf_join(X, metric, perm, leaf_lo, leaf_hi, nleaves, ind, dist, flag):
                     _insert(ind, dist, flag, b, a, d)
 
 
+def rp_order(X, *, metric="l2", leaf_size=24, seed=0):
+    """The leaf order of one random-projection tree: a permutation that puts near points at
+    near positions (renumbering the data by it makes NN-Descent's memory accesses local)."""
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n = X.shape[0]
+    perms = np.empty((1, n), np.int32)
+    lo = np.empty((1, n), np.int64)
+    hi = np.empty((1, n), np.int64)
+    nl = np.empty(1, np.int64)
+    _rp_trees(X, METRIC_CODES[metric], int(max(2, leaf_size)), (int(seed) + 17) & 0x7FFFFFFFFFFFFFFF, 0,
+              perms, lo, hi, nl)
+    return perms[0]
+
+
 def rp_forest_init(X, K, *, metric="l2", n_trees=None, leaf_size=None, seed=0, return_order=False):
     """Initial lists from a forest of random-projection trees (all pairs within each leaf), as
     PyNNDescent does: far better than random lists, so NN-Descent needs fewer iterations.
@@ -703,18 +717,26 @@ def rp_forest_init(X, K, *, metric="l2", n_trees=None, leaf_size=None, seed=0, r
         n_trees = max(2, int(round(n_trees * 24 / leaf_size)))
     leaf_size = int(min(max(leaf_size, 2), max(n, 2)))
     n_trees = int(n_trees)
-    max_leaves = n  # each leaf holds at least one point
-    perms = np.empty((n_trees, n), np.int32)
-    leaf_lo = np.empty((n_trees, max_leaves), np.int64)
-    leaf_hi = np.empty((n_trees, max_leaves), np.int64)
-    nleaves = np.empty(n_trees, np.int64)
     mcode = METRIC_CODES[metric]
-    _rp_trees(X, mcode, leaf_size, int(seed) & 0x7FFFFFFFFFFFFFFF, perms, leaf_lo, leaf_hi, nleaves)
+    seed = int(seed) & 0x7FFFFFFFFFFFFFFF
     ind = np.full((n, K), -1, np.int32)
     dist = np.full((n, K), np.inf, np.float32)
     flag = np.ones((n, K), np.uint8)
-    for t in range(n_trees):
-        _leaf_join(X, mcode, perms[t], leaf_lo[t], leaf_hi[t], nleaves[t], ind, dist, flag)
+    # trees are built a thread-count batch at a time (in parallel), then joined: memory stays
+    # at batch * n * 20 bytes however many trees there are
+    batch = max(1, min(n_trees, numba.get_num_threads()))
+    perms = np.empty((batch, n), np.int32)
+    leaf_lo = np.empty((batch, n), np.int64)  # a leaf holds >= 1 point: at most n leaves
+    leaf_hi = np.empty((batch, n), np.int64)
+    nleaves = np.empty(batch, np.int64)
+    first = None
+    for t0 in range(0, n_trees, batch):
+        nb = min(batch, n_trees - t0)
+        _rp_trees(X, mcode, leaf_size, seed, t0, perms[:nb], leaf_lo[:nb], leaf_hi[:nb], nleaves[:nb])
+        if first is None:
+            first = perms[0].copy()
+        for t in range(nb):
+            _leaf_join(X, mcode, perms[t], leaf_lo[t], leaf_hi[t], nleaves[t], ind, dist, flag)
     if return_order:
-        return ind, dist, perms[0].copy()
+        return ind, dist, first
     return ind, dist

@@ -129,7 +129,7 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
     K0, p0, it0 = default_parameters(k, n, device=kind)
     K = int(n_neighbors_internal) if n_neighbors_internal is not None else K0
     K = max(k, min(K, n - 1))
-    p = int(sample) if sample is not None else (p0 if n_neighbors_internal is None else sample_for(K, kind))
+    p = int(sample) if sample is not None else (p0 if n_neighbors_internal is None else sample_for(K, kind, n))
     iters = int(max_iters) if max_iters is not None else it0
     upd = update or ("selective" if kind == "gpu" else "basic")
     mi = internal_metric(metric)
