@@ -121,6 +121,17 @@ def test_self_queries_and_k_edges(clu_index, clu):
     assert recall(i, truth(X, X[:20], 300, "sqeuclidean")) >= 0.9
 
 
+def test_batch_size_and_k_1024():
+    X, Q = clustered(2500, 8, 30, seed=13)
+    index = GraphIndex.build(X, graph_degree=16, device="cpu", random_state=0)
+    d0, i0 = index.search(Q, k=10)
+    d1, i1 = index.search(Q, k=10, batch_size=7)
+    assert np.array_equal(i0, i1) and np.array_equal(d0, d1)
+    d, i = index.search(Q[:3], k=1024)
+    assert i.shape == (3, 1024) and np.all(i >= 0)
+    assert recall(i, truth(X, Q[:3], 1024, "sqeuclidean")) >= 0.95
+
+
 def test_tiny_inputs_and_duplicates():
     X = np.array([[0.0], [1.0], [3.0]], np.float32)
     index = GraphIndex.build(X, graph_degree=4, device="cpu")

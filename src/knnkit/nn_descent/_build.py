@@ -40,29 +40,34 @@ def seed_from(random_state):
 def default_parameters(k, n, *, device="cpu"):
     """Internal list length ``K``, samples per list ``p`` and iteration cap for a k-NN graph.
 
-    The rules (measured on clustered 128-d data with intrinsic dimension 16, n = 10k..1M, k in
-    {10, 32, 64}; recall@k >= 0.99 with margin):
+    The rules (measured on clustered 128-d data, ``make_clustered``: intrinsic dim 16 plus
+    isotropic noise; recall@k on 500-2000 sampled rows against exact neighbours):
 
-    * ``K = k + max(10, k // 8) + g(n)`` with ``g(n) = round(6 * log2(n / 1e5))`` above 100k
-      points (0 below), capped at ``n - 1``. A list longer than asked for keeps the descent
-      from stalling in local minima, the main reason NN-Descent recall plateaus below 1, and the
-      plateau falls as n grows (neighbour distances approach the noise floor). Measured on
-      clustered 128-d data (``make_clustered``, intrinsic dim 16 + isotropic noise), k=10:
-      100k: K=20 -> 0.994; 300k: K=20 -> 0.983, K=24 -> 0.996; 1M: K=24 -> 0.983,
-      K=28 -> 0.988, K=34 -> 0.990, K=40 (p=14) -> 0.995. k=32 / 64 at 100k: K=42 / 74 ->
-      0.998 / 0.9997; at 300k 0.994 / 0.998.
-    * ``p = min(ceil(K / 2), max(12 + max(0, round(log2(n / 1e5))), ceil(K / 4)))`` samples (NEW and OLD each,
-      reverse fill up to ``2p``): the join costs O(p^2) per node, and beyond ~12 samples the
-      extra candidates mostly repeat what the next iteration finds anyway (k=64 at 100k with
-      p=16 was 1.7x slower than p=12 for +0.0001 recall); larger n needs a few more. The GPU
-      allows up to 32 (its joins are cheap, iterations are not).
+    * ``K = k + max(6, k // 8) + g(n)`` on the CPU, ``k + max(10, k // 8) + g(n)`` on the GPU
+      (selective update explores less per iteration), with ``g(n) = round(6 * log2(n / 1e5))``
+      above 100k points (0 below), capped at ``n - 1`` (and 128 on the GPU). A list longer than
+      asked for keeps the descent from stalling in local minima, the main reason NN-Descent
+      recall plateaus below 1, and the plateau falls as n grows (neighbour distances approach
+      the noise floor): with K=20, k=10 gave 0.994 at 100k, 0.983 at 300k and (K=24) 0.983 at 1M.
+    * ``p = min(K, max(14 + round(log2(n / 1e5)), ceil(K / 4)))`` samples on the CPU (NEW and
+      OLD each, reverse fill up to ``2p``): sampling most of a short list beats a longer list
+      sampled thinly (100k, k=10: K=16/p=14 -> 0.994 in 1.2 s, K=20/p=10 -> 0.994 in 1.4 s,
+      K=16/p=12 -> 0.992, K=20/p=8 -> 0.985). At least K/4 because with fewer samples a long
+      list is explored so slowly that an iteration can make fewer than delta*n*K updates long
+      before convergence (k=100, n=1200, K=112: p=12 stopped at recall 0.73, p=28 gave 0.99998).
+      GPU: ``min(ceil(K / 2), 32)`` (the kernels' limit).
     * ``max_iters = 2 * ceil(log2 n) + 6``: NN-Descent converges in O(log n) rounds; the
       ``delta`` rule (fewer than ``delta * n * K`` updates) stops it earlier in practice.
+
+    Measured with these defaults: 100k k=10 0.994 (K=16, p=14); 300k k=10 0.997 (K=25, p=16);
+    1M k=10 0.996 (K=36, p=17); k=32 / 64 reach >= 0.998 at 100k-300k.
     """
-    grow = max(0.0, math.log2(max(n, 1) / 1e5))
-    K = k + max(10, k // 8) + int(round(6 * grow))
+    g = int(round(6 * max(0.0, math.log2(max(n, 1) / 1e5))))
     if device == "gpu":
+        K = k + max(10, k // 8) + g
         K = min(K, max(k, GPU_MAX_K))  # the GPU kernels hold at most 128 entries per list
+    else:
+        K = k + max(6, k // 8) + g
     K = max(k, min(K, n - 1))
     p = sample_for(K, device, n)
     max_iters = 2 * int(math.ceil(math.log2(max(n, 2)))) + 6
@@ -71,12 +76,10 @@ def default_parameters(k, n, *, device="cpu"):
 
 def sample_for(K, device="cpu", n=100_000):
     """Default ``p`` for a list length ``K`` and n points (see :func:`default_parameters`)."""
-    cap = 32 if device == "gpu" else 12 + int(round(max(0.0, math.log2(max(n, 1) / 1e5))))
-    # at least K/4: with fewer samples than that a long list is explored so slowly that an
-    # iteration can make fewer than delta*n*K updates long before convergence (k=100, n=1200,
-    # K=112: p=12 stopped after 3 iterations at recall 0.73; p=28: 0.99998)
-    cap = max(cap, int(math.ceil(K / 4)))
-    return max(1, min(int(math.ceil(K / 2)), cap))
+    if device == "gpu":
+        return max(1, min(int(math.ceil(K / 2)), 32))
+    cap = 14 + int(round(max(0.0, math.log2(max(n, 1) / 1e5))))
+    return max(1, min(K, max(cap, int(math.ceil(K / 4)))))
 
 
 def run_nndescent(Xp, K, *, device, sample, max_iters, delta, metric_internal, init_indices=None,
@@ -133,9 +136,9 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
         the thread count too).
     n_neighbors_internal : int, optional
         ``K >= k``, the list length NN-Descent works with (default: :func:`default_parameters`,
-        ``k + max(10, k // 8)`` plus a term growing with log n).
+        ``k + max(6, k // 8)`` on the CPU plus a term growing with log n).
     sample : int, optional
-        ``p``, NEW/OLD samples per list and iteration (default ``min(ceil(K / 2), 12 + log2(n / 1e5))`` on the CPU).
+        ``p``, NEW/OLD samples per list and iteration (default ``min(K, max(14 + log2(n / 1e5), K / 4))`` on the CPU).
     max_iters : int, optional
         Iteration cap (default ``2 * ceil(log2 n) + 6``).
     delta : float, default 0.001

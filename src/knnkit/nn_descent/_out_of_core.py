@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from .._config import logger, progress, get_memory_budget
-from .._metrics import internal_metric, finalize_distances
+from .._metrics import finalize_distances
 from .._validation import check_metric, check_k
 from .._backend import resolve_device
 from ._build import knn_graph, default_parameters, seed_from, GRAPH_METRICS
