@@ -292,7 +292,7 @@ class GraphIndex:
         return self._xnorm_max
 
     def search(self, queries, k=10, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None,
-               batch_size=None):
+               batch_size=None, traversal="auto"):
         """Approximate k nearest neighbours of each query.
 
         Parameters
@@ -318,6 +318,12 @@ class GraphIndex:
             Where to search (default: where the index lives).
         batch_size : int, optional
             Queries per batch (bounds temporary memory).
+        traversal : {"auto", "fp16", "fp32"}
+            GPU only. ``"fp16"`` walks the graph on a cached float16 copy of the vectors (half the
+            bytes per expansion) and re-ranks the final candidate list with exact float32
+            distances (BANG section 4.9): returned distances are exact, the neighbour set can
+            differ slightly from an fp32 walk. ``"auto"`` (default) uses fp16 when every
+            vector component fits float16's range; ``"fp32"`` never does.
 
         Returns
         -------
@@ -346,7 +352,9 @@ class GraphIndex:
             dev, _ = resolve_device(device, info)
         nq = q.shape[0]
         if dev == "gpu":
-            d, i = self._search_gpu(q, k, beam, tau, max_iters, n_seeds, batch_size)
+            if traversal not in ("auto", "fp16", "fp32"):
+                raise ValueError(f"traversal must be 'auto', 'fp16' or 'fp32', got {traversal!r}")
+            d, i = self._search_gpu(q, k, beam, tau, max_iters, n_seeds, batch_size, traversal)
         else:
             X, graph, entry = self._host_arrays()
             qh = prepare_vectors(np.ascontiguousarray(as_host(q)), self.metric)
@@ -364,7 +372,7 @@ class GraphIndex:
         d = finalize_distances(d, self.metric)
         return wrap_output(d, info), wrap_output(i, info)
 
-    def _search_gpu(self, q, k, beam, tau, max_iters, n_seeds, batch_size):
+    def _search_gpu(self, q, k, beam, tau, max_iters, n_seeds, batch_size, traversal="auto"):
         cp = cupy_or_none()
         if cp is None:
             raise RuntimeError("GPU search asked for but no CUDA GPU is usable")
@@ -380,6 +388,8 @@ class GraphIndex:
         # float16 storage: traversing the stored half vectors is lossless (they are exactly the
         # float32 values) and halves the bytes read; cosine data is renormalised, so not there
         X16 = data if (data is not None and self.dtype == np.float16 and self.metric != "cosine") else None
+        if X16 is None and traversal != "fp32":
+            X16 = self._fp16_copy(X, required=traversal == "fp16")
         qd = prepare_vectors(cp.asarray(q), self.metric)
         xmax = self._xmax() if self._imetric == "ip" else None
         nq = qd.shape[0]
@@ -394,6 +404,21 @@ class GraphIndex:
             d[s:s + bs] = db
             i[s:s + bs] = ib
         return d, i
+
+    def _fp16_copy(self, X, required):
+        """Cached float16 copy of the prepared vectors for fp16 traversal (None when it would overflow)."""
+        cache = getattr(self, "_x16_cache", None)
+        if cache is not None and cache[0] is X:
+            return cache[1]
+        cp = cupy_or_none()
+        if float(cp.abs(X).max()) >= 60000.0:
+            if required:
+                raise ValueError("traversal='fp16': vector components exceed the float16 range")
+            self._x16_cache = (X, None)
+            return None
+        x16 = X.astype(cp.float16)
+        self._x16_cache = (X, x16)
+        return x16
 
     def _to_gpu_cache(self):
         if getattr(self, "_gpu", None) is None:

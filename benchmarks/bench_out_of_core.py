@@ -1,0 +1,84 @@
+"""Out-of-GPU-memory k-NN graph vs the in-memory build on the same data (public API).
+
+    PYTHONPATH=src python benchmarks/bench_out_of_core.py --n 10000000 --d 96 --budget-gib 1 --out DIR
+
+Writes the data as .fbin under --workdir, builds knnkit.knn_graph (in memory, default budget) and
+knnkit.knn_graph_out_of_core with memory_budget (and knnkit.set_memory_budget) set to --budget-gib,
+and reports both times, their ratio and recall@k on 10k sampled rows against exact neighbours.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--d", type=int, default=96)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--budget-gib", type=float, default=1.0)
+    ap.add_argument("--workdir", default="/tmp/knnkit-ooc")
+    ap.add_argument("--skip-in-memory", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    import cupy as cp
+    import knnkit
+
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "params": vars(a),
+           "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+           "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}
+    X = knnkit.datasets.make_clustered(a.n, a.d, random_state=0, device="gpu")
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    os.makedirs(a.workdir)
+    path = os.path.join(a.workdir, "data.fbin")
+    knnkit.io.write(path, cp.asnumpy(X))
+    rows = np.random.default_rng(0).choice(a.n, 10_000, replace=False)
+    _, ti = knnkit.knn(X, X[cp.asarray(rows)], k=a.k + 1)
+    ti = cp.asnumpy(ti)
+    truth = np.array([r[r != q][:a.k] for r, q in zip(ti, rows)])
+
+    def rec(idx):
+        f = np.asarray(idx)[rows, :a.k]
+        return float(np.mean([len(set(x) & set(y)) / a.k for x, y in zip(f, truth)]))
+
+    if not a.skip_in_memory:
+        knnkit.knn_graph(X[:20000], k=a.k)
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        g = knnkit.knn_graph(X, k=a.k, random_state=0)
+        cp.cuda.Device().synchronize()
+        res["in_memory_s"] = time.perf_counter() - t
+        res["in_memory_recall"] = rec(cp.asnumpy(cp.asarray(g.indices)))
+        print(json.dumps({"in_memory_s": res["in_memory_s"], "recall": res["in_memory_recall"]}), file=sys.stderr)
+        del g
+    del X
+    cp.get_default_memory_pool().free_all_blocks()
+    budget = int(a.budget_gib * 2 ** 30)
+    knnkit.set_memory_budget(budget)
+    t = time.perf_counter()
+    g = knnkit.knn_graph_out_of_core(path, k=a.k, workdir=os.path.join(a.workdir, "work"), memory_budget=budget,
+                                     device="gpu", random_state=0, return_graph=False)
+    res["out_of_core_s"] = time.perf_counter() - t
+    idx = knnkit.io.read(g["indices"]) if isinstance(g, dict) else g.indices
+    res["out_of_core_recall"] = rec(idx)
+    with open(os.path.join(a.workdir, "work", "manifest.json")) as f:
+        man = json.load(f)
+    res["manifest_summary"] = {k: v for k, v in man.items() if not isinstance(v, (list, dict))}
+    if "in_memory_s" in res:
+        res["ratio_out_of_core_to_in_memory"] = res["out_of_core_s"] / res["in_memory_s"]
+    txt = json.dumps(res, indent=1)
+    print(txt)
+    with open(os.path.join(a.out, "out_of_core.json"), "w") as f:
+        f.write(txt)
+
+
+if __name__ == "__main__":
+    main()
