@@ -97,6 +97,41 @@ class EntryPoints:
         return out
 
 
+def _seed_centroids(xp, S, c, rng, rounds=8):
+    """k-means|| seeding (D^2 sampling in a few batched rounds).
+
+    Uniform random centroids leave about e^-1 of equally weighted, well-separated clusters without
+    a centroid when c is near their number, and Lloyd iterations cannot move a centroid across
+    empty space: queries of such a cluster then start in another one and may never reach theirs
+    (10M x 96, 1000 separated clusters: recall stalled at 0.81 for any beam). D^2 sampling puts
+    centroids where the current ones are far, so every separated cluster gets one.
+    """
+    m = S.shape[0]
+    if c <= 2 * rounds or c >= m:
+        return S[xp.asarray(rng.choice(m, min(c, m), replace=False))].astype(xp.float32).copy()
+    first = rng.choice(m, c // rounds, replace=False)
+    chosen = [xp.asarray(first)]
+    C = S[chosen[0]]
+    sn = _sqnorms(xp, S)
+    for r in range(1, rounds):
+        dmin = xp.full(m, xp.inf, dtype=xp.float32)
+        for a in range(0, m, 65536):  # bound the (block, c) distance matrix
+            blk = S[a:a + 65536]
+            d = sn[a:a + 65536, None] - 2 * (blk @ C.T) + _sqnorms(xp, C)[None, :]
+            dmin[a:a + 65536] = xp.maximum(d.min(axis=1), 0)
+        w = dmin.astype(xp.float64)
+        tot = float(w.sum())
+        want = c // rounds if r < rounds - 1 else c - sum(int(x.shape[0]) for x in chosen)
+        if tot <= 0:
+            break
+        p = (w / tot)
+        p = p.get() if xp is not np else p
+        pick = rng.choice(m, want, replace=True, p=p / p.sum())
+        chosen.append(xp.asarray(pick))
+        C = S[xp.unique(xp.concatenate(chosen))]
+    return C.astype(xp.float32).copy()
+
+
 def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_state=None):
     """Coarse k-means on a sample of X (numpy or cupy), then the medoid of each centroid.
 
@@ -124,7 +159,8 @@ def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_stat
     m = int(min(n, sample or 64 * c))
     samp = np.sort(rng.choice(n, m, replace=False)) if m < n else np.arange(n)
     S = X[xp.asarray(samp)]
-    C = S[xp.asarray(rng.choice(m, c, replace=False))].copy()
+    C = _seed_centroids(xp, S, c, rng)
+    c = C.shape[0]
     for _ in range(n_iter):
         lab = _nearest_centroid(xp, S, C, metric)
         sums = xp.zeros_like(C)

@@ -47,7 +47,8 @@ def _blas_single_thread():
 
 
 def _default_n_entry(n):
-    return int(max(1, min(1024, round(np.sqrt(n)))))
+    # sqrt(n), up to 4096: enough centroids to cover a few thousand separated clusters
+    return int(max(1, min(4096, round(np.sqrt(n)))))
 
 
 def _check_positive_int(v, name, minimum=1):
@@ -173,7 +174,7 @@ class GraphIndex:
             Measured on clustered 100k x 128, SIFT10K and Fashion-MNIST: equal recall for the same
             number of distance evaluations within noise, so the default is the one with a GPU kernel.
         n_entry : int, optional
-            Number of k-means entry points (default ``sqrt(n)``, at most 1024).
+            Number of k-means entry points (default ``sqrt(n)``, at most 4096).
         device : "auto", "cpu", "gpu" or int
             Where the index is built and lives.
         random_state : int or None
