@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from ._validation import METRICS
+
 __all__ = ["main"]
 
 _INDEX_EXTS = {".ibin": ".dist.fbin", ".ivecs": ".dist.fvecs", ".npy": ".dist.npy"}
@@ -313,6 +315,12 @@ def cmd_demo(args):
 
 # --------------------------------------------------------------------------- parser
 
+def _add_metric_and_device(p, metrics=None):
+    """The --metric and --device options shared by the subcommands."""
+    p.add_argument("--metric", default="sqeuclidean", choices=list(metrics or METRICS))
+    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
+
+
 def build_parser():
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
@@ -341,9 +349,7 @@ def build_parser():
     p.add_argument("--d", type=_positive, default=None, help="dimension (default 128 on GPU, 64 on CPU)")
     p.add_argument("--queries", type=_positive, default=1000, help="queries (default 1000)")
     p.add_argument("-k", type=_positive, default=10, help="neighbours (default 10)")
-    p.add_argument("--metric", default="sqeuclidean",
-                   choices=["sqeuclidean", "euclidean", "inner_product", "cosine"])
-    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
+    _add_metric_and_device(p)
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--graph-method", default="auto", choices=["auto", "nndescent", "brute"],
                    help="knn_graph method (default auto: brute force for small n, NN-Descent above)")
@@ -363,9 +369,7 @@ def build_parser():
     p.add_argument("data", metavar="DATA", help="data vectors file")
     p.add_argument("--queries", "-Q", metavar="Q", default=None, help="query vectors file")
     p.add_argument("-k", type=_positive, required=True, help="neighbours per query")
-    p.add_argument("--metric", default="sqeuclidean",
-                   choices=["sqeuclidean", "euclidean", "inner_product", "cosine"])
-    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
+    _add_metric_and_device(p)
     p.add_argument("--batch-size", type=_positive, default=None, help="queries per tile (default: from memory)")
     p.add_argument("-o", "--output", metavar="OUT", required=True, help="indices file (.ibin, .ivecs or .npy)")
     p.add_argument("--no-distances", action="store_true", help="do not write the distances file")
@@ -381,11 +385,9 @@ def build_parser():
         "pairwise merges, resumable), for files larger than memory.")
     p.add_argument("data", metavar="DATA", help="data vectors file")
     p.add_argument("-k", type=_positive, required=True, help="neighbours per point")
-    p.add_argument("--metric", default="sqeuclidean",
-                   choices=["sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"])
+    _add_metric_and_device(p, metrics=METRICS + ("manhattan",))
     p.add_argument("--method", default="auto", choices=["auto", "nndescent", "brute"],
                    help="auto (default): brute force for small n, NN-Descent above")
-    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--workdir", default=None, help="build out of core, keeping shards and state in this folder")
     p.add_argument("--eval", type=_positive, default=None, metavar="SAMPLE",

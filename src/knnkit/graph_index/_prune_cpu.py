@@ -19,22 +19,24 @@ edges raise recall.
 import numpy as np
 from numba import njit, prange
 
+from ._search_cpu import _dist
+
 __all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances"]
+
+
+@njit(inline="always")
+def _contains(a, m, v):
+    """True when ``v`` is among ``a[:m]`` (lists here are a few dozen entries: a scan is fastest)."""
+    for j in range(m):
+        if a[j] == v:
+            return True
+    return False
 
 
 @njit(inline="always", fastmath=True)
 def _pd(X, a, b, is_ip):
-    x = X[a]
-    y = X[b]
-    acc = np.float32(0.0)
-    if is_ip:
-        for t in range(x.shape[0]):
-            acc += x[t] * y[t]
-        return -acc
-    for t in range(x.shape[0]):
-        diff = x[t] - y[t]
-        acc += diff * diff
-    return acc
+    # the search's distance kernel, with row a as the query
+    return _dist(X[a], X, b, is_ip)
 
 
 @njit(parallel=True, cache=True, fastmath=True)
@@ -66,17 +68,7 @@ def _prune_one(X, u, cidx, cdist, R, alpha2, is_ip, shift, fill, out_row, kept, 
         c = cidx[t]
         if c < 0 or c == u:
             continue
-        dup = False
-        for j in range(nk):
-            if kept[j] == c:
-                dup = True
-                break
-        if dup:
-            continue
-        for j in range(npr):
-            if pruned[j] == c:
-                dup = True
-                break
+        dup = _contains(kept, nk, c) or _contains(pruned, npr, c)
         if dup:
             continue
         duc = cdist[t] + shift
@@ -212,12 +204,7 @@ def _merge_reverse(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, o
             v = rev[t]
             if v == u:
                 continue
-            dup = False
-            for j in range(m):
-                if ci[j] == v:
-                    dup = True
-                    break
-            if not dup:
+            if not _contains(ci, m, v):
                 ci[m] = v
                 m += 1
         if m <= R:
@@ -381,12 +368,7 @@ def _place_sym(out, knn, src, z_of, k_nn, R):
         x = src[t]
         if pos[x] < R:
             z = z_of[t]
-            dup = False
-            for j in range(pos[x]):
-                if out[x, j] == z:
-                    dup = True
-                    break
-            if not dup:
+            if not _contains(out[x], pos[x], z):
                 out[x, pos[x]] = z
                 pos[x] += 1
     K = knn.shape[1]
@@ -397,11 +379,6 @@ def _place_sym(out, knn, src, z_of, k_nn, R):
             j += 1
             if c < 0:
                 continue
-            dup = False
-            for t in range(pos[x]):
-                if out[x, t] == c:
-                    dup = True
-                    break
-            if not dup:
+            if not _contains(out[x], pos[x], c):
                 out[x, pos[x]] = c
                 pos[x] += 1
