@@ -101,6 +101,8 @@ class GraphIndex:
         self._X = prepare_vectors(data, metric)
         self._host = None  # host copies when a GPU index is searched on the CPU
         self._xnorm_max = None
+        self._gpu = None  # device copies when a CPU index is searched on the GPU
+        self._x16_cache = None  # (prepared vectors, their float16 copy or None) for fp16 traversal
         self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
 
     # ------------------------------------------------------------------ properties
@@ -408,7 +410,7 @@ class GraphIndex:
 
     def _fp16_copy(self, X, required):
         """Cached float16 copy of the prepared vectors for fp16 traversal (None when it would overflow)."""
-        cache = getattr(self, "_x16_cache", None)
+        cache = self._x16_cache
         if cache is not None and cache[0] is X:
             return cache[1]
         cp = cupy_or_none()
@@ -422,7 +424,7 @@ class GraphIndex:
         return x16
 
     def _to_gpu_cache(self):
-        if getattr(self, "_gpu", None) is None:
+        if self._gpu is None:
             cp = cupy_or_none()
             self._gpu = (cp.asarray(self._X), cp.asarray(self._graph), self._entry.to(cp))
 
@@ -517,6 +519,7 @@ class GraphIndex:
             self._data, self._X, self._graph, self._entry = data, X, graph, entry
         self._host = None
         self._gpu = None
+        self._x16_cache = None
         self._xnorm_max = None
         self.nn1_max = nn1
         return self
