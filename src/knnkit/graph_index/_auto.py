@@ -1,0 +1,71 @@
+"""Default build parameters chosen from the data's local intrinsic dimension.
+
+The right out-degree of a search graph depends on how "high-dimensional" the neighbourhoods are,
+not on the ambient dimension. We estimate the local intrinsic dimension (LID) with the
+Levina-Bickel maximum-likelihood estimator on the exact 20 nearest neighbours of a few hundred
+sampled points, and pick the graph degree, RobustPrune's alpha and the candidate degree from it.
+
+Why (measured on the CPU, 100k x 96, 1,000 queries, k = 10, recall@10 at beam 32 / 64 / 128):
+
+* ``make_clustered`` defaults (LID ~18-20), SIFT (~11), Fashion-MNIST (~16): degree 32, alpha
+  1.1 already gives 0.997 at beam 32; degree 64 costs build time and QPS for nothing.
+* 10 well-separated clusters, ``cluster_std=0.05`` (LID ~45: inside a cluster the isotropic
+  noise dominates): degree 32 / alpha 1.1 -> 0.74 / 0.86 / 0.93; degree 48 / alpha 1.0 -> 0.84
+  / 0.95 / 0.99; degree 64 / alpha 1.0 (candidate degree 96) -> 0.89 / 0.97 / 0.995; degree 64
+  with alpha 1.2 -> 0.87 / 0.94 / 0.98. On noise-dominated neighbourhoods long edges do not help
+  navigation (there is no low-dimensional structure to shortcut), so alpha 1.0 wins there,
+  while alpha 1.1 is marginally better on the low-LID sets.
+"""
+
+import numpy as np
+
+__all__ = ["estimate_intrinsic_dim", "auto_build_params"]
+
+_SAMPLE = 500       # points whose neighbourhoods are measured
+_REFERENCE = 200_000  # at most this many reference points (same rule on CPU and GPU)
+_K = 20
+
+
+def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
+    """Median Levina-Bickel MLE of the local intrinsic dimension of the rows of ``X``.
+
+    ``X`` (numpy or cupy, float32, prepared for the metric) is sampled: ``sample`` query rows
+    against at most 200,000 reference rows, Euclidean distances, ``k`` neighbours. Returns a
+    float (``nan`` when there are too few distinct points).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).standard_normal((5000, 4)).astype(np.float32)
+    >>> 2.5 < estimate_intrinsic_dim(X, random_state=0) < 6
+    True
+    """
+    from ..brute_force import knn
+
+    n = X.shape[0]
+    if n < 3:
+        return float("nan")
+    k = min(k, n - 2)
+    rng = np.random.default_rng(random_state)
+    ref = np.sort(rng.choice(n, min(n, _REFERENCE), replace=False)) if n > _REFERENCE else None
+    R = X if ref is None else X[ref]
+    q = rng.choice(R.shape[0], min(sample, R.shape[0]), replace=False)
+    device = "gpu" if type(X).__module__.startswith("cupy") else "cpu"
+    d, _i = knn(R, R[q], k=k + 1, metric="euclidean", device=device)
+    d = np.asarray(d.get() if hasattr(d, "get") else d, dtype=np.float64)[:, 1:]  # drop the point itself
+    d = d[d[:, 0] > 0]  # duplicates give log(0)
+    if d.shape[0] == 0:
+        return float("nan")
+    ratios = np.log(d[:, :-1] / d[:, -1:])
+    m = -ratios.mean(axis=1)
+    m = m[m > 0]
+    return float(np.median(1.0 / m)) if m.size else float("nan")
+
+
+def auto_build_params(lid):
+    """``(graph_degree, intermediate_degree, alpha)`` for an estimated intrinsic dimension."""
+    if not np.isfinite(lid) or lid < 28:
+        return 32, 64, 1.1
+    if lid < 40:
+        return 48, 96, 1.0
+    return 64, 96, 1.0
