@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -27,6 +28,8 @@ def main():
     ap.add_argument("--budget-gib", type=float, default=1.0)
     ap.add_argument("--workdir", default="/tmp/knnkit-ooc")
     ap.add_argument("--skip-in-memory", action="store_true")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep --workdir (data file and a partial out-of-core run) and continue it")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     import cupy as cp
@@ -36,10 +39,11 @@ def main():
            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
            "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}
     X = knnkit.datasets.make_clustered(a.n, a.d, random_state=0, device="gpu")
-    shutil.rmtree(a.workdir, ignore_errors=True)
-    os.makedirs(a.workdir)
     path = os.path.join(a.workdir, "data.fbin")
-    knnkit.io.write(path, cp.asnumpy(X))
+    if not (a.resume and os.path.exists(path)):
+        shutil.rmtree(a.workdir, ignore_errors=True)
+        os.makedirs(a.workdir)
+        knnkit.io.write(path, cp.asnumpy(X))
     rows = np.random.default_rng(0).choice(a.n, 10_000, replace=False)
     _, ti = knnkit.knn(X, X[cp.asarray(rows)], k=a.k + 1)
     ti = cp.asnumpy(ti)
@@ -49,7 +53,11 @@ def main():
         f = np.asarray(idx)[rows, :a.k]
         return float(np.mean([len(set(x) & set(y)) / a.k for x, y in zip(f, truth)]))
 
-    if not a.skip_in_memory:
+    mem_file = os.path.join(a.workdir, "in_memory.json")
+    if a.resume and os.path.exists(mem_file):
+        with open(mem_file) as f:
+            res.update(json.load(f))
+    elif not a.skip_in_memory:
         knnkit.knn_graph(X[:20000], k=a.k)
         cp.cuda.Device().synchronize()
         t = time.perf_counter()
@@ -58,20 +66,45 @@ def main():
         res["in_memory_s"] = time.perf_counter() - t
         res["in_memory_recall"] = rec(cp.asnumpy(cp.asarray(g.indices)))
         print(json.dumps({"in_memory_s": res["in_memory_s"], "recall": res["in_memory_recall"]}), file=sys.stderr)
+        with open(mem_file, "w") as f:
+            json.dump({"in_memory_s": res["in_memory_s"], "in_memory_recall": res["in_memory_recall"]}, f)
         del g
     del X
     cp.get_default_memory_pool().free_all_blocks()
     budget = int(a.budget_gib * 2 ** 30)
     knnkit.set_memory_budget(budget)
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    peak = [0]
+    stop = threading.Event()
+
+    def sample_pool():  # peak of the device memory the pool holds, sampled every 5 ms
+        while not stop.is_set():
+            peak[0] = max(peak[0], pool.total_bytes())
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample_pool, daemon=True)
+    sampler.start()
     t = time.perf_counter()
     g = knnkit.knn_graph_out_of_core(path, k=a.k, workdir=os.path.join(a.workdir, "work"), memory_budget=budget,
                                      device="gpu", random_state=0, return_graph=False)
-    res["out_of_core_s"] = time.perf_counter() - t
+    res["out_of_core_s_this_call"] = time.perf_counter() - t
+    stop.set()
+    res["peak_pool_bytes_sampled"] = peak[0]
     idx = knnkit.io.read(g["indices"]) if isinstance(g, dict) else g.indices
     res["out_of_core_recall"] = rec(idx)
     with open(os.path.join(a.workdir, "work", "manifest.json")) as f:
         man = json.load(f)
     res["manifest_summary"] = {k: v for k, v in man.items() if not isinstance(v, (list, dict))}
+    res["manifest_params"] = man["params"]
+    done = man["done"]
+    # the build's own time, summed over its steps (also right for a run resumed across calls):
+    # load + compute per step on the main thread; writes overlap the next step's compute
+    res["out_of_core_s"] = sum(v.get("load_s", 0) + v.get("compute_s", v["time_s"]) for v in done.values())
+    for kind in ("graph", "merge", "final"):
+        vs = [v for s_, v in done.items() if s_.startswith(kind)]
+        res[f"steps_{kind}"] = {"count": len(vs), **{key: round(sum(v.get(key, 0) for v in vs), 3)
+                                                     for key in ("load_s", "compute_s", "write_s", "descent_s", "merge_graphs_s", "iterations")}}
     if "in_memory_s" in res:
         res["ratio_out_of_core_to_in_memory"] = res["out_of_core_s"] / res["in_memory_s"]
     txt = json.dumps(res, indent=1)

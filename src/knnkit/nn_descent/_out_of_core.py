@@ -26,6 +26,7 @@ reads a file the manifest does not list, so a half-written file from a killed ru
 """
 
 import concurrent.futures
+import functools
 import hashlib
 import json
 import math
@@ -39,7 +40,7 @@ from .._config import logger, progress, get_memory_budget
 from .._metrics import finalize_distances
 from .._validation import check_metric, check_k
 from .._backend import resolve_device
-from ._build import knn_graph, default_parameters, seed_from, GRAPH_METRICS
+from ._build import knn_graph, default_parameters, sample_for, seed_from, GRAPH_METRICS
 from ._graph import KnnGraph
 from ._merge import merge_graphs, merge_lists, to_internal
 
@@ -93,14 +94,23 @@ def _fingerprint(vf, path):
 
 
 class _Store:
-    """Files of one work folder: written atomically, checksummed, verified on read."""
+    """Files of one work folder: written atomically, checksummed, verified on read.
+
+    A file this process wrote (or already verified) is not hashed again while its size and
+    modification time are unchanged: re-hashing every shard graph at every merge cost more than
+    the merge itself."""
 
     def __init__(self, workdir, manifest):
         self.dir = workdir
         self.m = manifest
+        self._verified = {}  # name -> (checksum, size, mtime_ns)
 
     def path(self, name):
         return os.path.join(self.dir, name)
+
+    def _remember(self, name, checksum):
+        st = os.stat(self.path(name))
+        self._verified[name] = (checksum, st.st_size, st.st_mtime_ns)
 
     def write_pair(self, stem, ind, dist):
         io = _io()
@@ -110,20 +120,28 @@ class _Store:
             name = f"{stem}.{ext}"
             io.write(self.path(name), arr, atomic=True)
             files[name] = _checksum(self.path(name))
+            self._remember(name, files[name])
         return files
+
+    def verify(self, name, checksum):
+        p = self.path(name)
+        if not os.path.exists(p):
+            raise ValueError(f"{p}: listed in the manifest but missing; delete the work folder to start over")
+        st = os.stat(p)
+        if self._verified.get(name) == (checksum, st.st_size, st.st_mtime_ns):
+            return
+        if _checksum(p) != checksum:
+            raise ValueError(f"{p}: checksum mismatch with the manifest (file changed or corrupted); "
+                             f"delete the work folder to start over")
+        self._remember(name, checksum)
 
     def read_pair(self, stem, checksums):
         io = _io()
         out = []
         for ext in ("ibin", "fbin"):
             name = f"{stem}.{ext}"
-            p = self.path(name)
-            if not os.path.exists(p):
-                raise ValueError(f"{p}: listed in the manifest but missing; delete the work folder to start over")
-            if _checksum(p) != checksums[name]:
-                raise ValueError(f"{p}: checksum mismatch with the manifest (file changed or corrupted); "
-                                 f"delete the work folder to start over")
-            out.append(io.read(p))
+            self.verify(name, checksums[name])
+            out.append(io.read(self.path(name)))
         return out[0], out[1]
 
 
@@ -141,8 +159,15 @@ def _default_shard_size(n, d, K, p, kind, memory_budget):
     # same memory, on the GPU it sits in host memory and does not count against the GPU budget.
     # The number of merges grows as the square of the shard count, so shards are made as large
     # as the budget allows (a 10M x 96 run with 3x smaller shards needed 6,106 steps).
-    per_row = 4 * d + 12 * K + 16 * p + 64
-    held = 2 if kind == "gpu" else 3
+    if kind == "gpu":
+        # GNND on the device: float32 vectors, ids + distances (8K), the initial lists (4K), the
+        # sorted output (8K), NEW/OLD sample slots (2 x maxs ints), counters and locks
+        maxs = 32 if 2 * p <= 32 else 64
+        per_row = 4 * d + 20 * K + 8 * maxs + 32
+        held = 2
+    else:
+        per_row = 4 * d + 12 * K + 16 * p + 64
+        held = 3
     return max(1, int(memory_budget) // (held * per_row)), int(memory_budget)
 
 
@@ -212,10 +237,14 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
         raise ValueError(f"{path}: {n} points exceed the int32 ids of the out-of-core output")
     k = check_k(k, n, self_excluded=True)
     kind, _ = resolve_device(device, None)
-    K = default_parameters(k, n, device=kind)[0] if n_neighbors_internal is None else int(n_neighbors_internal)
+    # every graph built here (a shard, or the union of two) has at most ~1M points: list length
+    # and samples as for that size, not for n (longer lists would only shrink the shards)
+    K, p, _it = default_parameters(k, min(n, 1_000_000), device=kind)
+    if n_neighbors_internal is not None:
+        K = int(n_neighbors_internal)
+        p = sample_for(K, kind, min(n, 1_000_000))
     if K < k:
         raise ValueError(f"n_neighbors_internal={K} must be >= k={k}")
-    p = int(math.ceil(K / 2))
     budget = None
     if shard_size is None:
         shard_size, budget = _default_shard_size(n, d, K, p, kind, memory_budget)
@@ -275,8 +304,10 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
         parts = step.split("_")
         return [] if step == "final" else [int(v) for v in parts[1:]]
 
-    cache = {}
+    state = _State(store, n_shards, metric, hook)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="knnkit-prefetch")
+    writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="knnkit-writer")
+    cache = {}
 
     def get(i):
         if i not in cache:
@@ -287,6 +318,7 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
     t_start = time.perf_counter()
     bar = progress(total=len(steps), desc="out-of-core k-NN graph", unit="step")
     bar.update(len(steps) - len(todo))
+    pending = []
     try:
         for t, step in enumerate(todo):
             need = shards_of(step)
@@ -294,36 +326,46 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
             for i in list(cache):
                 if i not in need:
                     del cache[i]
+            state.keep_bases(need)
             nxt = shards_of(todo[t + 1]) if t + 1 < len(todo) else []
+            t0 = time.perf_counter()
             for i in need:
                 get(i)
             for i in nxt:
                 if i not in cache:
                     cache[i] = pool.submit(load_shard, i)
             hook(f"{step}:start")
-            t0 = time.perf_counter()
-            if step.startswith("graph_"):
-                files, running = _step_graph(store, need[0], get(need[0]), bounds, k, K, metric, device, seed)
-            elif step.startswith("merge_"):
-                files, running = _step_merge(store, need[0], need[1], get(need[0]), get(need[1]), bounds, k, K,
-                                             metric, device, seed)
+            t1 = time.perf_counter()
+            if step == "final":
+                for f in pending:  # every running list on disk and in the manifest first
+                    f.result()
+                pending = []
+                files, running = _step_final(store, n_shards, state), {}
+                writes = []
+            elif step.startswith("graph_"):
+                writes, running = _step_graph(state, need[0], get(need[0]), bounds, k, K, metric, device, seed)
             else:
-                files, running = _step_final(store, n_shards), {}
-            hook(f"{step}:written")
-            old = {i: manifest["running"].get(str(i)) for i in running}
-            manifest["running"].update({str(i): v for i, v in running.items()})
-            manifest["done"][step] = {"files": files, "time_s": time.perf_counter() - t0}
-            _write_manifest(workdir, manifest)
-            hook(f"{step}:done")
-            for i, prev in old.items():  # superseded running lists
-                if prev and prev["stem"] != running[i]["stem"]:
-                    for name in prev["files"]:
-                        _remove(os.path.join(workdir, name))
+                writes, running = _step_merge(state, need[0], need[1], get(need[0]), get(need[1]), bounds, k, K,
+                                              metric, device, seed)
+            times = {"load_s": t1 - t0, "compute_s": time.perf_counter() - t1, **state.detail}
+            state.detail = {}
+            # results are written (and committed to the manifest) by a background thread while the
+            # next step computes; the in-memory running lists are what the next steps read
+            for f in [f for f in pending if f.done()]:
+                f.result()  # re-raises a failed commit here, in the caller's thread
+                pending.remove(f)
+            job = functools.partial(_commit, state, step, writes, running, times, files if step == "final" else None)
+            pending.append(writer.submit(job))
+            if step == "final":
+                pending.pop().result()
             bar.update(1)
             if verbose:
-                logger.info("out-of-core %s done in %.2f s", step, time.perf_counter() - t0)
+                logger.info("out-of-core %s: load %.2f s, compute %.2f s", step, times["load_s"], times["compute_s"])
+        for f in pending:
+            f.result()
     finally:
         bar.close()
+        writer.shutdown(wait=True, cancel_futures=True)
         pool.shutdown(wait=True, cancel_futures=True)
     out_i = os.path.join(workdir, "knn_indices.ibin")
     out_d = os.path.join(workdir, "knn_distances.fbin")
@@ -332,10 +374,8 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
         return_graph = n * k * 8 <= RETURN_GRAPH_MAX_BYTES
     if not return_graph:
         return paths
-    fin = manifest["done"]["final"]["files"]
-    for name, cs in fin.items():
-        if _checksum(os.path.join(workdir, name)) != cs:
-            raise ValueError(f"{name}: checksum mismatch with the manifest; delete the work folder to start over")
+    for name, cs in manifest["done"]["final"]["files"].items():
+        store.verify(name, cs)
     I = io.read(out_i)
     D = io.read(out_d)
     stats = {"method": "out_of_core", "n_shards": n_shards, "shard_size": shard_size, "K": K, "seed": seed,
@@ -347,57 +387,132 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
 
 # ----------------------------------------------------------------------------- steps
 
-def _step_graph(store, i, X, bounds, k, K, metric, device, seed):
+class _State:
+    """What the steps share: the store, the shard graphs and running lists held in memory.
+
+    Running lists live in memory from the moment a step computes them (the next step may read
+    them before the writer thread has put them on disk); after a restart they are read back from
+    the files the manifest lists."""
+
+    def __init__(self, store, n_shards, metric, hook):
+        self.store = store
+        self.metric = metric
+        self.hook = hook
+        self.running = {}  # shard -> (ids, user distances), latest version
+        self.bases = {}    # shard -> KnnGraph of the shard alone (local ids)
+        self.versions = {}  # shard -> version number of its latest running list
+        self.failed = False  # a commit raised: later steps must not be committed
+        self.detail = {}  # timings of the step just computed, recorded in the manifest
+
+    def keep_bases(self, need):
+        for i in list(self.bases):
+            if i not in need:
+                del self.bases[i]
+
+    def base(self, i):
+        if i not in self.bases:
+            step = self.store.m["done"][f"graph_{i}"]["files"]
+            I, D = self.store.read_pair(f"base_{i}", step)
+            self.bases[i] = KnnGraph(I, D, metric=self.metric)
+        return self.bases[i]
+
+    def running_list(self, i):
+        if i not in self.running:
+            r = self.store.m["running"][str(i)]
+            self.running[i] = self.store.read_pair(r["stem"], r["files"])
+        return self.running[i]
+
+    def next_stem(self, i):
+        """Name of the next version of shard i's running list (versions count up per shard)."""
+        ver = self.versions.get(i)
+        if ver is None:
+            r = self.store.m["running"].get(str(i))
+            ver = -1 if r is None else int(r["stem"].rsplit("_v", 1)[1])
+        self.versions[i] = ver + 1
+        return f"run_{i}_v{ver + 1}"
+
+
+def _commit(state, step, writes, running, times, files):
+    """Writer thread: write a step's files, then record the step in the manifest (atomically),
+    then drop the running lists it superseded. Runs the steps' commits in order; after a failed
+    one (a kill, a full disk) nothing later is committed, so the manifest never skips a step."""
+    if state.failed:
+        raise RuntimeError(f"{step}: not committed, an earlier step failed")
+    try:
+        _commit_step(state, step, writes, running, times, files)
+    except BaseException:
+        state.failed = True
+        raise
+
+
+def _commit_step(state, step, writes, running, times, files):
+    store, manifest, hook = state.store, state.store.m, state.hook
+    t0 = time.perf_counter()
+    if files is None:
+        files = {}
+        for stem, (ind, dist) in writes:
+            files.update(store.write_pair(stem, ind, dist))
+    hook(f"{step}:written")
+    run_entries = {i: {"stem": stem, "files": {f: files[f] for f in (stem + ".ibin", stem + ".fbin")}}
+                   for i, stem in running.items()}
+    old = {i: manifest["running"].get(str(i)) for i in run_entries}
+    manifest["running"].update({str(i): v for i, v in run_entries.items()})
+    manifest["done"][step] = {"files": files, "time_s": times["load_s"] + times["compute_s"],
+                              **times, "write_s": time.perf_counter() - t0}
+    _write_manifest(store.dir, manifest)
+    hook(f"{step}:done")
+    for i, prev in old.items():  # superseded running lists
+        if prev and prev["stem"] != run_entries[i]["stem"]:
+            for name in prev["files"]:
+                _remove(os.path.join(store.dir, name))
+
+
+def _step_graph(state, i, X, bounds, k, K, metric, device, seed):
     ni = X.shape[0]
     g = knn_graph(X, k=min(K, ni - 1), metric=metric, device=device, random_state=seed + 7919 * i + 1)
     I, D = g.host_arrays()
-    files = store.write_pair(f"base_{i}", I, D)
-    stem = f"run_{i}_v0"
-    files.update(store.write_pair(stem, np.where(I[:, :k] >= 0, I[:, :k] + bounds[i], -1), D[:, :k]))
-    return files, {i: {"stem": stem, "files": {f: files[f] for f in (stem + ".ibin", stem + ".fbin")}}}
+    I = np.ascontiguousarray(I, np.int32)
+    D = np.ascontiguousarray(D, np.float32)
+    state.bases[i] = KnnGraph(I, D, metric=metric)
+    stem = state.next_stem(i)
+    RI = np.where(I[:, :k] >= 0, I[:, :k] + np.int32(bounds[i]), -1).astype(np.int32)
+    RD = np.ascontiguousarray(D[:, :k])
+    state.running[i] = (RI, RD)
+    return [(f"base_{i}", (I, D)), (stem, (RI, RD))], {i: stem}
 
 
-def _load_base(store, i, metric):
-    step = store.m["done"][f"graph_{i}"]["files"]
-    I, D = store.read_pair(f"base_{i}", step)
-    return KnnGraph(I, D, metric=metric)
-
-
-def _load_running(store, i):
-    r = store.m["running"][str(i)]
-    return store.read_pair(r["stem"], r["files"])
-
-
-def _step_merge(store, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
-    gi = _load_base(store, i, metric)
-    gj = _load_base(store, j, metric)
+def _step_merge(state, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
+    gi = state.base(i)
+    gj = state.base(j)
     ni = Xi.shape[0]
     g = merge_graphs(Xi, gi, Xj, gj, k=min(k, ni + Xj.shape[0] - 1), device=device,
                      n_neighbors_internal=K, random_state=seed + 104729 * (i * 65536 + j) + 3)
     I, D = g.host_arrays()
+    st = g.stats
+    state.detail = {"descent_s": st["phase_s"]["descent"], "iterations": st["iterations"],
+                    "merge_graphs_s": st["phase_s"]["total"]}
     I = I.astype(np.int64)
     glob = np.where(I < 0, -1, np.where(I < ni, I + bounds[i], I - ni + bounds[j])).astype(np.int32)
-    files, running = {}, {}
+    writes, running = [], {}
     for s, rows in ((i, slice(0, ni)), (j, slice(ni, None))):
-        RI, RD = _load_running(store, s)
+        RI, RD = state.running_list(s)
         MI, MD = merge_lists(RI, to_internal(RD, metric), glob[rows], to_internal(D[rows], metric), k)
         if metric != "manhattan":
             MD = finalize_distances(MD, metric)
-        ver = int(store.m["running"][str(s)]["stem"].rsplit("_v", 1)[1]) + 1
-        stem = f"run_{s}_v{ver}"
-        f = store.write_pair(stem, MI, MD)
-        files.update(f)
-        running[s] = {"stem": stem, "files": f}
-    return files, running
+        stem = state.next_stem(s)
+        state.running[s] = (MI, MD)
+        writes.append((stem, (MI, MD)))
+        running[s] = stem
+    return writes, running
 
 
-def _step_final(store, n_shards):
+def _step_final(store, n_shards, state):
     io = _io()
     files = {}
     for name, col in (("knn_indices.ibin", 0), ("knn_distances.fbin", 1)):
         with io.VectorWriter(store.path(name)) as w:
             for i in range(n_shards):
-                w.append(_load_running(store, i)[col])
+                w.append(state.running_list(i)[col])
         files[name] = _checksum(store.path(name))
     return files
 
