@@ -71,6 +71,57 @@ def ggm_init(I1, I2, n1, n2, K, rng):
     return init, (h1, far1), (h2, far2)
 
 
+def _ggm_init_gpu(cp, I1, I2, n1, n2, K, seed):
+    """``ggm_init`` built on the device (the host version's random fill and upload of an (n, K)
+    array cost more than the merge's descent at 300k-point shards). Random members come from
+    CuPy's generator: same seed, same lists on the GPU, but not the CPU path's lists."""
+    h = K // 2
+    h1 = min(h, I1.shape[1])
+    h2 = min(h, I2.shape[1])
+    init = cp.empty((n1 + n2, K), cp.int32)
+    init[:n1, :h1] = cp.asarray(np.ascontiguousarray(I1[:, :h1]), dtype=cp.int32)
+    top2 = cp.asarray(np.ascontiguousarray(I2[:, :h2]), dtype=cp.int32)
+    init[n1:, :h2] = cp.where(top2 >= 0, top2 + np.int32(n1), np.int32(-1))
+    rs = cp.random.RandomState(int(seed) % (2 ** 63))
+    if K - h1 > 0:
+        init[:n1, h1:] = rs.randint(n1, n1 + n2, size=(n1, K - h1), dtype=cp.int32)
+    if K - h2 > 0:
+        init[n1:, h2:] = rs.randint(0, n1, size=(n2, K - h2), dtype=cp.int32)
+    return init, (h1, h2)
+
+
+def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric):
+    """Algorithm 3 line 12 on the device: each refined list (internal distances) merged with the
+    far half of its own graph, sorted, first k kept. No id can be in both: the refinement only
+    inserts cross-subset ids, and the far half holds the own-subset ids that were not kept."""
+    n = I.shape[0]
+    F = max(I1.shape[1] - h1, I2.shape[1] - h2, 0)
+    if F == 0:
+        return I[:, :k], D[:, :k]
+    far = cp.full((n, F), -1, cp.int32)
+    fard = cp.full((n, F), cp.inf, cp.float32)
+    f1, f2 = I1.shape[1] - h1, I2.shape[1] - h2
+    if f1:
+        far[:n1, :f1] = cp.asarray(np.ascontiguousarray(I1[:, h1:]), dtype=cp.int32)
+        fard[:n1, :f1] = cp.asarray(to_internal(D1[:, h1:], metric))
+    if f2:
+        b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
+        far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
+        fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric))
+    ci = cp.concatenate([I.astype(cp.int32, copy=False), far], axis=1)
+    cd = cp.concatenate([D.astype(cp.float32, copy=False), fard], axis=1)
+    cd = cp.where(ci < 0, cp.float32(cp.inf), cd)
+    # holes the kernel refilled with random ids may repeat a far-half id: drop repeats
+    by_id = cp.argsort(ci, axis=1)
+    sid = cp.take_along_axis(ci, by_id, axis=1)
+    rep = cp.zeros(ci.shape, dtype=cp.bool_)
+    rep[:, 1:] = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0)
+    rows = cp.arange(n)[:, None]
+    cd[rows, by_id] = cp.where(rep, cp.float32(cp.inf), cd[rows, by_id])
+    order = cp.argsort(cd, axis=1)[:, :k]
+    return cp.take_along_axis(ci, order, axis=1), cp.take_along_axis(cd, order, axis=1)
+
+
 def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,
                  sample=None, max_iters=None, delta=0.001, update=None, verbose=False):
     """Merge the k-NN graphs of two point sets into the graph of their union (GGM).
@@ -134,36 +185,40 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
     upd = update or ("selective" if kind == "gpu" else "basic")
     mi = internal_metric(metric)
 
-    init, (h1, far1), (h2, far2) = ggm_init(I1, I2, n1, n2, K, rng)
+    itype = index_dtype_for(n)
     with _device_ctx(kind, dev_id):
-        xp = np
         if kind == "gpu":
             from .._backend import cupy_or_none
 
-            xp = cupy_or_none()
-            X = xp.concatenate([as_device(X1), as_device(X2)])
+            cp = cupy_or_none()
+            X = cp.empty((n, X1.shape[1]), dtype=X1.dtype)  # one device buffer, no concatenated copy
+            X[:n1] = as_device(X1)
+            X[n1:] = as_device(X2)
+            init_d, (h1, h2) = _ggm_init_gpu(cp, I1, I2, n1, n2, K, seed)
         else:
             X = np.concatenate([as_host(X1), as_host(X2)])
+            init_d, (h1, far1), (h2, far2) = ggm_init(I1, I2, n1, n2, K, rng)
         Xp = prepare_vectors(X, metric)
-        init_d = as_device(init) if kind == "gpu" else init
         t0 = time.perf_counter()
         I, D, st = run_nndescent(Xp, K, device=kind, sample=p, max_iters=iters, delta=delta,
                                  metric_internal=mi, init_indices=init_d, split=n1, seed=seed, update=upd)
+        del init_d
         t_desc = time.perf_counter() - t0
         # Algorithm 3 line 12: merge with the far halves that were set aside, sort, keep k
-        far = np.full((n, max(far1.shape[1], far2.shape[1], 1)), -1, np.int32)
-        fard = np.full(far.shape, np.inf, np.float32)
-        far[:n1, :far1.shape[1]] = far1
-        far[n1:, :far2.shape[1]] = far2
-        fard[:n1, :far1.shape[1]] = to_internal(D1[:, h1:], metric)
-        fard[n1:, :far2.shape[1]] = to_internal(D2[:, h2:], metric)
-        Ih, Dh = merge_lists(as_host(I), as_host(D), far, fard, k)
+        if kind == "gpu":
+            Ih, Dh = _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric)
+            del I, D
+        else:
+            far = np.full((n, max(far1.shape[1], far2.shape[1], 1)), -1, np.int32)
+            fard = np.full(far.shape, np.inf, np.float32)
+            far[:n1, :far1.shape[1]] = far1
+            far[n1:, :far2.shape[1]] = far2
+            fard[:n1, :far1.shape[1]] = to_internal(D1[:, h1:], metric)
+            fard[n1:, :far2.shape[1]] = to_internal(D2[:, h2:], metric)
+            Ih, Dh = merge_lists(as_host(I), as_host(D), far, fard, k)
         if metric != "manhattan":
             Dh = finalize_distances(Dh, metric)
-        itype = index_dtype_for(n)
         Ih = Ih.astype(itype, copy=False)
-        if kind == "gpu":
-            Ih, Dh = as_device(Ih), as_device(Dh)
     stats = {"method": "merge", "device": kind, "iterations": int(st["iterations"]),
              "updates": [int(u) for u in st["updates"]], "time_s": [float(t) for t in st["time_s"]],
              "K": K, "sample": p, "update": upd, "seed": seed,
