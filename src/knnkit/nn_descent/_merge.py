@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from .._backend import resolve_device, as_host, as_device
+from .._config import get_memory_budget
 from .._metrics import internal_metric, prepare_vectors, finalize_distances
 from .._validation import check_matrix
 from ._build import default_parameters, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
@@ -108,18 +109,26 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric):
         b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
         far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
         fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric))
-    ci = cp.concatenate([I.astype(cp.int32, copy=False), far], axis=1)
-    cd = cp.concatenate([D.astype(cp.float32, copy=False), fard], axis=1)
-    cd = cp.where(ci < 0, cp.float32(cp.inf), cd)
-    # holes the kernel refilled with random ids may repeat a far-half id: drop repeats
-    by_id = cp.argsort(ci, axis=1)
-    sid = cp.take_along_axis(ci, by_id, axis=1)
-    rep = cp.zeros(ci.shape, dtype=cp.bool_)
-    rep[:, 1:] = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0)
-    rows = cp.arange(n)[:, None]
-    cd[rows, by_id] = cp.where(rep, cp.float32(cp.inf), cd[rows, by_id])
-    order = cp.argsort(cd, axis=1)[:, :k]
-    return cp.take_along_axis(ci, order, axis=1), cp.take_along_axis(cd, order, axis=1)
+    out_i = cp.empty((n, k), cp.int32)
+    out_d = cp.empty((n, k), cp.float32)
+    # in row tiles: the sorts' temporaries take ~40 bytes per candidate, more than the lists
+    tile = max(1024, get_memory_budget() // (8 * 40 * (I.shape[1] + F)))
+    for a in range(0, n, tile):
+        b = min(n, a + tile)
+        ci = cp.concatenate([I[a:b].astype(cp.int32, copy=False), far[a:b]], axis=1)
+        cd = cp.concatenate([D[a:b].astype(cp.float32, copy=False), fard[a:b]], axis=1)
+        cd = cp.where(ci < 0, cp.float32(cp.inf), cd)
+        # holes the kernel refilled with random ids may repeat a far-half id: drop repeats
+        by_id = cp.argsort(ci, axis=1)
+        sid = cp.take_along_axis(ci, by_id, axis=1)
+        rep = cp.zeros(ci.shape, dtype=cp.bool_)
+        rep[:, 1:] = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0)
+        rows = cp.arange(b - a)[:, None]
+        cd[rows, by_id] = cp.where(rep, cp.float32(cp.inf), cd[rows, by_id])
+        order = cp.argsort(cd, axis=1)[:, :k]
+        out_i[a:b] = cp.take_along_axis(ci, order, axis=1)
+        out_d[a:b] = cp.take_along_axis(cd, order, axis=1)
+    return out_i, out_d
 
 
 def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,

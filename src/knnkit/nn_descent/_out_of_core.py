@@ -347,6 +347,8 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
             else:
                 writes, running = _step_merge(state, need[0], need[1], get(need[0]), get(need[1]), bounds, k, K,
                                               metric, device, seed)
+            if kind == "gpu":  # hand cached blocks back: the budget bounds what the process holds
+                _free_device_pool()
             times = {"load_s": t1 - t0, "compute_s": time.perf_counter() - t1, **state.detail}
             state.detail = {}
             # results are written (and committed to the manifest) by a background thread while the
@@ -515,6 +517,14 @@ def _step_final(store, n_shards, state):
                 w.append(state.running_list(i)[col])
         files[name] = _checksum(store.path(name))
     return files
+
+
+def _free_device_pool():
+    from .._backend import cupy_or_none
+
+    cp = cupy_or_none()
+    if cp is not None:
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 def _remove(p):
