@@ -334,6 +334,8 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
             for i in nxt:
                 if i not in cache:
                     cache[i] = pool.submit(load_shard, i)
+                if todo[t + 1].startswith("merge_"):
+                    state.prefetch_base(i, pool)
             hook(f"{step}:start")
             t1 = time.perf_counter()
             if step == "final":
@@ -402,6 +404,7 @@ class _State:
         self.hook = hook
         self.running = {}  # shard -> (ids, user distances), latest version
         self.bases = {}    # shard -> KnnGraph of the shard alone (local ids)
+        self.base_reads = {}  # shard -> future of a background read of its graph
         self.versions = {}  # shard -> version number of its latest running list
         self.failed = False  # a commit raised: later steps must not be committed
         self.detail = {}  # timings of the step just computed, recorded in the manifest
@@ -410,12 +413,25 @@ class _State:
         for i in list(self.bases):
             if i not in need:
                 del self.bases[i]
+        for i in list(self.base_reads):
+            if i not in need:
+                del self.base_reads[i]
+
+    def _read_base(self, i, files):
+        I, D = self.store.read_pair(f"base_{i}", files)
+        return KnnGraph(I, D, metric=self.metric)
+
+    def prefetch_base(self, i, pool):
+        """Read shard i's graph in the background for the next step (when its step is committed)."""
+        done = self.store.m["done"].get(f"graph_{i}")
+        if i not in self.bases and i not in self.base_reads and done is not None:
+            self.base_reads[i] = pool.submit(self._read_base, i, done["files"])
 
     def base(self, i):
         if i not in self.bases:
-            step = self.store.m["done"][f"graph_{i}"]["files"]
-            I, D = self.store.read_pair(f"base_{i}", step)
-            self.bases[i] = KnnGraph(I, D, metric=self.metric)
+            fut = self.base_reads.pop(i, None)
+            self.bases[i] = (fut.result() if fut is not None else
+                             self._read_base(i, self.store.m["done"][f"graph_{i}"]["files"]))
         return self.bases[i]
 
     def running_list(self, i):
