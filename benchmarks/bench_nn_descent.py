@@ -6,9 +6,17 @@ convergence curve (recall per iteration, paper Figure 4) and the ablation of pap
 (basic update / selective update / selective + segmented locks). ``--cuvs`` runs
 cuvs.neighbors.nn_descent on the same data when it imports.
 
-Example::
+``--sweep`` records recall@k (``--ks``) and kernel time after every iteration of each ``--configs``
+K:p (what any delta would give is read off the curve), ``--timed`` times K:p end to end with each
+join kernel of ``--distances`` (fp32 / tensor), ``--defaults n1,n2`` runs ``knn_graph`` with the
+default parameters for each k in ``--ks``.
+
+Examples::
 
     PYTHONPATH=src python benchmarks/bench_nn_descent.py --n 1000000 --d 128 --configs 32:16,24:12
+    PYTHONPATH=src python benchmarks/bench_nn_descent.py --sweep --configs 192:16,128:16 --iters 46 \
+        --timed 48:16,192:16 --distances fp32,tensor --out sweep.json
+    PYTHONPATH=src python benchmarks/bench_nn_descent.py --defaults 10000,100000,1000000 --ks 10,32,64
 """
 
 import argparse
@@ -90,7 +98,7 @@ def _top_of_raw(idx, dist, rows, k):
 
 
 def run_gnnd(X, K, p, *, iters, delta, update="selective", locks="segmented", callback=None, seed=0, group=8,
-             minblocks=None):
+             minblocks=None, **kw):
     import cupy as cp
     from knnkit.nn_descent._gpu import nndescent_gpu
 
@@ -98,9 +106,95 @@ def run_gnnd(X, K, p, *, iters, delta, update="selective", locks="segmented", ca
     t0 = time.perf_counter()
     idx, dist, stats = nndescent_gpu(X, K, sample=p, max_iters=iters, delta=delta, metric="l2", seed=seed,
                                      update=update, locks=locks, callback=callback, _group=group,
-                                     _minblocks=minblocks)
+                                     _minblocks=minblocks, **kw)
     cp.cuda.Device().synchronize()
     return idx, dist, stats, time.perf_counter() - t0
+
+
+
+def _recall_gpu(found, truth, k):
+    """recall@k of found[:, :k] against truth[:, :k] (both cupy, rows aligned), on the GPU."""
+    f, t = found[:, :k], truth[:, :k]
+    return float((f[:, :, None] == t[:, None, :]).any(axis=2).sum()) / t.size
+
+
+def sweep(X, rows, truth, configs, ks, iters, seed=0, **kw):
+    """Convergence of each (K, p): recall@k for every k in ``ks`` and the cumulative kernel time
+    after each iteration (delta = 0, so every iteration runs); what any delta would have given is
+    read off the per-iteration updates (stop after the first iteration below delta * n * K)."""
+    import cupy as cp
+
+    out = []
+    n = len(X)
+    for K, p in configs:
+        run_gnnd(X[:5000], K, p, iters=2, delta=0, **kw)  # compile
+        curve = []
+
+        def cb(it, gi, gd):
+            top = _top_of_raw(gi, gd, rows, max(ks))
+            curve.append({f"r{k}": round(_recall_gpu(top, truth, k), 5) for k in ks})
+
+        idx, dist, stats, t = run_gnnd(X, K, p, iters=iters, delta=0.0, callback=cb, seed=seed, **kw)
+        cum = np.cumsum(stats["time_s"])
+        final = {f"r{k}": round(_recall_gpu(idx[rows], truth, k), 5) for k in ks}
+        for c, u, tc in zip(curve, stats["updates"], cum):
+            c.update(updates=u, frac=round(u / (n * K), 6), t=round(float(tc), 4))
+        res = dict(n=n, K=K, p=p, total_s=round(t, 4), final=final, curve=curve, **kw)
+        # the stop point and time of each delta (kernel time up to and including that iteration)
+        res["by_delta"] = {}
+        for dl in (0.003, 0.001, 0.0005, 0.0002, 0.0001):
+            j = next((i for i, c in enumerate(curve) if c["updates"] < dl * n * K), len(curve) - 1)
+            res["by_delta"][str(dl)] = dict(it=j + 1, t=curve[j]["t"], **{kk: curve[j][kk] for kk in curve[j]
+                                                                          if kk.startswith("r")})
+        out.append(res)
+        print(json.dumps(res), file=sys.stderr)
+        del idx, dist
+    return out
+
+
+def timed(X, rows, truth, configs, ks, iters, delta, distances, seed=0):
+    """End-to-end time (no callback) and recall@k of each (K, p) with each join distance kernel."""
+    out = []
+    for K, p in configs:
+        for dist in distances:
+            run_gnnd(X[:5000], K, p, iters=2, delta=0, distance=dist)  # compile
+            idx, _, stats, t = run_gnnd(X, K, p, iters=iters, delta=delta, seed=seed, distance=dist)
+            out.append(dict(K=K, p=p, distance=dist, delta=delta, time_s=round(t, 4),
+                            iterations=stats["iterations"],
+                            **{f"r{k}": round(_recall_gpu(idx[rows], truth, k), 5) for k in ks}))
+            print(json.dumps(out[-1]), file=sys.stderr)
+            del idx
+    return out
+
+
+def defaults(ns, ks, d, seed=0, sample_rows=10_000):
+    """knn_graph(k, method="nndescent") with knnkit's default parameters: time and recall@k."""
+    import cupy as cp
+    import knnkit
+    from knnkit.nn_descent import default_parameters
+
+    res = []
+    for n in ns:
+        X, _ = _data(n, d, seed, "float32")
+        rows = cp.asarray(np.random.default_rng(1).choice(n, min(sample_rows, n), replace=False))
+        truth = _exact_sample(X, rows, max(ks))
+        for k in ks:
+            K, p, it = default_parameters(k, n, device="gpu")
+            knnkit.knn_graph(X[:4000], k, method="nndescent", device="gpu", random_state=seed,
+                             n_neighbors_internal=K, sample=p)  # compile
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            g = knnkit.knn_graph(X, k, method="nndescent", device="gpu", random_state=seed)
+            cp.cuda.Device().synchronize()
+            t = time.perf_counter() - t0
+            ind = cp.asarray(g.indices)
+            st = g.stats
+            res.append(dict(n=n, k=k, K=st["K"], p=st["sample"], iterations=st["iterations"], time_s=round(t, 4),
+                            recall=round(_recall_gpu(ind[rows], truth, k), 5)))
+            print(json.dumps(res[-1]), file=sys.stderr)
+            del g, ind
+        del X
+    return res
 
 
 def grid():
@@ -170,9 +264,26 @@ def main():
     ap.add_argument("--variants", action="store_true", help="also time kernel tuning variants")
     ap.add_argument("--fp16", action="store_true", help="also time float16 input")
     ap.add_argument("--grid", action="store_true", help="small-data recall grid (parameters, metrics, d)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="per-iteration recall@ks / time curves of --configs (delta read off the curves)")
+    ap.add_argument("--ks", default="10,32,64", help="k values of recall@k (--sweep, --defaults)")
+    ap.add_argument("--defaults", default=None, help="comma list of n: knn_graph defaults for each k in --ks")
+    ap.add_argument("--distance", default=None, help="join distance kernel of --sweep (fp32 / tensor)")
+    ap.add_argument("--timed", default=None,
+                    help="K:p list: end-to-end time and recall@ks for each of --distances (after --sweep)")
+    ap.add_argument("--distances", default="fp32,tensor")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args()
     if args.grid:
         return grid()
+    ks = [int(v) for v in args.ks.split(",")]
+    if args.defaults:
+        res = dict(bench="nn_descent_gpu_defaults", date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                   commit=_commit(), d=args.d,
+                   runs=defaults([int(float(v)) for v in args.defaults.split(",")], ks, args.d, args.seed,
+                                 args.sample_rows))
+        _emit(res, args.out)
+        return res
 
     import cupy as cp
 
@@ -188,8 +299,18 @@ def main():
                data=dict(source=src, n=args.n, d=args.d, dtype="float32"), k=args.k, iters=args.iters,
                delta=args.delta, sample_rows=int(len(rows)), t_data_s=t_data, t_truth_s=t_truth, runs=[])
 
-    # compile every kernel variant once on a small problem (the timed runs exclude compilation)
     configs = [tuple(int(v) for v in c.split(":")) for c in args.configs.split(",") if c]
+    if args.sweep:
+        kw = {} if args.distance is None else dict(distance=args.distance)
+        truth = _exact_sample(X, rows, max(ks))
+        out["sweep"] = sweep(X, rows, truth, configs, ks, args.iters, args.seed, **kw) if configs else []
+        if args.timed:
+            tcfg = [tuple(int(v) for v in c.split(":")) for c in args.timed.split(",") if c]
+            out["timed"] = timed(X, rows, truth, tcfg, ks, args.iters, args.delta, args.distances.split(","),
+                                 args.seed)
+        _emit(out, args.out)
+        return out
+    # compile every kernel variant once on a small problem (the timed runs exclude compilation)
     for K, p in configs:
         run_gnnd(X[:5000], K, p, iters=2, delta=0)
     for K, p in configs:
@@ -268,7 +389,15 @@ def main():
             out["cuvs"] = res
         except Exception as e:
             out["cuvs"] = dict(error=repr(e))
-    print(json.dumps(out, indent=1))
+    _emit(out, args.out)
+
+
+def _emit(obj, path):
+    text = json.dumps(obj, indent=1)
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@
 //                triangle index mapping (eqs. 1-2, applied to 4x4 register tiles), NEW-OLD pairs as a
 //                tiled distance "matrix product" with the metric in place of the dot product; vectors
 //                of any d pass through shared memory in chunks of 64 dimensions  -> gnnd_local_join
+//                (TC = 1: the same products on tensor cores, fp16 rows, mma.sync m16n8k16 with fp32
+//                accumulation, l2 / ip only)                                   -> tc_distances
 //   section 4.3  selective update (Alg. 2: warp-shuffle argmin of the nearest NEW and nearest OLD object
 //                of each sample) and insertion into sorted lists under one spinlock per 32-entry segment
 //                (or one per list), 8-lane groups inserting in parallel         -> group_insert
 //   section 5.1  GGM: with split = s only cross pairs (one id < s, the other >= s) are compared.
-// Graph layout: idx (n, K) int32 with bit 31 = NEW flag, dist (n, K) float32; a list is nseg sorted
+// Graph layout: idx (n, K <= 256) int32 with bit 31 = NEW flag, dist (n, K) float32; a list is nseg sorted
 // segments [seg*K/nseg, (seg+1)*K/nseg); neighbour v lives in segment v % nseg.
 // NVRTC has no standard headers: only builtins are used here (fp16 is converted with inline PTX).
 
@@ -81,7 +83,8 @@ __device__ __forceinline__ void warp_argmin(float& d, int& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Initial / final list preparation, one warp per node (K <= 128, 4 entries per lane).
+// Initial / final list preparation, one warp per node, E entries per lane (K <= 32 E: E = 4 up to
+// K = 128, E = 8 up to 256; a separate instantiation so that short lists keep their registers).
 // Drops invalid, self and duplicate ids, computes missing distances, routes every neighbour v to
 // segment v % nseg (a segment keeps its nearest K/nseg; holes are filled with random ids of the
 // segment's residue class, drawn from a hash of seed and node so that a run repeats), sorts each
@@ -123,7 +126,7 @@ __device__ void fill_distances(const T* __restrict__ X, int d, int u, int lo, in
     __syncwarp();
 }
 
-template <typename T, int M>
+template <typename T, int M, int E>
 __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int nseg,
                              const int* __restrict__ in_idx, const float* __restrict__ in_dist,
                              int* __restrict__ out_idx, float* __restrict__ out_dist,
@@ -139,11 +142,11 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
     const float qnan = __int_as_float(0x7fc00000);
 
     // A: load, drop invalid / self / later duplicates, compact in order
-    int ids[4];
-    float ds[4];
-    bool ok[4];
+    int ids[E];
+    float ds[E];
+    bool ok[E];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E; ++e) {
         const int j = e * 32 + lane;
         ids[e] = -1; ds[e] = qnan; ok[e] = false;
         if (j < K) {
@@ -159,7 +162,7 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
     }
     __syncwarp();
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E; ++e) {
         const int j = e * 32 + lane;
         if (ok[e])
             for (int k = 0; k < j; ++k)
@@ -168,7 +171,7 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
     __syncwarp();
     int cnt = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {  // ids live in registers, so compacting in place is safe
+    for (int e = 0; e < E; ++e) {  // ids live in registers, so compacting in place is safe
         const unsigned b = __ballot_sync(GNND_FULL, ok[e]);
         const int pos = cnt + __popc(b & lanemask_lt());
         if (ok[e]) { aid[pos] = ids[e]; ad[pos] = ds[e]; }
@@ -179,9 +182,11 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
     fill_distances<T, M>(X, d, u, 0, cnt, aid, ad, lane);
 
     // C: route to segments, keep the nearest L of each
-    int fill[4] = {0, 0, 0, 0};
+    int fill[E];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int s = 0; s < E; ++s) fill[s] = 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
         const int j = e * 32 + lane;
         int sg = -1, rank = 0;
         if (j < cnt) {
@@ -193,7 +198,7 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
             if (rank < L) { bid[beg + rank] = v; bd[beg + rank] = dv; }
         }
 #pragma unroll
-        for (int s = 0; s < 4; ++s) fill[s] += __popc(__ballot_sync(GNND_FULL, sg == s));
+        for (int s = 0; s < E; ++s) fill[s] += __popc(__ballot_sync(GNND_FULL, sg == s));
     }
     __syncwarp();
     // D: fill each segment's holes with random ids of its residue class (then a sweep, which
@@ -227,7 +232,7 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
     fill_distances<T, M>(X, d, u, 0, K, bid, bd, lane);
     // F: sort each segment by (distance, id); ids are unique so ranks are a permutation
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E; ++e) {
         const int j = e * 32 + lane;
         if (j < K) {
             int sg = 0;
@@ -248,8 +253,10 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
 
 // ---------------------------------------------------------------------------------------------
 // Section 4.1, forward part: the first (nearest) p NEW and p OLD entries of each list, one warp
-// per node. Sampled NEW entries become OLD. Lists with several segments are ranked across them.
+// per node (E entries per lane, K <= 32 E). Sampled NEW entries become OLD. Lists with several
+// segments are ranked across them.
 // ---------------------------------------------------------------------------------------------
+template <int E>
 __global__ void gnnd_sample(int* __restrict__ g_idx, const float* __restrict__ g_dist, int n, int K,
                             int nseg, int p, int maxs, int* __restrict__ new_s, int* __restrict__ new_cnt,
                             int* __restrict__ new_fwd, int* __restrict__ old_s, int* __restrict__ old_cnt,
@@ -260,11 +267,11 @@ __global__ void gnnd_sample(int* __restrict__ g_idx, const float* __restrict__ g
     if (u >= n) return;
     float* sd = reinterpret_cast<float*>(ssm + wib * 2 * K);
     int* sn = ssm + wib * 2 * K + K;
-    int ids[4];
-    float ds[4];
-    bool isn[4];
+    int ids[E];
+    float ds[E];
+    bool isn[E];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E; ++e) {
         int j = e * 32 + lane;
         ids[e] = 0; ds[e] = 0.f; isn[e] = false;
         if (j < K) {
@@ -277,7 +284,7 @@ __global__ void gnnd_sample(int* __restrict__ g_idx, const float* __restrict__ g
     __syncwarp();
     int cn = 0, co = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < E; ++e) {
         int j = e * 32 + lane;
         bool valid = j < K;
         unsigned bn = __ballot_sync(GNND_FULL, valid && isn[e]);
@@ -334,7 +341,8 @@ __global__ void gnnd_reverse(int n, int maxs, int cap, int* __restrict__ new_s, 
 
 // ---------------------------------------------------------------------------------------------
 // Section 4.3: insert (v, dv) into list u by a group of G lanes holding E entries each (G = GNND_GROUP,
-// E = 32 / G when a segment has <= 32 entries, else the whole warp with E = 4). The list is cut in nseg segments, each sorted
+// E = 32 / G when a segment has <= 32 entries, else the whole warp with E = EW = 4 or 8). The list is cut in
+// nseg segments, each sorted
 // and guarded by its own spinlock (nseg = 1: one lock per list). Several groups of a warp
 // insert into different lists at once, which hides the latency of lock, read, write.
 // Returns true when inserted.
@@ -440,6 +448,173 @@ template <typename T> struct is_f32 { static constexpr bool value = false; };
 template <> struct is_f32<float> { static constexpr bool value = true; };
 
 // ---------------------------------------------------------------------------------------------
+// Tensor-core distances (the issue's "tiled 16x16 distance matrix product", as cuVS does; TC = 1):
+// the sample rows of a chunk of GNND_DCT = 128 dimensions are kept as fp16 pairs in shared memory
+// (row stride 68 words, so that the 8 rows x 4 words of one fragment load hit 32 distinct banks);
+// NEW-NEW (lower triangle of 16x16 tiles, eqs. 1-2 on tiles) and NEW-OLD dot products are
+// mma.sync m16n8k16 (fp16 in, fp32 accumulate), one warp per 16x16 tile = 2 MMAs per k-step of
+// 16. Squared L2 = |a|^2 + |b|^2 - 2 a.b with the norms summed in fp32 from the same fp16 values
+// (the result is the fp32-accumulated distance of the rounded vectors; clamped at 0). Before the
+// rounding, rows are centred (l2 only: translation-invariant; mu = column means) and scaled by a power
+// of two (tc_scale, largest |value| near 1024) so that data with an offset or a small or large range
+// keep fp16's 11 significant bits on what differs between them; distances are scaled back. l1 has no
+// product form: fp32 SIMT only. Inline PTX rather than <mma.h>: NVRTC with CuPy's pip CUDA headers
+// cannot open crt/mma.h (measured on the H200 machine), and PTX needs no header at all.
+// ---------------------------------------------------------------------------------------------
+#define GNND_DCT 128
+#define GNND_DCW (GNND_DCT / 2 + 4)   // row stride in 32-bit words (fp16 pairs)
+
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float half_lo(unsigned v) {
+    float f;
+    asm("{ .reg .f16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(v));
+    return f;
+}
+__device__ __forceinline__ float half_hi(unsigned v) {
+    float f;
+    asm("{ .reg .f16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(v));
+    return f;
+}
+__device__ __forceinline__ void mma_16816(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <typename T, int MAXS>
+__device__ __forceinline__ void tc_load_chunk(const T* __restrict__ X, int d, int c0, int cl, int cl16, int mn,
+                                              int mo, const int* sid, unsigned* Xh, const float* __restrict__ mu,
+                                              float scale) {
+    // groups of 4 elements, 4 groups in flight per thread; zero padding up to a multiple of 16
+    const int ng = cl16 >> 2, total = (mn + mo) * ng;
+    const bool vec = is_f32<T>::value && (d & 3) == 0;
+    for (int base = 0; base < total; base += 4 * blockDim.x) {
+        float4 v[4];
+        int dst[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int e = base + q * blockDim.x + threadIdx.x;
+            dst[q] = -1;
+            if (e < total) {
+                const int rr = e / ng, c = e - rr * ng;
+                const int r = rr < mn ? rr : MAXS + rr - mn;
+                const int j = 4 * c;
+                const T* src = X + (size_t)sid[r] * d + c0 + j;
+                if (vec && j < cl) {
+                    v[q] = __ldg(reinterpret_cast<const float4*>(src));
+                } else {
+                    v[q].x = j < cl ? gload(src) : 0.f;
+                    v[q].y = j + 1 < cl ? gload(src + 1) : 0.f;
+                    v[q].z = j + 2 < cl ? gload(src + 2) : 0.f;
+                    v[q].w = j + 3 < cl ? gload(src + 3) : 0.f;
+                }
+                dst[q] = r * GNND_DCW + 2 * c;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            if (dst[q] >= 0) {
+                if (mu) {  // (x - mu) * scale; the padding columns stay 0
+                    const int j = c0 + 2 * (dst[q] % GNND_DCW);
+                    if (j < d) v[q].x = (v[q].x - __ldg(mu + j)) * scale;
+                    if (j + 1 < d) v[q].y = (v[q].y - __ldg(mu + j + 1)) * scale;
+                    if (j + 2 < d) v[q].z = (v[q].z - __ldg(mu + j + 2)) * scale;
+                    if (j + 3 < d) v[q].w = (v[q].w - __ldg(mu + j + 3)) * scale;
+                } else {
+                    v[q].x *= scale; v[q].y *= scale; v[q].z *= scale; v[q].w *= scale;
+                }
+                Xh[dst[q]] = pack_half2(v[q].x, v[q].y);
+                Xh[dst[q] + 1] = pack_half2(v[q].z, v[q].w);
+            }
+    }
+}
+
+// D[r][c] (NEW-NEW, both triangles) and D[r][MAXS + c] (NEW-OLD) as in the fp32 path: dot products
+// for ip, squared L2 for l2. Ends with a __syncthreads.
+template <typename T, int M, int MAXS, int DS>
+__device__ void tc_distances(const T* __restrict__ X, int d, int mn, int mo, const int* sid, float* D, float* nrm,
+                             unsigned* Xh, const float* __restrict__ mu, float scale) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const int g = lane >> 2, tg = lane & 3;  // mma fragment coordinates: row group, thread in group
+    const int Tn = (mn + 15) >> 4, To = (mo + 15) >> 4;
+    const int nNN = Tn * (Tn + 1) / 2, nItems = nNN + Tn * To;
+    for (int c0 = 0; c0 < d; c0 += GNND_DCT) {
+        const int cl = min(GNND_DCT, d - c0), cl16 = (cl + 15) & ~15;
+        const bool first = c0 == 0, last = c0 + GNND_DCT >= d;
+        tc_load_chunk<T, MAXS>(X, d, c0, cl, cl16, mn, mo, sid, Xh, mu, scale);
+        __syncthreads();
+        if (M == 0)
+            for (int rr = tid; rr < mn + mo; rr += blockDim.x) {
+                const int r = rr < mn ? rr : MAXS + rr - mn;
+                float s = 0.f;
+                for (int j = 0; j < (cl16 >> 1); ++j) {
+                    const unsigned h = Xh[r * GNND_DCW + j];
+                    const float lo = half_lo(h), hi = half_hi(h);
+                    s = fmaf(lo, lo, fmaf(hi, hi, s));
+                }
+                nrm[r] = first ? s : nrm[r] + s;
+            }
+        for (int it = warp; it < nItems; it += nw) {
+            int U, V;
+            const bool nn = it < nNN;
+            if (nn) {  // eqs. (1)-(2) on 16x16 tiles
+                int uu = (int)ceilf(sqrtf(2.f * it + 2.25f) - 0.5f);
+                if (uu * (uu - 1) / 2 > it) --uu;
+                if (uu * (uu + 1) / 2 <= it) ++uu;
+                U = uu - 1; V = it - uu * (uu - 1) / 2;
+            } else {
+                const int q = it - nNN;
+                U = q / To; V = q - U * To;
+            }
+            const int col = (nn ? 0 : MAXS) + 16 * V;
+            // A rows 16U + g (+8), B rows col + g (+8 for the second n-half); k pairs tg, tg + 4
+            const unsigned* pa = Xh + (16 * U + g) * GNND_DCW + tg;
+            const unsigned* pb = Xh + (col + g) * GNND_DCW + tg;
+            float acc[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[h][i] = 0.f;
+            for (int k = 0; k < (cl16 >> 1); k += 8) {
+                const unsigned a0 = pa[k], a1 = pa[8 * GNND_DCW + k], a2 = pa[k + 4], a3 = pa[8 * GNND_DCW + k + 4];
+                mma_16816(acc[0], a0, a1, a2, a3, pb[k], pb[k + 4]);
+                mma_16816(acc[1], a0, a1, a2, a3, pb[8 * GNND_DCW + k], pb[8 * GNND_DCW + k + 4]);
+            }
+            // c0,c1: row g, cols 2tg, 2tg+1 of the n-half; c2,c3: row g + 8
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = 16 * U + g + (i >> 1) * 8, c = 16 * V + 8 * h + 2 * tg + (i & 1);
+                    float* p = D + r * DS + (nn ? 0 : MAXS) + c;
+                    const float v = first ? acc[h][i] : *p + acc[h][i];
+                    *p = v;
+                    if (last && nn && U != V) D[c * DS + r] = v;  // the mirror tile (U > V)
+                }
+        }
+        __syncthreads();
+    }
+    // back to the caller's units (scale is a power of two: exact)
+    const float inv2 = 1.f / (scale * scale);
+    if (M == 0 || inv2 != 1.f) {
+        const int w = mn + mo;
+        for (int e = tid; e < mn * w; e += blockDim.x) {
+            const int r = e / w, c = e - r * w;
+            const int cc = c < mn ? c : MAXS + c - mn;   // column of D and row of the norms
+            float* p = D + r * DS + cc;
+            *p = (M == 0 ? fmaxf(0.f, nrm[r] + nrm[cc] - 2.f * *p) : *p) * inv2;
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Sections 4.2 + 4.3: the local join of one node per thread block.
 // Shared memory: Xs = 2*MAXS sample rows (NEW rows [0, MAXS), OLD rows [MAXS, 2 MAXS)) x one
 // chunk of DC = 64 dimensions (row stride 68 floats = 4 mod 32 banks, so that 8 threads of a
@@ -449,18 +624,22 @@ template <> struct is_f32<float> { static constexpr bool value = true; };
 // of neighbouring threads on consecutive rows (conflict-free). NEW-NEW tiles enumerate the lower
 // triangle of the T x T tile grid with eqs. (1)-(2) of the paper; NEW-OLD tiles are the full
 // T x TO grid (the tiled "matrix product" with the metric in place of the dot product).
+// EW: entries per lane when a whole warp inserts into one list (basic update, or segments longer
+// than 32 with locks="global"): 4 for K <= 128, 8 for K <= 256.
 // ---------------------------------------------------------------------------------------------
-template <typename T, int M, int MAXS>
-__global__ void __launch_bounds__(MAXS == 32 ? 128 : 256, MAXS == 32 ? GNND_MINB : 2)
+template <typename T, int M, int MAXS, int EW, int TC>
+__global__ void __launch_bounds__(MAXS == 32 ? 128 : 256, MAXS == 32 ? (EW == 4 ? GNND_MINB : 6) : 2)
 gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const int* __restrict__ new_s, const int* __restrict__ new_cnt,
                 const int* __restrict__ old_s, const int* __restrict__ old_cnt,
                 int* __restrict__ g_idx, float* __restrict__ g_dist, int* __restrict__ locks,
-                int split, int basic, unsigned long long* __restrict__ updates) {
+                int split, int basic, unsigned long long* __restrict__ updates,
+                const float* __restrict__ tc_mu, float tc_scale) {
     constexpr int DC = 64, DCP = DC + 4, DS = 2 * MAXS + 1;
     extern __shared__ float4 smem4[];
+    // fp32: [Xs: 2 MAXS x DCP][D]; tensor cores: [D][norms: 2 MAXS][Xh: 2 MAXS x GNND_DCW fp16 pairs]
     float* Xs = reinterpret_cast<float*>(smem4);
-    float* D = Xs + 2 * MAXS * DCP;
+    float* D = TC ? Xs : Xs + 2 * MAXS * DCP;
     __shared__ int sraw[2 * MAXS];
     __shared__ int sid[2 * MAXS];
     __shared__ int scount[2];
@@ -505,6 +684,12 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
     const int Tn = (mn + 3) >> 2, To = (mo + 3) >> 2;
     const int nNN = Tn * (Tn + 1) / 2, nItems = nNN + Tn * To;
 
+    if constexpr (TC != 0) {
+        static_assert(M != 2, "l1 has no tensor-core form");
+        float* nrm = D + MAXS * DS;
+        tc_distances<T, M, MAXS, DS>(X, d, mn, mo, sid, D, nrm, reinterpret_cast<unsigned*>(nrm + 2 * MAXS), tc_mu,
+                                     tc_scale);
+    } else
     for (int c0 = 0; c0 < d; c0 += DC) {
         const int cl = min(DC, d - c0), cl4 = (cl + 3) & ~3;
         if (is_f32<T>::value && (d & 3) == 0)
@@ -603,7 +788,7 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const float worst = __shfl_sync(GNND_FULL, lane == 0 ? __ldcg(g_dist + (size_t)u * K +
                                                     (seg + 1) * K / nseg - 1) : 0.f, 0);
                 if (!(dv < worst)) continue;  // a segment's last distance only decreases
-                myupd += group_insert<32, 4>(u, v, dv, K, nseg, g_idx, g_dist, locks, lane);
+                myupd += group_insert<32, EW>(u, v, dv, K, nseg, g_idx, g_dist, locks, lane);
             }
         }
     } else {
@@ -676,7 +861,7 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const int v = cv[q];
                 if (v < 0) continue;
                 const int u = q < 2 * MAXS ? sid[q >> 1] : sid[MAXS + q - 2 * MAXS];
-                myupd += group_insert<32, 4>(u, v, cd[q], K, nseg, g_idx, g_dist, locks, lane);
+                myupd += group_insert<32, EW>(u, v, cd[q], K, nseg, g_idx, g_dist, locks, lane);
             }
             if (lane != 0) myupd = 0;
         }

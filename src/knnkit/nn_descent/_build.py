@@ -20,7 +20,7 @@ GRAPH_METRICS = METRICS + ("manhattan",)
 BRUTE_AUTO_MAX_N = {"cpu": 20_000, "gpu": 100_000}
 
 #: Longest list the GPU NN-Descent kernels support (``_gpu._MAX_K``).
-GPU_MAX_K = 128
+GPU_MAX_K = 256
 
 
 def seed_from(random_state):
@@ -41,49 +41,66 @@ def default_parameters(k, n, *, device="cpu"):
     """Internal list length ``K``, samples per list ``p`` and iteration cap for a k-NN graph.
 
     The rules (measured on clustered 128-d data, ``make_clustered``: intrinsic dim 16 plus
-    isotropic noise; recall@k on 500-2000 sampled rows against exact neighbours):
+    isotropic noise; recall@k on 500-10000 sampled rows against exact neighbours):
 
-    * ``K = k + max(6, k // 8) + g(n)`` on the CPU, ``max(48, 3k) + round(8 log2(n / 1e6))`` on
-      the GPU (selective update refines the tail of a list least, see the comment below), with ``g(n) = round(6 * log2(n / 1e5))``
-      above 100k points (0 below), capped at ``n - 1`` (and 128 on the GPU). A list longer than
-      asked for keeps the descent from stalling in local minima, the main reason NN-Descent
-      recall plateaus below 1, and the plateau falls as n grows (neighbour distances approach
-      the noise floor): with K=20, k=10 gave 0.994 at 100k, 0.983 at 300k and (K=24) 0.983 at 1M.
-    * ``p = min(K, max(14 + round(log2(n / 1e5)), ceil(K / 4)))`` samples on the CPU (NEW and
-      OLD each, reverse fill up to ``2p``): sampling most of a short list beats a longer list
+    * CPU: ``K = k + max(6, k // 8) + g(n)`` with ``g(n) = round(6 * log2(n / 1e5))`` above 100k
+      points (0 below), capped at ``n - 1``. A list longer than asked for keeps the descent from
+      stalling in local minima, the main reason NN-Descent recall plateaus below 1, and the
+      plateau falls as n grows (neighbour distances approach the noise floor): with K=20, k=10
+      gave 0.994 at 100k, 0.983 at 300k and (K=24) 0.983 at 1M.
+    * GPU: ``K = max(48, min(4k, 2k + 64)) + round(max(8, k / 4) log2(n / 1e6))`` (the last term
+      above 1M points only), capped at 256 (the kernels' limit) and ``n - 1``: k = 10 -> 48,
+      32 -> 128, 64 -> 192 at 1M. GNND's selective update refines the tail of a list least, so
+      the GPU needs a longer list than the CPU for the same recall@k. H200, 1M x 128, p = 16,
+      recall@k at convergence: k=10: K=48 0.991; k=32: K=64 0.966, K=96 0.989, K=128 0.996;
+      k=64: K=128 0.972 (0.983 with p=32: the old 128-entry limit), K=160 0.986, K=192 0.992,
+      K=224 0.996.
+    * ``p``: CPU ``min(K, max(14 + round(log2(n / 1e5)), ceil(K / 4)))`` samples (NEW and OLD
+      each, reverse fill up to ``2p``): sampling most of a short list beats a longer list
       sampled thinly (100k, k=10: K=16/p=14 -> 0.994 in 1.2 s, K=20/p=10 -> 0.994 in 1.4 s,
       K=16/p=12 -> 0.992, K=20/p=8 -> 0.985). At least K/4 because with fewer samples a long
       list is explored so slowly that an iteration can make fewer than delta*n*K updates long
       before convergence (k=100, n=1200, K=112: p=12 stopped at recall 0.73, p=28 gave 0.99998).
-      GPU: ``min(32, max(16, ceil(K / 4)))`` (32 is the kernels' limit).
-    * ``max_iters = 2 * ceil(log2 n) + 6``: NN-Descent converges in O(log n) rounds; the
-      ``delta`` rule (fewer than ``delta * n * K`` updates) stops it earlier in practice.
+      GPU: ``p = 16`` for every K: ``2p <= 32`` keeps the local join in 128-thread blocks
+      (p = 32 needs 256 threads and 4x the pairs), and more iterations of the cheap join beat
+      fewer of the expensive one (1M, k=64, K=192: p=16 reaches recall@64 0.987 in 24
+      iterations / 2.2 s, p=32 0.991 in 17 / 3.6 s; k=32, K=128: p=16 0.996 in 1.4 s, p=32
+      0.998 in 3.4 s).
+    * ``max_iters = 2 * ceil(log2 n) + 6`` (+ 10 on the GPU, where p = 16 on long lists takes
+      more rounds): NN-Descent converges in O(log n) rounds; the ``delta`` rule (fewer than
+      ``delta * n * K`` updates) stops it earlier in practice.
 
-    Measured with these defaults: 100k k=10 0.994 (K=16, p=14); 300k k=10 0.997 (K=25, p=16);
-    1M k=10 0.996 (K=36, p=17); k=32 / 64 reach >= 0.998 at 100k-300k.
+    Measured with these defaults, GPU (H200, make_clustered x 128, recall@k on 10k rows):
+    k = 10 / 32 / 64 -> 10k: 0.99999 / 0.9996 / 0.9945; 100k: 0.9988 / 0.9994 / 0.9981;
+    1M: 0.9912 (0.61 s) / 0.9960 (1.42 s) / 0.9924 (2.88 s); 10M: 0.9902 (9.3 s) /
+    0.9921 (20.5 s) / 0.9882 (31.7 s, with the former growth term: K = 219). CPU: 100k k=10
+    0.994 (K=16, p=14); 300k k=10 0.997 (K=25, p=16); 1M k=10 0.996 (K=36, p=17).
     """
     g = int(round(6 * max(0.0, math.log2(max(n, 1) / 1e5))))
     if device == "gpu":
-        # GNND's selective update refines the tail of a list least, so the GPU needs a longer
-        # list than the CPU for the same recall@k (H200, 1M x 128 clustered, k=10: K=32 -> 0.981,
-        # K=48 -> 0.991 in 0.63 s, K=64 -> 0.996; 10M x 96: K=48 -> 0.980, K=64 -> 0.989).
-        g_gpu = int(round(8 * max(0.0, math.log2(max(n, 1) / 1e6))))
-        # k=32 with K=64 gave only 0.965 (1M x 128), so larger k get K=3k
-        K = max(48, 3 * k) + g_gpu
-        K = min(K, max(k, GPU_MAX_K))  # the GPU kernels hold at most 128 entries per list
+        # growth above 1M points: 8 per doubling measured enough for k <= 32 at 10M (k=10: K=75
+        # -> 0.990, k=32: K=155 -> 0.992) but not for k=64 (K=219 -> 0.988), hence k/4 per
+        # doubling for larger k (k=64 at 10M: K=245; not yet measured, see NOTES_gnnd.md)
+        g_gpu = int(round(max(8.0, k / 4) * max(0.0, math.log2(max(n, 1) / 1e6))))
+        K = max(48, min(4 * k, 2 * k + 64)) + g_gpu
+        K = min(K, max(k, GPU_MAX_K))  # the GPU kernels hold at most 256 entries per list
     else:
         K = k + max(6, k // 8) + g
     K = max(k, min(K, n - 1))
     p = sample_for(K, device, n)
     max_iters = 2 * int(math.ceil(math.log2(max(n, 2)))) + 6
+    if device == "gpu":
+        # p = 16 on long lists needs more rounds (1M, K=192: 40 before the delta rule stops it);
+        # at 10k, k=64 the old cap (34) stopped it at recall@64 0.990
+        max_iters += 10
     return K, max(1, p), max_iters
 
 
 def sample_for(K, device="cpu", n=100_000):
     """Default ``p`` for a list length ``K`` and n points (see :func:`default_parameters`)."""
     if device == "gpu":
-        # p=16 was the measured sweet spot for K in 48..64 (NOTES_gnnd.md)
-        return max(1, min(K, 32, max(16, int(math.ceil(K / 4)))))
+        # p = 16 for every K: the 128-thread join (NOTES_gnnd.md, "K > 128")
+        return max(1, min(K, 16))
     cap = 14 + int(round(max(0.0, math.log2(max(n, 1) / 1e5))))
     return max(1, min(K, max(cap, int(math.ceil(K / 4)))))
 
