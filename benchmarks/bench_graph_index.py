@@ -9,6 +9,15 @@ Build ("own", default): k-means (1024 lists) -> exact k-NN inside each point's 2
 knnkit.GraphIndex.build.  Seeds: data points nearest to the query's nearest k-means centroids
 (their cost is timed in "qps_with_seeds").  Ground truth: exact float32 (torch).
 Prints one JSON document and writes it (plus recall_qps.png) under --out.
+
+    PYTHONPATH=src python benchmarks/bench_graph_index.py --mode api --out $OUT [--parts batch,seeds,visited]
+
+"api" mode: index from ``knnkit.GraphIndex.build(X, device="gpu", random_state=0)`` on
+``make_clustered(n, d, n_queries=queries, random_state=0)``; batch-size curve through the public
+``GraphIndex.search`` with the CuPy seed selection (before) and the fused seed kernel (after), a
+per-stage breakdown for one query, seed kernel direct vs GEMM crossover, threads per block at small
+batches, and the visited set (hash vs Bloom filter, BANG 4.4) at several beams and k = 1000.
+Writes bench_graph_index_api.json.
 """
 
 import argparse
@@ -227,6 +236,162 @@ def recall(found, truth):
     return float(hit) / (t.shape[0] * k)
 
 
+def _tsync(fn, reps):
+    """Best wall time of fn() followed by a device synchronisation."""
+    return _t(fn, reps)
+
+
+def main_api(a, res):
+    import cupy as cp
+    import knnkit
+    from knnkit.graph_index import _entry
+    from knnkit.graph_index._search_gpu import search_gpu, select_seeds_gpu
+    from knnkit.datasets import make_clustered
+
+    parts = set(a.parts.split(","))
+    out_path = os.path.join(a.out, "bench_graph_index_api.json")
+
+    def dump():
+        with open(out_path, "w") as f:
+            json.dump(res, f, indent=1)
+
+    t0 = time.perf_counter()
+    X, Q = make_clustered(a.n, a.d, n_queries=a.queries, random_state=0, device="gpu")
+    X, Q = cp.asarray(X), cp.asarray(Q)
+    res["data"] = f"make_clustered({a.n}, {a.d}, n_queries={a.queries}, random_state=0, device='gpu')"
+    warm = knnkit.GraphIndex.build(X[:20000], device="gpu", random_state=0)  # compile the build kernels
+    warm.search(Q[:10], k=10)
+    del warm
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    index = knnkit.GraphIndex.build(X, device="gpu", random_state=0)
+    cp.cuda.Device().synchronize()
+    res["build_s"] = time.perf_counter() - t0
+    res["index"] = repr(index)
+    gt_d, gt_i = exact_knn_torch(X, Q, a.k)
+    print(f"# build {res['build_s']:.1f}s {res['index']}", file=sys.stderr)
+    dump()
+    beam = a.batch_beam
+    big = cp.concatenate([Q] * (100_000 // Q.shape[0] + 1))[:100_000]
+
+    if "batch" in parts:
+        rows = []
+        for label, flag in (("before_cupy_seeds", False), ("after_seed_kernel", True)):
+            _entry._GPU_SEED_KERNEL = flag
+            _, i = index.search(Q, k=a.k, beam=beam)
+            r = recall(cp.asarray(i), gt_i)
+            for b in (1, 10, 100, 1000, 10_000, 100_000):
+                qb = big[:b]
+                t = _tsync(lambda: index.search(qb, k=a.k, beam=beam), 50 if b <= 1000 else a.reps)
+                rows.append({"seeds": label, "batch": b, "time_ms": t * 1e3, "qps": b / t, "recall_10k": r})
+                print(f"# {label:18s} batch {b:7d}: {t * 1e3:.3f} ms qps={b / t:,.0f} (recall@10k {r:.4f})",
+                      file=sys.stderr)
+        _entry._GPU_SEED_KERNEL = True
+        res["batch_curve_api"] = {"beam": beam, "rows": rows}
+        dump()
+
+        # per-stage breakdown, one query (each stage timed alone with a sync: upper bounds)
+        from knnkit._validation import check_matrix
+        from knnkit._metrics import prepare_vectors
+
+        q1 = Q[:1]
+        Xg, G, E = index._X, index._graph, index._entry
+        X16 = index._fp16_copy(Xg, required=False)
+        ns = max(4, beam // 16)
+        seeds1 = E.seeds_for(q1, ns)
+        bd = {}
+        bd["check_matrix"] = _tsync(lambda: check_matrix(q1, "queries"), 50)
+        bd["prepare_vectors"] = _tsync(lambda: prepare_vectors(q1, index.metric), 50)
+        _entry._GPU_SEED_KERNEL = False
+        bd["seeds_cupy"] = _tsync(lambda: E.seeds_for(q1, ns), 50)
+        _entry._GPU_SEED_KERNEL = True
+        bd["seeds_kernel"] = _tsync(lambda: E.seeds_for(q1, ns), 50)
+        kw = dict(seeds=seeds1, beam=beam, tau=None, max_iters=max(64, 8 * beam), metric="l2", X_fp16=X16,
+                  nn1_max=index.nn1_max)
+        bd["search_gpu"] = _tsync(lambda: search_gpu(Xg, G, q1, a.k, **kw), 50)
+        bd["empty_sync"] = _tsync(lambda: None, 50)
+        bd["index_search"] = _tsync(lambda: index.search(q1, k=a.k, beam=beam), 50)
+        res["breakdown_1query_ms"] = {k: v * 1e3 for k, v in bd.items()}
+        print("# breakdown (ms): " + ", ".join(f"{k}={v * 1e3:.3f}" for k, v in bd.items()), file=sys.stderr)
+        # threads per block at small batches (one block per query: more threads, fewer rounds per step)
+        blk = []
+        for b in (1, 100, 1000, 10_000):
+            qb = big[:b]
+            sb = E.seeds_for(qb, ns)
+            for block in (128, 256, 512):
+                t = _tsync(lambda: search_gpu(Xg, G, qb, a.k, **dict(kw, seeds=sb, block=block)), 20)
+                blk.append({"batch": b, "block": block, "time_ms": t * 1e3})
+                print(f"# block {block} batch {b}: {t * 1e3:.3f} ms", file=sys.stderr)
+        res["block_small_batch"] = blk
+        dump()
+
+    if "seeds" in parts:
+        E = index._entry
+        E.seeds_for(Q[:1], 4)  # builds the cached device arrays E._dev
+        _, C, M, cn = E._dev
+        rows = []
+        for b in (1, 10, 100, 300, 1000, 10_000, 100_000):
+            qb = big[:b]
+            row = {"batch": b}
+            for m in ("direct", "gemm"):
+                row[m + "_ms"] = 1e3 * _tsync(lambda: select_seeds_gpu(qb, C, M, 4, "l2", cnorms=cn, method=m), 20)
+            _entry._GPU_SEED_KERNEL = False
+            row["cupy_ms"] = 1e3 * _tsync(lambda: E.seeds_for(qb, 4), 10)
+            ref = E.seeds_for(qb, 4)
+            _entry._GPU_SEED_KERNEL = True
+            row["same_as_cupy"] = float((E.seeds_for(qb, 4) == ref).all(axis=1).mean())
+            rows.append(row)
+            print(f"# seeds {row}", file=sys.stderr)
+        res["seed_selection"] = {"n_centroids": len(E), "s": 4, "rows": rows}
+        dump()
+
+    if "visited" in parts:
+        Xg, G, E = index._X, index._graph, index._entry
+        X16 = index._fp16_copy(Xg, required=False)
+        rows = []
+
+        def one(label, qq, gt, k, beam, **extra):
+            ns = max(4, beam // 16)
+            sd = E.seeds_for(qq, ns)
+            kw = dict(seeds=sd, beam=beam, tau=None, max_iters=max(64, 8 * beam), metric="l2",
+                      nn1_max=index.nn1_max, **extra)
+            _, i, st = search_gpu(Xg, G, qq, k, return_stats=True, **kw)
+            r = recall(i, gt)
+            t = _tsync(lambda: search_gpu(Xg, G, qq, k, **kw), a.reps)
+            row = {"variant": label, "k": k, "beam": beam, "recall": r, "qps": qq.shape[0] / t, "time_ms": t * 1e3,
+                   "mean_distances": float(st[:, 1].mean()), "mean_steps": float(st[:, 0].mean()),
+                   **{kk: (vv if isinstance(vv, (int, str, float)) else "X16") for kk, vv in extra.items()}}
+            rows.append(row)
+            print(f"# {label:22s} k={k} beam={beam:5d} recall={r:.4f} qps={row['qps']:,.0f} "
+                  f"dist={row['mean_distances']:.0f} steps={row['mean_steps']:.1f}", file=sys.stderr)
+
+        from knnkit.graph_index._search_gpu import _visited_config
+
+        for trav in ("fp32", "fp16"):
+            xf = dict(X_fp16=X16) if trav == "fp16" else {}
+            cmax = max(32, (2 if trav == "fp16" else 1) * G.shape[1])
+            for beam in (32, 64, 128, 512):
+                for vis in ("hash", "bloom"):
+                    one(f"{trav}-{vis}", Q, gt_i, a.k, beam, visited=vis, **xf)
+                bits = _visited_config("bloom", beam, cmax, None, None)[1] * 32
+                for f in (0.25, 2):  # filter size: refills (re-evaluated rejects) vs shared memory
+                    one(f"{trav}-bloom-x{f}", Q, gt_i, a.k, beam, visited="bloom", bloom_bits=int(bits * f), **xf)
+            for bits in (1024, 2048, 4096):  # false-positive effect: tiny filters
+                one(f"{trav}-bloom{bits}", Q, gt_i, a.k, 64, visited="bloom", bloom_bits=bits, **xf)
+        dump()
+        q1k = Q[:1000]
+        _, gt1k = exact_knn_torch(X, q1k, 1000)
+        for trav in ("fp32", "fp16"):
+            xf = dict(X_fp16=X16) if trav == "fp16" else {}
+            for vis in ("hash", "bloom"):
+                one(f"{trav}-{vis}", q1k, gt1k, 1000, 1024, visited=vis, **xf)
+        one("fp16-bloom", q1k, gt1k, 1000, 4096, visited="bloom", X_fp16=X16)  # hash: 208 KiB, fits
+        one("fp16-bloom", q1k, gt1k, 1000, 8192, visited="bloom", X_fp16=X16)  # hash would not fit
+        res["visited"] = rows
+        dump()
+    print(json.dumps(res))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1_000_000)
@@ -250,6 +415,9 @@ def main(argv=None):
                          "'CAGRA deg 64 (lead):3.16e6@0.968,1.74e6@0.994'")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mode", choices=("kernel", "api"), default="kernel")
+    ap.add_argument("--parts", default="batch,seeds,visited", help="api mode: which parts to run")
+    ap.add_argument("--batch-beam", type=int, default=32, help="api mode: beam of the batch curve")
     a = ap.parse_args(argv)
 
     import cupy as cp
@@ -259,6 +427,9 @@ def main(argv=None):
     res = {"benchmark": "graph_index_search", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "git_commit": _git_commit(), "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "params": vars(a)}
+    if a.mode == "api":
+        res["benchmark"] = "graph_index_api"
+        return main_api(a, res)
     t0 = time.perf_counter()
     X, Q, src = make_data(a.n, a.d, a.queries, a.seed)
     res["data"] = {"source": src, "gen_s": time.perf_counter() - t0}

@@ -252,7 +252,7 @@ def test_search_deterministic_and_width():
     assert _recall(i2, _exact(cp, X, Q, 10, "l2")) >= 0.95
     # small hash table: the visited set is reset and refilled with the list many times per query
     d3, i3, st = search_gpu(X, g, Q, 10, hash_size=256, return_stats=True, **kw)
-    _, _, st0 = search_gpu(X, g, Q, 10, return_stats=True, **kw)
+    _, _, st0 = search_gpu(X, g, Q, 10, return_stats=True, visited="hash", **kw)
     assert int(st[:, 1].sum()) >= int(st0[:, 1].sum())  # forgotten rejects are evaluated again
     assert _recall(i3, _exact(cp, X, Q, 10, "l2")) >= 0.95
     _check_rows(cp, X, Q, d3, i3, "l2")
@@ -348,3 +348,125 @@ def test_prune_matches_cpu_prune_when_present():
     got = cp_get(prune_gpu(cp.asarray(X), ci, cd, 16, 1.2, "l2"))
     ref = prune_cpu(X, cp_get(ci), cp_get(cd), 16, 1.2, "l2")
     assert (got == ref).all(axis=1).mean() >= 0.99
+
+
+# ------------------------------------------------------------------------------ Bloom-filter visited set
+@pytest.mark.parametrize("kind,d,metric,fp16", [("uniform", 64, "l2", False), ("clustered", 128, "l2", True),
+                                                ("clustered", 48, "ip", False)])
+def test_bloom_visited_recall_close_to_hash(kind, d, metric, fp16):
+    from knnkit.graph_index._search_gpu import search_gpu
+
+    cp = _cp()
+    rng = np.random.default_rng(100 + d)
+    Xh, Qh = _data(kind, 5000, d, rng, 300)
+    X, Q = cp.asarray(Xh), cp.asarray(Qh)
+    g = _search_graph(cp, X, metric)
+    seeds = _seeds(cp, X, Q, metric, rng)
+    truth = _exact(cp, X, Q, 10, metric)
+    kw = dict(seeds=seeds, beam=64, tau=None, max_iters=None, metric=metric, return_stats=True,
+              X_fp16=X.astype(cp.float16) if fp16 else None)
+    _, ih, sh = search_gpu(X, g, Q, 10, visited="hash", **kw)
+    db, ib, sb = search_gpu(X, g, Q, 10, visited="bloom", **kw)
+    rh, rb = _recall(ih, truth), _recall(ib, truth)
+    assert rb >= rh - 0.01, (rb, rh)
+    _check_rows(cp, X, Q, db, ib, metric)  # sorted, no duplicate, exact distances
+    # a false positive skips a node: about the same number of distances (not more, up to the
+    # different paths that skips cause)
+    assert int(sb[:, 1].sum()) <= 1.02 * int(sh[:, 1].sum())
+    # a tiny filter (many refills, high false-positive rate) still gives valid rows
+    dt, it = search_gpu(X, g, Q, 10, visited="bloom", bloom_bits=1024,
+                        **{k: v for k, v in kw.items() if k != "return_stats"})
+    _check_rows(cp, X, Q, dt, it, metric)
+    assert _recall(it, truth) >= rh - 0.1
+
+
+def test_visited_auto_choice_and_bad_value():
+    from knnkit.graph_index._search_gpu import _visited_config, search_gpu
+
+    # auto: Bloom filter (measured faster), hash when only a hash size is given
+    assert _visited_config("auto", 32, 64, None, None)[0] == 1
+    assert _visited_config("auto", 1024, 64, None, None)[0] == 1
+    assert _visited_config("auto", 32, 64, 4096, None) == (0, 4096, 2048)
+    assert _visited_config("hash", 1024, 64, None, None)[0] == 0
+    vis, words, cap = _visited_config("bloom", 32, 64, None, None)
+    assert vis == 1 and words * 32 >= 16 * cap and cap >= 2 * (32 + 64)
+    # a tiny filter still takes a full list plus one expansion between refills
+    assert _visited_config("bloom", 512, 64, None, 1024) == (1, 32, 576)
+    cp = _cp()
+    X = cp.zeros((10, 4), cp.float32)
+    with pytest.raises(ValueError):
+        search_gpu(X, cp.zeros((10, 2), cp.int32), X[:1], 1, seeds=cp.zeros((1, 1), cp.int32), beam=4, tau=None,
+                   max_iters=None, metric="l2", visited="bitmap")
+
+
+def test_bloom_large_beam_k1024_where_hash_does_not_fit():
+    """beam 8192: list + hash table exceed the 227 KiB of shared memory; the Bloom filter fits."""
+    from knnkit.graph_index._search_gpu import search_gpu
+
+    cp = _cp()
+    rng = np.random.default_rng(21)
+    Xh, Qh = _data("uniform", 12000, 16, rng, 16)
+    X, Q = cp.asarray(Xh), cp.asarray(Qh)
+    g = _search_graph(cp, X, "l2")
+    seeds = _seeds(cp, X, Q, "l2", rng)
+    kw = dict(seeds=seeds, beam=8192, tau=None, max_iters=None, metric="l2")
+    with pytest.raises(ValueError):
+        search_gpu(X, g, Q, 1024, visited="hash", **kw)
+    dist, idx = search_gpu(X, g, Q, 1024, **kw)  # auto -> bloom
+    assert idx.shape == (16, 1024)
+    assert _recall(idx, _exact(cp, X, Q, 1024, "l2")) >= 0.97
+    _check_rows(cp, X, Q, dist, idx, "l2")
+    # k = 1000 with beam 2048 (auto picks the Bloom filter there too) and fp16 traversal
+    dist, idx = search_gpu(X, g, Q, 1000, seeds=seeds, beam=2048, tau=None, max_iters=None, metric="l2",
+                           X_fp16=X.astype(cp.float16))
+    assert _recall(idx, _exact(cp, X, Q, 1000, "l2")) >= 0.97
+    _check_rows(cp, X, Q, dist, idx, "l2")
+
+
+# ------------------------------------------------------------------------------ seed selection kernel
+@pytest.mark.parametrize("metric,d,c,s,nq", [("l2", 128, 1000, 4, 3), ("l2", 30, 37, 8, 700), ("ip", 64, 4096, 16, 50),
+                                             ("ip", 5, 20, 32, 300), ("l2", 16, 1, 3, 10)])
+@pytest.mark.parametrize("method", ["direct", "gemm"])
+def test_select_seeds_matches_cpu_entry_points(metric, d, c, s, nq, method):
+    from knnkit.graph_index._entry import EntryPoints
+    from knnkit.graph_index._search_gpu import select_seeds_gpu
+
+    cp = _cp()
+    rng = np.random.default_rng(c + s + d)
+    C = rng.standard_normal((c, d)).astype(np.float32)
+    if metric == "ip":
+        C /= np.linalg.norm(C, axis=1, keepdims=True)
+    M = rng.permutation(10 * c)[:c].astype(np.int32)
+    Q = rng.standard_normal((nq, d)).astype(np.float32)
+    ref = EntryPoints(C, M, metric).seeds_for(Q, s)  # numpy path
+    got = select_seeds_gpu(cp.asarray(Q), cp.asarray(C), cp.asarray(M), s, metric, method=method)
+    got = cp_get(got)
+    assert got.shape == (nq, s) and got.dtype == np.int32
+    assert np.all(got[:, c:] == -1)  # fewer centroids than seeds: padded
+    same = (got == ref).all(axis=1)
+    assert same.mean() >= 0.98, np.nonzero(~same)[0][:5]  # float32 summation order: near-ties only
+    # the GPU EntryPoints path gives the same answer (cupy queries)
+    ep = EntryPoints(cp.asarray(C), cp.asarray(M), metric)
+    assert np.array_equal(cp_get(ep.seeds_for(cp.asarray(Q), s)), cp_get(
+        select_seeds_gpu(cp.asarray(Q), cp.asarray(C), cp.asarray(M), s, metric)))
+
+
+@pytest.mark.parametrize("visited", ["hash", "bloom"])
+def test_many_seeds_refill_visited_set_between_chunks(visited):
+    """3000 seeds per query: more than the visited set holds before a refill (the seed loop refills)."""
+    from knnkit.graph_index._search_gpu import search_gpu
+
+    cp = _cp()
+    rng = np.random.default_rng(77)
+    Xh, Qh = _data("uniform", 5000, 24, rng, 40)
+    X, Q = cp.asarray(Xh), cp.asarray(Qh)
+    g = _search_graph(cp, X, "l2")
+    seeds = cp.asarray(rng.integers(-1, 5000, (40, 3000)).astype(np.int32))  # with repeats and -1
+    kw = dict(seeds=seeds, beam=32, tau=None, max_iters=None, metric="l2", visited=visited)
+    if visited == "hash":
+        kw["hash_size"] = 2048
+    else:
+        kw["bloom_bits"] = 16384
+    dist, idx = search_gpu(X, g, Q, 10, **kw)
+    assert _recall(idx, _exact(cp, X, Q, 10, "l2")) >= 0.97
+    _check_rows(cp, X, Q, dist, idx, "l2")

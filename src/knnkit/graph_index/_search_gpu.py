@@ -2,8 +2,10 @@
 fp16 traversal + exact re-ranking).
 
 One thread block per query keeps a sorted candidate list of ``beam`` entries (each flagged once
-expanded), a visited hash table and the query in shared memory; see ``kernels/search.cu`` for
-the algorithm and ``kernels/NOTES_search.md`` for measurements.
+expanded), a visited set (by default a Bloom filter as in BANG 4.4, or an exact hash table) and
+the query in shared memory; see ``kernels/search.cu`` for the
+algorithm and ``kernels/NOTES_search.md`` for measurements.  ``select_seeds_gpu`` picks each
+query's entry points (nearest k-means centroids) in one kernel.
 """
 
 import math
@@ -13,9 +15,19 @@ import numpy as np
 from .._config import logger
 from .._cuda import get_kernel
 
-__all__ = ["search_gpu", "search_config"]
+__all__ = ["search_gpu", "search_config", "select_seeds_gpu"]
 
 _MAX_SMEM = 227 * 1024  # opt-in shared memory per block on sm_80 / sm_90
+_SMALL_BATCH = 256  # up to this many queries per call, 256 threads per block (latency, not throughput)
+_BLOOM_LOAD = 16  # Bloom filter refilled after bits / 16 insertions (false-positive rate ~1 %)
+_kernels = {}  # compiled kernel functions by instantiation name (saves the lookup per call)
+
+
+def _kernel(name):
+    k = _kernels.get(name)
+    if k is None:
+        k = _kernels[name] = get_kernel("search.cu", name, name_expressions=(name,))
+    return k
 
 
 def _pow2ceil(x):
@@ -50,7 +62,7 @@ def search_config(d, *, fp16=False, team=None, block=None):
 
 def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_fp16=None, width=None,
                xnorm_max=None, nn1_max=None, hash_size=None, team=None, block=None, min_blocks=None,
-               rerank="fused", return_stats=False):
+               rerank="fused", return_stats=False, visited="auto", bloom_bits=None):
     """Search ``graph`` for the ``k`` nearest neighbours of every query (internal metric).
 
     Best-first search with backtracking: from the ``seeds`` of each query, repeatedly expand the
@@ -95,6 +107,18 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         resident blocks per SM asked of the register allocator).
     rerank : {"fused", "split"}
         With ``X_fp16``: re-rank inside the search kernel, or in a second kernel.
+    visited : {"auto", "hash", "bloom"}
+        Visited set.  ``"hash"``: exact open-addressing table (4 bytes per slot, at least twice
+        ``beam + width * R`` slots).  ``"bloom"``: Bloom filter (BANG 4.4), 8x fewer bytes per
+        remembered node, so long lists (``beam`` in the thousands, k up to 1024) still fit in
+        shared memory; a false positive skips a node (recall only: distances stay exact, no
+        duplicates).  ``"auto"``: the Bloom filter (measured 10-50 % faster at beam 32-512 and 2x
+        at k = 1000 on 1M x 128, recall within 0.0004 of the hash), or the hash when only
+        ``hash_size`` is given.  Both are cleared and
+        refilled with the list when full (see ``kernels/search.cu``).
+    bloom_bits : int, optional
+        Bloom filter size in bits (rounded up to a power of two, at least 1024; default
+        ``max(65536, 32 * (beam + width * R))``, refilled after 1/16 as many insertions).
     return_stats : bool
         Also return an int32 (nq, 2) array: expansion steps and distances computed per query.
 
@@ -144,9 +168,11 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
     if seeds.shape[0] != nq:
         raise ValueError(f"seeds must have one row per query ({nq}), got {seeds.shape}")
     S = seeds.shape[1]
-    out_d = cp.full((nq, k), np.inf, dtype=cp.float32)
-    out_i = cp.full((nq, k), -1, dtype=cp.int64)
-    stats = cp.zeros((nq, 2), dtype=cp.int32)  # always written (8 bytes per query), returned on request
+    # every slot is written by the kernel: no fill launches (they cost more than a 1-query search's
+    # arithmetic at small batches, NOTES_search.md)
+    out_d = cp.empty((nq, k), dtype=cp.float32)
+    out_i = cp.empty((nq, k), dtype=cp.int64)
+    stats = cp.empty((nq, 2), dtype=cp.int32)  # always written (8 bytes per query), returned on request
     if nq == 0:
         return (out_d, out_i, stats) if return_stats else (out_d, out_i)
 
@@ -155,6 +181,10 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         X_fp16 = cp.ascontiguousarray(X_fp16, dtype=cp.float16)
         if X_fp16.shape != X.shape:
             raise ValueError(f"X_fp16 shape {X_fp16.shape} differs from X shape {X.shape}")
+    if block is None and nq <= _SMALL_BATCH:
+        # few blocks in flight: twice the teams per block compute a step's distances in fewer
+        # rounds (1 query: 0.103 -> 0.095 ms; slower from ~1k queries on, NOTES_search.md)
+        block = max(256, search_config(d, fp16=fp16, team=team)[3])
     epc, team, maxch, block = search_config(d, fp16=fp16, team=team, block=block)
     if min_blocks is None:
         # Register cap: ~40 registers (12 blocks of 128 threads per SM) where that does not spill,
@@ -162,11 +192,9 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         min_blocks = (1536 if maxch <= 4 else 1024) // block
     Lp = _pow2ceil(L)
     cmax = max(32, width * R)
-    if hash_size is None:
-        hash_size = max(2048, _pow2ceil(4 * (L + cmax)))
-    hash_size = _pow2ceil(max(int(hash_size), 2 * (L + cmax)))
+    vis, vis_words, vis_cap = _visited_config(visited, L, cmax, hash_size, bloom_bits)
     dpad = (d + 3) // 4 * 4
-    smem = 4 * (dpad + 4 * Lp + 5 * cmax + hash_size + width)
+    smem = 4 * (dpad + 4 * Lp + 5 * cmax + vis_words + width)
     if smem > _MAX_SMEM:
         raise ValueError(f"search state needs {smem} bytes of shared memory per query (> {_MAX_SMEM}); "
                          f"lower beam ({L}), width ({width}) or the graph degree ({R})")
@@ -179,32 +207,125 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
             xnorm_max = float(cp.sqrt((X * X).sum(axis=1).max()))
         qshift = (cp.sqrt((queries * queries).sum(axis=1)) * cp.float32(xnorm_max)).astype(cp.float32)
     else:
-        qshift = cp.zeros((1,), dtype=cp.float32)
+        qshift = queries  # not read for 'l2' (any float pointer: saves an allocation and a fill)
     if rerank not in ("fused", "split"):
         raise ValueError(f"rerank must be 'fused' or 'split', got {rerank!r}")
     mode = 0 if not fp16 else (1 if rerank == "fused" else 2)
     T = "__half" if fp16 else "float"
     mcode = 0 if metric == "l2" else 1
-    name = f"graph_search<{T},{epc},{team},{maxch},{mcode},{block},{mode},{int(min_blocks)}>"
-    kern = get_kernel("search.cu", name, name_expressions=(name,))
+    name = f"graph_search<{T},{epc},{team},{maxch},{mcode},{block},{mode},{int(min_blocks)},{vis}>"
+    kern = _kernel(name)
     if smem > 48 * 1024:
         kern.max_dynamic_shared_size_bytes = smem
-    logger.debug("search_gpu: nq=%d k=%d beam=%d width=%d kernel=%s smem=%d hash=%d", nq, k, L, width, name,
-                 smem, hash_size)
-    out_list = cp.empty((nq, L), dtype=cp.int32) if mode == 2 else cp.empty((1,), dtype=cp.int32)
+    logger.debug("search_gpu: nq=%d k=%d beam=%d width=%d kernel=%s smem=%d visited=%s words=%d", nq, k, L,
+                 width, name, smem, "bloom" if vis else "hash", vis_words)
+    out_list = cp.empty((nq, L), dtype=cp.int32) if mode == 2 else stats
     grid = int(min(nq, 1 << 30))
     kern((grid,), (block,),
          (X_fp16 if fp16 else X, X, np.int32(n), np.int32(d), graph, np.int32(R), queries, qshift, np.int32(nq), seeds,
           np.int32(S), np.int32(k), np.int32(L), np.int32(Lp), np.int32(width), np.int32(cmax),
-          np.int32(hash_size), np.float32(tau), np.float32(nn1), np.int32(min(int(max_iters), 2**31 - 1)),
-          out_d, out_i, stats, out_list), shared_mem=smem)
+          np.int32(vis_words), np.int32(vis_cap), np.float32(tau), np.float32(nn1),
+          np.int32(min(int(max_iters), 2**31 - 1)), out_d, out_i, stats, out_list), shared_mem=smem)
     if mode == 2:
         rteam = 32 if d >= 64 else min(32, _pow2ceil(d))
         rname = f"rerank_topk<{rteam},{mcode},128>"
-        rk = get_kernel("search.cu", rname, name_expressions=(rname,))
+        rk = _kernel(rname)
         rsmem = 4 * (dpad + 2 * Lp)
         if rsmem > 48 * 1024:
             rk.max_dynamic_shared_size_bytes = rsmem
         rk((grid,), (128,), (X, np.int32(d), queries, out_list, np.int32(nq), np.int32(L), np.int32(Lp), np.int32(k),
                              out_d, out_i), shared_mem=rsmem)
     return (out_d, out_i, stats) if return_stats else (out_d, out_i)
+
+
+def _visited_config(visited, L, cmax, hash_size, bloom_bits):
+    """``(vis, words, cap)``: kernel VIS code, 32-bit words of the visited set, insertions before a
+    refill.  ``"auto"``: the Bloom filter, unless ``hash_size`` alone was given."""
+    if visited not in ("auto", "hash", "bloom"):
+        raise ValueError(f"visited must be 'auto', 'hash' or 'bloom', got {visited!r}")
+    # hash: at least 2 slots per node it may hold (refilled at half load)
+    hsize = max(2048, _pow2ceil(4 * (L + cmax))) if hash_size is None else int(hash_size)
+    hsize = _pow2ceil(max(hsize, 2 * (L + cmax)))
+    # Bloom: refilled after bits / _BLOOM_LOAD insertions.  Default at least 64 Kibit (8 KiB, the
+    # default hash's bytes at beam <= 256): each refill forgets rejected nodes that are then
+    # evaluated again (up to 30 % of the distances at beam 128 with 16 Kibit), and 64 Kibit was the
+    # fastest size measured at beam 32-512 (NOTES_search.md).  A smaller filter given by the
+    # caller is refilled no more often than after one expansion past a full list (its
+    # false-positive rate rises instead).
+    bbits = max(65536, _pow2ceil(_BLOOM_LOAD * 2 * (L + cmax))) if bloom_bits is None else int(bloom_bits)
+    bwords = min(_pow2ceil(max(bbits, 1024)) // 32, 1 << 17)  # word index < 2^17 (see bloom_insert)
+    if visited == "auto":
+        # Measured (NOTES_search.md, 1M x 128): the Bloom filter is faster at every beam (8x denser
+        # than the hash: fewer refills in the same shared memory, which also keeps more blocks
+        # resident at long lists) for <= 0.0006 recall.  An explicit hash_size asks for the hash.
+        visited = "hash" if (hash_size is not None and bloom_bits is None) else "bloom"
+    if visited == "hash":
+        return 0, hsize, hsize // 2
+    return 1, bwords, max(bwords * 32 // _BLOOM_LOAD, L + cmax)
+
+
+def select_seeds_gpu(queries, centroids, medoids, s, metric, *, cnorms=None, method="auto"):
+    """Entry points per query: medoids of its ``s`` nearest centroids, nearest first (one kernel).
+
+    Parameters
+    ----------
+    queries : cupy.ndarray, float32 (nq, d)
+        Prepared queries.
+    centroids : cupy.ndarray, float32 (c, d)
+    medoids : cupy.ndarray, int32 (c,)
+        Data point standing for each centroid.
+    s : int
+        Seeds per query (slots past ``c`` hold -1).
+    metric : {"l2", "ip"}
+        Internal metric: ``|c|^2 - 2 q.c`` (the query norm does not change the order) or ``-q.c``.
+    cnorms : cupy.ndarray, float32 (c,), optional
+        ``|c|^2`` (computed when None; pass it to save a launch per call).
+    method : {"auto", "direct", "gemm"}
+        ``"direct"``: distances computed in the selection kernel (one launch); ``"gemm"``:
+        ``queries @ centroids.T`` by cuBLAS first, then the selection kernel.  ``"auto"``: gemm
+        (measured faster at every batch size, even one query).
+
+    Returns
+    -------
+    cupy.ndarray, int32 (nq, s)
+
+    Examples
+    --------
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> C = cp.asarray([[0, 0], [5, 5]], cp.float32)  # doctest: +SKIP
+    >>> select_seeds_gpu(cp.asarray([[4, 4]], cp.float32), C, cp.asarray([3, 7], cp.int32), 2, "l2")  # doctest: +SKIP
+    array([[7, 3]], dtype=int32)
+    """
+    import cupy as cp
+
+    nq, d = queries.shape
+    c = int(centroids.shape[0])
+    s = int(s)
+    out = cp.empty((nq, s), dtype=cp.int32)
+    if nq == 0 or s == 0:
+        return out
+    if method not in ("auto", "direct", "gemm"):
+        raise ValueError(f"method must be 'auto', 'direct' or 'gemm', got {method!r}")
+    if method == "auto":
+        # measured faster at every batch size (1 query: 39 vs 53 us; 10k: 0.16 vs 0.32 ms,
+        # NOTES_search.md): the direct kernel is latency bound (one thread walks whole centroid rows)
+        method = "gemm"
+    if cnorms is None:
+        cnorms = (centroids * centroids).sum(axis=1) if metric == "l2" else centroids[:1, 0]
+    dpad = (d + 3) // 4 * 4
+    per_q = 4 * (c + (dpad if method == "direct" else 0))
+    qb = next((b for b in (8, 4, 2, 1) if b * per_q <= 48 * 1024), 1)
+    smem = qb * per_q
+    if smem > _MAX_SMEM:
+        raise ValueError(f"seed selection over {c} centroids needs {smem} bytes of shared memory")
+    dots = queries @ centroids.T if method == "gemm" else None
+    name = f"seed_select<256,{qb}>"
+    kern = _kernel(name)
+    if smem > 48 * 1024:
+        kern.max_dynamic_shared_size_bytes = smem
+    grid = (nq + qb - 1) // qb
+    kern((grid,), (256,), (queries, centroids, cnorms, queries if dots is None else dots, np.int32(dots is not None),
+                           medoids, np.int32(nq), np.int32(c), np.int32(d), np.int32(metric == "ip"), np.int32(s), out),
+         shared_mem=smem)
+    return out
+

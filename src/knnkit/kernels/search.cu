@@ -16,11 +16,21 @@
 //  * Candidates of one expansion are inserted in a batch: rank-sorted in shared memory, then merged
 //    with the list by binary searches (BANG 4.8) -- one barrier per step instead of one insertion
 //    per candidate (GGNN's Push).  See NOTES_search.md for the measurements.
-//  * Visited set: open-addressing hash table in shared memory.  When it would pass half load it is
-//    cleared and refilled with the current list (instead of a Bloom filter, BANG 4.4).  This is
-//    exact: once the list is full its worst key only decreases, so a forgotten node that was already
-//    rejected is rejected again (wasted distance only), and nodes in the list are never forgotten,
-//    so the list never holds duplicates.
+//  * Visited set (VIS = 0): open-addressing hash table in shared memory.  When it would pass half
+//    load it is cleared and refilled with the current list.  This is exact: once the list is full
+//    its worst key only decreases, so a forgotten node that was already rejected is rejected again
+//    (wasted distance only), and nodes in the list are never forgotten, so the list never holds
+//    duplicates.
+//  * Visited set (VIS = 1, the default): Bloom filter (BANG 4.4), 8x denser than the hash, so it
+//    is refilled less often in the same shared memory (every refill makes rejected nodes be
+//    evaluated again) and still fits with lists of thousands of entries.  BANG sets 2 bits
+//    (FNV-1a hashes) anywhere in the array; here the bits of one node all lie in ONE 32-bit word
+//    (a "blocked" Bloom filter) so that a single atomicOr both tests and sets them: of two threads
+//    inserting the same node exactly one sees a bit missing, so a node is never taken twice (no
+//    duplicate in the list).
+//    A false positive only skips a node (recall, never wrong distances).  The filter is cleared
+//    and refilled with the list like the hash (when 1/16 of its bits' worth of nodes went in,
+//    false-positive rate ~1 %), which also bounds how long a false positive lasts.
 //  * The slack test is applied on a Euclidean-like scale c(d) = sqrt(max(d + shift, 0)) (the CPU
 //    reference _search_cpu.py does the same): 'l2' distances are squared internally, so c is the
 //    Euclidean distance and tau keeps GGNN's meaning; for 'ip' (negative dot product) shift =
@@ -139,6 +149,24 @@ __device__ __forceinline__ bool hash_insert(int* __restrict__ table, int mask, i
     }
 }
 
+// Insert `node` into a blocked Bloom filter of (wmask + 1) 32-bit words; true when at least one of
+// its bits was clear (first insertion, or never: a false positive).  Word and bit positions come
+// from one murmur3 finaliser of the id (node ids are often consecutive: they need full mixing).
+// wmask < 2^17, so bits 17..31 of the hash are independent of the word.
+__device__ __forceinline__ bool bloom_insert(unsigned* __restrict__ words, unsigned wmask, int node) {
+    unsigned h = (unsigned)node;
+    h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
+    const unsigned bits = (1u << ((h >> 17) & 31u)) | (1u << ((h >> 22) & 31u)) | (1u << (h >> 27));
+    const unsigned old = atomicOr(words + (h & wmask), bits);
+    return (old & bits) != bits;
+}
+
+template <int VIS>
+__device__ __forceinline__ bool visit(int* __restrict__ table, int mask, int node) {
+    if constexpr (VIS == 0) return hash_insert(table, mask, node);
+    else return bloom_insert(reinterpret_cast<unsigned*>(table), (unsigned)mask, node);
+}
+
 // Exact fp32 distance of one row by a team (generic loads: used once per final entry only).
 template <int TEAM, int METRIC>
 __device__ __forceinline__ float team_distance_f32(const float* __restrict__ row, const float* __restrict__ qs, int d,
@@ -181,17 +209,19 @@ enum { C_NCAND = 0, C_NVALID = 1, C_NPAR = 2, C_NCTRL = 4 };
 
 // One block per query (grid-stride over queries).  Dynamic shared memory layout, in this order:
 //   qs[dpad] float | bd[2][Lp] float | bi[2][Lp] int | cidx[cmax] int | cdist[cmax] float |
-//   sd[cmax] float | si[cmax] int | cvi[cmax] int | hash[hash_size] int | parents[width] int
+//   sd[cmax] float | si[cmax] int | cvi[cmax] int | vis[vis_words] int | parents[width] int
+// VIS: 0 = visited hash table (vis_words slots), 1 = Bloom filter (vis_words 32-bit words); either
+// is cleared and refilled with the list before more than vis_cap insertions would have gone in.
 // MINB: minimum resident blocks per SM asked of the register allocator (1 = no constraint).
 // MODE: 0 = write the list's first k entries; 1 = re-score the whole list in fp32 and sort it here
 // (fp16 traversal, fused); 2 = write the list's indices to out_list for rerank_topk (split: the
 // traversal kernel then needs fewer registers).
-template <typename T, int EPC, int TEAM, int MAXCH, int METRIC, int NT, int MODE, int MINB>
+template <typename T, int EPC, int TEAM, int MAXCH, int METRIC, int NT, int MODE, int MINB, int VIS>
 __global__ void __launch_bounds__(NT, MINB) graph_search(
     const T* __restrict__ X, const float* __restrict__ Xf, int n, int d,
     const int* __restrict__ graph, int R,
     const float* __restrict__ Q, const float* __restrict__ qshift, int nq, const int* __restrict__ seeds, int S,
-    int k, int L, int Lp, int width, int cmax, int hash_size, float tau, float nn1, int max_iters,
+    int k, int L, int Lp, int width, int cmax, int vis_words, int vis_cap, float tau, float nn1, int max_iters,
     float* __restrict__ out_d, long long* __restrict__ out_i, int* __restrict__ stats, int* __restrict__ out_list) {
     using namespace kk;
     extern __shared__ float4 smem_raw[];
@@ -209,17 +239,17 @@ __global__ void __launch_bounds__(NT, MINB) graph_search(
     int* si = reinterpret_cast<int*>(sd + cmax);
     int* cvi = si + cmax;
     int* hash = cvi + cmax;
-    int* parents = hash + hash_size;
+    int* parents = hash + vis_words;
 
     const int tid = threadIdx.x;
     const int team = tid / TEAM, lane = tid % TEAM;
     constexpr int NTEAMS = NT / TEAM;
     const int nchunks = d / EPC;
-    const int hmask = hash_size - 1;
+    const int hmask = vis_words - 1;
 
     for (int q = blockIdx.x; q < nq; q += gridDim.x) {
         for (int i = tid; i < d; i += NT) qs[i] = Q[(long long)q * d + i];
-        for (int i = tid; i < hash_size; i += NT) hash[i] = -1;
+        for (int i = tid; i < vis_words; i += NT) hash[i] = VIS == 0 ? -1 : 0;
         const float shift = METRIC == 0 ? 0.f : qshift[q];
         float* bd = bdA; int* bi = biA; float* nbd = bdB; int* nbi = biB;
         int cnt = 0, hcount = 0, ndist = 0, it = 0;
@@ -273,14 +303,25 @@ __global__ void __launch_bounds__(NT, MINB) graph_search(
             cnt = min(L, cnt + m);
         };
 
+        // Forget the visited set but keep the list in it (exact, see the header comment).  Entered
+        // and left at a barrier; uniform (hcount is the same in every thread).
+        auto forget = [&]() {
+            for (int i = tid; i < vis_words; i += NT) hash[i] = VIS == 0 ? -1 : 0;
+            __syncthreads();
+            for (int i = tid; i < cnt; i += NT) visit<VIS>(hash, hmask, bi[i] & KK_INT_MAX);
+            hcount = cnt;
+            __syncthreads();
+        };
+
         // Seeds, in chunks of cmax.
         for (int s0 = 0; s0 < S; s0 += cmax) {
+            const int ns = min(cmax, S - s0);
+            if (hcount + ns > vis_cap) { __syncthreads(); forget(); }
             if (tid == 0) { ctrl[C_NCAND] = 0; ctrl[C_NVALID] = 0; }
             __syncthreads();
-            const int ns = min(cmax, S - s0);
             for (int t = tid; t < ns; t += NT) {
                 const int nb = seeds[(long long)q * S + s0 + t];
-                if (nb >= 0 && nb < n && hash_insert(hash, hmask, nb)) cidx[atomicAdd(&ctrl[C_NCAND], 1)] = nb;
+                if (nb >= 0 && nb < n && visit<VIS>(hash, hmask, nb)) cidx[atomicAdd(&ctrl[C_NCAND], 1)] = nb;
             }
             hcount += ns;
             __syncthreads();
@@ -320,19 +361,12 @@ __global__ void __launch_bounds__(NT, MINB) graph_search(
             __syncthreads();
             const int npar = ctrl[C_NPAR];
             if (npar == 0) break;
-            if (hcount + npar * R > (hash_size >> 1)) {
-                // Forget the visited set but keep the list in it (exact, see the header comment).
-                for (int i = tid; i < hash_size; i += NT) hash[i] = -1;
-                __syncthreads();
-                for (int i = tid; i < cnt; i += NT) hash_insert(hash, hmask, bi[i] & KK_INT_MAX);
-                hcount = cnt;
-                __syncthreads();
-            }
+            if (hcount + npar * R > vis_cap) forget();
             // Fetch the parents' neighbour rows (coalesced) and keep the unvisited ones.
             for (int t = tid; t < npar * R; t += NT) {
                 const int p = parents[t / R] & KK_INT_MAX;
                 const int nb = graph[(long long)p * R + (t % R)];
-                if (nb >= 0 && nb < n && hash_insert(hash, hmask, nb)) cidx[atomicAdd(&ctrl[C_NCAND], 1)] = nb;
+                if (nb >= 0 && nb < n && visit<VIS>(hash, hmask, nb)) cidx[atomicAdd(&ctrl[C_NCAND], 1)] = nb;
             }
             hcount += npar * R;
             __syncthreads();
@@ -406,5 +440,103 @@ __global__ void __launch_bounds__(NT) rerank_topk(const float* __restrict__ Xf, 
             out_i[(long long)q * k + i] = ok ? (long long)si[i] : -1LL;
         }
         __syncthreads();
+    }
+}
+
+// Entry-point selection: for each query, the medoids of its `s` nearest of `c` centroids (nearest
+// first; -1 past c).  Replaces a CuPy chain (GEMM, norms, s rounds of argmin, gathers: ~25
+// launches) that dominated small-batch latency.  A block of NT threads serves QB queries:
+//  * have_dots == 0 (small batches): the block computes the distances itself, one centroid per
+//    thread against the QB queries held in shared memory, so every centroid row read from L2
+//    serves QB queries;
+//  * have_dots != 0 (large batches): the (nq, c) matrix Q C^T comes from cuBLAS and is only read.
+// Then warp w selects for query w: each lane keeps the minimum of its own slots (j = lane mod 32);
+// s rounds of a warp argmin, after which only the winning lane rescans its slots.  Ties: smaller
+// centroid index first.  metric_ip: distance -dot, else |c|^2 - 2 dot (|q|^2 does not rank).
+// Shared memory: dist[QB][c] float | qs[QB][dpad] float (direct mode only).
+template <int NT, int QB>
+__global__ void __launch_bounds__(NT) seed_select(const float* __restrict__ Q, const float* __restrict__ C,
+                                                  const float* __restrict__ cn, const float* __restrict__ dots,
+                                                  int have_dots, const int* __restrict__ medoids, int nq, int c,
+                                                  int d, int metric_ip, int s, int* __restrict__ out) {
+    using namespace kk;
+    extern __shared__ float4 smem_raw[];
+    const int dpad = (d + 3) & ~3;
+    float* dist = reinterpret_cast<float*>(smem_raw);
+    float* qs = dist + QB * c;
+    const int tid = threadIdx.x;
+    const int q0 = blockIdx.x * QB;
+    const int nqb = min(QB, nq - q0);
+    if (!have_dots) {
+        for (int i = tid; i < QB * dpad; i += NT) {
+            const int qi = i / dpad, e = i % dpad;
+            qs[i] = (qi < nqb && e < d) ? Q[(long long)(q0 + qi) * d + e] : 0.f;
+        }
+        __syncthreads();
+        for (int j = tid; j < c; j += NT) {
+            float acc[QB];
+#pragma unroll
+            for (int qi = 0; qi < QB; ++qi) acc[qi] = 0.f;
+            const float* row = C + (long long)j * d;
+            if ((d & 3) == 0) {
+                for (int e = 0; e < d; e += 4) {
+                    const float4 x = __ldg(reinterpret_cast<const float4*>(row + e));
+#pragma unroll
+                    for (int qi = 0; qi < QB; ++qi) {
+                        const float4 v = *reinterpret_cast<const float4*>(qs + qi * dpad + e);
+                        acc[qi] = fmaf(v.x, x.x, fmaf(v.y, x.y, fmaf(v.z, x.z, fmaf(v.w, x.w, acc[qi]))));
+                    }
+                }
+            } else {
+                for (int e = 0; e < d; ++e) {
+                    const float x = __ldg(row + e);
+#pragma unroll
+                    for (int qi = 0; qi < QB; ++qi) acc[qi] = fmaf(qs[qi * dpad + e], x, acc[qi]);
+                }
+            }
+            const float cj = metric_ip ? 0.f : cn[j];
+#pragma unroll
+            for (int qi = 0; qi < QB; ++qi)
+                if (qi < nqb) dist[qi * c + j] = metric_ip ? -acc[qi] : cj - 2.f * acc[qi];
+        }
+    } else {
+        for (int i = tid; i < nqb * c; i += NT) {
+            const int qi = i / c, j = i - qi * c;
+            const float dot = dots[(long long)(q0 + qi) * c + j];
+            dist[i] = metric_ip ? -dot : cn[j] - 2.f * dot;
+        }
+    }
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31;
+    for (int qi = warp; qi < nqb; qi += NT / 32) {
+        float* row = dist + qi * c;
+        float bd = KK_INF;
+        int bj = KK_INT_MAX;
+        // NaN marks a slot already taken (and any NaN distance: never selected)
+        for (int j = lane; j < c; j += 32) {
+            const float v = row[j];
+            if (v == v && key_less(v, j, bd, bj)) { bd = v; bj = j; }
+        }
+        int* o = out + (long long)(q0 + qi) * s;
+        for (int t = 0; t < s; ++t) {
+            float vd = bd;
+            int vj = bj;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                const float od = __shfl_xor_sync(0xffffffffu, vd, off);
+                const int oj = __shfl_xor_sync(0xffffffffu, vj, off);
+                if (key_less(od, oj, vd, vj)) { vd = od; vj = oj; }
+            }
+            if (lane == 0) o[t] = vj != KK_INT_MAX ? medoids[vj] : -1;
+            if (vj != KK_INT_MAX && (vj & 31) == lane) {
+                row[vj] = __int_as_float(0x7fffffff);
+                bd = KK_INF;
+                bj = KK_INT_MAX;
+                for (int j = lane; j < c; j += 32) {
+                    const float v = row[j];
+                    if (v == v && key_less(v, j, bd, bj)) { bd = v; bj = j; }
+                }
+            }
+        }
     }
 }
