@@ -12,7 +12,13 @@ Steps (device-agnostic where the array code allows it):
      where a small local search finds no path back;
 
 3. entry points (coarse k-means medoids, :mod:`._entry`).
+
+On the GPU (:func:`build_graph_gpu`) steps 1-2 ("prune") stay on the device: the candidate
+distances come with the NN-Descent lists, RobustPrune is ``kernels/prune.cu`` and the reverse edges
+are ``_reverse_gpu.py``; nothing of size n x K goes through the host.
 """
+
+import time
 
 import numpy as np
 
@@ -20,7 +26,8 @@ from .._config import logger
 from .._backend import as_host, get_array_module, inspect_array
 from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
 
-__all__ = ["exact_knn_cpu", "candidate_graph", "diversify", "select_topk", "nn1_max"]
+__all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
+           "build_graph_gpu"]
 
 
 def nn1_max(X, cand_dist, metric, *, xnorm_max=None):
@@ -29,12 +36,25 @@ def nn1_max(X, cand_dist, metric, *, xnorm_max=None):
 
     ``X`` holds the rows of ``cand_dist``; ``xnorm_max`` (default: from ``X``) is ``max |x|`` over
     the whole data."""
+    if get_array_module(cand_dist) is not np:
+        return _nn1_max_gpu(X, cand_dist, metric, xnorm_max)
     d1 = np.min(cand_dist, axis=1).astype(np.float64)
     if metric == "ip":
         xn = np.sqrt(np.einsum("ij,ij->i", X, X)).astype(np.float64)
         d1 = d1 + xn * (xn.max() if xnorm_max is None else float(xnorm_max))
     d1 = d1[np.isfinite(d1)]
     return float(np.sqrt(np.maximum(d1, 0).max())) if d1.size else float("inf")
+
+
+def _nn1_max_gpu(X, cand_dist, metric, xnorm_max=None, xn2=None):
+    import cupy as cp
+
+    d1 = cp.min(cand_dist, axis=1).astype(cp.float64)
+    if metric == "ip":
+        xn = cp.sqrt((X * X).sum(axis=1) if xn2 is None else xn2).astype(cp.float64)
+        d1 = d1 + xn * (xn.max() if xnorm_max is None else float(xnorm_max))
+    d1 = d1[cp.isfinite(d1)]
+    return float(cp.sqrt(cp.maximum(d1, 0).max())) if d1.size else float("inf")
 
 
 def select_topk(D, k):
@@ -118,6 +138,128 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
     Xh = np.ascontiguousarray(as_host(X))
     _d, idx = exact_knn_cpu(Xh, Xh, K, metric, exclude_self=True)
     return idx
+
+
+def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=None, knn_params=None,
+                        stats=None):
+    """Candidate lists on the GPU with their distances: ``(idx int32 (n, K), dist float32 (n, K))``
+    cupy arrays, ``dist`` in the internal metric (``'ip'``: minus the inner product).
+
+    ``X`` is the prepared cupy data (cosine: unit rows, so the inner product ranks the same).
+    ``knn_params``: extra keyword arguments of :func:`knnkit.knn_graph` (``delta``, ``max_iters``,
+    ``sample``); ``stats`` (a dict) receives the NN-Descent statistics.
+    """
+    import cupy as cp
+
+    n = X.shape[0]
+    K = min(K, n - 1)
+    user = "inner_product" if metric == "ip" else "sqeuclidean"
+    if build_algo == "nndescent" and n > 4096:
+        try:
+            from ..nn_descent import knn_graph
+
+            # list length K itself (see candidate_graph); the graph's own arrays are read directly,
+            # whatever knnkit.set_output says
+            # delta 0.01 instead of knn_graph's 0.001: the last iterations refine list tails that
+            # RobustPrune drops anyway (1M x 128 / 1M x 96 on an H200: 13 / 17 iterations instead of
+            # 17 / 21, -0.05 s each, search recall at beam 32 / 64 unchanged within +-0.0006)
+            params = dict(delta=0.01)
+            params.update(knn_params or {})
+            g = knn_graph(X, K, metric=user, device="gpu", random_state=random_state, n_neighbors_internal=K,
+                          **params)
+            if stats is not None:
+                stats.update({k: g.stats.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample")})
+            idx, dist = g._ind, g._dist
+            if idx.shape == (n, K) and isinstance(idx, cp.ndarray):
+                return _internal_pair(cp, idx, dist, metric)
+            logger.warning("knn_graph returned shape %s, expected %s; using brute force", idx.shape, (n, K))
+        except NotImplementedError:
+            logger.info("knn_graph (NN-Descent) not available; building the candidate graph exactly")
+        except Exception as e:  # a failing optional path must not break the index build
+            logger.warning("knn_graph failed (%s); building the candidate graph exactly", e)
+    from ..brute_force import knn
+
+    dist, idx = knn(X, None, k=K, metric=user, device="gpu")
+    return _internal_pair(cp, inspect_array(idx)[0], inspect_array(dist)[0], metric)
+
+
+def _internal_pair(cp, idx, dist, metric):
+    idx = cp.ascontiguousarray(cp.asarray(idx), dtype=cp.int32)
+    dist = cp.ascontiguousarray(cp.asarray(dist), dtype=cp.float32)
+    if metric == "ip":  # user distances of inner_product are similarities
+        dist = -dist
+    return idx, dist
+
+
+def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", random_state=None,
+                    reverse_cap=None, timings=None, knn_params=None, stats=None):
+    """The RobustPrune search graph of ``X`` built entirely on the GPU.
+
+    NN-Descent candidates (K per node, with distances) -> RobustPrune to ``R`` with fill ->
+    reverse edges (the nearest ``reverse_cap`` new ones per node, default ``R``) re-pruned to
+    ``R``. Same rule as the CPU path (``candidate_graph`` + ``diversify``).
+
+    Parameters
+    ----------
+    X : cupy.ndarray, float32 (n, d)
+        Prepared vectors (``prepare_vectors``).
+    R, K : int
+        Out-degree and candidate-list length (both ``<= n - 1``).
+    metric : {"l2", "ip"}
+        Internal metric.
+    alpha : float
+        RobustPrune slack.
+    build_algo : {"nndescent", "brute"}
+    random_state : None or int
+    reverse_cap : int, optional
+    timings : dict, optional
+        Filled with the seconds of each phase (GPU-synchronised).
+    knn_params, stats : dict, optional
+        See :func:`candidate_graph_gpu`.
+
+    Returns
+    -------
+    graph : cupy.ndarray, int32 (n, R)
+    nn1_max : float
+        GGNN's ``d_nn1+`` (see :func:`nn1_max`).
+
+    Examples
+    --------
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> X = cp.random.rand(20000, 32, dtype=cp.float32)  # doctest: +SKIP
+    >>> g, nn1 = build_graph_gpu(X, 16, 32, "l2")  # doctest: +SKIP
+    """
+    import cupy as cp
+
+    from ._prune_gpu import prune_gpu
+    from ._reverse_gpu import add_reverse_edges_gpu
+
+    timings = {} if timings is None else timings
+    t0 = [time.perf_counter()]
+
+    def mark(name):
+        cp.cuda.get_current_stream().synchronize()
+        t = time.perf_counter()
+        timings[name] = timings.get(name, 0.0) + t - t0[0]
+        t0[0] = t
+
+    n = X.shape[0]
+    cand, cand_d = candidate_graph_gpu(X, K, metric, build_algo=build_algo, random_state=random_state,
+                                       knn_params=knn_params, stats=stats)
+    mark("candidates")
+    xn2 = (X * X).sum(axis=1) if metric == "ip" else None
+    shift = float(xn2.max()) if metric == "ip" else 0.0
+    nn1 = _nn1_max_gpu(X, cand_d, metric, xn2=xn2)
+    del xn2
+    mark("nn1_max")
+    g, gd = prune_gpu(X, cand, cand_d, R, alpha, metric, shift=shift, return_distances=True)
+    del cand, cand_d
+    mark("prune")
+    if n > 1:
+        g = add_reverse_edges_gpu(X, g, gd, R, alpha, metric, cap=reverse_cap, shift=shift)
+    del gd
+    mark("reverse")
+    return g, nn1
 
 
 def _host_int64(a):

@@ -262,29 +262,49 @@ class GraphIndex:
 
     @classmethod
     def _build_on(cls, a, metric, bp, sp, dev, random_state):
+        import time
+
+        from ._build import build_graph_gpu
+
         xp = get_array_module(a)
         im = internal_metric(metric)
+        t_start = time.perf_counter()
         X = prepare_vectors(a, metric)
         n = a.shape[0]
         _resolve_auto_params(X, bp, random_state)
+        timings = {"prepare_auto": time.perf_counter() - t_start}
         R = min(bp["graph_degree"], n - 1)
         K = min(bp["intermediate_degree"], n - 1)
         algo = bp["build_algo"] if n > 4096 else "brute"
         logger.info("GraphIndex: %s candidate graph (n=%d, K=%d) on %s", algo, n, K, dev)
-        cand = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
-                               user_metric=metric)
-        Xh = np.ascontiguousarray(as_host(X))
-        cand_dist = pair_distances(Xh, cand, im)
-        nn1 = nn1_max(Xh, cand_dist, im)
-        logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
-        g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
-                      cand_dist=cand_dist)
+        t0 = time.perf_counter()
+        if dev == "gpu" and bp["diversify"] == "prune":
+            # all on the device: candidates with their distances, prune, reverse edges (_build.py)
+            g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
+                                     random_state=random_state, timings=timings)
+        else:
+            cand = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
+                                   user_metric=metric)
+            Xh = np.ascontiguousarray(as_host(X))
+            cand_dist = pair_distances(Xh, cand, im)
+            nn1 = nn1_max(Xh, cand_dist, im)
+            logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
+            g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
+                          cand_dist=cand_dist)
+            g = xp.asarray(g) if xp is not np else g
+            timings["graph"] = time.perf_counter() - t0
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
-            g = np.concatenate([g, np.full((n, bp["graph_degree"] - g.shape[1]), -1, np.int32)], axis=1)
+            g = xp.concatenate([g, xp.full((n, bp["graph_degree"] - g.shape[1]), -1, xp.int32)], axis=1)
+        t1 = time.perf_counter()
         entry = build_entry_points(X, bp["n_entry"], im, random_state=random_state)
-        graph = xp.asarray(g) if xp is not np else g
-        return cls(a, graph, entry, metric=metric, build_params=bp, search_params=sp, device=dev,
-                   nn1_max=nn1)
+        if dev == "gpu":
+            xp.cuda.get_current_stream().synchronize()
+        timings["entry_points"] = time.perf_counter() - t1
+        logger.info("GraphIndex: build phases (s): %s", {k: round(v, 3) for k, v in timings.items()})
+        index = cls(a, g, entry, metric=metric, build_params=bp, search_params=sp, device=dev,
+                    nn1_max=nn1)
+        index._build_timings = timings  # seconds per phase of this build (not saved with the index)
+        return index
 
     # ------------------------------------------------------------------ search
     @staticmethod
@@ -432,6 +452,10 @@ class GraphIndex:
         xmax = self._xmax() if self._imetric == "ip" else None
         nq = qd.shape[0]
         bs = int(batch_size) if batch_size else max(1, nq)
+        if bs >= nq:  # one batch: no output copies (two launches saved on small batches)
+            seeds = entry.seeds_for(qd, n_seeds)
+            return search_gpu(X, graph, qd, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters,
+                              metric=self._imetric, X_fp16=X16, xnorm_max=xmax, nn1_max=self.nn1_max)
         d = cp.empty((nq, k), cp.float32)
         i = cp.empty((nq, k), cp.int64)
         for s in range(0, nq, bs):

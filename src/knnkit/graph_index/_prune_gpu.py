@@ -10,9 +10,11 @@ import numpy as np
 from .._config import logger
 from .._cuda import get_kernel
 
-__all__ = ["prune_gpu", "prune_factor"]
+__all__ = ["prune_gpu", "prune_factor", "prune_shift", "new_reverse_mask"]
 
 _THREADS = 256
+# every kernel of prune.cu, so that the file is compiled once per process
+_NAMES = ("robust_prune<0>", "robust_prune<1>")
 _STATIC_SMEM = 2 * 64 * 33 * 4 + 16  # the two staging tiles of prune.cu
 
 
@@ -27,7 +29,14 @@ def prune_factor(alpha, metric):
     return float(alpha) ** 2
 
 
-def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True):
+def prune_shift(X, metric):
+    """The shift ``s`` of the occlusion test: ``max |x|**2`` for ``'ip'``, 0 for ``'l2'`` (float)."""
+    if metric != "ip":
+        return 0.0
+    return float((X * X).sum(axis=1).max())
+
+
+def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None, return_distances=False):
     """RobustPrune every node's candidate list in parallel (same rule as ``prune_cpu``).
 
     Candidates of node ``v`` are taken in increasing ``(distance, index)`` order (invalid entries
@@ -52,11 +61,17 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True):
         Internal metric.
     fill : bool
         Fill slots left free after pruning with the nearest pruned candidates.
+    shift : float, optional
+        ``s`` of the rule when already known (:func:`prune_shift`); computed from ``X`` otherwise.
+    return_distances : bool
+        Also return the distance of every kept edge (``+inf`` in the ``-1`` slots).
 
     Returns
     -------
     cupy.ndarray, int32 (n, R)
-        Kept neighbours in increasing distance, -1 padded.
+        Kept neighbours (the kept ones in increasing distance, then the filled ones), -1 padded.
+    cupy.ndarray, float32 (n, R)
+        Only with ``return_distances``: their distances, taken from ``cand_dist``.
 
     Examples
     --------
@@ -81,20 +96,35 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True):
     if R < 1:
         raise ValueError(f"R must be >= 1, got {R}")
     out = cp.full((m, R), -1, dtype=cp.int32)
+    out_d = cp.full((m, R), cp.inf, dtype=cp.float32)
     if m == 0 or C == 0:
-        return out
+        return (out, out_d) if return_distances else out
     CP = max(64, -(-C // 64) * 64)
     smem = CP * 16 + CP * (CP // 32) * 4
-    kern = get_kernel("prune.cu", f"robust_prune<{0 if metric == 'l2' else 1}>",
-                      name_expressions=(f"robust_prune<{0 if metric == 'l2' else 1}>",))
+    kern = get_kernel("prune.cu", _NAMES[0 if metric == "l2" else 1], name_expressions=_NAMES)
     if smem + _STATIC_SMEM > 48 * 1024:  # past the default limit: opt in (up to 227 KiB on H100/H200)
         kern.max_dynamic_shared_size_bytes = smem
     factor = np.float32(prune_factor(alpha, metric))
-    shift = np.float32(float((X * X).sum(axis=1).max()) if metric == "ip" else 0.0)
+    shift = np.float32(prune_shift(X, metric) if shift is None else shift)
     grid = int(min(m, 65535 * 8))
     logger.debug("prune_gpu: %d nodes, C=%d, R=%d, smem=%d", m, C, R, smem)
     kern((grid,), (_THREADS,), (X, np.int32(n), np.int32(d), cand_idx, cand_dist, np.int32(m), np.int32(C),
-                                np.int32(CP), np.int32(R), factor, shift, np.int32(bool(fill)), out),
+                                np.int32(CP), np.int32(R), factor, shift, np.int32(bool(fill)), out, out_d),
          shared_mem=smem)
-    return out
+    return (out, out_d) if return_distances else out
+
+
+def new_reverse_mask(graph):
+    """Boolean (n * R,) mask over the edges ``u -> graph[u, j]`` (row-major) whose reverse is not
+    already in the target's list (-1 slots and self loops are False)."""
+    import cupy as cp
+
+    graph = cp.ascontiguousarray(graph, dtype=cp.int32)
+    n, R = graph.shape
+    out = cp.empty(n * R, dtype=cp.uint8)
+    if out.size:
+        threads = 256
+        get_kernel("prune.cu", "new_reverse_edges", name_expressions=_NAMES)(
+            (-(-out.size // threads),), (threads,), (graph, np.int32(n), np.int32(R), out))
+    return out.view(cp.bool_)
 

@@ -14,7 +14,12 @@
 // alpha^2 * (d(p, c) + shift) > d(v, c) + shift on the internal distances; 'l2' (squared, shift 0)
 // is Vamana's Euclidean rule, 'ip' uses shift = max |x|^2 so both sides are >= 0 (for unit vectors
 // d + shift = |a - b|^2 / 2: the Euclidean rule again).  With `fill`, slots left free are filled
-// with the nearest pruned candidates.
+// with the nearest pruned candidates.  `out_d` (optional) receives the distance of every kept edge,
+// so the reverse-edge step (Vamana's "add the reverse of every edge") needs no recomputation: the
+// internal metrics are symmetric, d(u, v) = d(v, u).
+//
+// new_reverse_edges: marks the edges u -> v of a pruned graph whose reverse v -> u is not already in
+// v's list (the only ones the reverse-edge step adds); one thread per edge scans v's R entries.
 #include "search_common.cuh"
 
 #define PR_TILE 64
@@ -24,7 +29,7 @@ template <int METRIC>
 __global__ void __launch_bounds__(256) robust_prune(
     const float* __restrict__ X, int n, int d, const int* __restrict__ cand_idx,
     const float* __restrict__ cand_dist, int n_nodes, int C, int CP, int R, float factor, float shift,
-    int fill, int* __restrict__ out) {
+    int fill, int* __restrict__ out, float* __restrict__ out_d) {
     using kk::key_less;
     extern __shared__ float4 smem_raw[];
     __shared__ float A[PR_TILE][PR_DK + 1];
@@ -139,17 +144,39 @@ __global__ void __launch_bounds__(256) robust_prune(
                 for (int w = 0; w <= (c >> 5) && !blocked; ++w) blocked = (occl[c * W + w] & kept[w]) != 0u;
                 if (!blocked) {
                     kept[c >> 5] |= 1u << (c & 31);
+                    if (out_d) out_d[(long long)v * R + nk] = sd[c];
                     out[(long long)v * R + nk++] = si[c];
                 }
             }
             if (fill) {  // free slots: the nearest pruned candidates (same as the CPU reference)
                 for (int c = 0; c < M && nk < R; ++c)
-                    if (!(kept[c >> 5] & (1u << (c & 31)))) out[(long long)v * R + nk++] = si[c];
+                    if (!(kept[c >> 5] & (1u << (c & 31)))) {
+                        if (out_d) out_d[(long long)v * R + nk] = sd[c];
+                        out[(long long)v * R + nk++] = si[c];
+                    }
             }
             s_m = nk;
         }
         __syncthreads();
-        for (int r = s_m + tid; r < R; r += 256) out[(long long)v * R + r] = -1;
+        for (int r = s_m + tid; r < R; r += 256) {
+            out[(long long)v * R + r] = -1;
+            if (out_d) out_d[(long long)v * R + r] = KK_INF;
+        }
         __syncthreads();
     }
+}
+
+extern "C" __global__ void new_reverse_edges(const int* __restrict__ graph, int n, int R,
+                                             unsigned char* __restrict__ is_new) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)n * R) return;
+    const int u = (int)(e / R);
+    const int v = graph[e];
+    bool fresh = v >= 0 && v < n && v != u;
+    if (fresh) {
+        const int* row = graph + (long long)v * R;
+        for (int j = 0; j < R; ++j)
+            if (row[j] == u) { fresh = false; break; }
+    }
+    is_new[e] = fresh ? 1 : 0;
 }

@@ -1,0 +1,172 @@
+"""Reverse-edge insertion (Vamana / DiskANN: "add the reverse of every kept edge, re-prune the lists
+that overflow R") on the GPU, without leaving the device.
+
+The CPU version (``_prune_cpu.add_reverse_edges``) builds a CSR of reverse edges and re-prunes each
+overflowing union ``forward list + reverse sources`` with distances it recomputes. Here:
+
+1. the edges ``u -> v`` of the pruned graph whose reverse ``v -> u`` is not already in ``v``'s list
+   are marked (one thread per edge, ``new_reverse_edges`` in ``kernels/prune.cu``);
+2. they are sorted by ``(v, d(u, v), u)`` -- one stable radix sort of 64-bit keys ``v << 32 |
+   order-preserving bits of d`` -- and the nearest ``cap`` of each ``v`` are scattered into a
+   ``(n, cap)`` matrix; their distances are the forward edges' ones (the internal metrics are
+   symmetric), returned by the first prune;
+3. ``[forward | reverse]`` (n, R + cap) goes through ``prune_gpu`` once more, with ``fill``.
+
+Step 3 gives the CPU's result: a row whose union holds at most ``R`` distinct ids keeps all of them
+(RobustPrune with ``fill`` keeps every candidate when there are no more than ``R``), a row with more
+is RobustPruned over the union. The one difference is ``cap``: a node with more than ``cap`` new
+reverse edges only offers its ``cap`` nearest ones (default ``R``; hubs of the k-NN graph), where
+the CPU offers all. Rows come out sorted by distance (kept edges, then filled ones), where the CPU
+keeps the original order of a row that does not overflow: the edge sets are the same.
+
+``reverse_candidates`` is array-module agnostic (numpy or cupy) so the CPU tests can check it
+against ``add_reverse_edges``.
+"""
+
+import numpy as np
+
+from .._backend import get_array_module
+
+__all__ = ["reverse_candidates", "add_reverse_edges_gpu"]
+
+
+def _order_bits(d, xp):
+    """uint64 bits of float32 ``d`` whose unsigned order is the float order (negative values too)."""
+    b = xp.ascontiguousarray(d, dtype=xp.float32).view(xp.uint32)
+    neg = (b >> 31).astype(xp.bool_)
+    return xp.where(neg, ~b, b | xp.uint32(0x80000000)).astype(xp.uint64)
+
+
+def _new_reverse_mask_xp(graph, xp):
+    if xp is not np:
+        from ._prune_gpu import new_reverse_mask
+
+        return new_reverse_mask(graph)
+    n, R = graph.shape
+    u = np.repeat(np.arange(n, dtype=np.int64), R)
+    v = graph.ravel().astype(np.int64)
+    ok = (v >= 0) & (v != u)
+    mutual = np.zeros(v.shape, np.bool_)
+    mutual[ok] = (graph[v[ok]] == u[ok, None]).any(axis=1)
+    return ok & ~mutual
+
+
+def reverse_candidates(graph, graph_dist, cap):
+    """The nearest ``cap`` new reverse edges of every node.
+
+    Parameters
+    ----------
+    graph : numpy or cupy int32 (n, R)
+        Out-lists, ``-1`` padded, no repeated ids in a row.
+    graph_dist : same module, float32 (n, R)
+        Internal distance of each edge (a symmetric metric).
+    cap : int
+        Reverse candidates kept per node.
+
+    Returns
+    -------
+    rev_idx : int32 (n, cap)
+        Row ``v``: sources ``u`` of edges ``u -> v`` with ``u`` not in ``graph[v]``, nearest first
+        (ties: smaller ``u``), ``-1`` padded.
+    rev_dist : float32 (n, cap)
+        Their distances (``+inf`` in the ``-1`` slots).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> g = np.array([[1, 2], [0, -1], [1, -1]], np.int32)
+    >>> d = np.array([[1, 4], [1, np.inf], [1, np.inf]], np.float32)
+    >>> reverse_candidates(g, d, 2)[0].tolist()
+    [[-1, -1], [2, -1], [0, -1]]
+    """
+    xp = get_array_module(graph)
+    graph = xp.ascontiguousarray(graph, dtype=xp.int32)
+    n, R = graph.shape
+    cap = int(cap)
+    rev_idx = xp.full((n, cap), -1, dtype=xp.int32)
+    rev_dist = xp.full((n, cap), xp.inf, dtype=xp.float32)
+    if n == 0 or R == 0 or cap == 0:
+        return rev_idx, rev_dist
+    keep = _new_reverse_mask_xp(graph, xp)
+    e_all = xp.nonzero(keep)[0]
+    del keep
+    if e_all.size == 0:
+        return rev_idx, rev_dist
+    v_all = graph.ravel()[e_all]
+    flat_d = xp.ascontiguousarray(graph_dist, dtype=xp.float32).ravel()
+    # the sort needs ~48 bytes per edge: split the targets into ranges when that exceeds the budget
+    n_chunks = 1
+    if xp is not np:
+        from .._config import get_memory_budget
+
+        budget = max(get_memory_budget(), 1 << 28)
+        n_chunks = max(1, -(-int(e_all.size) * 48 // budget))
+    bounds = np.linspace(0, n, n_chunks + 1).astype(np.int64)
+    for v0, v1 in zip(bounds[:-1], bounds[1:]):
+        if n_chunks == 1:
+            e, v = e_all, v_all.astype(xp.int64)
+        else:
+            m = (v_all >= int(v0)) & (v_all < int(v1))
+            e = e_all[m]
+            v = v_all[m].astype(xp.int64)
+            del m
+        d = flat_d[e]
+        # edges are enumerated in increasing u and the sort is stable: ties in (v, d) stay by u
+        key = (v.astype(xp.uint64) << xp.uint64(32)) | _order_bits(d, xp)
+        order = xp.argsort(key, kind="stable") if xp is np else xp.argsort(key)
+        del key
+        e, v, d = e[order], v[order], d[order]
+        del order
+        counts = xp.bincount(v - int(v0), minlength=int(v1 - v0))
+        starts = xp.cumsum(counts) - counts
+        rank = xp.arange(v.size, dtype=xp.int64) - starts[v - int(v0)]
+        sel = rank < cap
+        v, r = v[sel], rank[sel]
+        rev_idx[v, r] = (e[sel] // R).astype(xp.int32)
+        rev_dist[v, r] = d[sel]
+    return rev_idx, rev_dist
+
+
+def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, fill=True, shift=None):
+    """Add the reverse of every edge of ``graph`` and re-prune (GPU, cupy arrays in and out).
+
+    Parameters
+    ----------
+    X : cupy float32 (n, d)
+        Prepared vectors.
+    graph, graph_dist : cupy int32 / float32 (n, R)
+        Pruned out-lists and their internal distances (``prune_gpu(..., return_distances=True)``).
+    R : int
+        Out-degree of the result.
+    alpha : float
+        RobustPrune slack, as for the first prune.
+    metric : {"l2", "ip"}
+        Internal metric.
+    cap : int, optional
+        New reverse candidates offered per node (default ``R``).
+    fill : bool
+        Fill free slots with the nearest pruned candidates.
+    shift : float, optional
+        Occlusion-test shift (``prune_shift``), computed when not given.
+
+    Returns
+    -------
+    cupy int32 (n, R)
+
+    Examples
+    --------
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> g, gd = prune_gpu(X, cand, cand_d, 32, 1.2, "l2", return_distances=True)  # doctest: +SKIP
+    >>> g = add_reverse_edges_gpu(X, g, gd, 32, 1.2, "l2")  # doctest: +SKIP
+    """
+    import cupy as cp
+
+    from ._prune_gpu import prune_gpu
+
+    cap = int(R if cap is None else cap)
+    rev_idx, rev_dist = reverse_candidates(graph, graph_dist, cap)
+    cand = cp.concatenate([cp.asarray(graph, dtype=cp.int32), rev_idx], axis=1)
+    del rev_idx
+    cand_d = cp.concatenate([cp.asarray(graph_dist, dtype=cp.float32), rev_dist], axis=1)
+    del rev_dist
+    return prune_gpu(X, cand, cand_d, R, alpha, metric, fill=fill, shift=shift)

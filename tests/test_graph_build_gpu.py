@@ -1,0 +1,162 @@
+"""GraphIndex build on the GPU: reverse edges on the device (``_reverse_gpu``), prune distances,
+``build_graph_gpu`` against the CPU build, recall of the built index, metrics and tiny inputs.
+
+The first test runs on the CPU (numpy): the reverse-candidate step followed by ``prune_cpu`` must
+give the edge sets of the CPU ``add_reverse_edges``.
+"""
+
+import numpy as np
+import pytest
+
+import knnkit
+from knnkit.graph_index._build import exact_knn_cpu
+from knnkit.graph_index._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
+from knnkit.graph_index._reverse_gpu import reverse_candidates
+
+needs_gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
+
+
+def _pruned(n, d, K, R, metric, seed, alpha=1.2):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    if metric == "ip":
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+    _cd, ci = exact_knn_cpu(X, X, K, metric, exclude_self=True)
+    cd = pair_distances(X, ci, metric)
+    g = prune_cpu(X, ci, cd, R, alpha, metric)
+    return X, g, pair_distances(X, g, metric)
+
+
+def _same_sets(a, b):
+    return np.array([set(x[x >= 0].tolist()) == set(y[y >= 0].tolist()) for x, y in zip(a, b)])
+
+
+def _recall(found, truth):
+    k = truth.shape[1]
+    return np.mean([len(set(f[:k].tolist()) & set(t.tolist())) / k for f, t in zip(found, truth)])
+
+
+@pytest.mark.parametrize("metric,n,d,K,R,cap", [("l2", 1500, 12, 24, 12, 12), ("ip", 1200, 16, 32, 16, 16),
+                                                ("l2", 40, 3, 8, 4, 4), ("l2", 4, 2, 3, 2, 1)])
+def test_reverse_candidates_numpy_then_prune_equals_cpu_add_reverse_edges(metric, n, d, K, R, cap):
+    X, g, gd = _pruned(n, d, K, R, metric, seed=n)
+    ref = add_reverse_edges(X, g, R, 1.2, metric)
+    ri, rd = reverse_candidates(g, gd, cap)
+    # rows: new reverse sources only (not already in the row), nearest first, distances symmetric
+    for v in range(0, n, max(1, n // 50)):
+        srcs = ri[v][ri[v] >= 0]
+        assert not set(srcs.tolist()) & set(g[v].tolist())
+        assert all(v in g[u] for u in srcs)
+        assert np.all(np.diff(rd[v][: srcs.size]) >= 0)
+    got = prune_cpu(X, np.concatenate([g, ri], 1), np.concatenate([gd, rd], 1), R, 1.2, metric)
+    # the cap may drop far reverse edges of hubs; RobustPrune drops those anyway in these data
+    assert _same_sets(got, ref).mean() >= 0.99
+
+
+# ------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_gpu_reverse_candidates_equal_numpy(metric):
+    import cupy as cp
+
+    from knnkit.graph_index._prune_gpu import new_reverse_mask
+
+    _X, g, gd = _pruned(3000, 16, 32, 16, metric, seed=7)
+    g[::97, -1] = -1  # holes
+    gd[::97, -1] = np.inf
+    n, R = g.shape
+    mask = cp.asnumpy(new_reverse_mask(cp.asarray(g)))
+    u = np.repeat(np.arange(n), R)
+    v = g.ravel()
+    ref = np.array([vv >= 0 and vv != uu and uu not in g[vv] for uu, vv in zip(u, v)])
+    assert np.array_equal(mask, ref)
+    ri, rd = reverse_candidates(cp.asarray(g), cp.asarray(gd), 16)
+    ri_np, rd_np = reverse_candidates(g, gd, 16)
+    assert np.array_equal(cp.asnumpy(ri), ri_np)
+    assert np.array_equal(cp.asnumpy(rd), rd_np)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric,alpha", [("l2", 1.2), ("ip", 1.0), ("l2", 1.0)])
+def test_gpu_add_reverse_edges_matches_cpu(metric, alpha):
+    import cupy as cp
+
+    from knnkit.graph_index._prune_gpu import prune_gpu
+    from knnkit.graph_index._reverse_gpu import add_reverse_edges_gpu
+
+    X, g, gd = _pruned(4000, 24, 40, 16, metric, seed=11, alpha=alpha)
+    ref = add_reverse_edges(X, g, 16, alpha, metric)
+    got = cp.asnumpy(add_reverse_edges_gpu(cp.asarray(X), cp.asarray(g), cp.asarray(gd), 16, alpha, metric))
+    assert got.shape == ref.shape and got.dtype == np.int32
+    assert _same_sets(got, ref).mean() >= 0.98  # float32 near-ties and the reverse cap only
+    # the first prune on the GPU gives the distances of the kept edges
+    Xd = cp.asarray(X)
+    _cd, ci = exact_knn_cpu(X, X, 40, metric, exclude_self=True)
+    cd = pair_distances(X, ci, metric)
+    g2, gd2 = prune_gpu(Xd, cp.asarray(ci), cp.asarray(cd), 16, alpha, metric, return_distances=True)
+    g2, gd2 = cp.asnumpy(g2), cp.asnumpy(gd2)
+    np.testing.assert_allclose(gd2, pair_distances(X, g2, metric), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def clustered():
+    X, Q = knnkit.datasets.make_clustered(6000, 24, n_queries=300, random_state=3, device="cpu")
+    return X.astype(np.float32), Q.astype(np.float32)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean", "inner_product", "cosine"])
+def test_gpu_build_recall_and_cpu_agreement(clustered, metric):
+    import cupy as cp
+
+    X, Q = clustered
+    truth = knnkit.knn(X, Q, k=10, metric=metric, device="cpu")[1]
+    gi = knnkit.GraphIndex.build(cp.asarray(X), metric=metric, graph_degree=16, random_state=0)
+    ci = knnkit.GraphIndex.build(X, metric=metric, graph_degree=16, random_state=0, device="cpu")
+    assert gi.device == "gpu" and gi.graph.shape == (6000, 16)
+    assert set(gi._build_timings) >= {"candidates", "prune", "reverse", "entry_points"}
+    g_gpu, g_cpu = cp.asnumpy(gi.graph), np.asarray(ci.graph)
+    assert g_gpu.min() >= 0 and g_gpu.max() < 6000
+    assert not (g_gpu == np.arange(6000)[:, None]).any()
+    # exact candidates on both (n <= knn_graph's brute-force size): the same graph up to near-ties
+    assert _same_sets(g_gpu, g_cpu).mean() >= 0.95
+    assert abs(gi.nn1_max - ci.nn1_max) <= 1e-3 * max(1.0, ci.nn1_max)
+    r = _recall(cp.asnumpy(gi.search(cp.asarray(Q), k=10, beam=64)[1]), truth)
+    r_cpu = _recall(ci.search(Q, k=10, beam=64)[1], truth)
+    assert r >= 0.93 and r >= r_cpu - 0.02  # same graph as the CPU's: same recall (0.95-0.97 here)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_build_nndescent_recall_large():
+    import cupy as cp
+
+    # n above knn_graph's GPU brute-force size: the NN-Descent candidates and their distances
+    X, Q = knnkit.datasets.make_clustered(120_000, 32, n_queries=500, random_state=5, device="gpu")
+    index = knnkit.GraphIndex.build(X, random_state=0)
+    truth = cp.asnumpy(knnkit.knn(X, Q, k=10, device="gpu")[1])
+    for beam, floor in ((32, 0.93), (64, 0.97)):
+        assert _recall(cp.asnumpy(index.search(Q, k=10, beam=beam)[1]), truth) >= floor
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("n", [2, 3, 9, 40])
+def test_gpu_build_tiny_and_duplicates(n):
+    import cupy as cp
+
+    rng = np.random.default_rng(n)
+    X = rng.standard_normal((n, 5)).astype(np.float32)
+    X[n // 2] = X[0]  # a duplicate
+    index = knnkit.GraphIndex.build(cp.asarray(X), graph_degree=8, random_state=0)
+    g = cp.asnumpy(index.graph)
+    assert g.shape == (n, 8)
+    valid = g[g >= 0]
+    assert valid.size and valid.max() < n
+    assert not (g == np.arange(n)[:, None]).any()
+    # every point reaches itself: a search for each point finds it (or its duplicate) first
+    d, i = index.search(cp.asarray(X), k=1, beam=16)
+    assert np.allclose(cp.asnumpy(d)[:, 0], 0, atol=1e-5)
