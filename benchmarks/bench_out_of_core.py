@@ -111,6 +111,7 @@ def main():
         res["ratio_out_of_core_to_in_memory"] = res["out_of_core_s"] / res["in_memory_s"]
     txt = json.dumps(res, indent=1)
     print(txt)
+    print("peaks (used, held):", res["peak_pool_used_bytes_sampled"], res["peak_pool_held_bytes_sampled"], file=sys.stderr)
     with open(os.path.join(a.out, "out_of_core.json"), "w") as f:
         f.write(txt)
 

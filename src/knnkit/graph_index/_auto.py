@@ -22,15 +22,18 @@ import numpy as np
 __all__ = ["estimate_intrinsic_dim", "auto_build_params"]
 
 _SAMPLE = 500       # points whose neighbourhoods are measured
-_REFERENCE = 200_000  # at most this many reference points (same rule on CPU and GPU)
 _K = 20
 
 
 def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
     """Median Levina-Bickel MLE of the local intrinsic dimension of the rows of ``X``.
 
-    ``X`` (numpy or cupy, float32, prepared for the metric) is sampled: ``sample`` query rows
-    against at most 200,000 reference rows, Euclidean distances, ``k`` neighbours. Returns a
+    ``X`` (numpy or cupy, float32, prepared for the metric): ``sample`` rows queried exactly
+    against all rows (Euclidean distances, ``k`` neighbours). All rows, because the estimate
+    depends on the scale it is measured at: on 10M points in 1000 noise-dominated clusters a
+    200k-row reference measured neighbourhoods 50x sparser than the index sees and gave a lower
+    LID (degree 48 instead of 64, recall 0.94 instead of >= 0.95 at beam 64). Cost: one exact
+    search of ``sample`` queries (on 2 CPU cores about 1 s per million 128-d rows). Returns a
     float (``nan`` when there are too few distinct points).
 
     Examples
@@ -47,11 +50,9 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
         return float("nan")
     k = min(k, n - 2)
     rng = np.random.default_rng(random_state)
-    ref = np.sort(rng.choice(n, min(n, _REFERENCE), replace=False)) if n > _REFERENCE else None
-    R = X if ref is None else X[ref]
-    q = rng.choice(R.shape[0], min(sample, R.shape[0]), replace=False)
+    q = np.sort(rng.choice(n, min(sample, n), replace=False))
     device = "gpu" if type(X).__module__.startswith("cupy") else "cpu"
-    d, _i = knn(R, R[q], k=k + 1, metric="euclidean", device=device)
+    d, _i = knn(X, X[q], k=k + 1, metric="euclidean", device=device)
     d = np.asarray(d.get() if hasattr(d, "get") else d, dtype=np.float64)[:, 1:]  # drop the point itself
     d = d[d[:, 0] > 0]  # duplicates give log(0)
     if d.shape[0] == 0:
