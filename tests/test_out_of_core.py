@@ -93,6 +93,23 @@ def test_resume_after_kill(dataset, tmp_path, point):
     assert not [f for f in os.listdir(w) if f.endswith(".tmp")]
 
 
+def test_slow_writes_do_not_block_or_break_later_steps(dataset, tmp_path):
+    # commits run in a background thread; with a slow disk the merges start before the shard
+    # graphs they read are committed (on the GPU this happened with fast steps)
+    import time
+
+    path, X, T = dataset
+
+    def slow_disk(name):
+        if name.startswith("graph_") and name.endswith(":written"):
+            time.sleep(0.3)
+
+    g = knn_graph_out_of_core(path, workdir=tmp_path / "w", _fault_hook=slow_disk, **KW)
+    assert g.recall(T) >= 0.97
+    ref = knn_graph_out_of_core(path, workdir=tmp_path / "ref", **KW)
+    np.testing.assert_array_equal(np.asarray(g.indices), np.asarray(ref.indices))
+
+
 def test_half_written_file_ignored(dataset, tmp_path):
     path, X, T = dataset
     w = tmp_path / "w"
@@ -193,8 +210,8 @@ def test_gpu_merge_with_far_halves(metric):
     # long input lists, so Algorithm 3's far halves are merged back on the device
     X = clustered(9000, 20, seed=7)
     a, b = X[:5000], X[5000:]
-    ga = knnkit.knn_graph(a, k=40, device="gpu", random_state=0)
-    gb = knnkit.knn_graph(b, k=40, device="gpu", random_state=1)
+    ga = knnkit.knn_graph(a, k=40, metric=metric, device="gpu", random_state=0)
+    gb = knnkit.knn_graph(b, k=40, metric=metric, device="gpu", random_state=1)
     g = knnkit.merge_graphs(a, ga, b, gb, k=10, device="gpu", random_state=0)
     I, D = (np.asarray(x.get() if hasattr(x, "get") else x) for x in g.host_arrays())
     assert I.shape == (9000, 10) and _no_repeats(I) and not (I == np.arange(9000)[:, None]).any()

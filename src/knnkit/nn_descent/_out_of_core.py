@@ -318,7 +318,7 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
     t_start = time.perf_counter()
     bar = progress(total=len(steps), desc="out-of-core k-NN graph", unit="step")
     bar.update(len(steps) - len(todo))
-    pending = []
+    pending = state.pending  # commits not finished yet (futures), oldest first
     try:
         for t, step in enumerate(todo):
             need = shards_of(step)
@@ -339,9 +339,7 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
             hook(f"{step}:start")
             t1 = time.perf_counter()
             if step == "final":
-                for f in pending:  # every running list on disk and in the manifest first
-                    f.result()
-                pending = []
+                state.wait_commits()  # every running list on disk and in the manifest first
                 files, running = _step_final(store, n_shards, state), {}
                 writes = []
             elif step.startswith("graph_"):
@@ -408,6 +406,12 @@ class _State:
         self.versions = {}  # shard -> version number of its latest running list
         self.failed = False  # a commit raised: later steps must not be committed
         self.detail = {}  # timings of the step just computed, recorded in the manifest
+        self.pending = []  # futures of commits still running in the writer thread
+
+    def wait_commits(self):
+        while self.pending:
+            self.pending[0].result()
+            self.pending.pop(0)
 
     def keep_bases(self, need):
         for i in list(self.bases):
@@ -429,6 +433,8 @@ class _State:
 
     def base(self, i):
         if i not in self.bases:
+            if f"graph_{i}" not in self.store.m["done"]:
+                self.wait_commits()  # its graph step is computed but its files are still being written
             fut = self.base_reads.pop(i, None)
             self.bases[i] = (fut.result() if fut is not None else
                              self._read_base(i, self.store.m["done"][f"graph_{i}"]["files"]))
