@@ -315,3 +315,23 @@ def test_gpu_matches_cpu_quality(update):
     b = knn_graph(Xd[12000:], k=10, method="nndescent", random_state=1)
     m = merge_graphs(Xd[:12000], a, Xd[12000:], b, random_state=0)
     assert m.recall(T) >= 0.97
+
+
+def test_default_update_rule():
+    from knnkit.nn_descent._build import default_update
+
+    assert default_update("gpu", "sqeuclidean") == "selective"
+    assert default_update("gpu", "cosine") == "selective"
+    assert default_update("gpu", "inner_product") == "basic"   # selective stalls on hubs
+    assert default_update("cpu", "sqeuclidean") == "basic"
+
+
+def test_inner_product_hubs_need_basic_update():
+    # clustered data with large norms: under the raw inner product a few points are everyone's
+    # nearest; the selective update stalls there (measured 0.77), the default (basic) does not
+    rng = np.random.default_rng(7)
+    C = rng.normal(size=(15, 20)) * 4
+    X = (C[rng.integers(0, 15, 6000)] + rng.normal(size=(6000, 20))).astype(np.float32)
+    ref = knnkit.knn_graph(X, k=10, method="brute", metric="inner_product", device="cpu")
+    g = knnkit.knn_graph(X, k=10, method="nndescent", metric="inner_product", device="cpu", random_state=0)
+    assert g.recall(np.asarray(ref.indices)) >= 0.97

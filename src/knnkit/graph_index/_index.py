@@ -280,8 +280,11 @@ class GraphIndex:
         t0 = time.perf_counter()
         if dev == "gpu" and bp["diversify"] == "prune":
             # all on the device: candidates with their distances, prune, reverse edges (_build.py)
+            # cosine rows are unit vectors searched through 'ip': no hubs, so NN-Descent keeps the
+            # GPU's selective update (raw inner products use the basic one, see default_update)
             g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
-                                     random_state=random_state, timings=timings)
+                                     random_state=random_state, timings=timings,
+                                     knn_params={"update": "selective"} if metric == "cosine" else None)
         else:
             cand = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
                                    user_metric=metric)

@@ -16,7 +16,7 @@ from .._backend import resolve_device, as_host, as_device
 from .._config import get_memory_budget
 from .._metrics import internal_metric, prepare_vectors, finalize_distances
 from .._validation import check_matrix
-from ._build import default_parameters, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
+from ._build import default_parameters, default_update, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
 from ._graph import KnnGraph, index_dtype_for
 
 __all__ = ["merge_graphs", "to_internal", "merge_lists"]
@@ -191,7 +191,7 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
     K = max(k, min(K, n - 1))
     p = int(sample) if sample is not None else (p0 if n_neighbors_internal is None else sample_for(K, kind, n))
     iters = int(max_iters) if max_iters is not None else it0
-    upd = update or ("selective" if kind == "gpu" else "basic")
+    upd = update or default_update(kind, metric)
     mi = internal_metric(metric)
 
     itype = index_dtype_for(n)
