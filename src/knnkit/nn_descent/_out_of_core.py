@@ -13,9 +13,12 @@ Plan, for ``s`` shards of a memory-mapped vector file:
 3. ``final``: running lists are concatenated into ``knn_indices.ibin`` (int32, global ids) and
    ``knn_distances.fbin`` (float32, user metric).
 
-Only the shards of the current step (plus one being prefetched) are in memory. A background
-thread reads the next step's shard while the current one computes (disk I/O overlapped with
-compute).
+Only the shards of the current step (plus one being prefetched) are in memory. Disk I/O overlaps
+the compute: one background thread reads the next step's vectors and shard graph, another writes
+the finished step's files and then commits it to the manifest, while the next step already runs
+on the in-memory running lists (a merge that needs a shard graph not yet committed waits for it).
+On the GPU, shards are sized so that one merge (two shards) fits the memory budget, and the
+device memory pool is released after every step.
 
 Resuming: ``manifest.json`` in the work folder records every completed step with the BLAKE2b
 checksum of each file it produced; it is replaced atomically (tmp + ``os.replace``) only after
