@@ -122,8 +122,6 @@ def sweep(X, rows, truth, configs, ks, iters, seed=0, **kw):
     """Convergence of each (K, p): recall@k for every k in ``ks`` and the cumulative kernel time
     after each iteration (delta = 0, so every iteration runs); what any delta would have given is
     read off the per-iteration updates (stop after the first iteration below delta * n * K)."""
-    import cupy as cp
-
     out = []
     n = len(X)
     for K, p in configs:

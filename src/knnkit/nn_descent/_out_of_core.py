@@ -32,7 +32,6 @@ import concurrent.futures
 import functools
 import hashlib
 import json
-import math
 import os
 import re
 import time
