@@ -455,20 +455,15 @@ class GraphIndex:
         xmax = self._xmax() if self._imetric == "ip" else None
         nq = qd.shape[0]
         bs = int(batch_size) if batch_size else max(1, nq)
-        if bs >= nq:  # one batch: no output copies (two launches saved on small batches)
-            seeds = entry.seeds_for(qd, n_seeds)
-            return search_gpu(X, graph, qd, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters,
-                              metric=self._imetric, X_fp16=X16, xnorm_max=xmax, nn1_max=self.nn1_max)
-        d = cp.empty((nq, k), cp.float32)
-        i = cp.empty((nq, k), cp.int64)
+        parts = []
         for s in range(0, nq, bs):
             qb = qd[s:s + bs]
             seeds = entry.seeds_for(qb, n_seeds)
-            db, ib = search_gpu(X, graph, qb, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters,
-                                metric=self._imetric, X_fp16=X16, xnorm_max=xmax, nn1_max=self.nn1_max)
-            d[s:s + bs] = db
-            i[s:s + bs] = ib
-        return d, i
+            parts.append(search_gpu(X, graph, qb, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters,
+                                    metric=self._imetric, X_fp16=X16, xnorm_max=xmax, nn1_max=self.nn1_max))
+        if len(parts) == 1:  # one batch: no output copies (two launches saved on small batches)
+            return parts[0]
+        return cp.concatenate([p[0] for p in parts]), cp.concatenate([p[1] for p in parts])
 
     def _fp16_copy(self, X, required):
         """Cached float16 copy of the prepared vectors for fp16 traversal (None when it would overflow)."""
