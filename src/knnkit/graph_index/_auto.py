@@ -19,6 +19,8 @@ Why (measured on the CPU, 100k x 96, 1,000 queries, k = 10, recall@10 at beam 32
 
 import numpy as np
 
+from .._backend import as_host, get_array_module, inspect_array
+
 __all__ = ["estimate_intrinsic_dim", "auto_build_params"]
 
 _SAMPLE = 500       # points whose neighbourhoods are measured
@@ -51,9 +53,10 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
     k = min(k, n - 2)
     rng = np.random.default_rng(random_state)
     q = np.sort(rng.choice(n, min(sample, n), replace=False))
-    device = "gpu" if type(X).__module__.startswith("cupy") else "cpu"
-    d, _i = knn(X, X[q], k=k + 1, metric="euclidean", device=device)
-    d = np.asarray(d.get() if hasattr(d, "get") else d, dtype=np.float64)[:, 1:]  # drop the point itself
+    xp = get_array_module(X)
+    d, _i = knn(X, X[xp.asarray(q)], k=k + 1, metric="euclidean", device="cpu" if xp is np else "gpu")
+    # knn answers in the framework knnkit.set_output asks for: back to numpy whatever it is
+    d = np.asarray(as_host(inspect_array(d)[0]), dtype=np.float64)[:, 1:]  # drop the point itself
     d = d[d[:, 0] > 0]  # duplicates give log(0)
     if d.shape[0] == 0:
         return float("nan")
