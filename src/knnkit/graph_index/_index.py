@@ -16,6 +16,7 @@ from .._backend import (as_host, cupy_or_none, get_array_module, resolve_device,
                         wrap_output)
 from .._metrics import finalize_distances, internal_metric, prepare_vectors
 from .._validation import check_k, check_matrix, check_metric, check_pair
+from ..nn_descent._build import default_update
 from ._auto import auto_build_params, estimate_intrinsic_dim
 from ._build import candidate_graph, diversify, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
@@ -280,11 +281,11 @@ class GraphIndex:
         t0 = time.perf_counter()
         if dev == "gpu" and bp["diversify"] == "prune":
             # all on the device: candidates with their distances, prune, reverse edges (_build.py)
-            # cosine rows are unit vectors searched through 'ip': no hubs, so NN-Descent keeps the
-            # GPU's selective update (raw inner products use the basic one, see default_update)
+            # NN-Descent runs on the internal metric ('ip' for cosine's unit rows), but its update
+            # rule is the one of the user's metric (default_update: cosine has no hubs)
             g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
                                      random_state=random_state, timings=timings,
-                                     knn_params={"update": "selective"} if metric == "cosine" else None)
+                                     knn_params={"update": default_update("gpu", metric)})
         else:
             cand = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
                                    user_metric=metric)
