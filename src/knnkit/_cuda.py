@@ -34,9 +34,19 @@ def get_module(filename, options=(), name_expressions=()):
     return _module(filename, tuple(options), tuple(name_expressions), cupy.cuda.Device().id)
 
 
+@functools.lru_cache(maxsize=None)
+def _function(filename, name, options, name_expressions, device_id):
+    return _module(filename, options, name_expressions, device_id).get_function(name)
+
+
 def get_kernel(filename, name, options=(), name_expressions=()):
-    """One kernel of a module; ``name`` may be a template instantiation listed in name_expressions."""
-    return get_module(filename, options, name_expressions).get_function(name)
+    """One kernel of a module; ``name`` may be a template instantiation listed in name_expressions.
+
+    The function handle is cached per device too: looking it up again on every call cost a
+    measurable share of a one-query search (NOTES_search.md)."""
+    import cupy
+
+    return _function(filename, name, tuple(options), tuple(name_expressions), cupy.cuda.Device().id)
 
 
 def OutOfMemory():

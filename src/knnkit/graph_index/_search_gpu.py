@@ -20,17 +20,10 @@ __all__ = ["search_gpu", "search_config", "select_seeds_gpu"]
 _MAX_SMEM = 227 * 1024  # opt-in shared memory per block on sm_80 / sm_90
 _SMALL_BATCH = 256  # up to this many queries per call, 256 threads per block (latency, not throughput)
 _BLOOM_LOAD = 16  # Bloom filter refilled after bits / 16 insertions (false-positive rate ~1 %)
-_kernels = {}  # compiled kernel functions by (device, instantiation name): saves the lookup per call
 
 
 def _kernel(name):
-    import cupy as cp
-
-    key = (cp.cuda.Device().id, name)  # a function handle belongs to one device's context
-    k = _kernels.get(key)
-    if k is None:
-        k = _kernels[key] = get_kernel("search.cu", name, name_expressions=(name,))
-    return k
+    return get_kernel("search.cu", name, name_expressions=(name,))
 
 
 def _pow2ceil(x):
