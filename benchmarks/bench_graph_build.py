@@ -60,7 +60,8 @@ def old_build(X_user, metric, ref):
     t = {}
     t0 = time.perf_counter()
     X = prepare_vectors(X_user, metric)
-    cand = candidate_graph(X, K, im, build_algo="nndescent", device="gpu", random_state=0, user_metric=metric)
+    # the former pipeline: ids to the host, distances recomputed there
+    cand, _ = candidate_graph(X, K, im, build_algo="nndescent", device="gpu", random_state=0, user_metric=metric)
     t["candidates+to_host"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     Xh = np.ascontiguousarray(as_host(X))

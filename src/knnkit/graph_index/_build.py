@@ -24,6 +24,7 @@ import numpy as np
 
 from .._config import logger
 from .._backend import as_host, get_array_module, inspect_array
+from ..nn_descent._merge import to_internal
 from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
@@ -100,13 +101,16 @@ def exact_knn_cpu(X, Q, k, metric, *, exclude_self=False, block=None):
 
 def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", random_state=None,
                     user_metric=None):
-    """Candidate lists: int64 (n, K) neighbour ids (self excluded) as a host numpy array.
+    """Candidate lists with their distances, as host numpy arrays: ``(idx int64 (n, K), dist
+    float32 (n, K))``, self excluded, ``dist`` in the internal metric.
 
     ``build_algo="nndescent"`` uses :func:`knnkit.knn_graph` when it is available and falls back to
-    exact brute force (logged) otherwise; ``"brute"`` is exact.
+    exact brute force (logged) otherwise; ``"brute"`` is exact. The distances are the ones the
+    search computed (converted to the internal metric), not computed again.
     """
     n = X.shape[0]
     K = min(K, n - 1)
+    user = _user_metric_for(metric, user_metric)
     if build_algo == "nndescent" and n > 4096:
         try:
             from ..nn_descent import knn_graph
@@ -114,12 +118,10 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             # the search graph needs good candidates, not a 0.99-recall K-NN graph: build with the
             # list length K itself instead of knn_graph's longer default (1M x 128 on an H200:
             # 3.5 s with K=128 internal lists for K=64)
-            g = knn_graph(X, K, metric=_user_metric_for(metric, user_metric), device=device,
-                          random_state=random_state, n_neighbors_internal=K)
-            idx = g.indices if hasattr(g, "indices") else (g[1] if isinstance(g, tuple) else g)
-            idx = _host_int64(idx)
+            g = knn_graph(X, K, metric=user, device=device, random_state=random_state, n_neighbors_internal=K)
+            idx = _host_array(g.indices, np.int64)
             if idx.shape == (n, K):
-                return idx
+                return idx, to_internal(_host_array(g.distances, np.float32), user)
             logger.warning("knn_graph returned shape %s, expected %s; using brute force", idx.shape, (n, K))
         except NotImplementedError:
             logger.info("knn_graph (NN-Descent) not available yet; building the candidate graph exactly")
@@ -129,15 +131,15 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
         try:
             from ..brute_force import knn
 
-            _d, idx = knn(X, None, k=K, metric=_user_metric_for(metric, user_metric), device="gpu")
-            idx = _host_int64(idx)
+            d, idx = knn(X, None, k=K, metric=user, device="gpu")
+            idx = _host_array(idx, np.int64)
             if idx.shape == (n, K):
-                return idx
+                return idx, to_internal(_host_array(d, np.float32), user)
         except (ImportError, NotImplementedError) as e:
             logger.warning("GPU brute force not available (%s); exact candidate graph on the CPU", e)
     Xh = np.ascontiguousarray(as_host(X))
-    _d, idx = exact_knn_cpu(Xh, Xh, K, metric, exclude_self=True)
-    return idx
+    d, idx = exact_knn_cpu(Xh, Xh, K, metric, exclude_self=True)
+    return idx, d
 
 
 def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=None, knn_params=None,
@@ -262,11 +264,11 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
     return g, nn1
 
 
-def _host_int64(a):
-    """A host int64 numpy copy of whatever array the library returned (numpy, cupy or torch,
-    depending on ``knnkit.set_output``)."""
+def _host_array(a, dtype):
+    """A host numpy copy of whatever array the library returned (numpy, cupy or torch, depending
+    on ``knnkit.set_output``)."""
     arr, _info = inspect_array(a)
-    return np.ascontiguousarray(as_host(arr)).astype(np.int64, copy=False)
+    return np.ascontiguousarray(as_host(arr)).astype(dtype, copy=False)
 
 
 def _user_metric_for(internal, user_metric):

@@ -21,7 +21,7 @@ from ._auto import auto_build_params, estimate_intrinsic_dim
 from ._build import candidate_graph, diversify, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
 from ._format import read_index_file, write_index_file, VERSION
-from ._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
+from ._prune_cpu import add_reverse_edges, prune_cpu
 from ._search_cpu import search_cpu
 
 __all__ = ["GraphIndex"]
@@ -287,11 +287,9 @@ class GraphIndex:
                                      random_state=random_state, timings=timings,
                                      knn_params={"update": default_update("gpu", metric)})
         else:
-            cand = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
-                                   user_metric=metric)
-            Xh = np.ascontiguousarray(as_host(X))
-            cand_dist = pair_distances(Xh, cand, im)
-            nn1 = nn1_max(Xh, cand_dist, im)
+            cand, cand_dist = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
+                                              user_metric=metric)
+            nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
             g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
                           cand_dist=cand_dist)
