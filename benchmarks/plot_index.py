@@ -20,10 +20,14 @@ def plot_real(r, dst):
         if rows:
             ax.plot([x["recall_at_10"] for x in rows], [x["qps"] for x in rows], "o-",
                     label=f"{ds['dataset']} ({ds['n']:,} x {ds['d']}, {ds['nq']:,} queries)")
+    _finish(fig, ax, f"{r['gpu']}: knnkit GraphIndex on real data (beam sweep)", dst)
+
+
+def _finish(fig, ax, title, dst):
     ax.set_yscale("log")
     ax.set_xlabel("recall@10")
     ax.set_ylabel("queries per second")
-    ax.set_title(f"{r['gpu']}: knnkit GraphIndex on real data (beam sweep)")
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -41,14 +45,8 @@ def main(src, dst):
     cu = [x for x in r.get("cuvs_cagra_curve", []) if "search_width" not in x]
     if cu:
         ax.plot([x["recall"] for x in cu], [x["qps"] for x in cu], "s--", label="cuVS CAGRA (degree 64, itopk sweep)")
-    ax.set_yscale("log")
-    ax.set_xlabel("recall@10")
-    ax.set_ylabel("queries per second")
-    ax.set_title(f"{r['gpu']}: {r['params']['n']:,} x {r['params']['d']}, {r['params']['queries']:,} queries, k=10")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(dst, dpi=120)
+    _finish(fig, ax, f"{r['gpu']}: {r['params']['n']:,} x {r['params']['d']}, {r['params']['queries']:,} queries, k=10",
+            dst)
 
 
 if __name__ == "__main__":
