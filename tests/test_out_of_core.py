@@ -36,6 +36,20 @@ def dataset(tmp_path_factory):
 KW = dict(k=8, shard_size=600, device="cpu", random_state=3)
 
 
+class Killed(Exception):
+    """Stands for the process being killed at a fault-injection point."""
+
+
+def _run_until(path, workdir, point, exc=Killed, **kw):
+    """Run the build and 'kill' it (raise ``exc``) when it reaches the hook ``point``."""
+    def hook(name):
+        if name == point:
+            raise exc(name)
+
+    with pytest.raises(exc):
+        knn_graph_out_of_core(path, workdir=workdir, _fault_hook=hook, **(kw or KW))
+
+
 def test_several_shards_recall_and_outputs(dataset, tmp_path):
     path, X, T = dataset
     g = knn_graph_out_of_core(path, workdir=tmp_path / "w", **KW)
@@ -71,17 +85,8 @@ def test_single_shard_fvecs_and_npy(tmp_path):
 def test_resume_after_kill(dataset, tmp_path, point):
     path, X, T = dataset
     ref = knn_graph_out_of_core(path, workdir=tmp_path / "ref", **KW)
-
-    class Killed(Exception):
-        pass
-
-    def hook(name):
-        if name == point:
-            raise Killed(name)
-
     w = tmp_path / "w"
-    with pytest.raises(Killed):
-        knn_graph_out_of_core(path, workdir=w, _fault_hook=hook, **KW)
+    _run_until(path, w, point)
     seen = []
     g = knn_graph_out_of_core(path, workdir=w, _fault_hook=seen.append, **KW)
     step = point.split(":")[0]
@@ -113,13 +118,7 @@ def test_slow_writes_do_not_block_or_break_later_steps(dataset, tmp_path):
 def test_half_written_file_ignored(dataset, tmp_path):
     path, X, T = dataset
     w = tmp_path / "w"
-
-    def hook(name):
-        if name == "merge_0_1:start":
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        knn_graph_out_of_core(path, workdir=w, _fault_hook=hook, **KW)
+    _run_until(path, w, "merge_0_1:start", KeyboardInterrupt)
     # a killed writer leaves garbage under the names the next steps will produce
     (w / "run_0_v1.ibin").write_bytes(b"\x00" * 37)
     (w / ".run_1_v1.ibin.deadbeef.tmp").write_bytes(b"junk")
@@ -131,13 +130,7 @@ def test_half_written_file_ignored(dataset, tmp_path):
 def test_corrupted_listed_file_refused(dataset, tmp_path):
     path, X, T = dataset
     w = tmp_path / "w"
-
-    def hook(name):
-        if name == "merge_0_1:start":
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        knn_graph_out_of_core(path, workdir=w, _fault_hook=hook, **KW)
+    _run_until(path, w, "merge_0_1:start", KeyboardInterrupt)
     b = bytearray((w / "base_0.ibin").read_bytes())
     b[20] ^= 1
     (w / "base_0.ibin").write_bytes(bytes(b))
@@ -228,16 +221,7 @@ def test_gpu_out_of_core_resume_keeps_quality(dataset, tmp_path):
     kw = dict(k=8, shard_size=600, device="gpu", random_state=3)
     ref = knn_graph_out_of_core(path, workdir=tmp_path / "ref", **kw)
     assert ref.recall(T) >= 0.97 and _no_repeats(np.asarray(ref.indices))
-
-    class Killed(Exception):
-        pass
-
-    def hook(name):
-        if name == "merge_1_2:written":
-            raise Killed(name)
-
-    with pytest.raises(Killed):
-        knn_graph_out_of_core(path, workdir=tmp_path / "w", _fault_hook=hook, **kw)
+    _run_until(path, tmp_path / "w", "merge_1_2:written", **kw)
     g = knn_graph_out_of_core(path, workdir=tmp_path / "w", **kw)
     # GPU list insertion order is not deterministic (concurrent inserts), so compare quality
     assert g.recall(T) >= 0.97 and _no_repeats(np.asarray(g.indices))
