@@ -49,7 +49,8 @@ def _neighbour_part(g):
     I, D = g.host_arrays()
     if g.include_self:
         I, D = I[:, 1:], D[:, 1:]
-    return np.asarray(I, dtype=np.int64), np.asarray(D, dtype=np.float32)
+    # ids keep their dtype (int32 below 2**31 points): the GPU path sends them back as int32
+    return np.asarray(I), np.asarray(D, dtype=np.float32)
 
 
 def ggm_init(I1, I2, n1, n2, K, rng):
