@@ -9,7 +9,8 @@ import numpy as np
 
 from ._backend import get_array_module
 
-__all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_float32", "is_similarity"]
+__all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
+           "is_similarity"]
 
 
 def internal_metric(metric):
@@ -51,3 +52,17 @@ def finalize_distances(d, metric):
         d += 1
         return d
     return d
+
+
+def to_internal(d, metric):
+    """User-metric distances back to the internal minimised form (inverse of
+    :func:`finalize_distances`), as a new float32 array (numpy or cupy)."""
+    xp = get_array_module(d)
+    d = xp.asarray(d, dtype=xp.float32)
+    if metric == "euclidean":
+        return d * d
+    if metric == "inner_product":
+        return -d
+    if metric == "cosine":
+        return d - xp.float32(1)
+    return d.copy()

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._config import logger
 from .._backend import as_host, get_array_module, inspect_array
-from ..nn_descent._merge import to_internal
+from .._metrics import to_internal
 from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",

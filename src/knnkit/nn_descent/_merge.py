@@ -14,24 +14,12 @@ import numpy as np
 
 from .._backend import resolve_device, as_host, as_device
 from .._config import get_memory_budget
-from .._metrics import internal_metric, prepare_vectors, finalize_distances
+from .._metrics import internal_metric, prepare_vectors, finalize_distances, to_internal
 from .._validation import check_matrix
 from ._build import default_parameters, default_update, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
 from ._graph import KnnGraph, index_dtype_for
 
-__all__ = ["merge_graphs", "to_internal", "merge_lists"]
-
-
-def to_internal(D, metric):
-    """User-metric distances back to the internal minimised form (inverse of finalize)."""
-    D = np.asarray(D, dtype=np.float32)
-    if metric == "euclidean":
-        return D * D
-    if metric == "inner_product":
-        return -D
-    if metric == "cosine":
-        return D - np.float32(1)
-    return D.copy()
+__all__ = ["merge_graphs", "merge_lists"]
 
 
 def merge_lists(ind, dist, add_ind, add_dist, k):

@@ -39,12 +39,12 @@ import time
 import numpy as np
 
 from .._config import logger, progress, get_memory_budget
-from .._metrics import finalize_distances
+from .._metrics import finalize_distances, to_internal
 from .._validation import check_metric, check_k
 from .._backend import resolve_device
 from ._build import knn_graph, default_parameters, sample_for, seed_from, GRAPH_METRICS
 from ._graph import KnnGraph
-from ._merge import merge_graphs, merge_lists, to_internal
+from ._merge import merge_graphs, merge_lists
 
 __all__ = ["knn_graph_out_of_core"]
 
