@@ -21,7 +21,7 @@ Memory stays bounded: one ``G`` block (``_BLOCK_BYTES``) plus the heaps of one q
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["knn_cpu", "select_rows_cpu", "exact_distances_cpu"]
+__all__ = ["knn_cpu", "select_rows_cpu"]
 
 # Bytes of one G block: big enough for BLAS efficiency, small enough to stay in L2/L3-ish
 # territory and to keep memory flat for any n.
@@ -303,17 +303,3 @@ def select_rows_cpu(D, k):
     _select_dense(D, heap_d, heap_i, 0)
     _sort_heaps(heap_d, heap_i)
     return heap_d, heap_i
-
-
-def exact_distances_cpu(X, Q, idx, metric_internal):
-    """Internal distances between ``Q[r]`` and ``X[idx[r, t]]`` recomputed in float64, as float32."""
-    diff_l2 = metric_internal == "l2"
-    out = np.empty(idx.shape, np.float32)
-    for r0 in range(0, idx.shape[0], 4096):
-        sel = X[idx[r0:r0 + 4096]].astype(np.float64)
-        q = Q[r0:r0 + 4096, None, :].astype(np.float64)
-        if diff_l2:
-            out[r0:r0 + 4096] = ((sel - q) ** 2).sum(-1)
-        else:
-            out[r0:r0 + 4096] = -(sel * q).sum(-1)
-    return out
