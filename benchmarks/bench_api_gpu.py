@@ -59,20 +59,24 @@ def task_graph(X, a, res):
 
     rows = cp.asarray(np.random.default_rng(0).choice(X.shape[0], 10_000, replace=False))
     runs = []
+    kw = {"refine_hubs": {"auto": None, "on": True, "off": False}[a.refine_hubs]} if a.metric == "inner_product" else {}
+    if a.update:
+        kw["update"] = a.update
     for k in a.ks:  # compile the kernels first (lists over 128 entries use other instantiations)
-        knnkit.knn_graph(X[:50_000], k=k, method="nndescent", metric=a.metric, random_state=0)
+        knnkit.knn_graph(X[:150_000], k=k, method="nndescent", metric=a.metric, random_state=0, **kw)
     for k in a.ks:
         _, ti = knnkit.knn(X, X[rows], k=k + 1, metric=a.metric)
         # the row itself is among its k+1 nearest (a duplicate may tie with it): drop it by id
         truth = _drop_self(cp.asarray(ti), rows, k)
         sync()
         t = time.perf_counter()
-        g = knnkit.knn_graph(X, k=k, metric=a.metric, random_state=0)
+        g = knnkit.knn_graph(X, k=k, metric=a.metric, random_state=0, **kw)
         sync()
         el = time.perf_counter() - t
         r = recall(cp.asarray(g.indices)[rows], truth, k)
         runs.append({"k": k, "metric": a.metric, "update": g.stats.get("update"), "time_s": el, "recall": r, "K": g.stats.get("K"), "sample": g.stats.get("sample"),
-                     "iterations": g.stats.get("iterations"), "updates": g.stats.get("updates")})
+                     "iterations": g.stats.get("iterations"), "updates": g.stats.get("updates"),
+                     "hubs": g.stats.get("hubs"), "phase_s": g.stats.get("phase_s")})
         log(runs[-1])
     res["knnkit_knn_graph"] = runs
     if a.cuvs and a.metric == "sqeuclidean":
@@ -178,6 +182,9 @@ def main():
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--metric", default="sqeuclidean", help="graph task: metric of knn_graph and of the truth")
+    ap.add_argument("--update", default=None, help="graph task: update rule (default: knn_graph's)")
+    ap.add_argument("--refine-hubs", default="auto", choices=("auto", "on", "off"),
+                    help="graph task, inner_product: knn_graph's refine_hubs (None / True / False)")
     ap.add_argument("--ks", type=lambda s: [int(v) for v in s.split(",")], default=[10])
     ap.add_argument("--clusters", type=int, default=64)
     ap.add_argument("--cluster-std", type=float, default=0.3)

@@ -335,3 +335,44 @@ def test_inner_product_hubs_need_basic_update():
     ref = knnkit.knn_graph(X, k=10, method="brute", metric="inner_product", device="cpu")
     g = knnkit.knn_graph(X, k=10, method="nndescent", metric="inner_product", device="cpu", random_state=0)
     assert g.recall(np.asarray(ref.indices)) >= 0.97
+
+
+def _hub_data(n=12000, d=24, seed=3):
+    """Clustered rows with norms spread over 1x-4x: under the raw inner product the lists of all
+    points concentrate on a few large-norm "hubs"."""
+    rng = np.random.default_rng(seed)
+    X = clustered(n, d, seed=seed)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return (X * rng.uniform(1.0, 4.0, size=(n, 1))).astype(np.float32)
+
+
+@pytest.mark.parametrize("update", ["selective", "basic"])
+def test_inner_product_hub_refinement(update):
+    X = _hub_data()
+    ref_i, ref_d = exact(X, 10, "inner_product")
+    off = knn_graph(X, k=10, method="nndescent", metric="inner_product", device="cpu", update=update,
+                    refine_hubs=False, random_state=0)
+    g = knn_graph(X, k=10, method="nndescent", metric="inner_product", device="cpu", update=update,
+                  random_state=0)
+    assert "hubs" not in off.stats
+    assert g.stats["hubs"]["refined"] and 0 < g.stats["hubs"]["hubs"] <= 0.25 * len(X)
+    check_lists(g, X, "inner_product")
+    np.testing.assert_allclose(np.asarray(g.distances), (X[:, None, :] * X[np.asarray(g.indices)]).sum(-1),
+                               rtol=1e-4, atol=1e-4)
+    r, r_off = dist_recall(g, ref_d, "inner_product"), dist_recall(off, ref_d, "inner_product")
+    assert r >= 0.995 and r >= r_off, (r, r_off)
+
+
+def test_hub_refinement_skipped_without_hubs():
+    # rows of equal norm: the inner product ranks like cosine, every point is somebody's
+    # neighbour, so the support is most of the data and the lists are kept (unless forced)
+    X = clustered(6000, 16, seed=5)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    g = knn_graph(X, k=10, method="nndescent", metric="inner_product", device="cpu", random_state=0)
+    assert g.stats["hubs"]["refined"] is False and g.stats["hubs"]["hubs"] > 0.25 * len(X)
+    forced = knn_graph(X, k=10, method="nndescent", metric="inner_product", device="cpu", random_state=0,
+                       refine_hubs=True)
+    assert forced.stats["hubs"]["refined"] is True
+    _, ref_d = exact(X, 10, "inner_product")
+    assert dist_recall(forced, ref_d, "inner_product") >= dist_recall(g, ref_d, "inner_product") >= 0.97
+    check_lists(forced, X, "inner_product")

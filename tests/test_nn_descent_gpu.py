@@ -324,3 +324,34 @@ def test_tensor_distance_range(rng, transform):
     assert r >= 0.98, (r, st["iterations"])
     if transform != "uint8":
         _check_lists(X, idx, dist, "l2")
+
+
+def _skewed_ip(rng, n=20000, d=32):
+    """Clustered rows with norms spread over 1x-4x: under the raw inner product a few large-norm
+    rows are everybody's neighbours (in-degree far above 2p), the case of the reverse sampling."""
+    X = _clustered(rng, n, d)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return (X * rng.uniform(1.0, 4.0, size=(n, 1))).astype(np.float32)
+
+
+@pytest.mark.parametrize("update", ["basic", "selective"])
+def test_reverse_sampling_inner_product(rng, update):
+    """Both reverse-sampling rules give valid lists; a uniform sample of the reverse neighbours
+    (the default) is at least as good as first-come on hub-heavy inner-product data."""
+    X = _skewed_ip(rng)
+    rows = rng.choice(len(X), 500, replace=False)
+    order = np.argsort(-(X[rows].astype(np.float64) @ X.T.astype(np.float64)), axis=1)
+    truth = np.array([[v for v in t[:12] if v != r][:10] for t, r in zip(order, rows)])
+    out = {}
+    for rev in ("random", "atomic"):
+        idx, dist, stats = _run(X, 32, metric="ip", update=update, reverse=rev, sample=16, delta=0.001)
+        _check_lists(X, idx, dist, "ip")
+        out[rev] = (_recall(idx[rows], truth, 10), stats["iterations"])
+    print("recall@10, iterations", update, out)
+    assert out["random"][0] >= 0.5, out
+    assert out["random"][0] >= out["atomic"][0] - 0.01, out
+
+
+def test_reverse_rejects_unknown(rng):
+    with pytest.raises(ValueError, match="reverse"):
+        _run(_clustered(rng, 500, 8), 10, reverse="first")

@@ -2,6 +2,7 @@
 // Construction on GPU":
 //   section 4.1  fixed-size NEW/OLD sampling (first p of each kind per list, reverse samples appended
 //                atomically up to 2p, duplicates removed per list)           -> gnnd_sample, gnnd_reverse,
+//                (optionally a uniform sample of the reverse ones)              gnnd_reverse_count,
 //                                                                              dedupe in gnnd_local_join
 //   section 4.2  cross-matching of one node's samples in one thread block: NEW-NEW pairs through the
 //                triangle index mapping (eqs. 1-2, applied to 4x4 register tiles), NEW-OLD pairs as a
@@ -319,21 +320,47 @@ __global__ void gnnd_sample(int* __restrict__ g_idx, const float* __restrict__ g
 
 // Section 4.1, reverse part: v in G_new[u] appends u to G_new[v] (atomically, while below cap = 2p);
 // the same for G_old. Appends land after the forward samples, which nobody writes here.
+// indeg == nullptr: first come, first served (the paper). Otherwise indeg[0..n) / indeg[n..2n) hold
+// how many lists sampled v as NEW / OLD this iteration (gnnd_reverse_count), and each reverse
+// candidate is kept with probability min(1, 1.25 room / indeg): a uniform sample of the reverse
+// neighbours instead of the ones whose threads happen to run first. Why: with a skewed in-degree
+// (hub points, e.g. under an unnormalised inner product) first-come serves the same few nodes at
+// every iteration and the others never see their neighbours' neighbours (NOTES_gnnd.md).
+__device__ __forceinline__ bool keep_reverse(const int* indeg, int v, int room, int u, unsigned long long salt) {
+    if (indeg == nullptr) return true;
+    const int c = indeg[v];
+    if (c <= room) return true;
+    const unsigned long long h = mix64(salt ^ mix64(((unsigned long long)(unsigned)u << 32) | (unsigned)v));
+    const float r = (float)(h >> 40) * (1.0f / 16777216.0f);  // uniform in [0, 1)
+    return r * (float)c < 1.25f * (float)room;
+}
+
+__global__ void gnnd_reverse_count(int n, int maxs, const int* __restrict__ new_s, const int* __restrict__ new_fwd,
+                                   const int* __restrict__ old_s, const int* __restrict__ old_fwd,
+                                   int* __restrict__ indeg) {
+    int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= n) return;
+    for (int i = 0, fn = new_fwd[u]; i < fn; ++i) atomicAdd(&indeg[new_s[(size_t)u * maxs + i]], 1);
+    for (int i = 0, fo = old_fwd[u]; i < fo; ++i) atomicAdd(&indeg[n + old_s[(size_t)u * maxs + i]], 1);
+}
+
 __global__ void gnnd_reverse(int n, int maxs, int cap, int* __restrict__ new_s, const int* __restrict__ new_fwd,
                              int* __restrict__ new_cnt, int* __restrict__ old_s, const int* __restrict__ old_fwd,
-                             int* __restrict__ old_cnt) {
+                             int* __restrict__ old_cnt, const int* __restrict__ indeg, unsigned long long salt) {
     int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= n) return;
     int fn = new_fwd[u], fo = old_fwd[u];
     for (int i = 0; i < fn; ++i) {
         int v = new_s[(size_t)u * maxs + i];
         if (new_cnt[v] >= cap) continue;  // cheap early out; the atomic below is the real check
+        if (!keep_reverse(indeg, v, cap - new_fwd[v], u, salt)) continue;
         int pos = atomicAdd(&new_cnt[v], 1);
         if (pos < cap) new_s[(size_t)v * maxs + pos] = u;
     }
     for (int i = 0; i < fo; ++i) {
         int v = old_s[(size_t)u * maxs + i];
         if (old_cnt[v] >= cap) continue;
+        if (!keep_reverse(indeg ? indeg + n : nullptr, v, cap - old_fwd[v], u, ~salt)) continue;
         int pos = atomicAdd(&old_cnt[v], 1);
         if (pos < cap) old_s[(size_t)v * maxs + pos] = u;
     }

@@ -152,7 +152,7 @@ def _brute(X, kk, metric, kind, device):
 
 def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto", random_state=None,
               n_neighbors_internal=None, sample=None, max_iters=None, delta=0.001, init_graph=None,
-              include_self=False, update=None, verbose=False):
+              include_self=False, update=None, refine_hubs=None, verbose=False):
     """Build the k-nearest-neighbour graph of ``data``.
 
     NN-Descent (GNND on the GPU, a Numba version on the CPU) for large inputs, exact brute force
@@ -192,6 +192,13 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
         global-memory writes), ``"basic"`` on the CPU (it converges in fewer iterations, and on the
         CPU distances, not writes, are the cost) and for ``"inner_product"`` on both (see
         ``default_update``).
+    refine_hubs : bool, optional
+        ``inner_product`` only. After NN-Descent, replace every list by the exact top-k over the
+        points that occur in any approximate top-k list (the "hubs" an unnormalised inner product
+        concentrates on; see ``knnkit.nn_descent._hubs``). Default (None): when those are at most
+        a quarter of the points and the work is bounded (1M x 128 clustered, GPU: recall@10 0.93
+        -> 0.999); ``True`` forces it, ``False`` keeps the NN-Descent lists.
+        ``stats["hubs"]`` reports the support size and whether it ran.
     verbose : bool
         Log per-iteration progress at INFO level.
 
@@ -302,6 +309,15 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
             D = D[:, :kk]
             if metric != "manhattan":
                 D = finalize_distances(D.copy(), metric)
+            if metric == "inner_product" and refine_hubs is not False:
+                from ._hubs import refine_hubs as _refine
+
+                t0 = time.perf_counter()
+                I, D, hub_info = _refine(Xd, I, D, kk, kind=kind, force=bool(refine_hubs),
+                                         device=device if kind == "cpu" else (dev_id if dev_id is not None else "gpu"))
+                hub_info["time_s"] = time.perf_counter() - t0
+                stats["hubs"] = hub_info
+                stats["phase_s"]["refine_hubs"] = hub_info["time_s"]
         xp = np if isinstance(I, np.ndarray) else _cp()
         itype = index_dtype_for(n)
         I = xp.ascontiguousarray(I.astype(itype, copy=False))

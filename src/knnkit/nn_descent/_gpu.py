@@ -3,7 +3,9 @@
 One iteration is four kernel launches:
 
 1. ``gnnd_sample``  - the first ``p`` NEW and ``p`` OLD entries of every list (sampled NEW become OLD);
-2. ``gnnd_reverse`` - reverse samples appended atomically up to ``2p`` per list;
+2. ``gnnd_reverse_count`` + ``gnnd_reverse`` - reverse samples appended atomically up to ``2p`` per
+   list, a uniform sample of each node's reverse neighbours (``reverse="random"``) or the first
+   to arrive (``reverse="atomic"``, the paper);
 3. ``gnnd_local_join`` - one thread block per node: dedupe its samples, NEW-NEW and NEW-OLD
    distances in shared memory, selective (or basic) update of the lists under spinlocks;
 4. a read of the update counter, which is the convergence test.
@@ -38,7 +40,7 @@ def _kernels(dtype, metric, maxs, per_lane, group, minblocks, tensor=False):
     t, m = _DTYPES[np.dtype(dtype)], _METRICS[metric]
     e = per_lane
     names = (f"gnnd_prepare<{t}, {m}, {e}>", f"gnnd_local_join<{t}, {m}, {maxs}, {e}, {int(tensor)}>",
-             f"gnnd_sample<{e}>", "gnnd_reverse")
+             f"gnnd_sample<{e}>", "gnnd_reverse", "gnnd_reverse_count")
     opts = ("-lineinfo", f"-DGNND_GROUP={group}") + ((f"-DGNND_MINB={minblocks}",) if minblocks else ())
     mod = get_module("gnnd.cu", options=opts, name_expressions=names)
     return [mod.get_function(nm) for nm in names]
@@ -91,8 +93,8 @@ def _join_smem(maxs, tensor=False):
 
 
 def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
-                  split=None, seed=0, update="selective", locks="segmented", distance="auto", callback=None,
-                  _group=8, _minblocks=None):
+                  split=None, seed=0, update="selective", locks="segmented", distance="auto", reverse="random",
+                  callback=None, _group=8, _minblocks=None):
     """Build an approximate k-NN graph of ``X`` on the GPU with GNND.
 
     Parameters
@@ -130,6 +132,11 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         ``"auto"``: tensor for l2 / ip (measured 3-6 % faster end to end at the same recall,
         1M x 128, k = 10 / 32 / 64), fp32 for l1. The returned distances are exact fp32 either way (recomputed at the end);
         fp16 rounding may only swap near-ties. Measurements: NOTES_gnnd.md.
+    reverse : {"random", "atomic"}
+        Which reverse neighbours fill a node's sample up to ``2p``: a uniform sample of them
+        (each kept with probability ``1.25 * room / in-degree``, one extra counting pass), or the
+        first whose threads append (section 4.1 as written). With a skewed in-degree first-come
+        serves the same nodes at every iteration (NOTES_gnnd.md, "Reverse sampling").
     callback : callable, optional
         ``callback(iteration, idx, dist)`` after every iteration with the raw graph (bit 31 of
         ``idx`` is the NEW flag; rows are sorted per segment only); for convergence studies.
@@ -160,6 +167,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         raise ValueError(f"update must be 'selective' or 'basic', got {update!r}")
     if locks not in ("segmented", "global"):
         raise ValueError(f"locks must be 'segmented' or 'global', got {locks!r}")
+    if reverse not in ("random", "atomic"):
+        raise ValueError(f"reverse must be 'random' or 'atomic', got {reverse!r}")
     if distance not in ("auto", "fp32", "tensor"):
         raise ValueError(f"distance must be 'auto', 'fp32' or 'tensor', got {distance!r}")
     if distance == "auto":
@@ -197,7 +206,7 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     per_lane = 4 if K <= 128 else 8
     tensor = distance == "tensor"
     tc_mu, tc_scale = _tensor_transform(X, metric) if tensor else (None, 1.0)
-    prepare, join, sample_k, reverse = _kernels(X.dtype, metric, maxs, per_lane, _group, _minblocks, tensor)
+    prepare, join, sample_k, reverse_k, count_k = _kernels(X.dtype, metric, maxs, per_lane, _group, _minblocks, tensor)
     smem = _join_smem(maxs, tensor)
     _allow_smem(join, smem)
 
@@ -238,6 +247,7 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     old_s = cp.empty((n, maxs), cp.int32)
     cnts = cp.empty((4, n), cp.int32)  # new_cnt, new_fwd, old_cnt, old_fwd
     counter = cp.zeros(1, cp.uint64)
+    indeg = cp.empty(2 * n, cp.int32) if reverse == "random" else None
     threshold = delta * n * K
     stats = dict(iterations=0, updates=[], time_s=[])
     join_threads = 128 if maxs == 32 else 256
@@ -248,8 +258,13 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         sample_k((wblocks,), (32 * _WARPS,),
                  (g_idx, g_dist, np.int32(n), np.int32(K), np.int32(nseg), np.int32(p), np.int32(maxs),
                   new_s, cnts[0], cnts[1], old_s, cnts[2], cnts[3]), shared_mem=list_smem)
-        reverse(((n + 255) // 256,), (256,),
-                (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2]))
+        if indeg is not None:
+            indeg.fill(0)
+            count_k(((n + 255) // 256,), (256,), (np.int32(n), np.int32(maxs), new_s, cnts[1], old_s, cnts[3], indeg))
+        salt = np.uint64((int(seed) * 0x9E3779B97F4A7C15 + it + 1) & 0xFFFFFFFFFFFFFFFF)
+        reverse_k(((n + 255) // 256,), (256,),
+                  (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2],
+                   _ptr(indeg), salt))
         join((n,), (join_threads,),
              (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), np.int32(cap), new_s, cnts[0],
               old_s, cnts[2], g_idx, g_dist, locks_arr, np.int32(split_arg), np.int32(update == "basic"),
