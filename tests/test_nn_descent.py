@@ -337,7 +337,7 @@ def test_inner_product_hubs_need_basic_update():
     assert g.recall(np.asarray(ref.indices)) >= 0.97
 
 
-def _hub_data(n=12000, d=24, seed=3):
+def _hub_data(n=8000, d=24, seed=3):
     """Clustered rows with norms spread over 1x-4x: under the raw inner product the lists of all
     points concentrate on a few large-norm "hubs"."""
     rng = np.random.default_rng(seed)
@@ -376,3 +376,21 @@ def test_hub_refinement_skipped_without_hubs():
     _, ref_d = exact(X, 10, "inner_product")
     assert dist_recall(forced, ref_d, "inner_product") >= dist_recall(g, ref_d, "inner_product") >= 0.97
     check_lists(forced, X, "inner_product")
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_inner_product_hub_refinement():
+    import cupy as cp
+
+    X = _hub_data(seed=4)
+    _, ref_d = exact(X, 10, "inner_product")
+    g = knn_graph(cp.asarray(X), k=10, method="nndescent", metric="inner_product", random_state=0)
+    assert isinstance(g.indices, cp.ndarray)
+    assert g.stats["update"] == "selective" and g.stats["hubs"]["refined"]
+    assert dist_recall(g, ref_d, "inner_product") >= 0.995
+    check_lists(g, X, "inner_product")
+    off = knn_graph(cp.asarray(X), k=10, method="nndescent", metric="inner_product", random_state=0,
+                    refine_hubs=False)
+    assert off.stats["update"] == "basic" and "hubs" not in off.stats
+    assert dist_recall(off, ref_d, "inner_product") >= 0.9

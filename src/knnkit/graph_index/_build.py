@@ -118,7 +118,10 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             # the search graph needs good candidates, not a 0.99-recall K-NN graph: build with the
             # list length K itself instead of knn_graph's longer default (1M x 128 on an H200:
             # 3.5 s with K=128 internal lists for K=64)
-            g = knn_graph(X, K, metric=user, device=device, random_state=random_state, n_neighbors_internal=K)
+            # refine_hubs=False: the hub refinement returns exact inner-product lists made of hubs
+            # only, which would cut the search graph's links to everyone else
+            g = knn_graph(X, K, metric=user, device=device, random_state=random_state, n_neighbors_internal=K,
+                          refine_hubs=False)
             idx = _host_array(g.indices, np.int64)
             if idx.shape == (n, K):
                 return idx, to_internal(_host_array(g.distances, np.float32), user)
@@ -165,7 +168,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
             # delta 0.01 instead of knn_graph's 0.001: the last iterations refine list tails that
             # RobustPrune drops anyway (1M x 128 / 1M x 96 on an H200: 13 / 17 iterations instead of
             # 17 / 21, -0.05 s each, search recall at beam 32 / 64 unchanged within +-0.0006)
-            params = dict(delta=0.01)
+            params = dict(delta=0.01, refine_hubs=False)  # refine_hubs: see candidate_graph
             params.update(knn_params or {})
             g = knn_graph(X, K, metric=user, device="gpu", random_state=random_state, n_neighbors_internal=K,
                           **params)

@@ -62,9 +62,15 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
     top = I[:, :k].ravel()
     hubs = xp.unique(top[top >= 0])
     info = {"hubs": int(hubs.size), "refined": False}
-    small = hubs.size <= max_fraction * n and n * float(hubs.size) <= MAX_PAIRS[kind]
-    if hubs.size == 0 or not (force or small):
+    if hubs.size == 0:
         return I[:, :k], D[:, :k], info
+    if not force:
+        if hubs.size > max_fraction * n:
+            info["reason"] = "no hubs"  # most points are somebody's neighbour: nothing concentrates
+            return I[:, :k], D[:, :k], info
+        if n * float(hubs.size) > MAX_PAIRS[kind]:
+            info["reason"] = "work cap"
+            return I[:, :k], D[:, :k], info
     kk = min(k + 1, int(hubs.size))  # one more: a row's own id may be among the hubs
     # fp16_rerank: tensor-core GEMM, candidates re-ranked in fp32 and certified (exact results)
     hd, hi = knn(X[hubs], X, k=kk, metric="inner_product", device=device,
