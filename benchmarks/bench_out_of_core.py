@@ -105,8 +105,8 @@ def main():
     res["out_of_core_s"] = sum(v.get("load_s", 0) + v.get("compute_s", v["time_s"]) for v in done.values())
     for kind in ("graph", "merge", "final"):
         vs = [v for s_, v in done.items() if s_.startswith(kind)]
-        res[f"steps_{kind}"] = {"count": len(vs), **{key: round(sum(v.get(key, 0) for v in vs), 3)
-                                                     for key in ("load_s", "compute_s", "write_s", "descent_s", "merge_graphs_s", "iterations")}}
+        keys = sorted({key for v in vs for key, x in v.items() if isinstance(x, (int, float)) and key != "time_s"})
+        res[f"steps_{kind}"] = {"count": len(vs), **{key: round(sum(v.get(key, 0) for v in vs), 3) for key in keys}}
     if "in_memory_s" in res:
         res["ratio_out_of_core_to_in_memory"] = res["out_of_core_s"] / res["in_memory_s"]
     txt = json.dumps(res, indent=1)

@@ -19,11 +19,12 @@ def check_metric(metric, allowed=METRICS):
     return metric
 
 
-def check_matrix(x, name="data", allow_float64=True):
+def check_matrix(x, name="data", allow_float64=True, check_finite=True):
     """Validate a 2-D vector array; return ``(array, info)`` with ``array`` C-contiguous numpy/cupy.
 
     float64 input is converted to float32 (the library computes in float32). Non-contiguous
-    input is copied.
+    input is copied. ``check_finite=False`` skips the NaN/Inf scan (for data an earlier step of
+    the same computation has checked).
     """
     if x is None:
         raise TypeError(f"{name} must be an array, got None")
@@ -42,7 +43,7 @@ def check_matrix(x, name="data", allow_float64=True):
                         f"(float64 is converted to float32)")
     if not a.flags.c_contiguous:
         a = xp.ascontiguousarray(a)
-    if dt.kind == "f":
+    if dt.kind == "f" and check_finite:
         finite = bool(xp.isfinite(a).all())
         if not finite:
             raise ValueError(f"{name} contains NaN or Inf values")

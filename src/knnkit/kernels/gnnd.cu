@@ -203,10 +203,19 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
     }
     __syncwarp();
     // D: fill each segment's holes with random ids of its residue class (then a sweep, which
-    // terminates because the caller makes every class larger than a segment)
+    // terminates because the caller makes every class larger than a segment). In a merge
+    // (split >= 0) the fills come from the other subset when its class is large enough: a
+    // same-side id is never compared there (only cross pairs are), so it would only hold a slot.
     for (int s = 0; s < nseg; ++s) {
         const int beg = s * K / nseg, L = (s + 1) * K / nseg - beg;
-        const unsigned csize = (unsigned)((n - 1 - s) / nseg + 1);
+        int first = s;  // candidates are first + r * nseg, r < csize
+        unsigned csize = (unsigned)((n - 1 - s) / nseg + 1);
+        if (split >= 0) {
+            const int lo = u < split ? split : 0, hi = u < split ? n : split;
+            const int f0 = lo + ((s - lo % nseg) % nseg + nseg) % nseg;
+            const int cnt = f0 < hi ? (hi - 1 - f0) / nseg + 1 : 0;
+            if (cnt >= L) { first = f0; csize = (unsigned)cnt; }  // u is not in that range
+        }
         int f = min(fill[s], L);
         for (int round = 0; f < L; ++round) {
             unsigned r;
@@ -214,7 +223,7 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
                 r = (unsigned)(mix64(seed ^ mix64(((unsigned long long)u << 24) + (s << 20) + round * 32 + lane)) % csize);
             else
                 r = (unsigned)(((unsigned long long)(u / nseg) + 1 + (unsigned long long)(round - 64) * 32 + lane) % csize);
-            const int c = (int)r * nseg + s;
+            const int c = first + (int)r * nseg;
             bool good = c != u;
             for (int k = 0; k < f && good; ++k)
                 if (bid[beg + k] == c) good = false;

@@ -17,6 +17,7 @@ segments (neighbour ``v`` goes to segment ``v % nseg``); the final pass merges t
 The public entry point is :func:`knnkit.knn_graph`; this module is its GPU engine.
 """
 
+import functools
 import math
 import time
 
@@ -51,22 +52,41 @@ def _tensor_transform(X, metric):
     tensor-core join: ``(x - mu) * scale`` has its largest magnitude near 1024, so an offset common
     to all rows, or values far from 1, do not eat fp16's 11 significant bits (fp16 keeps ~3
     decimal digits of each value, not of the differences between neighbours). Integer inputs
-    (|x| <= 255 in fp16 is exact) are left as they are."""
+    (|x| <= 255 in fp16 is exact) are left as they are.
+
+    Two passes over X: the means by a cuBLAS product with a ones vector and the bound by one
+    fused reduction, instead of CuPy's column-wise mean/min/max (~45 ms on 660k x 96, once per
+    merge of an out-of-core build; any centre works, it only has to be close to the data)."""
     import cupy as cp
 
     if X.dtype.kind in "iu":
         return None, 1.0
-    mu = X.mean(axis=0, dtype=cp.float32) if metric == "l2" else None
-    lo = X.min(axis=0).astype(cp.float32)
-    hi = X.max(axis=0).astype(cp.float32)
-    if mu is not None:
-        lo, hi = lo - mu, hi - mu
-    bound = float(cp.maximum(cp.abs(lo), cp.abs(hi)).max())
+    n, d = X.shape
+    if metric == "l2":
+        if X.dtype == cp.float32:
+            mu = cp.ones(n, cp.float32) @ X
+            mu *= cp.float32(1.0 / n)
+        else:
+            mu = X.mean(axis=0, dtype=cp.float32)
+        centre = mu
+    else:
+        mu = None
+        centre = cp.zeros(d, cp.float32)
+    bound = float(_maxabs_kernel()(X, centre[None, :]))
     scale = 1.0
     if 0.0 < bound < float("inf"):
         # exponent clamped so that 1 / scale^2 stays a normal float32
         scale = float(2.0 ** min(60, max(-60, round(math.log2(1024.0 / bound)))))
     return (None if mu is None else cp.ascontiguousarray(mu)), scale
+
+
+@functools.lru_cache(maxsize=None)
+def _maxabs_kernel():
+    """max over all entries of |x - centre[column]| (centre broadcast over the rows)."""
+    import cupy as cp
+
+    return cp.ReductionKernel("T x, float32 c", "float32 y", "fabsf((float)x - c)", "fmaxf(a, b)", "y = a",
+                              "0.0f", "knnkit_max_abs_centred")
 
 
 def _ptr(a):

@@ -22,6 +22,10 @@ from ._graph import KnnGraph, index_dtype_for
 __all__ = ["merge_graphs", "merge_lists"]
 
 
+def _no_sync():
+    pass
+
+
 def merge_lists(ind, dist, add_ind, add_dist, k):
     """Merge candidate lists into sorted lists (internal distances, host arrays); top k."""
     from ._cpu import merge_rows
@@ -121,7 +125,7 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric):
 
 
 def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,
-                 sample=None, max_iters=None, delta=0.001, update=None, verbose=False):
+                 sample=None, max_iters=None, delta=0.001, update=None, verbose=False, _check_finite=True):
     """Merge the k-NN graphs of two point sets into the graph of their union (GGM).
 
     Parameters
@@ -158,8 +162,9 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
     metric = g1.metric
     if metric not in GRAPH_METRICS:
         raise ValueError(f"unknown metric {metric!r}")
-    X1, info = check_matrix(data1, "data1")
-    X2, _ = check_matrix(data2, "data2")
+    # _check_finite=False: the out-of-core build checked each shard when it built its graph
+    X1, info = check_matrix(data1, "data1", check_finite=_check_finite)
+    X2, _ = check_matrix(data2, "data2", check_finite=_check_finite)
     if X1.shape[1] != X2.shape[1]:
         raise ValueError(f"dimension mismatch: data1 has d={X1.shape[1]}, data2 has d={X2.shape[1]}")
     n1, n2 = int(X1.shape[0]), int(X2.shape[0])
@@ -184,11 +189,17 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
     mi = internal_metric(metric)
 
     itype = index_dtype_for(n)
+    phase = {"validate": time.perf_counter() - t_start}
     with _device_ctx(kind, dev_id):
         if kind == "gpu":
             from .._backend import cupy_or_none
 
             cp = cupy_or_none()
+            sync = cp.cuda.get_current_stream().synchronize  # so that each phase's time is its own
+        else:
+            sync = _no_sync
+        t0 = time.perf_counter()
+        if kind == "gpu":
             X = cp.empty((n, X1.shape[1]), dtype=X1.dtype)  # one device buffer, no concatenated copy
             X[:n1] = as_device(X1)
             X[n1:] = as_device(X2)
@@ -197,11 +208,15 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
             X = np.concatenate([as_host(X1), as_host(X2)])
             init_d, (h1, far1), (h2, far2) = ggm_init(I1, I2, n1, n2, K, rng)
         Xp = prepare_vectors(X, metric)
+        sync()
+        phase["init"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         I, D, st = run_nndescent(Xp, K, device=kind, sample=p, max_iters=iters, delta=delta,
                                  metric_internal=mi, init_indices=init_d, split=n1, seed=seed, update=upd)
         del init_d
-        t_desc = time.perf_counter() - t0
+        sync()
+        phase["descent"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         # Algorithm 3 line 12: merge with the far halves that were set aside, sort, keep k
         if kind == "gpu":
             Ih, Dh = _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric)
@@ -217,9 +232,11 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
         if metric != "manhattan":
             Dh = finalize_distances(Dh, metric)
         Ih = Ih.astype(itype, copy=False)
+        sync()
+        phase["far_merge"] = time.perf_counter() - t0
+    phase["total"] = time.perf_counter() - t_start
     stats = {"method": "merge", "device": kind, "iterations": int(st["iterations"]),
              "updates": [int(u) for u in st["updates"]], "time_s": [float(t) for t in st["time_s"]],
-             "K": K, "sample": p, "update": upd, "seed": seed,
-             "phase_s": {"descent": t_desc, "total": time.perf_counter() - t_start}}
+             "K": K, "sample": p, "update": upd, "seed": seed, "phase_s": phase}
     return KnnGraph(Ih, Dh, metric=metric, include_self=False, stats=stats, info=info, data=X,
                     params={"device": device, "seed": seed})
