@@ -19,7 +19,7 @@ from .._validation import check_matrix
 from ._build import default_parameters, default_update, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
 from ._graph import KnnGraph, index_dtype_for
 
-__all__ = ["merge_graphs", "merge_lists"]
+__all__ = ["merge_graphs", "merge_lists", "merge_candidates_gpu"]
 
 
 def _no_sync():
@@ -102,25 +102,40 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric):
         b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
         far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
         fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric))
+    return merge_candidates_gpu(cp, (I, far), (D, fard), k)
+
+
+def merge_candidates_gpu(cp, ids, dists, k):
+    """Row-wise union of candidate lists on the device: ``ids`` / ``dists`` are tuples of (n, *)
+    int32 / float32 internal-distance arrays (-1 = none); returns the k nearest distinct ids of
+    each row, sorted by (distance, id), missing as -1 / inf. Works in row tiles: the sorts'
+    temporaries take ~40 bytes per candidate, more than the lists."""
+    n = ids[0].shape[0]
+    width = sum(a.shape[1] for a in ids)
     out_i = cp.empty((n, k), cp.int32)
     out_d = cp.empty((n, k), cp.float32)
-    # in row tiles: the sorts' temporaries take ~40 bytes per candidate, more than the lists
-    tile = max(1024, get_memory_budget() // (8 * 40 * (I.shape[1] + F)))
+    tile = max(1024, get_memory_budget() // (8 * 40 * width))
     for a in range(0, n, tile):
         b = min(n, a + tile)
-        ci = cp.concatenate([I[a:b].astype(cp.int32, copy=False), far[a:b]], axis=1)
-        cd = cp.concatenate([D[a:b].astype(cp.float32, copy=False), fard[a:b]], axis=1)
+        ci = cp.concatenate([x[a:b].astype(cp.int32, copy=False) for x in ids], axis=1)
+        cd = cp.concatenate([x[a:b].astype(cp.float32, copy=False) for x in dists], axis=1)
         cd = cp.where(ci < 0, cp.float32(cp.inf), cd)
-        # holes the kernel refilled with random ids may repeat a far-half id: drop repeats
-        by_id = cp.argsort(ci, axis=1)
-        sid = cp.take_along_axis(ci, by_id, axis=1)
+        # sorted by id (stable sorts), a repeated id gets inf; the distance sort then keeps
+        # equal distances in id order
+        by_id = cp.argsort(ci, axis=1, kind="stable")
+        ci = cp.take_along_axis(ci, by_id, axis=1)
+        cd = cp.take_along_axis(cd, by_id, axis=1)
         rep = cp.zeros(ci.shape, dtype=cp.bool_)
-        rep[:, 1:] = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0)
-        rows = cp.arange(b - a)[:, None]
-        cd[rows, by_id] = cp.where(rep, cp.float32(cp.inf), cd[rows, by_id])
-        order = cp.argsort(cd, axis=1)[:, :k]
-        out_i[a:b] = cp.take_along_axis(ci, order, axis=1)
-        out_d[a:b] = cp.take_along_axis(cd, order, axis=1)
+        rep[:, 1:] = (ci[:, 1:] == ci[:, :-1]) & (ci[:, 1:] >= 0)
+        cd = cp.where(rep, cp.float32(cp.inf), cd)
+        order = cp.argsort(cd, axis=1, kind="stable")[:, :k]
+        ti = cp.take_along_axis(ci, order, axis=1)
+        td = cp.take_along_axis(cd, order, axis=1)
+        out_i[a:b] = cp.where(cp.isinf(td), cp.int32(-1), ti)
+        out_d[a:b] = td
+    if k > width:  # fewer candidates than k
+        out_i[:, width:] = -1
+        out_d[:, width:] = cp.inf
     return out_i, out_d
 
 
