@@ -355,3 +355,27 @@ def test_reverse_sampling_inner_product(rng, update):
 def test_reverse_rejects_unknown(rng):
     with pytest.raises(ValueError, match="reverse"):
         _run(_clustered(rng, 500, 8), 10, reverse="first")
+
+
+def test_sort_rows_matches_cupy_merge(rng):
+    """The warp-per-row sort of the GGM far-half merge (gnnd_prepare over row tiles) gives the
+    lists of the CuPy sort path: repeats and holes dropped, (distance, id) order, first k."""
+    from knnkit.nn_descent._gpu import sort_rows_gpu
+    from knnkit.nn_descent._merge import merge_candidates_gpu
+
+    cp = _cp()
+    X = _clustered(rng, 3000, 16)
+    n = len(X)
+    ids = rng.integers(0, n, size=(n, 40)).astype(np.int32)
+    ids[rng.random(ids.shape) < 0.1] = -1
+    ids[ids == np.arange(n)[:, None]] = -1
+    ids[:, 20:30] = ids[:, :10]  # repeats across the two parts
+    d = ((X[:, None, :].astype(np.float64) - X[np.maximum(ids, 0)]) ** 2).sum(-1).astype(np.float32)
+    d[ids < 0] = np.inf
+    a = (cp.asarray(ids[:, :25]), cp.asarray(ids[:, 25:]))
+    b = (cp.asarray(d[:, :25]), cp.asarray(d[:, 25:]))
+    i1, d1 = sort_rows_gpu(cp.asarray(X), a, b, 10, "l2", tile=700)
+    i2, d2 = merge_candidates_gpu(cp, a, b, 10)
+    np.testing.assert_array_equal(cp.asnumpy(i1), cp.asnumpy(i2))
+    np.testing.assert_allclose(cp.asnumpy(d1), cp.asnumpy(d2), rtol=1e-6)
+    assert sort_rows_gpu(cp.asarray(X[:30]), (a[0][:30],), (b[0][:30],), 10, "l2") is None  # n - 1 <= W

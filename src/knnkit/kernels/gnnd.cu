@@ -131,11 +131,14 @@ template <typename T, int M, int E>
 __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int nseg,
                              const int* __restrict__ in_idx, const float* __restrict__ in_dist,
                              int* __restrict__ out_idx, float* __restrict__ out_dist,
-                             unsigned long long seed, int split, int mark) {
+                             unsigned long long seed, int split, int mark, int row0, int nrows) {
+    // rows row0 .. row0 + nrows - 1 of the graph (the list arrays hold just those rows, so that a
+    // caller can work in row tiles); u is the point id of the row
     extern __shared__ int psm[];
     const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
-    const int u = blockIdx.x * (blockDim.x >> 5) + wib;
-    if (u >= n) return;  // warp-uniform
+    const int r = blockIdx.x * (blockDim.x >> 5) + wib;
+    if (r >= nrows) return;  // warp-uniform
+    const int u = row0 + r;
     int* aid = psm + wib * 4 * K;
     float* ad = reinterpret_cast<float*>(aid + K);
     int* bid = aid + 2 * K;
@@ -152,10 +155,10 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
         ids[e] = -1; ds[e] = qnan; ok[e] = false;
         if (j < K) {
             if (in_idx) {
-                int v = in_idx[(size_t)u * K + j];
+                int v = in_idx[(size_t)r * K + j];
                 if (v != -1) v &= GNND_MASK;  // flags of a running graph
                 ids[e] = v;
-                if (in_dist) ds[e] = in_dist[(size_t)u * K + j];
+                if (in_dist) ds[e] = in_dist[(size_t)r * K + j];
                 ok[e] = v >= 0 && v < n && v != u;
             }
             aid[j] = ok[e] ? ids[e] : -1;
@@ -254,8 +257,8 @@ __global__ void gnnd_prepare(const T* __restrict__ X, int n, int d, int K, int n
             for (int k = beg; k < end; ++k) rank += pair_less(bd[k], bid[k], dv, v);
             unsigned flag = 0;
             if (mark) flag = (split < 0 || ((u < split) != (v < split))) ? GNND_NEW : 0u;
-            out_idx[(size_t)u * K + beg + rank] = (int)((unsigned)v | flag);
-            out_dist[(size_t)u * K + beg + rank] = dv;
+            out_idx[(size_t)r * K + beg + rank] = (int)((unsigned)v | flag);
+            out_dist[(size_t)r * K + beg + rank] = dv;
         }
     }
 }

@@ -260,7 +260,7 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     seed64 = np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
     prepare((wblocks,), (32 * _WARPS,),
             (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), _ptr(ii), _ptr(dd), g_idx, g_dist,
-             seed64, np.int32(split_arg), np.int32(1)), shared_mem=prep_smem)
+             seed64, np.int32(split_arg), np.int32(1), np.int32(0), np.int32(n)), shared_mem=prep_smem)
 
     locks_arr = cp.zeros(n * nseg, cp.int32)
     new_s = cp.empty((n, maxs), cp.int32)
@@ -307,10 +307,55 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     prepare((wblocks,), (32 * _WARPS,),
             (X, np.int32(n), np.int32(d), np.int32(K), np.int32(1), g_idx, _ptr(None if tensor else g_dist),
              out_idx, out_dist, seed64,
-             np.int32(-1), np.int32(0)), shared_mem=prep_smem)
+             np.int32(-1), np.int32(0), np.int32(0), np.int32(n)), shared_mem=prep_smem)
     if K < K_out:
         pad_i = cp.full((n, K_out), -1, cp.int32)
         pad_d = cp.full((n, K_out), cp.inf, cp.float32)
         pad_i[:, :K], pad_d[:, :K] = out_idx, out_dist
         out_idx, out_dist = pad_i, pad_d
     return out_idx, out_dist, stats
+
+
+def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):
+    """The first k of each row of the candidate lists ``ids`` / ``dists`` (tuples of (n, *)
+    int32 ids / float32 internal distances, side by side: W columns in all) after dropping
+    invalid ids (-1) and repeats and sorting by (distance, id), in one warp-per-row kernel (``gnnd_prepare`` with one
+    segment, no flags). Dropped slots are refilled with random points whose distances are computed
+    from ``X`` (they only reach the first k when a row has fewer than k valid candidates, and then
+    with their true distances). Returns ``(idx (n, k), dist (n, k))``, or None where the kernel
+    does not apply (W > 256, or n - 1 <= W) and the caller should sort otherwise.
+
+    Used by the GGM far-half merge (Algorithm 3 line 12): one launch per row tile instead of two
+    CuPy segmented sorts over n x W (~100 ms a merge of 660k points, NOTES_gnnd.md). ``sample``
+    selects the compiled module that the descent of the same merge used; ``tile`` rows at a time
+    (default: under the memory budget)."""
+    import cupy as cp
+
+    from .._config import get_memory_budget
+
+    n = ids[0].shape[0]
+    W = sum(a.shape[1] for a in ids)
+    if W > _MAX_K or n - 1 <= W:
+        return None
+    X = cp.ascontiguousarray(X)
+    maxs = 32 if 2 * int(sample) <= 32 else 64
+    per_lane = 4 if W <= 128 else 8
+    prepare = _kernels(X.dtype, metric, maxs, per_lane, 8, None, metric != "l1")[0]
+    out_i = cp.empty((n, k), cp.int32)
+    out_d = cp.empty((n, k), cp.float32)
+    # per row: inputs and outputs of W entries (16 W bytes) and a copy of the inputs
+    tile = int(tile) if tile else max(1024, get_memory_budget() // (4 * 24 * W))
+    seed64 = np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
+    for a in range(0, n, tile):
+        b = min(n, a + tile)
+        ti = cp.empty((b - a, W), cp.int32)
+        td = cp.empty((b - a, W), cp.float32)
+        prepare(((b - a + _WARPS - 1) // _WARPS,), (32 * _WARPS,),
+                (X, np.int32(n), np.int32(X.shape[1]), np.int32(W), np.int32(1),
+                 cp.concatenate([x[a:b].astype(cp.int32, copy=False) for x in ids], axis=1),
+                 cp.concatenate([x[a:b].astype(cp.float32, copy=False) for x in dists], axis=1),
+                 ti, td, seed64, np.int32(-1), np.int32(0), np.int32(a), np.int32(b - a)),
+                shared_mem=_WARPS * 4 * W * 4)
+        out_i[a:b] = ti[:, :k]
+        out_d[a:b] = td[:, :k]
+    return out_i, out_d
