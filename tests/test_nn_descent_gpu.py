@@ -385,4 +385,5 @@ def test_sort_rows_matches_cupy_merge(rng):
     nearer = d2 < d1[:, -1:]
     present = (i2[:, :, None] == i1[:, None, :]).any(axis=2)
     assert present[nearer].all()
-    assert sort_rows_gpu(cp.asarray(X[:30]), (a[0][:30],), (b[0][:30],), 10, "l2") is None  # n - 1 <= W
+    # 30 points, 40 candidate columns: too few points to refill a row (n - 1 <= W), not applied
+    assert sort_rows_gpu(cp.asarray(X[:30]), (a[0][:30], a[1][:30]), (b[0][:30], b[1][:30]), 10, "l2") is None
