@@ -17,7 +17,6 @@ segments (neighbour ``v`` goes to segment ``v % nseg``); the final pass merges t
 The public entry point is :func:`knnkit.knn_graph`; this module is its GPU engine.
 """
 
-import functools
 import math
 import time
 
@@ -41,52 +40,41 @@ def _kernels(dtype, metric, maxs, per_lane, group, minblocks, tensor=False):
     t, m = _DTYPES[np.dtype(dtype)], _METRICS[metric]
     e = per_lane
     names = (f"gnnd_prepare<{t}, {m}, {e}>", f"gnnd_local_join<{t}, {m}, {maxs}, {e}, {int(tensor)}>",
-             f"gnnd_sample<{e}>", "gnnd_reverse", "gnnd_reverse_count")
+             f"gnnd_sample<{e}>", "gnnd_reverse", "gnnd_reverse_count", f"gnnd_col_stats<{t}>")
     opts = ("-lineinfo", f"-DGNND_GROUP={group}") + ((f"-DGNND_MINB={minblocks}",) if minblocks else ())
     mod = get_module("gnnd.cu", options=opts, name_expressions=names)
     return [mod.get_function(nm) for nm in names]
 
 
-def _tensor_transform(X, metric):
+def _tensor_transform(X, metric, stats):
     """Column means (l2 only, None otherwise) and a power-of-two scale for the fp16 copies of the
     tensor-core join: ``(x - mu) * scale`` has its largest magnitude near 1024, so an offset common
     to all rows, or values far from 1, do not eat fp16's 11 significant bits (fp16 keeps ~3
     decimal digits of each value, not of the differences between neighbours). Integer inputs
     (|x| <= 255 in fp16 is exact) are left as they are.
 
-    Two passes over X: the means by a cuBLAS product with a ones vector and the bound by one
-    fused reduction, instead of CuPy's column-wise mean/min/max (~45 ms on 660k x 96, once per
-    merge of an out-of-core build; any centre works, it only has to be close to the data)."""
+    Two passes of ``stats`` = ``gnnd_col_stats`` (partial column sums, then partial max |x - mu|): CuPy's
+    column-wise mean / min / max took ~1 s on 10M x 96, 11 % of the whole build (NOTES_gnnd.md)."""
     import cupy as cp
 
     if X.dtype.kind in "iu":
         return None, 1.0
     n, d = X.shape
+    threads = min(256, 32 * -(-d // 32))
+    blocks = int(max(1, min(n, 1024)))
+    mu = None
     if metric == "l2":
-        if X.dtype == cp.float32:
-            mu = cp.ones(n, cp.float32) @ X
-            mu *= cp.float32(1.0 / n)
-        else:
-            mu = X.mean(axis=0, dtype=cp.float32)
-        centre = mu
-    else:
-        mu = None
-        centre = cp.zeros(d, cp.float32)
-    bound = float(_maxabs_kernel()(X, centre[None, :]))
+        part = cp.empty((blocks, d), cp.float32)
+        stats((blocks,), (threads,), (X, np.int64(n), np.int32(d), _ptr(None), part))
+        mu = part.sum(axis=0, dtype=cp.float32) * cp.float32(1.0 / n)
+    part = cp.empty(blocks, cp.float32)
+    stats((blocks,), (threads,), (X, np.int64(n), np.int32(d), cp.zeros(d, cp.float32) if mu is None else mu, part))
+    bound = float(part.max())
     scale = 1.0
     if 0.0 < bound < float("inf"):
         # exponent clamped so that 1 / scale^2 stays a normal float32
         scale = float(2.0 ** min(60, max(-60, round(math.log2(1024.0 / bound)))))
     return (None if mu is None else cp.ascontiguousarray(mu)), scale
-
-
-@functools.lru_cache(maxsize=None)
-def _maxabs_kernel():
-    """max over all entries of |x - centre[column]| (centre broadcast over the rows)."""
-    import cupy as cp
-
-    return cp.ReductionKernel("T x, float32 c", "float32 y", "fabsf((float)x - c)", "fmaxf(a, b)", "y = a",
-                              "0.0f", "knnkit_max_abs_centred")
 
 
 def _ptr(a):
@@ -225,8 +213,9 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     # lists up to 128 keep 4 entries per lane (fewer registers), longer ones 8
     per_lane = 4 if K <= 128 else 8
     tensor = distance == "tensor"
-    tc_mu, tc_scale = _tensor_transform(X, metric) if tensor else (None, 1.0)
-    prepare, join, sample_k, reverse_k, count_k = _kernels(X.dtype, metric, maxs, per_lane, _group, _minblocks, tensor)
+    prepare, join, sample_k, reverse_k, count_k, col_stats = _kernels(X.dtype, metric, maxs, per_lane, _group,
+                                                                       _minblocks, tensor)
+    tc_mu, tc_scale = _tensor_transform(X, metric, col_stats) if tensor else (None, 1.0)
     smem = _join_smem(maxs, tensor)
     _allow_smem(join, smem)
 
