@@ -1,4 +1,14 @@
-import time, json, sys, math, numpy as np, cupy as cp, knnkit
+"""A/B of the tensor-join transform statistics (gnnd_col_stats kernel vs the CuPy column reductions it
+replaced), alone and inside knn_graph at 10M x 96 (same process, alternating). Prints lines.
+
+    PYTHONPATH=src python benchmarks/ab_tensor_transform.py
+"""
+import math
+import time
+
+import cupy as cp
+
+import knnkit
 import knnkit.nn_descent._gpu as G
 def old_transform(X, metric, stats=None):
     if X.dtype.kind in "iu":
