@@ -234,6 +234,8 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
         method = "brute" if n <= BRUTE_AUTO_MAX_N[kind] else "nndescent"
     seed = seed_from(random_state)
     stats = {"method": method, "device": kind, "phase_s": {}}
+    # device argument of the brute-force calls (exact graph, hub refinement)
+    knn_device = device if kind == "cpu" else (dev_id if dev_id is not None else "gpu")
     ctx = _device_ctx(kind, dev_id)
     with ctx:
         Xd = as_device(X) if kind == "gpu" else as_host(X)
@@ -243,7 +245,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
             D = xp.zeros((n, 0), np.float32)
         elif method == "brute":
             t0 = time.perf_counter()
-            I, D = _brute(Xd, kk, metric, kind, device if kind == "cpu" else (dev_id if dev_id is not None else "gpu"))
+            I, D = _brute(Xd, kk, metric, kind, knn_device)
             stats["phase_s"]["brute"] = time.perf_counter() - t0
             stats.update(iterations=0, updates=[], time_s=[])
         else:
@@ -320,8 +322,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
                 from ._hubs import refine_hubs as _refine
 
                 t0 = time.perf_counter()
-                I, D, hub_info = _refine(Xd, I, D, kk, kind=kind, force=bool(refine_hubs),
-                                         device=device if kind == "cpu" else (dev_id if dev_id is not None else "gpu"))
+                I, D, hub_info = _refine(Xd, I, D, kk, kind=kind, force=bool(refine_hubs), device=knn_device)
                 hub_info["time_s"] = time.perf_counter() - t0
                 stats["hubs"] = hub_info
                 if not hub_info["refined"] and hub_info.get("reason") == "work cap":
