@@ -62,7 +62,10 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
     top = I[:, :k].ravel()
     hubs = xp.unique(top[top >= 0])
     info = {"hubs": int(hubs.size), "refined": False}
-    if hubs.size == 0:
+    # full top-k lists give at least k + 1 hubs (a hub's own row lists k other hubs); lists with
+    # holes may not, and are left as they are
+    if hubs.size < k + 1:
+        info["reason"] = "too few hubs"
         return I[:, :k], D[:, :k], info
     if not force:
         if hubs.size > max_fraction * n:
@@ -71,28 +74,17 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
         if n * float(hubs.size) > MAX_PAIRS[kind]:
             info["reason"] = "work cap"
             return I[:, :k], D[:, :k], info
-    kk = min(k + 1, int(hubs.size))  # one more: a row's own id may be among the hubs
+    # k + 1: a row's own id may be among the hubs
     # fp16_rerank: tensor-core GEMM, candidates re-ranked in fp32 and certified (exact results)
-    hd, hi = knn(X[hubs], X, k=kk, metric="inner_product", device=device,
+    hd, hi = knn(X[hubs], X, k=k + 1, metric="inner_product", device=device,
                  precision="fp16_rerank" if kind == "gpu" else "exact")
     ids = hubs[xp.asarray(hi)].astype(I.dtype, copy=False)
     hd = xp.asarray(hd)
-    # drop each row's own id wherever it ranks (a stable sort keeps the others in order)
+    # drop each row's own id wherever it ranks (a stable sort keeps the others in order), or the
+    # (k+1)-th entry where it is not among them
     is_self = ids == xp.arange(n, dtype=ids.dtype)[:, None]
-    order = xp.argsort(is_self.astype(np.int8), axis=1, kind="stable")
+    order = xp.argsort(is_self.astype(np.int8), axis=1, kind="stable")[:, :k]
     ids = xp.take_along_axis(ids, order, axis=1)
     hd = xp.take_along_axis(hd, order, axis=1)
-    last_is_self = is_self.any(axis=1)
-    if kk > k:
-        ids, hd = ids[:, :k], hd[:, :k]
-    elif bool(last_is_self.any()):  # fewer hubs than k + 1: the self column becomes a hole
-        ids = ids.copy()
-        hd = hd.copy()
-        ids[last_is_self, kk - 1] = -1
-        hd[last_is_self, kk - 1] = -np.inf
-    if ids.shape[1] < k:  # fewer hubs than k: pad (cannot happen with valid top-k lists)
-        pad = k - ids.shape[1]
-        ids = xp.concatenate([ids, xp.full((n, pad), -1, ids.dtype)], axis=1)
-        hd = xp.concatenate([hd, xp.full((n, pad), -np.inf, hd.dtype)], axis=1)
     info["refined"] = True
     return xp.ascontiguousarray(ids), xp.ascontiguousarray(hd.astype(np.float32, copy=False)), info
