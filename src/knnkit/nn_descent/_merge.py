@@ -84,12 +84,12 @@ def _ggm_init_gpu(cp, I1, I2, n1, n2, K, seed):
     return init, (h1, h2)
 
 
-def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp=None, mi=None, sample=16, seed=0):
+def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, sample, seed):
     """Algorithm 3 line 12 on the device: each refined list (internal distances) merged with the
     far half of its own graph, sorted, first k kept. The refinement only inserts cross-subset
     ids and the far half holds own-subset ids, but a hole the descent's init refilled at random
-    may repeat one, so repeats are dropped. With the prepared data ``Xp`` (internal metric ``mi``)
-    one warp-per-row kernel does it (``sort_rows_gpu``), else two CuPy sorts."""
+    may repeat one, so repeats are dropped. One warp-per-row kernel over the prepared data ``Xp``
+    (internal metric ``mi``) does it (``sort_rows_gpu``); two CuPy sorts where it does not apply."""
     n = I.shape[0]
     F = max(I1.shape[1] - h1, I2.shape[1] - h2, 0)
     if F == 0:
@@ -104,12 +104,11 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp=None, mi=
         b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
         far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
         fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric))
-    if Xp is not None:
-        from ._gpu import sort_rows_gpu
+    from ._gpu import sort_rows_gpu
 
-        out = sort_rows_gpu(Xp, (I, far), (D, fard), k, mi, sample=sample, seed=seed)
-        if out is not None:
-            return out
+    out = sort_rows_gpu(Xp, (I, far), (D, fard), k, mi, sample=sample, seed=seed)
+    if out is not None:
+        return out
     return merge_candidates_gpu(cp, (I, far), (D, fard), k)
 
 
@@ -242,8 +241,7 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
         t0 = time.perf_counter()
         # Algorithm 3 line 12: merge with the far halves that were set aside, sort, keep k
         if kind == "gpu":
-            Ih, Dh = _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp=Xp, mi=mi, sample=p,
-                                    seed=seed)
+            Ih, Dh = _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, p, seed)
             del I, D
         else:
             far = np.full((n, max(far1.shape[1], far2.shape[1], 1)), -1, np.int32)
