@@ -9,7 +9,7 @@ import time
 import cupy as cp
 
 import knnkit
-import knnkit.nn_descent._gpu as G
+import knnkit.graph.nndescent._gpu as G
 def old_transform(X, metric, stats=None):
     if X.dtype.kind in "iu":
         return None, 1.0

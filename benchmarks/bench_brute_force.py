@@ -77,7 +77,7 @@ def main():
     args = p.parse_args()
 
     import knnkit
-    from knnkit.brute_force import _gpu
+    from knnkit.exact import _gpu
 
     res = {"benchmark": "brute_force", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "params": vars(args)}
@@ -118,8 +118,8 @@ def main():
     out = {}
     exact_q = exact_g = None
     for label in modes:
-        # "<mode>+overlap": GEMM and selection on two streams (knnkit.brute_force._gpu._OVERLAP)
-        # "<mode>+f32tile": fp16_rerank with a float32 distance tile (knnkit.brute_force._gpu._FP16_TILE)
+        # "<mode>+overlap": GEMM and selection on two streams (knnkit.exact._gpu._OVERLAP)
+        # "<mode>+f32tile": fp16_rerank with a float32 distance tile (knnkit.exact._gpu._FP16_TILE)
         mode = label.split("+")[0]
         _gpu._OVERLAP = "+overlap" in label
         _gpu._FP16_TILE = "+f32tile" not in label
@@ -180,7 +180,7 @@ def main():
 def profile(X, Q, k, sync):
     """Split the exact 10k-query run into GEMM-only and selection-only time."""
     import cupy as cp
-    from knnkit.brute_force import _gpu
+    from knnkit.exact import _gpu
 
     prep = _gpu._Prepared(X, "l2", "exact")
     n = X.shape[0]

@@ -47,11 +47,11 @@ def old_build(X_user, metric, ref):
     import cupy as cp
 
     from knnkit import GraphIndex
-    from knnkit._backend import as_host
-    from knnkit._metrics import internal_metric, prepare_vectors
-    from knnkit.graph_index._build import _prune_dispatch, candidate_graph, nn1_max
-    from knnkit.graph_index._entry import build_entry_points
-    from knnkit.graph_index._prune_cpu import add_reverse_edges, pair_distances
+    from knnkit._core.backend import as_host
+    from knnkit._core.metrics import internal_metric, prepare_vectors
+    from knnkit.index._build import _prune_dispatch, candidate_graph, nn1_max
+    from knnkit.index._entry import build_entry_points
+    from knnkit.index._prune_cpu import add_reverse_edges, pair_distances
 
     bp = dict(ref.build_params)
     im = internal_metric(metric)
@@ -127,9 +127,9 @@ def sweep_set(name, X, Q, metric, beams, configs):
 
     import knnkit
     from knnkit import GraphIndex
-    from knnkit._metrics import internal_metric, prepare_vectors
-    from knnkit.graph_index._build import build_graph_gpu
-    from knnkit.graph_index._entry import build_entry_points
+    from knnkit._core.metrics import internal_metric, prepare_vectors
+    from knnkit.index._build import build_graph_gpu
+    from knnkit.index._entry import build_entry_points
 
     truth = cp.asnumpy(knnkit.knn(X, Q, k=10, metric=metric, device="gpu")[1])
     ref = knnkit.GraphIndex.build(X, metric=metric, device="gpu", random_state=0)

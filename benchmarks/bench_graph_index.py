@@ -1,4 +1,4 @@
-"""Benchmark of the GPU graph search (knnkit.graph_index._search_gpu) -- recall/QPS curve,
+"""Benchmark of the GPU graph search (knnkit.index._search_gpu) -- recall/QPS curve,
 batch-size curve, optional cuVS CAGRA side by side.
 
     PYTHONPATH=src python benchmarks/bench_graph_index.py --out $OUT [--cuvs] [--build own|knnkit]
@@ -121,7 +121,7 @@ def build_own(X, R, K, alpha, nlist, probes, seed):
     """Approximate K-NN candidates per point from its `probes` nearest lists, then prune."""
     import cupy as cp
     import torch
-    from knnkit.graph_index._prune_gpu import prune_gpu
+    from knnkit.index._prune_gpu import prune_gpu
 
     torch.backends.cuda.matmul.allow_tf32 = False
     n = X.shape[0]
@@ -244,8 +244,8 @@ def _tsync(fn, reps):
 def main_api(a, res):
     import cupy as cp
     import knnkit
-    from knnkit.graph_index import _entry
-    from knnkit.graph_index._search_gpu import search_gpu, select_seeds_gpu
+    from knnkit.index import _entry
+    from knnkit.index._search_gpu import search_gpu, select_seeds_gpu
     from knnkit.datasets import make_clustered
 
     parts = set(a.parts.split(","))
@@ -291,8 +291,8 @@ def main_api(a, res):
         dump()
 
         # per-stage breakdown, one query (each stage timed alone with a sync: upper bounds)
-        from knnkit._validation import check_matrix
-        from knnkit._metrics import prepare_vectors
+        from knnkit._core.validation import check_matrix
+        from knnkit._core.metrics import prepare_vectors
 
         q1 = Q[:1]
         Xg, G, E = index._X, index._graph, index._entry
@@ -365,7 +365,7 @@ def main_api(a, res):
             print(f"# {label:22s} k={k} beam={beam:5d} recall={r:.4f} qps={row['qps']:,.0f} "
                   f"dist={row['mean_distances']:.0f} steps={row['mean_steps']:.1f}", file=sys.stderr)
 
-        from knnkit.graph_index._search_gpu import _visited_config
+        from knnkit.index._search_gpu import _visited_config
 
         for trav in ("fp32", "fp16"):
             xf = dict(X_fp16=X16) if trav == "fp16" else {}
@@ -421,7 +421,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     import cupy as cp
-    from knnkit.graph_index._search_gpu import search_gpu, search_config
+    from knnkit.index._search_gpu import search_gpu, search_config
 
     os.makedirs(a.out, exist_ok=True)
     res = {"benchmark": "graph_index_search", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),

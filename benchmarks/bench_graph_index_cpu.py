@@ -19,9 +19,9 @@ import numpy as np
 import numba
 
 import knnkit
-import knnkit._metrics
-from knnkit.graph_index._build import exact_knn_cpu
-from knnkit.graph_index._search_cpu import search_cpu
+import knnkit._core.metrics
+from knnkit.index._build import exact_knn_cpu
+from knnkit.index._search_cpu import search_cpu
 
 
 def clustered(n, nq, d, n_clusters=100, spread=0.35, seed=0):
@@ -124,7 +124,7 @@ def main():
                 best[("hnsw", ef)] = min(best.get(("hnsw", ef), np.inf), s)
                 found[("hnsw", ef)] = i
 
-    Qp = knnkit._metrics.prepare_vectors(Q, "sqeuclidean")
+    Qp = knnkit._core.metrics.prepare_vectors(Q, "sqeuclidean")
     for div, index in indexes.items():
         curve = []
         for beam, tau in points:

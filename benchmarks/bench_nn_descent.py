@@ -100,7 +100,7 @@ def _top_of_raw(idx, dist, rows, k):
 def run_gnnd(X, K, p, *, iters, delta, update="selective", locks="segmented", callback=None, seed=0, group=8,
              minblocks=None, **kw):
     import cupy as cp
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     cp.cuda.Device().synchronize()
     t0 = time.perf_counter()
@@ -169,7 +169,7 @@ def defaults(ns, ks, d, seed=0, sample_rows=10_000):
     """knn_graph(k, method="nndescent") with knnkit's default parameters: time and recall@k."""
     import cupy as cp
     import knnkit
-    from knnkit.nn_descent import default_parameters
+    from knnkit.graph import default_parameters
 
     res = []
     for n in ns:
@@ -198,7 +198,7 @@ def defaults(ns, ks, d, seed=0, sample_rows=10_000):
 def grid():
     """Recall@K and recall@10 of small problems over data kinds, d, metrics, K, p, update, locks."""
     import cupy as cp
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     rng = np.random.default_rng(0)
     rows = []

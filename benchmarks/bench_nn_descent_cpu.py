@@ -64,7 +64,7 @@ def main():
 
     import numba
     import knnkit
-    from knnkit.nn_descent._cpu import nndescent_cpu, rp_forest_init
+    from knnkit.graph.nndescent._cpu import nndescent_cpu, rp_forest_init
 
     if args.data == "clustered":
         from knnkit.datasets.synthetic import make_clustered
@@ -98,9 +98,9 @@ def main():
           "phase_s": {a: round(b, 4) for a, b in st["phase_s"].items()}}
 
     # ---- the same run traced per iteration (deterministic: same seed -> same lists)
-    from knnkit._metrics import prepare_vectors
+    from knnkit._core.metrics import prepare_vectors
 
-    from knnkit.nn_descent._cpu import rp_order
+    from knnkit.graph.nndescent._cpu import rp_order
 
     order = rp_order(prepare_vectors(X, "sqeuclidean"), metric="l2", seed=st["seed"])  # as knn_graph does
     Xp = prepare_vectors(X, "sqeuclidean")[order]

@@ -31,9 +31,9 @@ def main():
     a = ap.parse_args()
     import cupy as cp
     import knnkit
-    from knnkit._metrics import internal_metric, prepare_vectors
-    from knnkit.nn_descent._build import default_parameters
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit._core.metrics import internal_metric, prepare_vectors
+    from knnkit.graph._build import default_parameters
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     res = {"bench": "reverse_sampling", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),

@@ -5,7 +5,7 @@ import pytest
 from scipy.spatial.distance import cdist
 
 import knnkit
-from knnkit.brute_force import _cpu, select_rows_cpu
+from knnkit.exact import _cpu, select_rows_cpu
 
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
 
@@ -217,9 +217,9 @@ def test_select_rows_cpu():
 def test_knn_cpu_symmetric_equals_plain(metric, monkeypatch):
     X = rand((1000, 6), seed=3)
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 128)
-    d1, i1 = knnkit.brute_force.knn_cpu(X, X, 7, metric, True)
+    d1, i1 = knnkit.exact.knn_cpu(X, X, 7, metric, True)
     monkeypatch.setattr(_cpu, "_SYMMETRIC_HEAP_BYTES", 0)  # plain query-block path
-    d2, i2 = knnkit.brute_force.knn_cpu(X, X, 7, metric, True)
+    d2, i2 = knnkit.exact.knn_cpu(X, X, 7, metric, True)
     np.testing.assert_array_equal(i1, i2)
     np.testing.assert_array_equal(d1, d2)
     rd, ri, _ = reference(X, None, 7, "sqeuclidean" if metric == "l2" else "inner_product", exclude_self=True)
@@ -375,7 +375,7 @@ def test_gpu_odd_shapes(n, d, k):
 @pytest.mark.gpu
 @gpu
 def test_gpu_many_tiles_with_remainders(monkeypatch):
-    from knnkit.brute_force import _gpu
+    from knnkit.exact import _gpu
 
     # narrow data tiles (2560 columns for 300 queries) and query tiles with remainders
     monkeypatch.setattr(_gpu, "_MIN_TILE_ELEMS", 1)
@@ -465,7 +465,7 @@ def test_gpu_tensor_core_all_points():
 @gpu
 def test_gpu_topk_rows():
     import cupy as cp
-    from knnkit.brute_force import topk_rows
+    from knnkit.exact import topk_rows
 
     D = rand((300, 5000), seed=16)
     D[:, 7] = D[:, 4000] = -50  # exact tie: column 7 first
@@ -487,7 +487,7 @@ def test_gpu_certificate_bound_holds(precision, metric):
     """The per-row error bound used by the certificate really bounds |approximate key - key|
     (checked against float64 on every pair), and is not uselessly loose."""
     import cupy as cp
-    from knnkit.brute_force import _gpu
+    from knnkit.exact import _gpu
 
     X = rand((3000, 64), seed=21) * 2 + 5
     Q = rand((200, 64), seed=22) * 2 + 5
@@ -516,7 +516,7 @@ def test_gpu_certificate_bound_holds(precision, metric):
 
 def test_certify_logic_numpy():
     """The certificate of the tensor-core modes (array-module agnostic, checked with NumPy)."""
-    from knnkit.brute_force._gpu import certify
+    from knnkit.exact._gpu import certify
 
     rng = np.random.default_rng(0)
     m, kc, k, dim = 6, 8, 3, 16

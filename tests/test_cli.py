@@ -89,7 +89,7 @@ def test_knn_errors(tmp_path, capsys):
 
 
 def test_quiet_and_verbose_restore_settings(tmp_path, capsys):
-    from knnkit import _config
+    from knnkit._core import config as _config
     import logging
 
     before = _config._globals["progress"]

@@ -31,9 +31,9 @@ def _numpy_knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto")
 @pytest.fixture
 def numpy_knn(monkeypatch):
     """Make evaluate use the numpy reference instead of knnkit.knn (tests this module alone)."""
-    import knnkit.brute_force
+    import knnkit.exact
 
-    monkeypatch.setattr(knnkit.brute_force, "knn", _numpy_knn)
+    monkeypatch.setattr(knnkit.exact, "knn", _numpy_knn)
     return _numpy_knn
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import knnkit
-from knnkit.graph_index._build import exact_knn_cpu
-from knnkit.graph_index._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
-from knnkit.graph_index._reverse_gpu import reverse_candidates
+from knnkit.index._build import exact_knn_cpu
+from knnkit.index._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
+from knnkit.index._reverse_gpu import reverse_candidates
 
 needs_gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
 
@@ -60,7 +60,7 @@ def test_reverse_candidates_numpy_then_prune_equals_cpu_add_reverse_edges(metric
 def test_gpu_reverse_candidates_equal_numpy(metric):
     import cupy as cp
 
-    from knnkit.graph_index._prune_gpu import new_reverse_mask
+    from knnkit.index._prune_gpu import new_reverse_mask
 
     _X, g, gd = _pruned(3000, 16, 32, 16, metric, seed=7)
     g[::97, -1] = -1  # holes
@@ -83,8 +83,8 @@ def test_gpu_reverse_candidates_equal_numpy(metric):
 def test_gpu_add_reverse_edges_matches_cpu(metric, alpha):
     import cupy as cp
 
-    from knnkit.graph_index._prune_gpu import prune_gpu
-    from knnkit.graph_index._reverse_gpu import add_reverse_edges_gpu
+    from knnkit.index._prune_gpu import prune_gpu
+    from knnkit.index._reverse_gpu import add_reverse_edges_gpu
 
     X, g, gd = _pruned(4000, 24, 40, 16, metric, seed=11, alpha=alpha)
     ref = add_reverse_edges(X, g, 16, alpha, metric)

@@ -6,11 +6,11 @@ import pytest
 
 import knnkit
 from knnkit import GraphIndex
-from knnkit._metrics import internal_metric, prepare_vectors
-from knnkit.graph_index._build import exact_knn_cpu
-from knnkit.graph_index._entry import EntryPoints, build_entry_points
-from knnkit.graph_index._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances, prune_cpu
-from knnkit.graph_index._search_cpu import search_cpu
+from knnkit._core.metrics import internal_metric, prepare_vectors
+from knnkit.index._build import exact_knn_cpu
+from knnkit.index._entry import EntryPoints, build_entry_points
+from knnkit.index._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances, prune_cpu
+from knnkit.index._search_cpu import search_cpu
 
 METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine")
 
@@ -376,7 +376,7 @@ def test_repr_and_defaults(clu_index):
 
 
 def test_intrinsic_dim_estimate_and_auto_degree():
-    from knnkit.graph_index._auto import auto_build_params, estimate_intrinsic_dim
+    from knnkit.index._auto import auto_build_params, estimate_intrinsic_dim
 
     rng = np.random.default_rng(3)
     low = (rng.standard_normal((4000, 3)) @ rng.standard_normal((3, 64))).astype(np.float32)

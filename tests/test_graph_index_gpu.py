@@ -1,7 +1,7 @@
 """GPU kernels of the graph index: batched graph search (search_gpu) and RobustPrune (prune_gpu).
 
 Graphs are built here from exact k-NN lists (CuPy matmul + argsort on a few thousand points) and
-pruned with prune_gpu, so these tests do not depend on the rest of knnkit.graph_index.
+pruned with prune_gpu, so these tests do not depend on the rest of knnkit.index.
 """
 
 import numpy as np
@@ -52,7 +52,7 @@ def _knn_graph(cp, X, K, metric):
 
 def _search_graph(cp, X, metric, K=64, R=32, alpha=1.2):
     """k-NN candidates -> RobustPrune -> union with reverse edges -> prune again (Vamana-like)."""
-    from knnkit.graph_index._prune_gpu import prune_gpu
+    from knnkit.index._prune_gpu import prune_gpu
 
     ci, cd = _knn_graph(cp, X, K, metric)
     g = prune_gpu(X, ci, cd, R, alpha, metric)
@@ -113,7 +113,7 @@ def _check_rows(cp, X, Q, dist, idx, metric, exact_fp32=True):
     ("uniform", 128, "ip", 0.9), ("clustered", 960, "l2", 0.95), ("clustered", 960, "ip", 0.85),
 ])
 def test_search_recall(kind, d, metric, min_recall):
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(d * 7 + len(kind) + len(metric))
@@ -134,7 +134,7 @@ def test_search_recall(kind, d, metric, min_recall):
 
 @pytest.mark.parametrize("k,batch", [(1, 1), (1, 1000), (10, 7), (100, 7), (100, 1000)])
 def test_search_k_and_batch(k, batch):
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(k * 31 + batch)
@@ -151,7 +151,7 @@ def test_search_k_and_batch(k, batch):
 
 def test_search_large_beam_k1000_opt_in_shared_memory():
     """beam 1024 needs > 48 KiB of shared memory per block (opt-in path)."""
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(5)
@@ -168,7 +168,7 @@ def test_search_large_beam_k1000_opt_in_shared_memory():
 @pytest.mark.parametrize("metric,d,rerank", [("l2", 128, "fused"), ("ip", 64, "fused"), ("l2", 30, "fused"),
                                              ("l2", 128, "split"), ("ip", 27, "split")])
 def test_search_fp16_traversal_exact_rerank(metric, d, rerank):
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(11 + d)
@@ -184,7 +184,7 @@ def test_search_fp16_traversal_exact_rerank(metric, d, rerank):
 
 # ------------------------------------------------------------------------------ stopping, padding
 def test_tau_reduces_work_and_keeps_recall():
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(3)
@@ -209,7 +209,7 @@ def test_tau_reduces_work_and_keeps_recall():
 
 def test_unreachable_points_are_padded():
     """Graph with two components; seeds in the first one only; k above its size."""
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(0)
@@ -236,7 +236,7 @@ def test_unreachable_points_are_padded():
 
 
 def test_search_deterministic_and_width():
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(9)
@@ -265,7 +265,7 @@ def test_search_deterministic_and_width():
 
 
 def test_search_bad_arguments():
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     X = cp.zeros((10, 4), cp.float32)
@@ -314,7 +314,7 @@ def _prune_ref(X, ci, cd, R, alpha, metric, fill):
     ("ip", 16, 32, 10, 1.2, True), ("ip", 5, 130, 20, 1.0, False), ("l2", 3, 200, 300, 1.2, True),
 ])
 def test_prune_matches_numpy_reference(metric, d, C, R, alpha, fill):
-    from knnkit.graph_index._prune_gpu import prune_gpu
+    from knnkit.index._prune_gpu import prune_gpu
 
     cp = _cp()
     rng = np.random.default_rng(C + R + d)
@@ -335,10 +335,10 @@ def test_prune_matches_numpy_reference(metric, d, C, R, alpha, fill):
 
 
 def test_prune_matches_cpu_prune_when_present():
-    from knnkit.graph_index._prune_gpu import prune_gpu
+    from knnkit.index._prune_gpu import prune_gpu
 
     try:
-        from knnkit.graph_index._prune_cpu import prune_cpu
+        from knnkit.index._prune_cpu import prune_cpu
     except ImportError:
         pytest.skip("CPU prune not available")
     cp = _cp()
@@ -354,7 +354,7 @@ def test_prune_matches_cpu_prune_when_present():
 @pytest.mark.parametrize("kind,d,metric,fp16", [("uniform", 64, "l2", False), ("clustered", 128, "l2", True),
                                                 ("clustered", 48, "ip", False)])
 def test_bloom_visited_recall_close_to_hash(kind, d, metric, fp16):
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(100 + d)
@@ -381,7 +381,7 @@ def test_bloom_visited_recall_close_to_hash(kind, d, metric, fp16):
 
 
 def test_visited_auto_choice_and_bad_value():
-    from knnkit.graph_index._search_gpu import _visited_config, search_gpu
+    from knnkit.index._search_gpu import _visited_config, search_gpu
 
     # auto: Bloom filter (measured faster), hash when only a hash size is given
     assert _visited_config("auto", 32, 64, None, None)[0] == 1
@@ -401,7 +401,7 @@ def test_visited_auto_choice_and_bad_value():
 
 def test_bloom_large_beam_k1024_where_hash_does_not_fit():
     """beam 8192: list + hash table exceed the 227 KiB of shared memory; the Bloom filter fits."""
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(21)
@@ -428,8 +428,8 @@ def test_bloom_large_beam_k1024_where_hash_does_not_fit():
                                              ("ip", 5, 20, 32, 300), ("l2", 16, 1, 3, 10)])
 @pytest.mark.parametrize("method", ["direct", "gemm"])
 def test_select_seeds_matches_cpu_entry_points(metric, d, c, s, nq, method):
-    from knnkit.graph_index._entry import EntryPoints
-    from knnkit.graph_index._search_gpu import select_seeds_gpu
+    from knnkit.index._entry import EntryPoints
+    from knnkit.index._search_gpu import select_seeds_gpu
 
     cp = _cp()
     rng = np.random.default_rng(c + s + d)
@@ -454,7 +454,7 @@ def test_select_seeds_matches_cpu_entry_points(metric, d, c, s, nq, method):
 @pytest.mark.parametrize("visited", ["hash", "bloom"])
 def test_many_seeds_refill_visited_set_between_chunks(visited):
     """3000 seeds per query: more than the visited set holds before a refill (the seed loop refills)."""
-    from knnkit.graph_index._search_gpu import search_gpu
+    from knnkit.index._search_gpu import search_gpu
 
     cp = _cp()
     rng = np.random.default_rng(77)

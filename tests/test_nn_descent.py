@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import knnkit
-from knnkit.nn_descent import KnnGraph, knn_graph, merge_graphs
-from knnkit.nn_descent._cpu import nndescent_cpu
+from knnkit.graph import KnnGraph, knn_graph, merge_graphs
+from knnkit.graph.nndescent._cpu import nndescent_cpu
 
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs a CUDA GPU and CuPy")
 
@@ -318,7 +318,7 @@ def test_gpu_matches_cpu_quality(update):
 
 
 def test_default_update_rule():
-    from knnkit.nn_descent._build import default_update
+    from knnkit.graph._build import default_update
 
     assert default_update("gpu", "sqeuclidean") == "selective"
     assert default_update("gpu", "cosine") == "selective"

@@ -1,4 +1,4 @@
-"""GPU NN-Descent kernels (``knnkit.nn_descent._gpu.nndescent_gpu``) against exact k-NN on the CPU."""
+"""GPU NN-Descent kernels (``knnkit.graph.nndescent._gpu.nndescent_gpu``) against exact k-NN on the CPU."""
 
 import numpy as np
 import pytest
@@ -45,7 +45,7 @@ def _clustered(rng, n, d, n_clusters=20):
 
 
 def _run(X, K, **kw):
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     cp = _cp()
     args = dict(sample=max(4, min(16, K // 2 + 2)), max_iters=30, delta=0.0005, metric="l2")
@@ -130,7 +130,7 @@ def test_update_and_locks(rng, update, locks):
 def test_float16_input(rng):
     X = _clustered(rng, 3000, 64)
     cp = _cp()
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     idx, dist, _ = nndescent_gpu(cp.asarray(X.astype(np.float16)), 10, sample=8, max_iters=30, delta=0.0005,
                                  metric="l2")
@@ -188,7 +188,7 @@ def test_duplicates_in_data(rng):
 
 
 def test_close_to_cpu(rng):
-    cpu = pytest.importorskip("knnkit.nn_descent._cpu")
+    cpu = pytest.importorskip("knnkit.graph.nndescent._cpu")
     X = _clustered(rng, 3000, 32)
     true_idx, _ = _exact(X, 10, "l2")
     idx, _, _ = _run(X, 16, sample=8)
@@ -262,7 +262,7 @@ def test_long_lists_exact_init_and_padding(rng):
 
 
 def test_k_above_limit_rejected(rng):
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     cp = _cp()
     with pytest.raises(ValueError, match="exceeds"):
@@ -291,7 +291,7 @@ def test_tensor_distance(rng, metric, K, p, d):
 
 
 def test_tensor_distance_rejects_l1(rng):
-    from knnkit.nn_descent._gpu import nndescent_gpu
+    from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     cp = _cp()
     with pytest.raises(ValueError, match="l1"):
@@ -362,8 +362,8 @@ def test_reverse_rejects_unknown(rng):
 def test_sort_rows_matches_cupy_merge(rng):
     """The warp-per-row sort of the GGM far-half merge (gnnd_prepare over row tiles) gives the
     lists of the CuPy sort path: repeats and holes dropped, (distance, id) order, first k."""
-    from knnkit.nn_descent._gpu import sort_rows_gpu
-    from knnkit.nn_descent._merge import merge_candidates_gpu
+    from knnkit.graph.nndescent._gpu import sort_rows_gpu
+    from knnkit.graph._merge import merge_candidates_gpu
 
     cp = _cp()
     X = _clustered(rng, 3000, 16)

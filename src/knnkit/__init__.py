@@ -4,11 +4,11 @@ Exact k-NN (:func:`knn`), approximate k-NN graphs (:func:`knn_graph`, GPU NN-Des
 graph merge and out-of-core builds, and graph search indexes (:class:`GraphIndex`).
 """
 
-from ._config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
-from ._backend import gpu_available
-from .brute_force import knn
-from .nn_descent import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core
-from .graph_index import GraphIndex
+from ._core.config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
+from ._core.backend import gpu_available
+from .exact import knn
+from .graph import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core
+from .index import GraphIndex
 from ._persist import load
 from . import io, datasets, evaluate
 

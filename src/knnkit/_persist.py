@@ -17,11 +17,11 @@ def load(path, **kwargs):
     with open(path, "rb") as f:
         magic = f.read(8)
     if magic == GRAPH_MAGIC:
-        from .nn_descent import KnnGraph
+        from .graph import KnnGraph
 
         return KnnGraph.load(path, **kwargs)
     if magic == INDEX_MAGIC:
-        from .graph_index import GraphIndex
+        from .index import GraphIndex
 
         return GraphIndex.load(path, **kwargs)
     raise ValueError(f"{path}: not a knnkit file (unknown magic {magic!r})")

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from ._validation import METRICS
+from ._core.validation import METRICS
 
 __all__ = ["main"]
 
@@ -72,7 +72,7 @@ def distances_path(out):
 # --------------------------------------------------------------------------- info
 
 def _gpu_lines():
-    from ._backend import cupy_or_none
+    from ._core.backend import cupy_or_none
 
     cp = cupy_or_none()
     if cp is None:
@@ -242,7 +242,7 @@ def cmd_demo(args):
     import knnkit
     from . import datasets
     from .evaluate import Timer, recall, graph_recall
-    from ._backend import resolve_device
+    from ._core.backend import resolve_device
 
     kind, dev_id = resolve_device(args.device)
     on_gpu = kind == "gpu"
@@ -409,7 +409,7 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of the ``knnkit`` command; returns the exit status (0 on success, 1 on error)."""
-    from ._config import set_progress, _globals
+    from ._core.config import set_progress, _globals
 
     args = build_parser().parse_args(argv)
     log = logging.getLogger("knnkit")

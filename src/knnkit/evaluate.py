@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from ._backend import inspect_array, as_host, cupy_or_none, get_array_module
-from ._config import logger
+from ._core.backend import inspect_array, as_host, cupy_or_none, get_array_module
+from ._core.config import logger
 
 __all__ = ["recall", "graph_recall", "ground_truth", "Timer"]
 
@@ -217,7 +217,7 @@ def graph_recall(data, graph_indices, *, sample=1000, metric=None, random_state=
     >>> graph_recall(x, g, sample=100, random_state=0, device="cpu")
     1.0
     """
-    from .brute_force import knn
+    from .exact import knn
 
     if metric is None:
         metric = getattr(graph_indices, "metric", None) or "sqeuclidean"
@@ -271,7 +271,7 @@ def ground_truth(data, queries, k, *, metric="sqeuclidean", device="auto"):
     >>> ground_truth(x, x[[4]], 3, device="cpu")[1].tolist()
     [[4, 3, 5]]
     """
-    from .brute_force import knn
+    from .exact import knn
 
     return knn(data, queries, k=k, metric=metric, device=device)
 

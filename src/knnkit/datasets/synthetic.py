@@ -11,8 +11,8 @@ import os
 
 import numpy as np
 
-from .._backend import resolve_device, cupy_or_none
-from .._config import progress
+from .._core.backend import resolve_device, cupy_or_none
+from .._core.config import progress
 
 __all__ = ["make_clustered", "make_uniform"]
 

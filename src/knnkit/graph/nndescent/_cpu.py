@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .._config import logger
+from ..._core.config import logger
 
 __all__ = ["nndescent_cpu", "rp_forest_init", "rp_order", "exact_graph_cpu", "METRIC_CODES", "pairwise_distances", "row_distances", "merge_rows"]
 

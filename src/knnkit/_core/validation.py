@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from ._backend import inspect_array, get_array_module
+from .backend import inspect_array, get_array_module
 
 __all__ = ["METRICS", "SUPPORTED_DTYPES", "check_matrix", "check_k", "check_metric", "check_pair"]
 

@@ -19,7 +19,7 @@ cosine) ``H`` is most of the data and nothing is done.
 
 import numpy as np
 
-from .._backend import get_array_module
+from .._core.backend import get_array_module
 
 __all__ = ["refine_hubs"]
 
@@ -55,7 +55,7 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
     -------
     I, D, info : the refined (or unchanged) lists (n, k) and ``{"hubs": |H|, "refined": bool}``.
     """
-    from ..brute_force import knn
+    from ..exact import knn
 
     xp = get_array_module(I)
     n = int(X.shape[0])

@@ -20,8 +20,10 @@ import math
 
 import numpy as np
 
-from .._config import logger, get_memory_budget
-from .._cuda import get_kernel, retry_on_oom
+from .._core.config import logger, get_memory_budget
+from .._core.cuda import get_kernel, kernel_path, retry_on_oom
+
+_KERNEL = kernel_path(__file__, "topk.cu")
 
 __all__ = ["knn_gpu", "topk_rows", "queue_length", "MAX_K"]
 
@@ -75,7 +77,7 @@ _NAMES = _names()
 
 
 def _kernel(name):
-    return get_kernel("topk.cu", name, name_expressions=_NAMES)
+    return get_kernel(_KERNEL, name, name_expressions=_NAMES)
 
 
 def _null():
@@ -223,7 +225,7 @@ def _elementwise(name, a, out_dtype):
     a = cp.ascontiguousarray(a)
     out = cp.empty(a.shape, out_dtype)
     n = a.size
-    get_kernel("topk.cu", name, name_expressions=_NAMES)(
+    get_kernel(_KERNEL, name, name_expressions=_NAMES)(
         (int(min(4096, max(1, (n + 255) // 256))),), (256,), (a, out, np.int64(n)))
     return out
 
@@ -381,7 +383,7 @@ def _pair_distances(Xd, Qt, cand, use_l2):
     out = cp.empty((mq, kc), cp.float32)
     npairs = mq * kc
     blocks = int(min(max(1, (npairs * 32 + 255) // 256), 132 * 32))
-    get_kernel("topk.cu", "topk_pair_distances", name_expressions=_NAMES)(
+    get_kernel(_KERNEL, "topk_pair_distances", name_expressions=_NAMES)(
         (blocks,), (256,), (Xd, Qt, np.int32(Xd.shape[1]), cand, np.int64(npairs), np.int32(kc),
                             np.int32(1 if use_l2 else 0), out))
     return out

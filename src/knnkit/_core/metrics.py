@@ -7,7 +7,7 @@ unit-normalised vectors plus one; ``euclidean`` is ``l2`` followed by a square r
 
 import numpy as np
 
-from ._backend import get_array_module
+from .backend import get_array_module
 
 __all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
            "is_similarity"]

@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from .._backend import as_host, wrap_output, ArrayInfo
+from .._core.backend import as_host, wrap_output, ArrayInfo
 from .._persist import GRAPH_MAGIC
 
 __all__ = ["KnnGraph", "index_dtype_for"]

@@ -11,12 +11,12 @@ import numbers
 
 import numpy as np
 
-from .._config import logger
-from .._backend import (as_host, cupy_or_none, get_array_module, resolve_device,
+from .._core.config import logger
+from .._core.backend import (as_host, cupy_or_none, get_array_module, resolve_device,
                         wrap_output)
-from .._metrics import finalize_distances, internal_metric, prepare_vectors
-from .._validation import check_k, check_matrix, check_metric, check_pair
-from ..nn_descent._build import default_update
+from .._core.metrics import finalize_distances, internal_metric, prepare_vectors
+from .._core.validation import check_k, check_matrix, check_metric, check_pair
+from ..graph._build import default_update
 from ._auto import auto_build_params, estimate_intrinsic_dim
 from ._build import candidate_graph, diversify, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
@@ -193,7 +193,7 @@ class GraphIndex:
         graph_degree : int, optional
             Out-degree R of the search graph. Default: chosen from the data's estimated local
             intrinsic dimension (LID, Levina-Bickel MLE on 500 sampled points, see
-            ``graph_index/_auto.py``): 32 below LID 28 (SIFT, Fashion-MNIST, most embeddings),
+            ``index/_auto.py``): 32 below LID 28 (SIFT, Fashion-MNIST, most embeddings),
             48 up to 40, 64 above (noise-dominated neighbourhoods need more edges).
         intermediate_degree : int, optional
             Degree of the k-NN graph that is diversified (default: 64 for R = 32, 96 for
@@ -582,7 +582,7 @@ class GraphIndex:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path):
-        """Write the index to ``path`` (format in :mod:`knnkit.graph_index._format`).
+        """Write the index to ``path`` (format in :mod:`knnkit.index._format`).
 
         Examples
         --------

@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
-from .._backend import resolve_device, as_host, as_device
-from .._config import get_memory_budget
-from .._metrics import internal_metric, prepare_vectors, finalize_distances, to_internal
-from .._validation import check_matrix
+from .._core.backend import resolve_device, as_host, as_device
+from .._core.config import get_memory_budget
+from .._core.metrics import internal_metric, prepare_vectors, finalize_distances, to_internal
+from .._core.validation import check_matrix
 from ._build import default_parameters, default_update, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
 from ._graph import KnnGraph, index_dtype_for
 
@@ -28,7 +28,7 @@ def _no_sync():
 
 def merge_lists(ind, dist, add_ind, add_dist, k):
     """Merge candidate lists into sorted lists (internal distances, host arrays); top k."""
-    from ._cpu import merge_rows
+    from .nndescent._cpu import merge_rows
 
     ind = np.ascontiguousarray(ind, dtype=np.int32).copy()
     dist = np.ascontiguousarray(dist, dtype=np.float32).copy()
@@ -104,7 +104,7 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, samp
         b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
         far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
         fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric))
-    from ._gpu import sort_rows_gpu
+    from .nndescent._gpu import sort_rows_gpu
 
     out = sort_rows_gpu(Xp, (I, far), (D, fard), k, mi, sample=sample, seed=seed)
     if out is not None:
@@ -214,7 +214,7 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
     phase = {"validate": time.perf_counter() - t_start}
     with _device_ctx(kind, dev_id):
         if kind == "gpu":
-            from .._backend import cupy_or_none
+            from .._core.backend import cupy_or_none
 
             cp = cupy_or_none()
             sync = cp.cuda.get_current_stream().synchronize  # so that each phase's time is its own

@@ -25,7 +25,7 @@ against ``add_reverse_edges``.
 
 import numpy as np
 
-from .._backend import get_array_module
+from .._core.backend import get_array_module
 
 __all__ = ["reverse_candidates", "add_reverse_edges_gpu"]
 
@@ -97,7 +97,7 @@ def reverse_candidates(graph, graph_dist, cap):
     # the sort needs ~48 bytes per edge: split the targets into ranges when that exceeds the budget
     n_chunks = 1
     if xp is not np:
-        from .._config import get_memory_budget
+        from .._core.config import get_memory_budget
 
         budget = max(get_memory_budget(), 1 << 28)
         n_chunks = max(1, -(-int(e_all.size) * 48 // budget))

@@ -12,8 +12,10 @@ import math
 
 import numpy as np
 
-from .._config import logger
-from .._cuda import get_kernel
+from .._core.config import logger
+from .._core.cuda import get_kernel, kernel_path
+
+_KERNEL = kernel_path(__file__, "search.cu")
 
 __all__ = ["search_gpu", "search_config", "select_seeds_gpu"]
 
@@ -23,7 +25,7 @@ _BLOOM_LOAD = 16  # Bloom filter refilled after bits / 16 insertions (false-posi
 
 
 def _kernel(name):
-    return get_kernel("search.cu", name, name_expressions=(name,))
+    return get_kernel(_KERNEL, name, name_expressions=(name,))
 
 
 def _pow2ceil(x):

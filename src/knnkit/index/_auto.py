@@ -19,7 +19,7 @@ Why (measured on the CPU, 100k x 96, 1,000 queries, k = 10, recall@10 at beam 32
 
 import numpy as np
 
-from .._backend import as_host, get_array_module, inspect_array
+from .._core.backend import as_host, get_array_module, inspect_array
 
 __all__ = ["estimate_intrinsic_dim", "auto_build_params"]
 
@@ -45,7 +45,7 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
     >>> 2.5 < estimate_intrinsic_dim(X, random_state=0) < 6
     True
     """
-    from ..brute_force import knn
+    from ..exact import knn
 
     n = X.shape[0]
     if n < 3:

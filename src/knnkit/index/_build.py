@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from .._config import logger
-from .._backend import as_host, get_array_module, inspect_array
-from .._metrics import to_internal
+from .._core.config import logger
+from .._core.backend import as_host, get_array_module, inspect_array
+from .._core.metrics import to_internal
 from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
@@ -113,7 +113,7 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
     user = _user_metric_for(metric, user_metric)
     if build_algo == "nndescent" and n > 4096:
         try:
-            from ..nn_descent import knn_graph
+            from ..graph import knn_graph
 
             # the search graph needs good candidates, not a 0.99-recall K-NN graph: build with the
             # list length K itself instead of knn_graph's longer default (1M x 128 on an H200:
@@ -132,7 +132,7 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             logger.warning("knn_graph failed (%s); building the candidate graph exactly", e)
     if device == "gpu":
         try:
-            from ..brute_force import knn
+            from ..exact import knn
 
             d, idx = knn(X, None, k=K, metric=user, device="gpu")
             idx = _host_array(idx, np.int64)
@@ -161,7 +161,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
     user = "inner_product" if metric == "ip" else "sqeuclidean"
     if build_algo == "nndescent" and n > 4096:
         try:
-            from ..nn_descent import knn_graph
+            from ..graph import knn_graph
 
             # list length K itself (see candidate_graph); the graph's own arrays are read directly,
             # whatever knnkit.set_output says
@@ -182,7 +182,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
             logger.info("knn_graph (NN-Descent) not available; building the candidate graph exactly")
         except Exception as e:  # a failing optional path must not break the index build
             logger.warning("knn_graph failed (%s); building the candidate graph exactly", e)
-    from ..brute_force import knn
+    from ..exact import knn
 
     dist, idx = knn(X, None, k=K, metric=user, device="gpu")
     return _internal_pair(cp, inspect_array(idx)[0], inspect_array(dist)[0], metric)

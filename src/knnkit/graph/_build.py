@@ -5,10 +5,10 @@ import time
 
 import numpy as np
 
-from .._backend import resolve_device, as_host, as_device
-from .._config import logger
-from .._metrics import internal_metric, prepare_vectors, finalize_distances
-from .._validation import METRICS, check_matrix, check_k, check_metric
+from .._core.backend import resolve_device, as_host, as_device
+from .._core.config import logger
+from .._core.metrics import internal_metric, prepare_vectors, finalize_distances
+from .._core.validation import METRICS, check_matrix, check_k, check_metric
 from ._graph import KnnGraph, index_dtype_for
 
 __all__ = ["knn_graph", "default_parameters", "GRAPH_METRICS", "run_nndescent", "seed_from", "BRUTE_AUTO_MAX_N"]
@@ -129,12 +129,12 @@ def run_nndescent(Xp, K, *, device, sample, max_iters, delta, metric_internal, i
               init_indices=init_indices, init_distances=init_distances, split=split, seed=seed, update=update)
     if device == "gpu":
         try:
-            from ._gpu import nndescent_gpu
+            from .nndescent._gpu import nndescent_gpu
         except Exception as e:  # the GPU module or its kernels are missing / broken
             raise RuntimeError(f"GPU NN-Descent is not available ({type(e).__name__}: {e}); "
                                f"use device='cpu'") from e
         return nndescent_gpu(Xp, K, **kw)
-    from ._cpu import nndescent_cpu
+    from .nndescent._cpu import nndescent_cpu
 
     return nndescent_cpu(as_host(Xp), K, **kw)
 
@@ -142,11 +142,11 @@ def run_nndescent(Xp, K, *, device, sample, max_iters, delta, metric_internal, i
 def _brute(X, kk, metric, kind, device):
     """Exact neighbour lists (internal ids/user distances) for method='brute'."""
     if metric == "manhattan":
-        from ._cpu import exact_graph_cpu
+        from .nndescent._cpu import exact_graph_cpu
 
         I, D = exact_graph_cpu(np.ascontiguousarray(as_host(X), dtype=np.float32), kk, "l1")
         return I, D
-    from ..brute_force import knn
+    from ..exact import knn
 
     D, I = knn(X, None, kk, metric=metric, device=device)
     return I, D
@@ -197,7 +197,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
     refine_hubs : bool, optional
         ``inner_product`` only. After NN-Descent, replace every list by the exact top-k over the
         points that occur in any approximate top-k list (the "hubs" an unnormalised inner product
-        concentrates on; see ``knnkit.nn_descent._hubs``). Default (None): when those are at most
+        concentrates on; see ``knnkit.graph._hubs``). Default (None): when those are at most
         a quarter of the points and the work is bounded (1M x 128 clustered, GPU: recall@10 0.93
         -> 0.999); ``True`` forces it, ``False`` keeps the NN-Descent lists.
         ``stats["hubs"]`` reports the support size and whether it ran.
@@ -283,7 +283,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
                 # neighbours sit close in memory and the joins hit the cache; then a few more
                 # trees give NN-Descent a far better start than random lists (as PyNNDescent
                 # does). The GPU version starts from random lists.
-                from ._cpu import rp_forest_init, rp_order
+                from .nndescent._cpu import rp_forest_init, rp_order
 
                 t1 = time.perf_counter()
                 mi_ = internal_metric(metric)
@@ -349,7 +349,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
 
 
 def _cp():
-    from .._backend import cupy_or_none
+    from .._core.backend import cupy_or_none
 
     return cupy_or_none()
 

@@ -32,7 +32,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .._config import logger
+from .._core.config import logger
 
 __all__ = ["search_cpu"]
 

@@ -7,9 +7,9 @@ candidate generation followed by an exact float32 re-rank.
 
 import numpy as np
 
-from .._backend import resolve_device, as_host, as_device, wrap_output
-from .._metrics import internal_metric, prepare_vectors, finalize_distances
-from .._validation import check_matrix, check_pair, check_k, check_metric
+from .._core.backend import resolve_device, as_host, as_device, wrap_output
+from .._core.metrics import internal_metric, prepare_vectors, finalize_distances
+from .._core.validation import check_matrix, check_pair, check_k, check_metric
 from ._cpu import knn_cpu, select_rows_cpu
 
 __all__ = ["knn", "knn_cpu", "knn_gpu", "topk_rows", "select_rows_cpu", "PRECISIONS", "MAX_GPU_K"]

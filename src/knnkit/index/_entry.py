@@ -8,7 +8,7 @@ The code is array-module agnostic: numpy on the CPU, cupy on the GPU.
 
 import numpy as np
 
-from .._backend import get_array_module
+from .._core.backend import get_array_module
 
 __all__ = ["EntryPoints", "build_entry_points"]
 

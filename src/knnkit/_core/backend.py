@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 
-from ._config import get_output
+from .config import get_output
 
 __all__ = ["gpu_available", "resolve_device", "as_host", "as_device", "ArrayInfo", "inspect_array",
            "wrap_output", "cupy_or_none", "get_array_module"]

@@ -22,7 +22,10 @@ import time
 
 import numpy as np
 
-from .._config import logger
+from ..._core.config import logger
+from ..._core.cuda import kernel_path
+
+_KERNEL = kernel_path(__file__, "gnnd.cu")
 
 __all__ = ["nndescent_gpu"]
 
@@ -35,14 +38,14 @@ _WARPS = 4            # warps per block of the one-warp-per-list kernels
 
 
 def _kernels(dtype, metric, maxs, per_lane, group, minblocks, tensor=False):
-    from .._cuda import get_module
+    from ..._core.cuda import get_module
 
     t, m = _DTYPES[np.dtype(dtype)], _METRICS[metric]
     e = per_lane
     names = (f"gnnd_prepare<{t}, {m}, {e}>", f"gnnd_local_join<{t}, {m}, {maxs}, {e}, {int(tensor)}>",
              f"gnnd_sample<{e}>", "gnnd_reverse", "gnnd_reverse_count", f"gnnd_col_stats<{t}>")
     opts = ("-lineinfo", f"-DGNND_GROUP={group}") + ((f"-DGNND_MINB={minblocks}",) if minblocks else ())
-    mod = get_module("gnnd.cu", options=opts, name_expressions=names)
+    mod = get_module(_KERNEL, options=opts, name_expressions=names)
     return [mod.get_function(nm) for nm in names]
 
 
@@ -320,7 +323,7 @@ def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):
     (default: under the memory budget)."""
     import cupy as cp
 
-    from .._config import get_memory_budget
+    from ..._core.config import get_memory_budget
 
     n = ids[0].shape[0]
     W = sum(a.shape[1] for a in ids)

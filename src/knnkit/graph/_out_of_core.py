@@ -38,10 +38,10 @@ import time
 
 import numpy as np
 
-from .._config import logger, progress, get_memory_budget
-from .._metrics import finalize_distances, to_internal
-from .._validation import check_metric, check_k
-from .._backend import resolve_device
+from .._core.config import logger, progress, get_memory_budget
+from .._core.metrics import finalize_distances, to_internal
+from .._core.validation import check_metric, check_k
+from .._core.backend import resolve_device
 from ._build import knn_graph, default_parameters, sample_for, seed_from, GRAPH_METRICS
 from ._graph import KnnGraph
 from ._merge import merge_graphs, merge_lists
@@ -567,7 +567,7 @@ def _step_final(store, n_shards, state):
 
 
 def _free_device_pool():
-    from .._backend import cupy_or_none
+    from .._core.backend import cupy_or_none
 
     cp = cupy_or_none()
     if cp is not None:

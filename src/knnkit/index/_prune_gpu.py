@@ -7,8 +7,10 @@ makes the sequential greedy pass over a bit matrix.
 
 import numpy as np
 
-from .._config import logger
-from .._cuda import get_kernel
+from .._core.config import logger
+from .._core.cuda import get_kernel, kernel_path
+
+_KERNEL = kernel_path(__file__, "prune.cu")
 
 __all__ = ["prune_gpu", "prune_factor", "prune_shift", "new_reverse_mask"]
 
@@ -101,7 +103,7 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
         return (out, out_d) if return_distances else out
     CP = max(64, -(-C // 64) * 64)
     smem = CP * 16 + CP * (CP // 32) * 4
-    kern = get_kernel("prune.cu", _NAMES[0 if metric == "l2" else 1], name_expressions=_NAMES)
+    kern = get_kernel(_KERNEL, _NAMES[0 if metric == "l2" else 1], name_expressions=_NAMES)
     if smem + _STATIC_SMEM > 48 * 1024:  # past the default limit: opt in (up to 227 KiB on H100/H200)
         kern.max_dynamic_shared_size_bytes = smem
     factor = np.float32(prune_factor(alpha, metric))
@@ -124,7 +126,7 @@ def new_reverse_mask(graph):
     out = cp.empty(n * R, dtype=cp.uint8)
     if out.size:
         threads = 256
-        get_kernel("prune.cu", "new_reverse_edges", name_expressions=_NAMES)(
+        get_kernel(_KERNEL, "new_reverse_edges", name_expressions=_NAMES)(
             (-(-out.size // threads),), (threads,), (graph, np.int32(n), np.int32(R), out))
     return out.view(cp.bool_)
 
