@@ -169,7 +169,7 @@ def defaults(ns, ks, d, seed=0, sample_rows=10_000):
     """knn_graph(k, method="nndescent") with knnkit's default parameters: time and recall@k."""
     import cupy as cp
     import knnkit
-    from knnkit.graph import default_parameters
+    from knnkit.graph.nndescent import default_parameters
 
     res = []
     for n in ns:

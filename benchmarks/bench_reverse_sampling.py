@@ -32,7 +32,7 @@ def main():
     import cupy as cp
     import knnkit
     from knnkit._core.metrics import internal_metric, prepare_vectors
-    from knnkit.graph._build import default_parameters
+    from knnkit.graph.nndescent import default_parameters
     from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     res = {"bench": "reverse_sampling", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),

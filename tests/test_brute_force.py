@@ -5,7 +5,8 @@ import pytest
 from scipy.spatial.distance import cdist
 
 import knnkit
-from knnkit.exact import _cpu, select_rows_cpu
+from knnkit.exact import _cpu
+from knnkit.exact._cpu import select_rows_cpu
 
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
 
@@ -217,9 +218,9 @@ def test_select_rows_cpu():
 def test_knn_cpu_symmetric_equals_plain(metric, monkeypatch):
     X = rand((1000, 6), seed=3)
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 128)
-    d1, i1 = knnkit.exact.knn_cpu(X, X, 7, metric, True)
+    d1, i1 = knnkit.exact._cpu.knn_cpu(X, X, 7, metric, True)
     monkeypatch.setattr(_cpu, "_SYMMETRIC_HEAP_BYTES", 0)  # plain query-block path
-    d2, i2 = knnkit.exact.knn_cpu(X, X, 7, metric, True)
+    d2, i2 = knnkit.exact._cpu.knn_cpu(X, X, 7, metric, True)
     np.testing.assert_array_equal(i1, i2)
     np.testing.assert_array_equal(d1, d2)
     rd, ri, _ = reference(X, None, 7, "sqeuclidean" if metric == "l2" else "inner_product", exclude_self=True)

@@ -30,10 +30,13 @@ def _numpy_knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto")
 
 @pytest.fixture
 def numpy_knn(monkeypatch):
-    """Make evaluate use the numpy reference instead of knnkit.knn (tests this module alone)."""
-    import knnkit.exact
+    """Make evaluate use the numpy reference instead of the exact engine (tests this module alone)."""
+    import knnkit.api.exact
 
-    monkeypatch.setattr(knnkit.exact, "knn", _numpy_knn)
+    def fake(data, queries, k, *, metric="sqeuclidean", device="auto", **_kw):
+        return _numpy_knn(data, queries, k=k, metric=metric, device=device)
+
+    monkeypatch.setattr(knnkit.api.exact, "exact_arrays", fake)
     return _numpy_knn
 
 

@@ -117,7 +117,7 @@ def test_gpu_build_recall_and_cpu_agreement(clustered, metric):
     gi = knnkit.GraphIndex.build(cp.asarray(X), metric=metric, graph_degree=16, random_state=0)
     ci = knnkit.GraphIndex.build(X, metric=metric, graph_degree=16, random_state=0, device="cpu")
     assert gi.device == "gpu" and gi.graph.shape == (6000, 16)
-    assert set(gi._build_timings) >= {"candidates", "prune", "reverse", "entry_points"}
+    assert set(gi.build_timings) >= {"candidates", "prune", "reverse", "entry_points"}
     g_gpu, g_cpu = cp.asnumpy(gi.graph), np.asarray(ci.graph)
     assert g_gpu.min() >= 0 and g_gpu.max() < 6000
     assert not (g_gpu == np.arange(6000)[:, None]).any()

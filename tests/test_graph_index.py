@@ -95,16 +95,16 @@ def test_beam_and_tau_knobs(clu, clu_index):
     r_big = recall(clu_index.search(Q, k=10, beam=128)[1], exact)
     assert r_big >= r_small and r_big >= 0.99
     # tau=0 stops as soon as no candidate beats the k-th best: never more work than tau=inf
-    _d, _i, s0 = search_cpu(clu_index._X, clu_index._graph, prepare_vectors(Q, "sqeuclidean"), 10,
-                            seeds=clu_index._entry.seeds_for(Q, 4), beam=128, tau=0.0, max_iters=10 ** 6,
+    _d, _i, s0 = search_cpu(clu_index._engine._X, clu_index._engine._graph, prepare_vectors(Q, "sqeuclidean"), 10,
+                            seeds=clu_index._engine._entry.seeds_for(Q, 4), beam=128, tau=0.0, max_iters=10 ** 6,
                             metric="l2", return_stats=True)
-    _d, _i, s1 = search_cpu(clu_index._X, clu_index._graph, prepare_vectors(Q, "sqeuclidean"), 10,
-                            seeds=clu_index._entry.seeds_for(Q, 4), beam=128, tau=np.inf, max_iters=10 ** 6,
+    _d, _i, s1 = search_cpu(clu_index._engine._X, clu_index._engine._graph, prepare_vectors(Q, "sqeuclidean"), 10,
+                            seeds=clu_index._engine._entry.seeds_for(Q, 4), beam=128, tau=np.inf, max_iters=10 ** 6,
                             metric="l2", return_stats=True)
     assert np.all(s0[:, 1] <= s1[:, 1]) and s0[:, 1].mean() < s1[:, 1].mean()
     # max_iters caps expansions
-    _d, _i, s2 = search_cpu(clu_index._X, clu_index._graph, prepare_vectors(Q, "sqeuclidean"), 10,
-                            seeds=clu_index._entry.seeds_for(Q, 4), beam=128, tau=np.inf, max_iters=3,
+    _d, _i, s2 = search_cpu(clu_index._engine._X, clu_index._engine._graph, prepare_vectors(Q, "sqeuclidean"), 10,
+                            seeds=clu_index._engine._entry.seeds_for(Q, 4), beam=128, tau=np.inf, max_iters=3,
                             metric="l2", return_stats=True)
     assert s2[:, 0].max() <= 3
 
@@ -181,8 +181,8 @@ def test_padding_when_fewer_points_reachable():
     # through the public API, in the user metric (inner_product pads with -inf)
     for metric, pad in (("sqeuclidean", np.inf), ("inner_product", -np.inf)):
         index = GraphIndex.build(X, metric=metric, graph_degree=4, device="cpu")
-        index._graph = g
-        index._entry = EntryPoints(X[:1].copy(), np.array([0], np.int32), internal_metric(metric))
+        index._engine._graph = g
+        index._engine._entry = EntryPoints(X[:1].copy(), np.array([0], np.int32), internal_metric(metric))
         d, i = index.search(X[:2], k=10)
         assert np.all(i[:, 5:] == -1) and np.all(d[:, 5:] == pad)
         assert np.all(i[:, :5] >= 0) and np.all(np.isfinite(d[:, :5]))
@@ -231,14 +231,15 @@ def test_save_load_round_trip(tmp_path, dtype):
     path = tmp_path / "idx.knnkit"
     index.save(path)
     with open(path, "rb") as f:
-        assert f.read(8) == b"KNNKINDX"
+        assert f.read(8) == b"KNNKIT\x00\x01"  # the one knnkit container
+    assert knnkit._core.persist.container_kind(path if "index" == "index" else p) == "index"
     for loaded in (GraphIndex.load(path, device="cpu"), knnkit.load(path, device="cpu")):
         assert isinstance(loaded, GraphIndex)
         assert loaded.metric == "cosine" and loaded.dtype == np.dtype(dtype)
         assert np.array_equal(loaded.data, index.data) and loaded.data.dtype == index.data.dtype
         assert np.array_equal(loaded.graph, index.graph)
         assert np.array_equal(loaded.entry_points, index.entry_points)
-        assert loaded.search_params == index.search_params and loaded.search_params["beam"] == 40
+        assert loaded.search_params == index.search_params and loaded.search_params.beam == 40
         assert loaded.build_params == index.build_params
         d0, i0 = index.search(Q, k=7)
         d1, i1 = loaded.search(Q, k=7)

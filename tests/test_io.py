@@ -205,7 +205,7 @@ def test_truncated_and_inconsistent_files(tmp_path):
 
 def test_inconsistent_rows_in_large_texmex_found_when_read(tmp_path, monkeypatch):
     # above the full-check size only a sample of headers is checked on open; rows read are always checked
-    from knnkit.io import vectors
+    from knnkit._core import vectors
 
     monkeypatch.setattr(vectors, "_FULL_CHECK_BYTES", 0)
     x = np.ones((5000, 2), np.float32)
@@ -291,7 +291,7 @@ def test_read_hdf5_without_h5py(tmp_path, monkeypatch):
 @pytest.mark.parametrize("ext", [".fvecs", ".bvecs", ".u8bin"])
 def test_large_reads_in_blocks(tmp_path, rng, monkeypatch, ext):
     # reads above the progress threshold are copied block by block: same result, all rows checked
-    from knnkit.io import vectors
+    from knnkit._core import vectors
 
     monkeypatch.setattr(vectors, "_PROGRESS_BYTES", 4096)
     x = _random(rng, (3001, 7), FORMAT_DTYPES[ext])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import knnkit
-from knnkit.graph import KnnGraph, knn_graph, merge_graphs
+from knnkit import KnnGraph, knn_graph, merge_graphs
 from knnkit.graph.nndescent._cpu import nndescent_cpu
 
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs a CUDA GPU and CuPy")
@@ -234,7 +234,8 @@ def test_save_load_roundtrip_and_corruption(tmp_path):
     p = tmp_path / "g.knng"
     g.save(p)
     with open(p, "rb") as f:
-        assert f.read(8) == b"KNNKGRPH"
+        assert f.read(8) == b"KNNKIT\x00\x01"  # the one knnkit container
+    assert knnkit._core.persist.container_kind(path if "graph" == "index" else p) == "graph"
     h = knnkit.load(p)
     assert isinstance(h, KnnGraph) and h.metric == "euclidean" and h.k == 5
     np.testing.assert_array_equal(np.asarray(h.indices), np.asarray(g.indices))
@@ -318,7 +319,7 @@ def test_gpu_matches_cpu_quality(update):
 
 
 def test_default_update_rule():
-    from knnkit.graph._build import default_update
+    from knnkit.graph.nndescent import default_update
 
     assert default_update("gpu", "sqeuclidean") == "selective"
     assert default_update("gpu", "cosine") == "selective"

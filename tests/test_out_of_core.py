@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import knnkit
-from knnkit.graph import knn_graph_out_of_core
+from knnkit import knn_graph_out_of_core
 
 
 def clustered(n, d, seed=0):

@@ -2,20 +2,28 @@
 
 Exact k-NN (:func:`knn`), approximate k-NN graphs (:func:`knn_graph`, GPU NN-Descent),
 graph merge and out-of-core builds, and graph search indexes (:class:`GraphIndex`).
+
+Layers (see README, "Architecture"): ``_core`` (arrays, validation, metrics, memory budget,
+kernel cache, parameter objects, registry, file container) <- algorithms (``exact``, ``graph``,
+``index``) <- facades (``api``, ``io``, ``cli``, ``datasets``, ``evaluate``).
 """
 
 from ._core.config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
 from ._core.backend import gpu_available
-from .exact import knn
-from .graph import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core
-from .index import GraphIndex
-from ._persist import load
+from .api.exact import knn
+from .api.graph import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core
+from .api.index import GraphIndex
+from .api.load import load, methods
+from .exact import ExactParams
+from .graph.nndescent import NNDescentParams
+from .index import IndexParams, SearchParams
 from . import io, datasets, evaluate
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "GraphIndex", "load",
+    "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "GraphIndex", "load", "methods",
+    "ExactParams", "NNDescentParams", "IndexParams", "SearchParams",
     "set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress",
     "gpu_available", "io", "datasets", "evaluate", "__version__",
 ]

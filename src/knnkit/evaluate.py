@@ -217,7 +217,7 @@ def graph_recall(data, graph_indices, *, sample=1000, metric=None, random_state=
     >>> graph_recall(x, g, sample=100, random_state=0, device="cpu")
     1.0
     """
-    from .exact import knn
+    from .api.exact import exact_arrays
 
     if metric is None:
         metric = getattr(graph_indices, "metric", None) or "sqeuclidean"
@@ -234,7 +234,7 @@ def graph_recall(data, graph_indices, *, sample=1000, metric=None, random_state=
     rows = _sample_rows(n, sample, random_state)
     xp = get_array_module(arr)
     queries = arr[rows if xp is np else xp.asarray(rows)]
-    exact_d, exact = knn(arr, queries, k=k + 1, metric=metric, device=device)
+    exact_d, exact = exact_arrays(arr, queries, k + 1, metric=metric, device=device)
     exact = _host_ints(exact, "exact")
     # drop each node itself; a row without it (more than k duplicates at distance 0) drops its last
     is_self = exact == rows[:, None]
@@ -271,9 +271,9 @@ def ground_truth(data, queries, k, *, metric="sqeuclidean", device="auto"):
     >>> ground_truth(x, x[[4]], 3, device="cpu")[1].tolist()
     [[4, 3, 5]]
     """
-    from .exact import knn
+    from .api.exact import exact_arrays
 
-    return knn(data, queries, k=k, metric=metric, device=device)
+    return exact_arrays(data, queries, k, metric=metric, device=device)
 
 
 def _synchronize():

@@ -151,3 +151,25 @@ def wrap_output(a, info):
     if isinstance(a, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(a))
     return torch.as_tensor(a, device="cuda")
+
+
+def twin(package, device):
+    """The ``_cpu`` or ``_gpu`` module of an algorithm package: the one place where a CPU/GPU twin
+    is chosen. ``package`` is the package's ``__name__``; both modules define the same functions
+    with the same signatures."""
+    import importlib
+
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    try:
+        return importlib.import_module(f"{package}._{device}")
+    except ImportError as e:  # CuPy or a kernel module missing
+        if device == "gpu":
+            raise RuntimeError(f"the GPU path of {package} is not available ({type(e).__name__}: {e}); "
+                               f"use device='cpu'") from e
+        raise
+
+
+def device_of(a):
+    """``"gpu"`` for a CuPy array, ``"cpu"`` for a numpy array."""
+    return "cpu" if isinstance(a, np.ndarray) else "gpu"

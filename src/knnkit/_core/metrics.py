@@ -5,12 +5,21 @@ Internally every algorithm minimises one of two kernels on float32 vectors:
 unit-normalised vectors plus one; ``euclidean`` is ``l2`` followed by a square root.
 """
 
+import math
+import warnings
+
 import numpy as np
 
 from .backend import get_array_module
 
 __all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
-           "is_similarity"]
+           "is_similarity", "safe_scale"]
+
+# Finite float32 data whose largest magnitude lies outside [2^-50, 2^50] is computed at a
+# power-of-two scale (exact: only the exponent changes): above, squared distances overflow
+# float32 (1e20-scale data gave every id -1 and every distance inf); below, they underflow to 0
+# and every pair ties. Inside the range nothing changes, so ordinary data gives the same bits.
+_SAFE_LO, _SAFE_HI = 2.0 ** -50, 2.0 ** 50
 
 
 def internal_metric(metric):
@@ -28,10 +37,25 @@ def to_float32(a):
     return a.astype(xp.float32)
 
 
-def prepare_vectors(a, metric):
-    """float32 copy of ``a`` ready for the internal kernel (normalised for cosine)."""
+def safe_scale(a):
+    """The power of two that brings ``max |a|`` near 1 when it lies outside ``[2^-50, 2^50]``,
+    else 1.0 (integer and float16 data always get 1.0)."""
+    if np.dtype(a.dtype) != np.float32:
+        return 1.0
+    xp = get_array_module(a)
+    m = float(xp.abs(a).max()) if a.size else 0.0
+    if m == 0.0 or _SAFE_LO <= m <= _SAFE_HI or not math.isfinite(m):
+        return 1.0
+    return 2.0 ** (1 - math.frexp(m)[1])  # max |a| * scale in [1, 2)
+
+
+def prepare_vectors(a, metric, scale=1.0):
+    """float32 copy of ``a`` ready for the internal kernel (multiplied by ``scale``, a power of two
+    from :func:`safe_scale`; normalised for cosine)."""
     xp = get_array_module(a)
     a = to_float32(a)
+    if scale != 1.0:  # exact power-of-two scaling, through float64 (the factor may not fit float32)
+        a = (a.astype(xp.float64) * scale).astype(xp.float32)
     if metric == "cosine":
         norms = xp.sqrt((a * a).sum(axis=1, keepdims=True))
         norms = xp.where(norms > 0, norms, xp.float32(1))
@@ -39,9 +63,26 @@ def prepare_vectors(a, metric):
     return a
 
 
-def finalize_distances(d, metric):
-    """Turn internal distances (smaller is better) into the user's metric, in place when possible."""
+def finalize_distances(d, metric, scale=1.0):
+    """Turn internal distances (smaller is better) into the user's metric, in place when possible.
+
+    ``scale`` is the factor the vectors were multiplied by (:func:`safe_scale`); distances of
+    scaled data are brought back to the data's own units (inf where float32 cannot hold them,
+    with a warning)."""
     xp = get_array_module(d)
+    if scale != 1.0 and metric != "cosine":
+        # in float64: the factor can be far outside float32's range (data near 1e-45 or 1e38)
+        d64 = d.astype(xp.float64)
+        if metric == "euclidean":
+            d64 = xp.sqrt(xp.maximum(d64, 0))
+        d64 /= scale if metric in ("euclidean", "manhattan") else scale * scale
+        with np.errstate(over="ignore"):
+            d[...] = d64.astype(xp.float32)
+        if not bool(xp.isfinite(d).all()):
+            warnings.warn("some distances exceed the float32 range and are returned as inf; the neighbour "
+                          "ids are exact (computed at a safe scale)", RuntimeWarning, stacklevel=3)
+        if metric == "euclidean":
+            return d
     if metric == "euclidean":
         return xp.sqrt(xp.maximum(d, 0, out=d), out=d)
     if metric == "sqeuclidean":

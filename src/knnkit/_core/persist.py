@@ -299,6 +299,17 @@ def sniff(path):
             LEGACY_INDEX_MAGIC: "legacy-index"}.get(magic)
 
 
+def container_kind(path):
+    """The ``kind`` field of a knnkit container (``"graph"``, ``"index"``, ...), read from its
+    fixed header without reading the arrays; ``ValueError`` for anything that is not one."""
+    with open(path, "rb") as f:
+        fixed = f.read(_FIXED_LEN)
+    size = os.path.getsize(path)
+    if len(fixed) < _FIXED_LEN:
+        raise _err(path, f"truncated knnkit container ({size} bytes)")
+    return _parse_fixed(path, fixed, size)[2]
+
+
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 

@@ -79,3 +79,19 @@ class Registry:
             raise ValueError(f"method {name!r} does not support metric {metric!r} "
                              f"(it supports {', '.join(m.metrics)}; methods for {metric!r}: {', '.join(ok)})")
         return m
+
+
+_ALL_METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine")
+
+#: THE table: one line per method. A new algorithm package adds its line here (engine and
+#: parameter class by import path, imported at first use).
+REGISTRY = Registry([
+    Method(name="gemm", task="exact", engine="knnkit.exact:knn_lists", params="knnkit.exact:ExactParams",
+           exact=True, summary="GEMM + k-selection (cuBLAS + topk.cu on the GPU, BLAS + Numba on the CPU)"),
+    Method(name="nndescent", task="graph", engine="knnkit.graph.nndescent:nndescent_graph",
+           params="knnkit.graph.nndescent:NNDescentParams", metrics=_ALL_METRICS + ("manhattan",),
+           summary="NN-Descent (GNND on the GPU, Numba on the CPU)"),
+    Method(name="brute", task="graph", engine="knnkit.graph._brute:brute_graph", params="knnkit.exact:ExactParams",
+           metrics=_ALL_METRICS + ("manhattan",), exact=True,
+           summary="exact k-NN graph by the GEMM path (manhattan by a CPU loop)"),
+])

@@ -19,12 +19,13 @@ def check_metric(metric, allowed=METRICS):
     return metric
 
 
-def check_matrix(x, name="data", allow_float64=True, check_finite=True):
+def check_matrix(x, name="data", allow_float64=True, check_finite=True, integer=False):
     """Validate a 2-D vector array; return ``(array, info)`` with ``array`` C-contiguous numpy/cupy.
 
     float64 input is converted to float32 (the library computes in float32). Non-contiguous
     input is copied. ``check_finite=False`` skips the NaN/Inf scan (for data an earlier step of
-    the same computation has checked).
+    the same computation has checked). ``integer=True`` validates an id matrix instead (any
+    integer dtype, no conversion).
     """
     if x is None:
         raise TypeError(f"{name} must be an array, got None")
@@ -35,7 +36,18 @@ def check_matrix(x, name="data", allow_float64=True, check_finite=True):
     if a.shape[0] == 0 or a.shape[1] == 0:
         raise ValueError(f"{name} is empty: shape {tuple(a.shape)}")
     dt = np.dtype(a.dtype)
+    if integer:
+        if dt.kind not in "iu":
+            raise TypeError(f"{name} must hold integer ids, got dtype {dt}")
+        return (a if a.flags.c_contiguous else xp.ascontiguousarray(a)), info
     if dt == np.float64 and allow_float64:
+        if check_finite:
+            if not bool(xp.isfinite(a).all()):
+                raise ValueError(f"{name} contains NaN or Inf values")
+            big = float(xp.abs(a).max())
+            if big > float(np.finfo(np.float32).max):
+                raise ValueError(f"{name} has values up to {big:.3g}, beyond the float32 range (3.4e38) that "
+                                 f"knnkit computes in; rescale the data")
         a = a.astype(np.float32)
         dt = np.dtype(np.float32)
     if dt.type not in SUPPORTED_DTYPES:

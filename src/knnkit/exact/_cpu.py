@@ -21,7 +21,7 @@ Memory stays bounded: one ``G`` block (``_BLOCK_BYTES``) plus the heaps of one q
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["knn_cpu", "select_rows_cpu"]
+__all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 
 # Bytes of one G block: big enough for BLAS efficiency, small enough to stay in L2/L3-ish
 # territory and to keep memory flat for any n.
@@ -198,15 +198,23 @@ def _sort_heaps(heap_d, heap_i):
         heap_i[r] = ix
 
 
-def _blocks(n, m, k):
+def _blocks(n, m, k, query_block=None):
     """Query-block and data-block sizes keeping one G block under _BLOCK_BYTES."""
-    qb = min(m, _QUERY_BLOCK)
+    qb = min(m, query_block or _QUERY_BLOCK)
     nb = max(256, _BLOCK_BYTES // (4 * qb))
     nb = min(n, max(nb, k))
     return qb, nb
 
 
-def knn_cpu(X, Q, k, metric_internal, exclude_self):
+def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None):
+    """CPU twin of :func:`knnkit.exact._gpu.knn` (same signature). ``precision`` must be
+    ``"exact"`` here: the facade refuses the tensor-core modes on the CPU."""
+    if precision != "exact":
+        raise ValueError(f"precision={precision!r} needs the GPU; the CPU path is always exact")
+    return knn_cpu(X, Q, k, metric, exclude_self, batch_size=batch_size)
+
+
+def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
     """Exact k-NN of the rows of ``Q`` among the rows of ``X`` (internal minimised distances).
 
     Parameters
@@ -221,6 +229,8 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self):
         Squared L2 or negative inner product.
     exclude_self : bool
         Query ``i`` never returns data index ``i`` (``Q`` must then be ``X``).
+    batch_size : int, optional
+        Queries per block (default 2048).
 
     Returns
     -------
@@ -247,9 +257,9 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self):
     xn = xn.astype(np.float32)
     out_d = np.empty((m, k), np.float32)
     out_i = np.empty((m, k), np.int64)
-    if exclude_self and Q is X and n * k * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK:
+    if exclude_self and Q is X and n * k * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None:
         return _knn_cpu_symmetric(X, xn, k, use_l2, out_d, out_i)
-    qb, nb = _blocks(n, m, k)
+    qb, nb = _blocks(n, m, k, batch_size)
     G = np.empty(qb * nb, np.float32)
     for q0 in range(0, m, qb):
         q1 = min(m, q0 + qb)

@@ -25,7 +25,7 @@ from .._core.cuda import get_kernel, kernel_path, retry_on_oom
 
 _KERNEL = kernel_path(__file__, "topk.cu")
 
-__all__ = ["knn_gpu", "topk_rows", "queue_length", "MAX_K"]
+__all__ = ["knn", "knn_gpu", "topk_rows", "queue_length", "MAX_K"]
 
 MAX_K = 1024
 # bounds on the elements of one distance tile (64 MiB .. 2 GiB of float32); the budget picks
@@ -513,6 +513,11 @@ def _candidates_k(k, avail, mode):
         return k
     # a wider candidate list widens the gap key[k'] - key[k] the certificate needs
     return int(min(avail, MAX_K, max(4 * k, 128)))
+
+
+def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None):
+    """GPU twin of :func:`knnkit.exact._cpu.knn` (same signature); see :func:`knn_gpu`."""
+    return knn_gpu(X, Q, k, metric, exclude_self, precision=precision, batch_size=batch_size)
 
 
 def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_size=None, self_ids=None):

@@ -19,7 +19,7 @@ cosine) ``H`` is most of the data and nothing is done.
 
 import numpy as np
 
-from .._core.backend import get_array_module
+from .._core.backend import device_of, get_array_module
 
 __all__ = ["refine_hubs"]
 
@@ -29,7 +29,7 @@ __all__ = ["refine_hubs"]
 MAX_PAIRS = {"gpu": 1e12, "cpu": 4e9}
 
 
-def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
+def refine_hubs(X, I, D, k, *, force=False, max_fraction=0.25):
     """Exact top-k of every row over the support of the approximate top-k lists.
 
     Parameters
@@ -37,13 +37,10 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
     X : (n, d) numpy or cupy array
         The data (on the device of the computation).
     I, D : (n, >= k) arrays
-        Approximate neighbour ids (-1 = none) and inner products (largest first), self excluded.
+        Approximate neighbour ids (-1 = none) and internal distances (minus the inner products,
+        ascending), self excluded.
     k : int
         Neighbours to return per row.
-    device : str or int
-        Device argument for :func:`knnkit.knn`.
-    kind : {"cpu", "gpu"}
-        Where it runs (picks the work cap and, on the GPU, the fp16 GEMM with exact re-ranking).
     force : bool
         Refine whatever the support's size (exact search over it; with a support of all points
         this is a brute-force graph).
@@ -54,10 +51,12 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
     Returns
     -------
     I, D, info : the refined (or unchanged) lists (n, k) and ``{"hubs": |H|, "refined": bool}``.
+    The work runs where ``X`` is (numpy: CPU, cupy: GPU with the fp16 GEMM and exact re-ranking).
     """
-    from ..exact import knn
+    from ..exact import ExactParams, knn_lists
 
     xp = get_array_module(I)
+    kind = device_of(X)
     n = int(X.shape[0])
     top = I[:, :k].ravel()
     hubs = xp.unique(top[top >= 0])
@@ -76,8 +75,8 @@ def refine_hubs(X, I, D, k, *, device, kind, force=False, max_fraction=0.25):
             return I[:, :k], D[:, :k], info
     # k + 1: a row's own id may be among the hubs
     # fp16_rerank: tensor-core GEMM, candidates re-ranked in fp32 and certified (exact results)
-    hd, hi = knn(X[hubs], X, k=k + 1, metric="inner_product", device=device,
-                 precision="fp16_rerank" if kind == "gpu" else "exact")
+    hd, hi, _ = knn_lists(X[hubs], X, k + 1, metric="ip", exclude_self=False,
+                          params=ExactParams(precision="fp16_rerank" if kind == "gpu" else "exact"))
     ids = hubs[xp.asarray(hi)].astype(I.dtype, copy=False)
     hd = xp.asarray(hd)
     # drop each row's own id wherever it ranks (a stable sort keeps the others in order), or the

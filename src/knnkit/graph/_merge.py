@@ -12,14 +12,12 @@ import time
 
 import numpy as np
 
-from .._core.backend import resolve_device, as_host, as_device
+from .._core.backend import as_host, as_device, device_of
 from .._core.config import get_memory_budget
-from .._core.metrics import internal_metric, prepare_vectors, finalize_distances, to_internal
-from .._core.validation import check_matrix
-from ._build import default_parameters, default_update, sample_for, run_nndescent, seed_from, GRAPH_METRICS, _device_ctx
-from ._graph import KnnGraph, index_dtype_for
+from .._core.metrics import internal_metric, prepare_vectors, to_internal
+from .nndescent import run_nndescent
 
-__all__ = ["merge_graphs", "merge_lists", "merge_candidates_gpu"]
+__all__ = ["ggm_merge", "merge_lists", "merge_candidates_gpu", "ggm_init"]
 
 
 def _no_sync():
@@ -37,12 +35,12 @@ def merge_lists(ind, dist, add_ind, add_dist, k):
     return ind[:, :k], dist[:, :k]
 
 
-def _neighbour_part(g):
-    I, D = g.host_arrays()
-    if g.include_self:
-        I, D = I[:, 1:], D[:, 1:]
-    # ids keep their dtype (int32 below 2**31 points): the GPU path sends them back as int32
-    return np.asarray(I), np.asarray(D, dtype=np.float32)
+def _internal(D, metric, scale):
+    """User-metric distances of a stored graph as internal distances of data scaled by ``scale``."""
+    d = to_internal(D, metric)
+    if scale != 1.0 and metric not in ("cosine",):
+        d = (d.astype(np.float64) * (scale if metric == "manhattan" else scale * scale)).astype(np.float32)
+    return d
 
 
 def ggm_init(I1, I2, n1, n2, K, rng):
@@ -84,7 +82,7 @@ def _ggm_init_gpu(cp, I1, I2, n1, n2, K, seed):
     return init, (h1, h2)
 
 
-def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, sample, seed):
+def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, sample, seed, scale=1.0):
     """Algorithm 3 line 12 on the device: each refined list (internal distances) merged with the
     far half of its own graph, sorted, first k kept. The refinement only inserts cross-subset
     ids and the far half holds own-subset ids, but a hole the descent's init refilled at random
@@ -99,11 +97,11 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, samp
     f1, f2 = I1.shape[1] - h1, I2.shape[1] - h2
     if f1:
         far[:n1, :f1] = cp.asarray(np.ascontiguousarray(I1[:, h1:]), dtype=cp.int32)
-        fard[:n1, :f1] = cp.asarray(to_internal(D1[:, h1:], metric))
+        fard[:n1, :f1] = cp.asarray(_internal(D1[:, h1:], metric, scale))
     if f2:
         b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
         far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
-        fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric))
+        fard[n1:, :f2] = cp.asarray(_internal(D2[:, h2:], metric, scale))
     from .nndescent._gpu import sort_rows_gpu
 
     out = sort_rows_gpu(Xp, (I, far), (D, fard), k, mi, sample=sample, seed=seed)
@@ -146,119 +144,84 @@ def merge_candidates_gpu(cp, ids, dists, k):
     return out_i, out_d
 
 
-def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,
-                 sample=None, max_iters=None, delta=0.001, update=None, verbose=False, _check_finite=True):
-    """Merge the k-NN graphs of two point sets into the graph of their union (GGM).
+def ggm_merge(X1, X2, I1, D1, I2, D2, k, *, metric, params, seed, scale=1.0):
+    """Engine of the GGM merge (Algorithm 3) on validated arrays.
 
     Parameters
     ----------
-    data1, data2 : (n1, d), (n2, d) arrays
-        The two point sets (disjoint).
-    g1, g2 : KnnGraph
-        Their graphs (same metric), e.g. from :func:`knn_graph`.
-    k : int, optional
-        Neighbours in the result (default ``min(g1.k, g2.k)``, at most ``n1 + n2 - 1``).
-    device, random_state, n_neighbors_internal, sample, max_iters, delta, update, verbose
-        As in :func:`knn_graph`; they drive the cross-subset NN-Descent refinement.
+    X1, X2 : (n1, d), (n2, d) arrays
+        The two point sets in their storage dtype, both on the device of the computation
+        (numpy: CPU, cupy: GPU).
+    I1, D1, I2, D2 : host arrays
+        Their neighbour lists (self excluded; ids local to each set) and USER-metric distances.
+    k : int
+        Neighbours in the result.
+    metric : str
+        User metric.
+    params : NNDescentParams
+        Resolved for ``n1 + n2`` points (drives the cross-subset refinement).
+    seed : int
+    scale : float
+        Power-of-two factor of the data (:func:`knnkit._core.metrics.safe_scale` over both sets).
 
     Returns
     -------
-    KnnGraph
-        Over ``concat(data1, data2)``: ids ``0..n1-1`` are ``data1``, ``n1..`` are ``data2``.
-
-    Examples
-    --------
-    >>> import numpy as np, knnkit
-    >>> rng = np.random.default_rng(0)
-    >>> a, b = rng.random((500, 8), dtype=np.float32), rng.random((400, 8), dtype=np.float32)
-    >>> ga = knnkit.knn_graph(a, k=10, device="cpu"); gb = knnkit.knn_graph(b, k=10, device="cpu")
-    >>> g = knnkit.merge_graphs(a, ga, b, gb, device="cpu", random_state=0)
-    >>> g.indices.shape
-    (900, 10)
+    I, D, stats, X : (n1 + n2, k) ids (``data1`` first), INTERNAL distances, statistics, and the
+    concatenated data in its storage dtype (one buffer on the device, kept by the caller's graph).
     """
     t_start = time.perf_counter()
-    if not isinstance(g1, KnnGraph) or not isinstance(g2, KnnGraph):
-        raise TypeError("g1 and g2 must be KnnGraph objects")
-    if g1.metric != g2.metric:
-        raise ValueError(f"graphs use different metrics: {g1.metric!r} and {g2.metric!r}")
-    metric = g1.metric
-    if metric not in GRAPH_METRICS:
-        raise ValueError(f"unknown metric {metric!r}")
-    # _check_finite=False: the out-of-core build checked each shard when it built its graph
-    X1, info = check_matrix(data1, "data1", check_finite=_check_finite)
-    X2, _ = check_matrix(data2, "data2", check_finite=_check_finite)
-    if X1.shape[1] != X2.shape[1]:
-        raise ValueError(f"dimension mismatch: data1 has d={X1.shape[1]}, data2 has d={X2.shape[1]}")
+    kind = device_of(X1)
     n1, n2 = int(X1.shape[0]), int(X2.shape[0])
-    if g1.n != n1 or g2.n != n2:
-        raise ValueError(f"graph sizes ({g1.n}, {g2.n}) do not match data ({n1}, {n2})")
     n = n1 + n2
-    I1, D1 = _neighbour_part(g1)
-    I2, D2 = _neighbour_part(g2)
-    kin = min(I1.shape[1], I2.shape[1])
-    k = kin if k is None else int(k)
-    if not 1 <= k <= n - 1:
-        raise ValueError(f"k={k} must be in [1, n1 + n2 - 1 = {n - 1}]")
-    kind, dev_id = resolve_device(device, info)
-    seed = seed_from(random_state)
     rng = np.random.default_rng(seed)
-    K0, p0, it0 = default_parameters(k, n, device=kind)
-    K = int(n_neighbors_internal) if n_neighbors_internal is not None else K0
+    K, p, iters, upd = params.n_neighbors_internal, params.sample, params.max_iters, params.update
     K = max(k, min(K, n - 1))
-    p = int(sample) if sample is not None else (p0 if n_neighbors_internal is None else sample_for(K, kind, n))
-    iters = int(max_iters) if max_iters is not None else it0
-    upd = update or default_update(kind, metric)
+    delta = params.delta
     mi = internal_metric(metric)
-
-    itype = index_dtype_for(n)
     phase = {"validate": time.perf_counter() - t_start}
-    with _device_ctx(kind, dev_id):
-        if kind == "gpu":
-            from .._core.backend import cupy_or_none
+    # (the caller has made the device of X1 current)
+    if kind == "gpu":
+        from .._core.backend import cupy_or_none
 
-            cp = cupy_or_none()
-            sync = cp.cuda.get_current_stream().synchronize  # so that each phase's time is its own
-        else:
-            sync = _no_sync
-        t0 = time.perf_counter()
-        if kind == "gpu":
-            X = cp.empty((n, X1.shape[1]), dtype=X1.dtype)  # one device buffer, no concatenated copy
-            X[:n1] = as_device(X1)
-            X[n1:] = as_device(X2)
-            init_d, (h1, h2) = _ggm_init_gpu(cp, I1, I2, n1, n2, K, seed)
-        else:
-            X = np.concatenate([as_host(X1), as_host(X2)])
-            init_d, (h1, far1), (h2, far2) = ggm_init(I1, I2, n1, n2, K, rng)
-        Xp = prepare_vectors(X, metric)
-        sync()
-        phase["init"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        I, D, st = run_nndescent(Xp, K, device=kind, sample=p, max_iters=iters, delta=delta,
-                                 metric_internal=mi, init_indices=init_d, split=n1, seed=seed, update=upd)
-        del init_d
-        sync()
-        phase["descent"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        # Algorithm 3 line 12: merge with the far halves that were set aside, sort, keep k
-        if kind == "gpu":
-            Ih, Dh = _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, p, seed)
-            del I, D
-        else:
-            far = np.full((n, max(far1.shape[1], far2.shape[1], 1)), -1, np.int32)
-            fard = np.full(far.shape, np.inf, np.float32)
-            far[:n1, :far1.shape[1]] = far1
-            far[n1:, :far2.shape[1]] = far2
-            fard[:n1, :far1.shape[1]] = to_internal(D1[:, h1:], metric)
-            fard[n1:, :far2.shape[1]] = to_internal(D2[:, h2:], metric)
-            Ih, Dh = merge_lists(as_host(I), as_host(D), far, fard, k)
-        if metric != "manhattan":
-            Dh = finalize_distances(Dh, metric)
-        Ih = Ih.astype(itype, copy=False)
-        sync()
-        phase["far_merge"] = time.perf_counter() - t0
+        cp = cupy_or_none()
+        sync = cp.cuda.get_current_stream().synchronize  # so that each phase's time is its own
+    else:
+        sync = _no_sync
+    t0 = time.perf_counter()
+    if kind == "gpu":
+        X = cp.empty((n, X1.shape[1]), dtype=X1.dtype)  # one device buffer, no concatenated copy
+        X[:n1] = as_device(X1)
+        X[n1:] = as_device(X2)
+        init_d, (h1, h2) = _ggm_init_gpu(cp, I1, I2, n1, n2, K, seed)
+    else:
+        X = np.concatenate([as_host(X1), as_host(X2)])
+        init_d, (h1, far1), (h2, far2) = ggm_init(I1, I2, n1, n2, K, rng)
+    Xp = prepare_vectors(X, metric, scale)
+    sync()
+    phase["init"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    I, D, st = run_nndescent(Xp, K, sample=p, max_iters=iters, delta=delta, metric=mi,
+                             init_indices=init_d, split=n1, seed=seed, update=upd, reverse=params.reverse)
+    del init_d
+    sync()
+    phase["descent"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # Algorithm 3 line 12: merge with the far halves that were set aside, sort, keep k
+    if kind == "gpu":
+        Ih, Dh = _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, p, seed, scale)
+        del I, D
+    else:
+        far = np.full((n, max(far1.shape[1], far2.shape[1], 1)), -1, np.int32)
+        fard = np.full(far.shape, np.inf, np.float32)
+        far[:n1, :far1.shape[1]] = far1
+        far[n1:, :far2.shape[1]] = far2
+        fard[:n1, :far1.shape[1]] = _internal(D1[:, h1:], metric, scale)
+        fard[n1:, :far2.shape[1]] = _internal(D2[:, h2:], metric, scale)
+        Ih, Dh = merge_lists(as_host(I), as_host(D), far, fard, k)
+    sync()
+    phase["far_merge"] = time.perf_counter() - t0
     phase["total"] = time.perf_counter() - t_start
     stats = {"method": "merge", "device": kind, "iterations": int(st["iterations"]),
              "updates": [int(u) for u in st["updates"]], "time_s": [float(t) for t in st["time_s"]],
              "K": K, "sample": p, "update": upd, "seed": seed, "phase_s": phase}
-    return KnnGraph(Ih, Dh, metric=metric, include_self=False, stats=stats, info=info, data=X,
-                    params={"device": device, "seed": seed})
+    return Ih, Dh, stats, X

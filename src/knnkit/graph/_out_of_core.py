@@ -40,13 +40,15 @@ import numpy as np
 
 from .._core.config import logger, progress, get_memory_budget
 from .._core.metrics import finalize_distances, to_internal
-from .._core.validation import check_metric, check_k
-from .._core.backend import resolve_device
-from ._build import knn_graph, default_parameters, sample_for, seed_from, GRAPH_METRICS
-from ._graph import KnnGraph
-from ._merge import merge_graphs, merge_lists
+from .._core.prepare import prepare
+from .._core.random import seed_from
+from .._core.validation import check_k
+from .._core.backend import as_host, resolve_device
+from . import GRAPH_METRICS, build_lists, choose_method
+from ._merge import ggm_merge, merge_lists
+from .nndescent import NNDescentParams, default_parameters, sample_for
 
-__all__ = ["knn_graph_out_of_core"]
+__all__ = ["build_out_of_core"]
 
 MANIFEST = "manifest.json"
 _VERSION = 1
@@ -59,9 +61,9 @@ RETURN_GRAPH_MAX_BYTES = 2 << 30
 # ----------------------------------------------------------------------------- small I/O helpers
 
 def _io():
-    from .. import io
+    from .._core import vectors
 
-    return io
+    return vectors
 
 
 def _checksum(path, bufsize=1 << 22):
@@ -175,10 +177,11 @@ def _default_shard_size(n, d, K, p, kind, memory_budget):
 
 # ----------------------------------------------------------------------------- entry point
 
-def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=None, metric="sqeuclidean",
-                          device="auto", random_state=None, n_neighbors_internal=None, return_graph="auto",
-                          verbose=False, _fault_hook=None):
-    """k-NN graph of a vector file larger than memory: shards, per-shard graphs, pairwise GGM merges.
+def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=None, metric="sqeuclidean",
+                      device="auto", random_state=None, n_neighbors_internal=None, return_graph="auto",
+                      verbose=False, _fault_hook=None):
+    """Engine of :func:`knnkit.knn_graph_out_of_core` (parameters there): shards, per-shard graphs,
+    pairwise GGM merges. Returns ``("graph", I, D, stats)`` or ``("paths", paths)``.
 
     Parameters
     ----------
@@ -208,22 +211,11 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
 
     Returns
     -------
-    KnnGraph or dict
-        The graph (global ids, user metric) or the paths of ``knn_indices.ibin`` /
-        ``knn_distances.fbin`` / ``manifest.json``.
-
-    Examples
-    --------
-    >>> import numpy as np, os, tempfile, knnkit
-    >>> d = tempfile.mkdtemp()
-    >>> knnkit.io.write(os.path.join(d, "x.fbin"), np.random.default_rng(0).random((3000, 8)))
-    >>> g = knnkit.knn_graph_out_of_core(os.path.join(d, "x.fbin"), k=5, workdir=os.path.join(d, "w"),
-    ...                                  shard_size=1000, device="cpu", random_state=0)
-    >>> g.indices.shape
-    (3000, 5)
+    tuple
+        ``("graph", I, D, stats)`` (global ids, user metric) or ``("paths", paths)`` with the
+        paths of ``knn_indices.ibin`` / ``knn_distances.fbin`` / ``manifest.json``.
     """
     hook = _fault_hook or (lambda name: None)
-    check_metric(metric, GRAPH_METRICS)
     io = _io()
     path = os.fspath(path)
     try:
@@ -377,7 +369,7 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
     if return_graph == "auto":
         return_graph = n * k * 8 <= RETURN_GRAPH_MAX_BYTES
     if not return_graph:
-        return paths
+        return ("paths", paths)
     for name, cs in manifest["done"]["final"]["files"].items():
         store.verify(name, cs)
     I = io.read(out_i)
@@ -386,7 +378,7 @@ def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget
              "memory_budget": budget, "paths": paths,
              "phase_s": {s: v["time_s"] for s, v in manifest["done"].items()},
              "time_s_this_run": time.perf_counter() - t_start}
-    return KnnGraph(I, D, metric=metric, stats=stats)
+    return ("graph", I, D, stats)
 
 
 # ----------------------------------------------------------------------------- steps
@@ -403,7 +395,7 @@ class _State:
         self.metric = metric
         self.hook = hook
         self.running = {}  # shard -> (ids, user distances), latest version
-        self.bases = {}    # shard -> KnnGraph of the shard alone (local ids)
+        self.bases = {}    # shard -> (ids, user distances) of the shard's own graph (local ids)
         self.base_reads = {}  # shard -> future of a background read of its graph
         self.versions = {}  # shard -> version number of its latest running list
         self.failed = False  # a commit raised: later steps must not be committed
@@ -425,7 +417,7 @@ class _State:
 
     def _read_base(self, i, files):
         I, D = self.store.read_pair(f"base_{i}", files)
-        return KnnGraph(I, D, metric=self.metric)
+        return np.asarray(I), np.asarray(D, dtype=np.float32)
 
     def prefetch_base(self, i, pool):
         """Read shard i's graph in the background for the next step (when its step is committed)."""
@@ -495,11 +487,14 @@ def _commit_step(state, step, writes, running, times, files):
 
 def _step_graph(state, i, X, bounds, k, K, metric, device, seed):
     ni = X.shape[0]
-    g = knn_graph(X, k=min(K, ni - 1), metric=metric, device=device, random_state=seed + 7919 * i + 1)
-    I, D = g.host_arrays()
-    I = np.ascontiguousarray(I, np.int32)
-    D = np.ascontiguousarray(D, np.float32)
-    state.bases[i] = KnnGraph(I, D, metric=metric)
+    P = prepare(X, metric=metric, device=device, metrics=GRAPH_METRICS)
+    method = choose_method("auto", ni, P.device, metric)
+    I, D, _st = build_lists(P.X, min(K, ni - 1), metric=metric, method=method, seed=seed + 7919 * i + 1)
+    if metric != "manhattan" or P.scale != 1.0:
+        D = finalize_distances(D, metric, P.scale)
+    I = np.ascontiguousarray(as_host(I), np.int32)
+    D = np.ascontiguousarray(as_host(D), np.float32)
+    state.bases[i] = (I, D)
     stem = state.next_stem(i)
     RI = np.where(I[:, :k] >= 0, I[:, :k] + np.int32(bounds[i]), -1).astype(np.int32)
     RD = np.ascontiguousarray(D[:, :k])
@@ -508,15 +503,25 @@ def _step_graph(state, i, X, bounds, k, K, metric, device, seed):
 
 
 def _step_merge(state, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
-    gi = state.base(i)
-    gj = state.base(j)
+    Ii, Di = state.base(i)
+    Ij, Dj = state.base(j)
     ni = Xi.shape[0]
+    n = ni + Xj.shape[0]
+    kk = min(k, n - 1)
     # the shards were checked for NaN / Inf when their graphs were built (graph_i steps)
-    g = merge_graphs(Xi, gi, Xj, gj, k=min(k, ni + Xj.shape[0] - 1), device=device,
-                     n_neighbors_internal=K, random_state=seed + 104729 * (i * 65536 + j) + 3,
-                     _check_finite=False)
+    t_merge = time.perf_counter()
+    Pi = prepare(Xi, metric=metric, device=device, metrics=GRAPH_METRICS, check_finite=False)
+    Pj = prepare(Xj, metric=metric, device=device, metrics=GRAPH_METRICS, check_finite=False)
+    params = NNDescentParams(n_neighbors_internal=K, refine_hubs=False).resolve(k=kk, n=n, device=Pi.device,
+                                                                               metric=metric)
+    scale = min(Pi.scale, Pj.scale)
+    I, D, st, _X = ggm_merge(Pi.raw, Pj.raw, Ii, Di, Ij, Dj, kk, metric=metric, params=params,
+                             seed=seed + 104729 * (i * 65536 + j) + 3, scale=scale)
+    del _X
+    if metric != "manhattan" or scale != 1.0:
+        D = finalize_distances(D, metric, scale)
+    st["phase_s"]["total"] = time.perf_counter() - t_merge
     t0 = time.perf_counter()
-    st = g.stats
     state.detail = {"descent_s": st["phase_s"]["descent"], "iterations": st["iterations"],
                     "merge_graphs_s": st["phase_s"]["total"],
                     **{f"merge_{key}_s": v for key, v in st["phase_s"].items() if key not in ("descent", "total")}}
@@ -527,15 +532,12 @@ def _step_merge(state, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
 
         from ._merge import merge_candidates_gpu
 
-        I, D = g._ind, g._dist
-
         def merge(RI, RD, ids, dists):
             return merge_candidates_gpu(xp, (xp.asarray(RI), ids), (to_internal(xp.asarray(RD), metric), dists), k)
         to_host = xp.asnumpy
     else:
         xp = np
-        I, D = g.host_arrays()
-        I = I.astype(np.int64)
+        I = np.asarray(I).astype(np.int64)
 
         def merge(RI, RD, ids, dists):
             return merge_lists(RI, to_internal(RD, metric), ids, dists, k)

@@ -2,7 +2,7 @@
 
 Steps (device-agnostic where the array code allows it):
 
-1. a k-NN graph of degree ``intermediate_degree`` (>= R): NN-Descent (:func:`knnkit.knn_graph`)
+1. a k-NN graph of degree ``intermediate_degree`` (>= R): NN-Descent (the graph engine)
    or exact brute force;
 2. diversification to out-degree R, either
 
@@ -23,8 +23,10 @@ import time
 import numpy as np
 
 from .._core.config import logger
-from .._core.backend import as_host, get_array_module, inspect_array
-from .._core.metrics import to_internal
+from .._core.backend import as_host, get_array_module
+from ..exact import knn_lists
+from ..graph import build_lists, choose_method
+from ..graph.nndescent import NNDescentParams
 from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
@@ -104,7 +106,7 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
     """Candidate lists with their distances, as host numpy arrays: ``(idx int64 (n, K), dist
     float32 (n, K))``, self excluded, ``dist`` in the internal metric.
 
-    ``build_algo="nndescent"`` uses :func:`knnkit.knn_graph` when it is available and falls back to
+    ``build_algo="nndescent"`` uses the graph engine (:func:`candidate_lists`) and falls back to
     exact brute force (logged) otherwise; ``"brute"`` is exact. The distances are the ones the
     search computed (converted to the internal metric), not computed again.
     """
@@ -113,32 +115,28 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
     user = _user_metric_for(metric, user_metric)
     if build_algo == "nndescent" and n > 4096:
         try:
-            from ..graph import knn_graph
-
             # the search graph needs good candidates, not a 0.99-recall K-NN graph: build with the
             # list length K itself instead of knn_graph's longer default (1M x 128 on an H200:
             # 3.5 s with K=128 internal lists for K=64)
             # refine_hubs=False: the hub refinement returns exact inner-product lists made of hubs
             # only, which would cut the search graph's links to everyone else
-            g = knn_graph(X, K, metric=user, device=device, random_state=random_state, n_neighbors_internal=K,
-                          refine_hubs=False)
-            idx = _host_array(g.indices, np.int64)
-            if idx.shape == (n, K):
-                return idx, to_internal(_host_array(g.distances, np.float32), user)
-            logger.warning("knn_graph returned shape %s, expected %s; using brute force", idx.shape, (n, K))
-        except NotImplementedError:
-            logger.info("knn_graph (NN-Descent) not available yet; building the candidate graph exactly")
-        except Exception as e:  # a failing optional path must not break the index build
-            logger.warning("knn_graph failed (%s); building the candidate graph exactly", e)
-    if device == "gpu":
-        try:
-            from ..exact import knn
-
-            d, idx = knn(X, None, k=K, metric=user, device="gpu")
+            idx, dist = candidate_lists(X, K, user, random_state, NNDescentParams(n_neighbors_internal=K,
+                                                                                  refine_hubs=False))
             idx = _host_array(idx, np.int64)
             if idx.shape == (n, K):
-                return idx, to_internal(_host_array(d, np.float32), user)
-        except (ImportError, NotImplementedError) as e:
+                return idx, _host_array(dist, np.float32)
+            logger.warning("candidate lists have shape %s, expected %s; using brute force", idx.shape, (n, K))
+        except Exception as e:  # a failing optional path must not break the index build
+            logger.warning("NN-Descent candidates failed (%s); building the candidate graph exactly", e)
+    if device == "gpu":
+        try:
+            import cupy
+
+            d, idx, _ = knn_lists(cupy.asarray(X), cupy.asarray(X), K, metric=metric, exclude_self=True)
+            idx = _host_array(idx, np.int64)
+            if idx.shape == (n, K):
+                return idx, _host_array(d, np.float32)
+        except (ImportError, RuntimeError) as e:
             logger.warning("GPU brute force not available (%s); exact candidate graph on the CPU", e)
     Xh = np.ascontiguousarray(as_host(X))
     d, idx = exact_knn_cpu(Xh, Xh, K, metric, exclude_self=True)
@@ -151,7 +149,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
     cupy arrays, ``dist`` in the internal metric (``'ip'``: minus the inner product).
 
     ``X`` is the prepared cupy data (cosine: unit rows, so the inner product ranks the same).
-    ``knn_params``: extra keyword arguments of :func:`knnkit.knn_graph` (``delta``, ``max_iters``,
+    ``knn_params``: extra fields of :class:`NNDescentParams` (``delta``, ``max_iters``,
     ``sample``); ``stats`` (a dict) receives the NN-Descent statistics.
     """
     import cupy as cp
@@ -161,39 +159,38 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
     user = "inner_product" if metric == "ip" else "sqeuclidean"
     if build_algo == "nndescent" and n > 4096:
         try:
-            from ..graph import knn_graph
-
-            # list length K itself (see candidate_graph); the graph's own arrays are read directly,
-            # whatever knnkit.set_output says
+            # list length K itself (see candidate_graph)
             # delta 0.01 instead of knn_graph's 0.001: the last iterations refine list tails that
             # RobustPrune drops anyway (1M x 128 / 1M x 96 on an H200: 13 / 17 iterations instead of
             # 17 / 21, -0.05 s each, search recall at beam 32 / 64 unchanged within +-0.0006)
             params = dict(delta=0.01, refine_hubs=False)  # refine_hubs: see candidate_graph
             params.update(knn_params or {})
-            g = knn_graph(X, K, metric=user, device="gpu", random_state=random_state, n_neighbors_internal=K,
-                          **params)
+            idx, dist, st = candidate_lists(X, K, user, random_state,
+                                            NNDescentParams(n_neighbors_internal=K, **params), with_stats=True)
             if stats is not None:
-                stats.update({k: g.stats.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample")})
-            idx, dist = g._ind, g._dist
+                stats.update({k: st.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample")})
             if idx.shape == (n, K) and isinstance(idx, cp.ndarray):
-                return _internal_pair(cp, idx, dist, metric)
-            logger.warning("knn_graph returned shape %s, expected %s; using brute force", idx.shape, (n, K))
-        except NotImplementedError:
-            logger.info("knn_graph (NN-Descent) not available; building the candidate graph exactly")
+                return (cp.ascontiguousarray(idx, dtype=cp.int32), cp.ascontiguousarray(dist, dtype=cp.float32))
+            logger.warning("candidate lists have shape %s, expected %s; using brute force", idx.shape, (n, K))
         except Exception as e:  # a failing optional path must not break the index build
-            logger.warning("knn_graph failed (%s); building the candidate graph exactly", e)
-    from ..exact import knn
-
-    dist, idx = knn(X, None, k=K, metric=user, device="gpu")
-    return _internal_pair(cp, inspect_array(idx)[0], inspect_array(dist)[0], metric)
+            logger.warning("NN-Descent candidates failed (%s); building the candidate graph exactly", e)
+    dist, idx, _ = knn_lists(X, X, K, metric=metric, exclude_self=True)
+    return cp.ascontiguousarray(idx, dtype=cp.int32), cp.ascontiguousarray(dist, dtype=cp.float32)
 
 
-def _internal_pair(cp, idx, dist, metric):
-    idx = cp.ascontiguousarray(cp.asarray(idx), dtype=cp.int32)
-    dist = cp.ascontiguousarray(cp.asarray(dist), dtype=cp.float32)
-    if metric == "ip":  # user distances of inner_product are similarities
-        dist = -dist
-    return idx, dist
+def candidate_lists(X, K, user_metric, random_state, params, with_stats=False):
+    """K-NN candidate lists of prepared ``X`` by the graph engine (NN-Descent above the exact
+    graph's size threshold, as ``knn_graph(method="auto")``): ids and INTERNAL distances."""
+    from .._core.backend import device_of
+    from .._core.random import seed_from
+
+    method = choose_method("auto", int(X.shape[0]), device_of(X), user_metric)
+    I, D, st = build_lists(X, K, metric=user_metric, method=method,
+                           params=params if method.name == "nndescent" else None, seed=seed_from(random_state))
+    if user_metric == "sqeuclidean":  # as knn_graph's result: no negative rounding residue
+        xp = get_array_module(D)
+        D = xp.maximum(D, 0, out=D)
+    return (I, D, st) if with_stats else (I, D)
 
 
 def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", random_state=None,
@@ -268,10 +265,8 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
 
 
 def _host_array(a, dtype):
-    """A host numpy copy of whatever array the library returned (numpy, cupy or torch, depending
-    on ``knnkit.set_output``)."""
-    arr, _info = inspect_array(a)
-    return np.ascontiguousarray(as_host(arr)).astype(dtype, copy=False)
+    """A host numpy copy of an engine's array (numpy or cupy)."""
+    return np.ascontiguousarray(as_host(a)).astype(dtype, copy=False)
 
 
 def _user_metric_for(internal, user_metric):

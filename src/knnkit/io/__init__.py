@@ -35,7 +35,7 @@ Examples
 ((3, 4), [8.0, 9.0])
 """
 
-from .vectors import (FORMATS, VectorFile, VectorWriter, atomic_write, open_vectors, read, write,
+from .._core.vectors import (FORMATS, VectorFile, VectorWriter, atomic_write, open_vectors, read, write,
                       format_of)
 from .hdf5 import read_hdf5
 

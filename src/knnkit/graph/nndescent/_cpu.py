@@ -740,3 +740,15 @@ def rp_forest_init(X, K, *, metric="l2", n_trees=None, leaf_size=None, seed=0, r
     if return_order:
         return ind, dist, first
     return ind, dist
+
+
+def nndescent(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None, split=None,
+              seed=0, update="selective", reverse="random", callback=None):
+    """CPU twin of :func:`knnkit.graph.nndescent._gpu.nndescent` (same signature): see
+    :func:`nndescent_cpu`. Reverse neighbours are always sampled uniformly here (the GPU's
+    ``"random"``); the paper's first-come rule (``"atomic"``) is a GPU-only ablation."""
+    if reverse != "random":
+        raise ValueError(f"reverse={reverse!r} is a GPU-only ablation; the CPU samples reverse neighbours uniformly")
+    return nndescent_cpu(X, K, sample=sample, max_iters=max_iters, delta=delta, metric=metric,
+                         init_indices=init_indices, init_distances=init_distances, split=split, seed=seed,
+                         update=update, callback=callback)

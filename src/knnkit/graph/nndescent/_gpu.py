@@ -351,3 +351,12 @@ def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):
         out_i[a:b] = ti[:, :k]
         out_d[a:b] = td[:, :k]
     return out_i, out_d
+
+
+def nndescent(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None, split=None,
+              seed=0, update="selective", reverse="random", callback=None):
+    """GPU twin of :func:`knnkit.graph.nndescent._cpu.nndescent` (same signature): see
+    :func:`nndescent_gpu` for the kernels' own options."""
+    return nndescent_gpu(X, K, sample=sample, max_iters=max_iters, delta=delta, metric=metric,
+                         init_indices=init_indices, init_distances=init_distances, split=split, seed=seed,
+                         update=update, reverse=reverse, callback=callback)

@@ -5,31 +5,18 @@ build, cupy arrays for a GPU build); the public attributes return them through
 :func:`knnkit.set_output` rules (by default on the input's device and framework). Methods that
 need the host (``recall``, ``to_csr``, ``save``) copy to the host once.
 
-File format (``save``/``load``), little-endian::
-
-    magic     8 bytes  b"KNNKGRPH"
-    version   uint32   (1)
-    header    uint32 length + UTF-8 JSON: metric, n, k, index dtype, include_self, stats
-    indices   n*k*{4|8} bytes (int32, or int64 when n >= 2**31)
-    distances n*k*4 bytes (float32)
-    checksum  32 bytes  BLAKE2b-256 of everything before it
-
-A short, truncated or corrupted file raises ``ValueError``.
+Files: the knnkit container (:mod:`knnkit._core.persist`, kind ``"graph"``: arrays
+``indices``/``distances``, header with metric, n, k, include_self, stats). Files of the first
+release (``KNNKGRPH``) still load. Loading validates content, not only the checksum.
 """
-
-import hashlib
-import json
-import os
-import struct
 
 import numpy as np
 
-from .._core.backend import as_host, wrap_output, ArrayInfo
-from .._persist import GRAPH_MAGIC
+from .._core.backend import ArrayInfo, as_host, resolve_device, wrap_output
+from .._core.persist import read_container, read_legacy_graph, sniff, validate_graph, write_container
+from .._core.stats import BuildStats
 
 __all__ = ["KnnGraph", "index_dtype_for"]
-
-_VERSION = 1
 
 
 def index_dtype_for(n):
@@ -85,7 +72,7 @@ class KnnGraph:
         self._info = info if info is not None else ArrayInfo("numpy", False)
         self.metric = metric
         self.include_self = bool(include_self)
-        self.stats = dict(stats or {})
+        self.stats = stats if isinstance(stats, BuildStats) else BuildStats.from_dict(stats)
         self._data = data          # reference kept for extend(); None after load()
         self._params = dict(params or {})
 
@@ -191,56 +178,46 @@ class KnnGraph:
         ind, dist = self.host_arrays()
         n, k = ind.shape
         itype = index_dtype_for(n) if ind.dtype.itemsize <= 4 else np.int64
-        ind = np.ascontiguousarray(ind, dtype=itype)
-        dist = np.ascontiguousarray(dist, dtype=np.float32)
-        header = json.dumps({
-            "metric": self.metric, "n": int(n), "k": int(k), "index_dtype": np.dtype(itype).name,
-            "include_self": self.include_self, "stats": _jsonable(self.stats),
-        }).encode()
-        h = hashlib.blake2b(digest_size=32)
-        tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                for chunk in (GRAPH_MAGIC, struct.pack("<II", _VERSION, len(header)), header):
-                    f.write(chunk)
-                    h.update(chunk)
-                for arr in (ind, dist):
-                    mv = memoryview(arr.reshape(-1).view(np.uint8))
-                    f.write(mv)
-                    h.update(mv)
-                f.write(h.digest())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        meta = {"metric": self.metric, "n": int(n), "k": int(k), "include_self": self.include_self,
+                "stats": self.stats.as_dict()}
+        write_container(path, "graph", meta, {"indices": np.ascontiguousarray(ind, dtype=itype),
+                                              "distances": np.ascontiguousarray(dist, dtype=np.float32)})
 
     @classmethod
-    def load(cls, path):
-        """Read a graph written by :meth:`save`; ``ValueError`` if truncated or corrupted."""
-        with open(path, "rb") as f:
-            blob = f.read()
-        if len(blob) < 8 + 8 + 32 or blob[:8] != GRAPH_MAGIC:
-            raise ValueError(f"{path}: not a knnkit graph file (bad magic or too short)")
-        version, hlen = struct.unpack_from("<II", blob, 8)
-        if version != _VERSION:
-            raise ValueError(f"{path}: unsupported graph file version {version}")
-        if hashlib.blake2b(blob[:-32], digest_size=32).digest() != blob[-32:]:
-            raise ValueError(f"{path}: checksum mismatch (file truncated or corrupted)")
-        try:
-            meta = json.loads(blob[16:16 + hlen].decode())
-            n, k = int(meta["n"]), int(meta["k"])
-            itype = np.dtype(meta["index_dtype"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}: corrupted header ({e})") from None
-        off = 16 + hlen
-        need = off + n * k * itype.itemsize + n * k * 4 + 32
-        if len(blob) != need:
-            raise ValueError(f"{path}: size {len(blob)} does not match header (expected {need})")
-        ind = np.frombuffer(blob, itype, n * k, off).reshape(n, k).copy()
-        dist = np.frombuffer(blob, np.float32, n * k, off + n * k * itype.itemsize).reshape(n, k).copy()
-        return cls(ind, dist, metric=meta["metric"], include_self=meta.get("include_self", False),
-                   stats=meta.get("stats", {}))
+    def load(cls, path, *, device="cpu", mmap=False):
+        """Read a graph written by :meth:`save` (or by knnkit's first release).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        device : {"cpu", "gpu", "auto"} or int, default "cpu"
+            Where the arrays live after loading (``indices``/``distances`` are returned as numpy
+            for "cpu", cupy for the GPU).
+        mmap : bool
+            Memory-map the arrays (read-only) instead of reading them.
+
+        Raises
+        ------
+        ValueError
+            Not a knnkit graph, unknown version, truncated or corrupted file, or content that
+            cannot be a graph (ids out of range, unknown metric, wrong dtypes).
+        """
+        kind, dev_id = resolve_device(device, None)
+        if sniff(path) == "legacy-graph":
+            meta, arrays = read_legacy_graph(path)
+        else:
+            meta, arrays = read_container(path, kind="graph", mmap=mmap)
+        validate_graph(meta, arrays, path)
+        ind, dist = arrays["indices"], arrays["distances"]
+        info = ArrayInfo("numpy", False)
+        if kind == "gpu":
+            import cupy
+
+            with cupy.cuda.Device(dev_id if dev_id is not None else cupy.cuda.Device().id):
+                ind, dist = cupy.asarray(ind), cupy.asarray(dist)
+            info = ArrayInfo("cupy", True, dev_id)
+        return cls(ind, dist, metric=meta["metric"], include_self=bool(meta.get("include_self", False)),
+                   stats=meta.get("stats", {}), info=info)
 
     # ------------------------------------------------------------------ incremental build
     def extend(self, new_data, data=None, **kwargs):
@@ -272,40 +249,41 @@ class KnnGraph:
         >>> g2.indices.shape
         (500, 5)
         """
-        from ._build import knn_graph
-        from ._merge import merge_graphs
+        from .._core.prepare import prepare
+        from .graph import _build_graph, _merge, _graph_params  # noqa: F401  (internal helpers, not the public functions)
 
+        if isinstance(new_data, (list, tuple)):
+            new_data = np.asarray(new_data)
         base = data if data is not None else self._data
         if base is None:
             raise ValueError("this graph keeps no reference to its data (e.g. it was loaded from disk); "
                              "pass data=the points it was built on")
-        if base.shape[0] != self.n:
-            raise ValueError(f"data has {base.shape[0]} rows but the graph has {self.n}")
         if self.include_self:
             raise ValueError("extend() needs a graph built with include_self=False")
-        build_kw = {k: v for k, v in kwargs.items() if k in ("device", "random_state", "n_neighbors_internal",
-                                                             "sample", "max_iters", "delta", "verbose")}
-        build_kw.setdefault("device", self._params.get("device", "auto"))
-        m = new_data.shape[0]
+        unknown = set(kwargs) - {"device", "random_state", "n_neighbors_internal", "sample", "max_iters", "delta",
+                                 "update", "verbose"}
+        if unknown:
+            raise TypeError(f"extend() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        device = kwargs.get("device", self._params.get("device", "auto"))
+        P_old = prepare(base, metric=self.metric, device=device, name="data", metrics=_GRAPH_METRICS)
+        if P_old.n != self.n:
+            raise ValueError(f"data has {P_old.n} rows but the graph has {self.n}")
+        P_new = prepare(new_data, metric=self.metric, device=P_old.device_id if P_old.device_id is not None
+                        else P_old.device, name="new_data", metrics=_GRAPH_METRICS)
+        if P_new.d != P_old.d:
+            raise ValueError(f"new_data has d={P_new.d}, the graph's data has d={P_old.d}")
+        m = P_new.n
         kk = min(self.k, m - 1) if m > 1 else 0
         if kk < 1:
             raise ValueError("extend() needs at least 2 new points")
-        g_new = knn_graph(new_data, k=kk, metric=self.metric, **build_kw)
-        merge_kw = {k: v for k, v in kwargs.items() if k in ("random_state", "n_neighbors_internal", "sample",
-                                                             "max_iters", "delta", "update", "verbose")}
-        merge_kw["device"] = build_kw["device"]
-        return merge_graphs(base, self, new_data, g_new, k=self.k, **merge_kw)
+        nnd = {k: kwargs.get(k) for k in ("n_neighbors_internal", "sample", "max_iters", "delta", "verbose")}
+        g_new = _build_graph(P_new, kk, random_state=kwargs.get("random_state"), shortcuts=nnd, data=new_data,
+                             device_arg=device)
+        from ..graph.nndescent import NNDescentParams
+
+        prm = NNDescentParams(**{k: v for k, v in dict(nnd, update=kwargs.get("update")).items() if v is not None})
+        return _merge(P_old, self, P_new, g_new, k=self.k, random_state=kwargs.get("random_state"), params=prm,
+                      device_arg=device, check_content=False)
 
 
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, (int, float, str, bool)) or obj is None:
-        return obj
-    return str(obj)
+_GRAPH_METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan")

@@ -7,8 +7,8 @@ import uuid
 
 import numpy as np
 
-from .._core.backend import inspect_array, as_host
-from .._core.config import progress
+from .backend import inspect_array, as_host
+from .config import progress
 
 __all__ = ["FORMATS", "format_of", "read", "write", "open_vectors", "VectorFile", "VectorWriter",
            "atomic_write"]

@@ -1,0 +1,95 @@
+"""Prepared arrays: validated once, on the right device, metric transform applied once.
+
+Every public function turns its inputs into :class:`Prepared` objects at its entry and hands
+those to the engines; no engine validates or converts again.
+"""
+
+import contextlib
+import dataclasses
+
+from .backend import ArrayInfo, as_device, as_host, resolve_device
+from .metrics import internal_metric, prepare_vectors, safe_scale
+from .validation import check_matrix, check_metric, check_pair, METRICS
+
+__all__ = ["Prepared", "prepare", "prepare_queries", "device_scope"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """One validated input.
+
+    Attributes
+    ----------
+    raw : array
+        The validated array in its storage dtype (float32/float16/uint8/int8), on ``device``.
+    X : array
+        float32, metric transform applied (cosine: unit rows), on ``device``.
+    metric : str
+        User metric.
+    internal : str
+        Internal minimised metric: ``"l2"``, ``"ip"`` or ``"l1"``.
+    device : {"cpu", "gpu"}
+    device_id : int or None
+    info : ArrayInfo
+        Where results for this input go (framework and device of the input).
+    scale : float
+        Power of two the float32 vectors were multiplied by (1.0 for ordinary data; see
+        :func:`knnkit._core.metrics.safe_scale`); results are converted back.
+    """
+
+    raw: object
+    X: object
+    metric: str
+    internal: str
+    device: str
+    device_id: object
+    info: ArrayInfo
+    scale: float = 1.0
+
+    @property
+    def n(self):
+        return int(self.X.shape[0])
+
+    @property
+    def d(self):
+        return int(self.X.shape[1])
+
+
+def device_scope(device, device_id):
+    """Context that makes ``device_id`` the current CUDA device (a no-op on the CPU)."""
+    if device == "gpu" and device_id is not None:
+        import cupy
+
+        return cupy.cuda.Device(device_id)
+    return contextlib.nullcontext()
+
+
+def _place(a, device, device_id):
+    if device == "cpu":
+        return as_host(a)
+    with device_scope(device, device_id):
+        return as_device(a)
+
+
+def prepare(data, *, metric="sqeuclidean", device="auto", name="data", metrics=METRICS, check_finite=True):
+    """Validate ``data`` (2-D, supported dtype, finite), resolve the device, move it there and
+    apply the metric transform. Returns a :class:`Prepared`."""
+    metric = check_metric(metric, metrics)
+    a, info = check_matrix(data, name, check_finite=check_finite)
+    kind, dev_id = resolve_device(device, info)
+    with device_scope(kind, dev_id):
+        raw = _place(a, kind, dev_id)
+        scale = safe_scale(raw)
+        X = prepare_vectors(raw, metric, scale)
+    return Prepared(raw, X, metric, internal_metric(metric), kind, dev_id, info, scale)
+
+
+def prepare_queries(queries, like, *, name="queries", check_finite=True):
+    """Validate ``queries`` against a prepared data set ``like`` (same dimension, metric and device);
+    results go where the queries came from."""
+    a, info = check_matrix(queries, name, check_finite=check_finite)
+    check_pair(like.raw, a)
+    with device_scope(like.device, like.device_id):
+        raw = _place(a, like.device, like.device_id)
+        X = prepare_vectors(raw, like.metric, like.scale)
+    return Prepared(raw, X, like.metric, like.internal, like.device, like.device_id, info, like.scale)

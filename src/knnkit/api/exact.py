@@ -1,0 +1,109 @@
+"""Public exact search: :func:`knn`."""
+
+from .._core.backend import wrap_output
+from .._core.metrics import finalize_distances
+from .._core.params import merge_params
+from .._core.prepare import prepare, prepare_queries
+from .._core.registry import REGISTRY
+from .._core.validation import check_k
+from ..exact import ExactParams
+
+__all__ = ["knn"]
+
+
+def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device="auto", precision=None,
+        batch_size=None, params=None):
+    """Exact k nearest neighbours by brute force (the library's ground truth).
+
+    Parameters
+    ----------
+    data : array-like, shape (n, d)
+        Data points: numpy, cupy or torch (CPU or CUDA), float32/float16/uint8/int8
+        (float64 is converted to float32; everything is computed in float32).
+    queries : array-like, shape (m, d), optional
+        Query points. ``None`` builds the all-points k-NN graph of ``data``: row ``i`` holds the
+        neighbours of ``data[i]`` excluding ``i`` itself (by index: an exact duplicate of point
+        ``i`` stored at another index is returned, at distance 0).
+    k : int, default 10
+        Neighbours per query, ``1 <= k <= n`` (``k <= n - 1`` when ``queries`` is None).
+    metric : {"sqeuclidean", "euclidean", "inner_product", "cosine"}
+        ``inner_product`` returns similarities sorted descending; ``cosine`` returns
+        ``1 - cos`` distances.
+    device : {"auto", "cpu", "gpu"} or int
+        ``"auto"`` uses the GPU when one is usable (and always when the input is on a GPU).
+    method : str, default "auto"
+        A registered exact method (``knnkit.methods("exact")``): ``"gemm"`` (dense GEMM +
+        k-selection). ``"auto"`` picks one for the problem.
+    precision : {"exact", "fp16_rerank", "tf32_rerank", "bf16_rerank"}, default "exact"
+        GPU only: on the CPU anything but "exact" is refused. ``"exact"`` uses a float32 GEMM. The
+        ``*_rerank`` modes are faster on tensor cores: a low-precision GEMM (float16 of centred,
+        scaled vectors; TF32; bfloat16) picks ``k' > k`` candidates, which are re-ranked with
+        exact float32 distances; each row is then checked against a worst-case rounding bound
+        (from the vector norms and the format's unit roundoff) and rows whose candidate margin
+        is too small are recomputed in exact mode. Results can differ from ``"exact"`` only
+        among distances equal to float32 rounding.
+    batch_size : int, optional
+        Queries per tile (GPU) or per block (CPU); by default sized from the memory budget.
+    params : ExactParams, optional
+        ``precision`` and ``batch_size`` as one object (the keywords are shortcuts).
+
+    Returns
+    -------
+    distances : array, float32, shape (m, k)
+        Sorted ascending (``inner_product``: similarities sorted descending).
+    indices : array, int64, shape (m, k)
+        Indices into ``data``; equal distances are ordered by smaller index.
+        Both are returned on the framework/device of ``queries`` (of ``data`` when
+        ``queries`` is None), per :func:`knnkit.set_output`.
+
+    Examples
+    --------
+    >>> import numpy as np, knnkit
+    >>> X = np.random.default_rng(0).standard_normal((1000, 16)).astype(np.float32)
+    >>> d, i = knnkit.knn(X, X[:5], k=3, device="cpu")
+    >>> i[:, 0].tolist()
+    [0, 1, 2, 3, 4]
+    >>> d, i = knnkit.knn(X, k=3, device="cpu")   # all-points graph, self excluded
+    >>> bool((i != np.arange(1000)[:, None]).all())
+    True
+    """
+    return exact_arrays(data, queries, k, metric=metric, method=method, device=device,
+                        params=merge_params(ExactParams, params, precision=precision, batch_size=batch_size))
+
+
+def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", device="auto", params=None):
+    """What :func:`knn` does, for the library's own facades (evaluate, the CLI)."""
+    P = prepare(data, metric=metric, device=device)
+    Q = None if queries is None else prepare_queries(queries, P)
+    d, i, _stats = exact_search(P, Q, k, method=method, params=params)
+    out = P.info if Q is None else Q.info
+    return wrap_output(d, out), wrap_output(i, out)
+
+
+def choose_exact_method(method, P, Q, k):
+    """The registered exact method for ``method`` (``"auto"``: the GEMM path)."""
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a string, got {type(method).__name__}")
+    if method == "auto":
+        method = "gemm"
+    return REGISTRY.get("exact", method, device=P.device, metric=P.metric)
+
+
+def exact_search(P, Q, k, *, method="auto", params=None):
+    """Exact k-NN of prepared queries ``Q`` (None: all points of ``P``, self excluded).
+    Returns user-metric distances, int64 ids and the engine's statistics (device arrays)."""
+    from .._core.prepare import device_scope
+
+    self_excluded = Q is None
+    k = check_k(k, P.n, self_excluded=self_excluded)
+    m = choose_exact_method(method, P, Q, k)
+    params = params if params is not None else m.params_class()()
+    if P.device == "cpu" and getattr(params, "precision", "exact") != "exact":
+        raise ValueError(f"precision={params.precision!r} needs the GPU (tensor cores); the CPU path is always "
+                         f"exact: use precision='exact' or device='gpu'")
+    with device_scope(P.device, P.device_id):
+        X = P.X
+        d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric=P.internal,
+                                      exclude_self=self_excluded, params=params)
+        d = finalize_distances(d, P.metric, P.scale)
+    return d, i, stats

@@ -1,0 +1,360 @@
+"""``GraphIndex``: the public face of the graph search index (engine: :mod:`knnkit.index`).
+
+It validates and prepares inputs once, resolves parameter objects, calls the
+:class:`~knnkit.index.SearchGraph` engine and converts results to the user's metric and framework.
+"""
+
+import numbers
+
+import numpy as np
+
+from .._core.backend import as_host, resolve_device, wrap_output
+from .._core.metrics import finalize_distances
+from .._core.params import check_int, merge_params
+from .._core.persist import read_container, read_legacy_index, sniff, validate_index, write_container
+from .._core.prepare import device_scope, prepare
+from .._core.validation import check_k, check_matrix, check_pair
+from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
+
+__all__ = ["GraphIndex"]
+
+MAX_K = 1024
+
+
+class GraphIndex:
+    """Graph-based approximate nearest-neighbour index (GPU or CPU).
+
+    Create one with :meth:`GraphIndex.build` or :meth:`GraphIndex.load`.
+
+    Attributes
+    ----------
+    metric : str
+        User metric: "sqeuclidean", "euclidean", "inner_product" or "cosine".
+    n, dim : int
+        Number of indexed points and their dimension.
+    dtype : numpy.dtype
+        Storage dtype of the vectors (float32, float16, uint8 or int8); distances are float32.
+    graph_degree : int
+        Out-degree R of the search graph.
+    device : str
+        "cpu" or "gpu": where the vectors and the graph live.
+    search_params : SearchParams
+        Default ``beam``, ``tau``, ``max_iters`` and ``n_seeds`` of :meth:`search`.
+
+    Examples
+    --------
+    >>> import numpy as np, knnkit
+    >>> rng = np.random.default_rng(0)
+    >>> data = rng.standard_normal((2000, 16)).astype(np.float32)
+    >>> index = knnkit.GraphIndex.build(data, graph_degree=16, device="cpu", random_state=0)
+    >>> dist, idx = index.search(data[:5], k=3)
+    >>> idx[:, 0].tolist()
+    [0, 1, 2, 3, 4]
+    """
+
+    def __init__(self, engine, search_params=None):
+        if not isinstance(engine, SearchGraph):
+            raise TypeError("GraphIndex objects are made by GraphIndex.build or GraphIndex.load")
+        self._engine = engine
+        self.search_params = search_params if search_params is not None else SearchParams()
+
+    # ------------------------------------------------------------------ properties
+    metric = property(lambda self: self._engine.metric, doc="User metric.")
+    n = property(lambda self: self._engine.n, doc="Number of indexed points.")
+    dim = property(lambda self: self._engine.dim, doc="Dimension of the points.")
+    dtype = property(lambda self: self._engine.dtype, doc="Storage dtype of the vectors.")
+    graph_degree = property(lambda self: self._engine.graph_degree, doc="Out-degree R of the search graph.")
+    device = property(lambda self: self._engine.device, doc="Where the index lives: 'cpu' or 'gpu'.")
+    build_params = property(lambda self: self._engine.build_params, doc="Resolved build parameters (dict).")
+    nn1_max = property(lambda self: self._engine.nn1_max, doc="GGNN's d_nn1+ (slack scale).")
+
+    @property
+    def graph(self):
+        """The search graph, int32 (n, R), ``-1`` in unused slots (a host numpy copy)."""
+        return self._engine.graph
+
+    @property
+    def data(self):
+        """The indexed vectors in their storage dtype (numpy or cupy, where the index lives)."""
+        return self._engine.data
+
+    @property
+    def entry_points(self):
+        """Medoid ids of the coarse k-means centroids used as search seeds (host int32)."""
+        return self._engine.entry_points
+
+    @property
+    def build_timings(self):
+        """Seconds per phase of the build that made this object (empty after ``load``)."""
+        return dict(getattr(self._engine, "build_timings", {}))
+
+    def __len__(self):
+        return self.n
+
+    def __repr__(self):
+        bp = ", ".join(f"{k}={self.build_params[k]!r}" for k in
+                       ("intermediate_degree", "alpha", "build_algo", "diversify", "n_entry")
+                       if k in self.build_params)
+        sp = self.search_params
+        return (f"GraphIndex(n={self.n}, dim={self.dim}, metric={self.metric!r}, dtype={self.dtype.name}, "
+                f"graph_degree={self.graph_degree}, device={self.device!r}, {bp}, "
+                f"search=(beam={sp.beam!r}, tau={sp.tau!r}, max_iters={sp.max_iters!r}, n_seeds={sp.n_seeds!r}))")
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, data, *, metric="sqeuclidean", graph_degree=None, intermediate_degree=None, alpha=None,
+              build_algo=None, diversify=None, n_entry=None, device="auto", random_state=None,
+              beam=None, tau=None, max_iters=None, n_seeds=None, params=None, search_params=None):
+        """Build a graph search index over ``data``.
+
+        Parameters
+        ----------
+        data : array-like (n, d)
+            float32, float16, uint8 or int8 vectors (float64 is converted to float32); numpy,
+            cupy or torch. Stored in its dtype, distances computed in float32.
+        metric : {"sqeuclidean", "euclidean", "inner_product", "cosine"}
+        graph_degree : int, optional
+            Out-degree R of the search graph. Default: chosen from the data's estimated local
+            intrinsic dimension (LID, Levina-Bickel MLE on 500 sampled points, see
+            ``index/_auto.py``): 32 below LID 28 (SIFT, Fashion-MNIST, most embeddings),
+            48 up to 40, 64 above (noise-dominated neighbourhoods need more edges).
+        intermediate_degree : int, optional
+            Degree of the k-NN graph that is diversified (default: 64 for R = 32, 96 for
+            R = 48 or 64, otherwise ``2R`` below 64 and ``1.5R`` from 64 on).
+        alpha : float, optional
+            RobustPrune slack (>= 1): larger keeps more long edges. Default 1.1 below LID 28 and
+            1.0 above (1.0 gave +0.03-0.05 recall at equal beam on LID ~45 data; 1.1 is
+            marginally better on low-LID data).
+        build_algo : {"nndescent", "brute"}
+            How the k-NN graph is built (NN-Descent, or exact; small inputs are always exact).
+        diversify : {"prune", "ggnn"}
+            ``"prune"`` (default): RobustPrune plus reverse edges, pruned on the GPU when the index
+            is built there; ``"ggnn"``: GGNN's R/2 nearest plus up to R/2 symmetric links (CPU).
+            Measured on clustered 100k x 128, SIFT10K and Fashion-MNIST: equal recall for the same
+            number of distance evaluations within noise, so the default is the one with a GPU kernel.
+        n_entry : int, optional
+            Number of k-means entry points (default ``sqrt(n)``, at most 4096).
+        device : "auto", "cpu", "gpu" or int
+            Where the index is built and lives.
+        random_state : int or None
+            Seed for the k-NN graph and the k-means (results repeatable).
+        beam, tau, max_iters, n_seeds :
+            Default search parameters stored in the index (see :meth:`search`).
+        params : IndexParams, optional
+            The build parameters as one object (the keywords above are shortcuts for its fields).
+        search_params : SearchParams, optional
+            The default search parameters as one object.
+
+        Returns
+        -------
+        GraphIndex
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> data = np.random.default_rng(1).random((1000, 8), dtype=np.float32)
+        >>> index = knnkit.GraphIndex.build(data, metric="cosine", graph_degree=8, device="cpu")
+        >>> index.graph.shape
+        (1000, 8)
+        """
+        bp = merge_params(IndexParams, params, graph_degree=graph_degree, intermediate_degree=intermediate_degree,
+                          alpha=alpha, build_algo=build_algo, diversify=diversify, n_entry=n_entry)
+        sp = merge_params(SearchParams, search_params, "search_params", beam=beam, tau=tau, max_iters=max_iters,
+                          n_seeds=n_seeds)
+        P = prepare(data, metric=metric, device=device)
+        if P.n < 2:
+            raise ValueError("a GraphIndex needs at least 2 data points")
+        build_params = dict(graph_degree=bp.graph_degree, intermediate_degree=bp.intermediate_degree,
+                            alpha=bp.alpha, build_algo=bp.build_algo, diversify=bp.diversify,
+                            n_entry=default_n_entry(P.n) if bp.n_entry is None else bp.n_entry,
+                            random_state=(int(random_state) if isinstance(random_state, numbers.Integral)
+                                          else None if random_state is None else repr(random_state)))
+        with device_scope(P.device, P.device_id):
+            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale)
+        return cls(engine, sp)
+
+    # ------------------------------------------------------------------ search
+    def search(self, queries, k=10, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None,
+               batch_size=None, traversal=None, params=None):
+        """Approximate k nearest neighbours of each query.
+
+        Parameters
+        ----------
+        queries : array-like (nq, d)
+            Same dimension as the data; any supported dtype (computed in float32).
+        k : int
+            Neighbours per query, ``1 <= k <= min(n, 1024)``.
+        beam : int, optional
+            Candidate-list size (raised to ``k`` when smaller). Larger: higher recall, slower.
+        tau : float, optional
+            GGNN slack: stop once the next candidate is farther than
+            ``d_k + tau * min(d_1, d_nn1+)`` on a Euclidean scale (see ``_search_cpu``).
+            ``inf`` disables it (plain beam search, the default unless the index stores a tau);
+            None takes the index default. Useful values are small (0.02 - 0.2) with a long
+            ``beam``. Smaller: faster.
+        max_iters : int, optional
+            Cap on node expansions per query (default ``max(64, 8 * beam)``).
+        n_seeds : int, optional
+            Entry points per query (medoids of its nearest k-means centroids); at least
+            ``beam // 16`` are used.
+        device : None, "cpu", "gpu" or int
+            Where to search (default: where the index lives).
+        batch_size : int, optional
+            Queries per batch (bounds temporary memory).
+        params : SearchParams, optional
+            These parameters as one object (keywords given to the call override its fields).
+        traversal : {"auto", "fp16", "fp32"}
+            GPU only. ``"fp16"`` walks the graph on a cached float16 copy of the vectors (half the
+            bytes per expansion) and re-ranks the final candidate list with exact float32
+            distances (BANG section 4.9): returned distances are exact, the neighbour set can
+            differ slightly from an fp32 walk. ``"auto"`` (default) uses fp16 when every
+            vector component fits float16's range; ``"fp32"`` never does.
+
+        Returns
+        -------
+        distances : float32 (nq, k)
+            In the user metric, best first (inner_product: largest first). Slots beyond the
+            reachable points hold ``inf`` (``-inf`` for inner_product).
+        indices : int64 (nq, k)
+            ``-1`` in those slots.
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> data = np.random.default_rng(0).random((500, 4), dtype=np.float32)
+        >>> index = knnkit.GraphIndex.build(data, graph_degree=8, device="cpu")
+        >>> d, i = index.search(data[:2], k=1, beam=16)
+        >>> i.ravel().tolist()
+        [0, 1]
+        """
+        q, info = check_matrix(queries, "queries")
+        check_pair(self._engine.data, q)
+        k = check_k(k, self.n, max_k=MAX_K)
+        call = dict(beam=beam, tau=tau, max_iters=max_iters, n_seeds=n_seeds, batch_size=batch_size,
+                    traversal=traversal)
+        if params is not None:
+            if not isinstance(params, SearchParams):
+                raise TypeError(f"params must be a SearchParams, got {type(params).__name__}")
+            call = {f: (getattr(params, f) if v is None else v) for f, v in call.items()}
+        checked = SearchParams(**{f: v for f, v in call.items() if v is not None})  # validates every value
+        if call["beam"] is not None and checked.beam < k:
+            raise ValueError(f"beam={checked.beam} is smaller than k={k}: the search keeps at most beam "
+                             f"candidates (use beam >= k, or leave beam unset)")
+        beam_, tau_, iters_, seeds_ = self.search_params.resolve(k, call, n_entry=len(self._engine._entry))
+        dev = self.device if device is None else resolve_device(device, info)[0]
+        d, i = self._engine.search(q, k, beam=beam_, tau=tau_, max_iters=iters_, n_seeds=seeds_, device=dev,
+                                   batch_size=checked.batch_size, traversal=checked.traversal)
+        d = finalize_distances(d, self.metric, self._engine.scale)
+        return wrap_output(d, info), wrap_output(i, info)
+
+    # ------------------------------------------------------------------ extend
+    def extend(self, new_data, *, batch_size=None, beam=None):
+        """Insert new points (ids ``n, n+1, ...``); the index stays searchable with high recall.
+
+        Each batch of new points searches its neighbours in the current index, adds exact
+        neighbours among the batch itself, prunes the candidates with RobustPrune and adds the
+        reverse edges (re-pruning lists that overflow). Entry points are recomputed. The update
+        runs on the CPU (a GPU index is copied back to the GPU afterwards).
+
+        Parameters
+        ----------
+        new_data : array-like (m, d)
+            Same dimension as the index; converted to the index's storage dtype.
+        batch_size : int, optional
+            Points inserted per batch (default ``max(1024, n // 2)``).
+        beam : int, optional
+            Candidate-list size of the neighbour search (default ``2 * intermediate_degree``).
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> rng = np.random.default_rng(0)
+        >>> index = knnkit.GraphIndex.build(rng.random((500, 4), dtype=np.float32), device="cpu")
+        >>> new = rng.random((100, 4), dtype=np.float32)
+        >>> len(index.extend(new))
+        600
+        """
+        batch_size = check_int(batch_size, "batch_size", minimum=1, allow_none=True)
+        beam = check_int(beam, "beam", minimum=1, allow_none=True)
+        if isinstance(new_data, (list, tuple)):
+            new_data = np.asarray(new_data)
+        a, _info = check_matrix(new_data, "new_data")
+        check_pair(self._engine.data, a)
+        a = as_host(a)
+        dt = self.dtype
+        if a.dtype != dt:
+            if dt.kind == "f" and a.dtype.kind == "f":
+                a = a.astype(dt)
+            elif dt.kind in "iu" and a.dtype.kind in "iu":
+                info_t = np.iinfo(dt)
+                if a.min() < info_t.min or a.max() > info_t.max:
+                    raise ValueError(f"new_data values do not fit the index dtype {dt}")
+                a = a.astype(dt)
+            else:
+                raise TypeError(f"new_data has dtype {a.dtype}, the index stores {dt}")
+        self._engine.extend(a, batch_size=batch_size, beam=beam)
+        return self
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path):
+        """Write the index to ``path`` (the knnkit container, kind "index"; atomic).
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit, tempfile, os
+        >>> index = knnkit.GraphIndex.build(np.random.default_rng(0).random((300, 4), dtype=np.float32),
+        ...                                 device="cpu")
+        >>> path = os.path.join(tempfile.mkdtemp(), "index.knnkit")
+        >>> index.save(path)
+        >>> knnkit.load(path, device="cpu").n
+        300
+        """
+        from .. import __version__
+
+        meta, arrays = self._engine.to_arrays()
+        meta.update(knnkit_version=__version__, search_params=self.search_params.as_dict())
+        write_container(path, "index", meta, arrays)
+
+    @classmethod
+    def load(cls, path, *, device="auto", mmap=False):
+        """Read an index written by :meth:`save` (CPU-only machines load GPU-built indexes).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        device : "auto", "cpu", "gpu" or int
+            Where the loaded index lives ("auto": the GPU when one is usable).
+
+        Returns
+        -------
+        GraphIndex
+
+        Raises
+        ------
+        ValueError
+            For files that are not knnkit indexes, of an unknown format version, truncated or
+            corrupted (checksum mismatch), or whose content cannot be an index (ids out of range,
+            unknown metric, shapes that disagree).
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit, tempfile, os
+        >>> index = knnkit.GraphIndex.build(np.eye(8, dtype=np.float32), device="cpu")
+        >>> path = os.path.join(tempfile.mkdtemp(), "eye.knnkit")
+        >>> index.save(path)
+        >>> knnkit.GraphIndex.load(path, device="cpu").search(np.eye(8, dtype=np.float32)[:1], k=1)[1]
+        array([[0]])
+        """
+        if sniff(path) == "legacy-index":
+            meta, arrays = read_legacy_index(path)
+        else:
+            meta, arrays = read_container(path, kind="index", mmap=mmap)
+        validate_index(meta, arrays, path)
+        dev, dev_id = resolve_device(device, None)
+        engine = SearchGraph.from_arrays(meta, arrays, dev, dev_id)
+        sp = {k: v for k, v in (meta.get("search_params") or {}).items() if k in SearchParams.field_names()}
+        return cls(engine, SearchParams(**sp))

@@ -1,0 +1,372 @@
+"""The search-index engine: :class:`SearchGraph` holds a built index's prepared arrays and does
+the work behind :class:`knnkit.GraphIndex` (build, search, extend, arrays for saving).
+
+Build: k-NN graph (NN-Descent or exact) -> diversification (RobustPrune + reverse edges, or GGNN
+symmetric links) -> k-means entry points. Search: best-first beam search with the GGNN slack
+stop, one query per GPU thread block (``_search_gpu``) or per CPU thread (``_search_cpu``).
+Inputs are validated by the facade; nothing here checks them again.
+"""
+
+import contextlib
+import functools
+
+import numpy as np
+
+from .._core.config import logger
+from .._core.backend import as_host, cupy_or_none, get_array_module
+from .._core.metrics import internal_metric, prepare_vectors
+from ..graph.nndescent import default_update
+from ._auto import auto_build_params, estimate_intrinsic_dim
+from ._build import candidate_graph, diversify, exact_knn_cpu, nn1_max
+from ._entry import EntryPoints, build_entry_points
+from ._prune_cpu import add_reverse_edges, prune_cpu
+from ._search_cpu import search_cpu
+
+__all__ = ["SearchGraph", "default_n_entry", "resolve_search"]
+
+MAX_K = 1024
+_SEARCH_KEYS = ("beam", "tau", "max_iters", "n_seeds")
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        return ThreadpoolController()
+    except Exception:  # optional dependency
+        return None
+
+
+def _blas_single_thread():
+    """Run the small seed matmul on one BLAS thread: woken OpenBLAS workers keep spinning after
+    the call and halve the speed of the Numba search threads that follow (measured 53 -> 32 ms
+    for 1000 queries on 2 cores)."""
+    c = _blas_controller()
+    return c.limit(limits=1, user_api="blas") if c is not None else contextlib.nullcontext()
+
+
+def default_n_entry(n):
+    # sqrt(n), up to 4096: enough centroids to cover a few thousand separated clusters
+    return int(max(1, min(4096, round(np.sqrt(n)))))
+
+
+def _default_intermediate_degree(R):
+    return 2 * R if R < 64 else max(R + 32, (3 * R) // 2)
+
+
+def _resolve_auto_params(X, bp, random_state):
+    """Fill ``graph_degree``, ``intermediate_degree`` and ``alpha`` left as None (in place) from
+    the estimated intrinsic dimension of ``X`` (see ``_auto.py``)."""
+    if bp["graph_degree"] is not None and bp["alpha"] is not None:
+        if bp["intermediate_degree"] is None:
+            bp["intermediate_degree"] = _default_intermediate_degree(bp["graph_degree"])
+        return
+    lid = estimate_intrinsic_dim(X, random_state=random_state)
+    R, K, alpha = auto_build_params(lid)
+    bp["intrinsic_dim"] = round(lid, 2) if np.isfinite(lid) else None
+    if bp["graph_degree"] is None:
+        bp["graph_degree"] = R
+        if bp["intermediate_degree"] is None:
+            bp["intermediate_degree"] = K
+    elif bp["intermediate_degree"] is None:
+        bp["intermediate_degree"] = _default_intermediate_degree(bp["graph_degree"])
+    bp["intermediate_degree"] = max(bp["intermediate_degree"], bp["graph_degree"])
+    if bp["alpha"] is None:
+        bp["alpha"] = alpha
+    logger.info("GraphIndex: estimated intrinsic dimension %.1f -> graph_degree=%d, intermediate_degree=%d, "
+                "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
+
+
+class SearchGraph:
+    """A built search index's arrays and the operations on them (the engine behind
+    :class:`knnkit.GraphIndex`).
+
+    Attributes
+    ----------
+    metric : str
+        User metric; ``_imetric`` the internal one.
+    build_params : dict
+        Resolved build parameters (saved with the index).
+    device : {"cpu", "gpu"}
+        Where the arrays live.
+    nn1_max : float
+        GGNN's ``d_nn1+`` on the slack criterion's scale.
+    scale : float
+        Power-of-two factor of the prepared vectors (:func:`knnkit._core.metrics.safe_scale`).
+    """
+
+    def __init__(self, data, graph, entry, *, metric, build_params, device="cpu", nn1_max=None, scale=1.0):
+        self.metric = metric
+        self._imetric = internal_metric(metric)
+        self._data = data
+        self._graph = graph
+        self._entry = entry
+        self.build_params = dict(build_params)
+        self.device = device
+        self.scale = float(scale)
+        self._X = prepare_vectors(data, metric, self.scale)
+        self._host = None  # host copies when a GPU index is searched on the CPU
+        self._xnorm_max = None
+        self._gpu = None  # device copies when a CPU index is searched on the GPU
+        self._x16_cache = None  # (prepared vectors, their float16 copy or None) for fp16 traversal
+        self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n(self):
+        return int(self._data.shape[0])
+
+    @property
+    def dim(self):
+        return int(self._data.shape[1])
+
+    @property
+    def dtype(self):
+        return np.dtype(self._data.dtype)
+
+    @property
+    def graph_degree(self):
+        return int(self._graph.shape[1])
+
+    @property
+    def graph(self):
+        """The search graph, int32 (n, R), ``-1`` in unused slots (a host numpy copy)."""
+        return np.array(as_host(self._graph), copy=True)
+
+    @property
+    def data(self):
+        """The indexed vectors in their storage dtype (numpy or cupy, where the index lives)."""
+        return self._data
+
+    @property
+    def entry_points(self):
+        """Medoid ids of the coarse k-means centroids used as search seeds (host int32)."""
+        return np.array(as_host(self._entry.medoids), copy=True)
+
+    def __len__(self):
+        return self.n
+
+    @classmethod
+    def build(cls, a, metric, bp, random_state, scale=1.0):
+        """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
+        parameters (None entries chosen from the data, in place). Returns the engine; its
+        ``build_timings`` holds seconds per phase."""
+        import time
+
+        from ._build import build_graph_gpu
+
+        xp = get_array_module(a)
+        dev = "cpu" if xp is np else "gpu"
+        im = internal_metric(metric)
+        t_start = time.perf_counter()
+        X = prepare_vectors(a, metric, scale)
+        n = a.shape[0]
+        _resolve_auto_params(X, bp, random_state)
+        timings = {"prepare_auto": time.perf_counter() - t_start}
+        R = min(bp["graph_degree"], n - 1)
+        K = min(bp["intermediate_degree"], n - 1)
+        algo = bp["build_algo"] if n > 4096 else "brute"
+        logger.info("GraphIndex: %s candidate graph (n=%d, K=%d) on %s", algo, n, K, dev)
+        t0 = time.perf_counter()
+        if dev == "gpu" and bp["diversify"] == "prune":
+            # all on the device: candidates with their distances, prune, reverse edges (_build.py)
+            # NN-Descent runs on the internal metric ('ip' for cosine's unit rows), but its update
+            # rule is the one of the user's metric (default_update: cosine has no hubs)
+            g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
+                                     random_state=random_state, timings=timings,
+                                     knn_params={"update": default_update("gpu", metric)})
+        else:
+            cand, cand_dist = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
+                                              user_metric=metric)
+            nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
+            logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
+            g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
+                          cand_dist=cand_dist)
+            g = xp.asarray(g) if xp is not np else g
+            timings["graph"] = time.perf_counter() - t0
+        if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
+            g = xp.concatenate([g, xp.full((n, bp["graph_degree"] - g.shape[1]), -1, xp.int32)], axis=1)
+        t1 = time.perf_counter()
+        entry = build_entry_points(X, bp["n_entry"], im, random_state=random_state)
+        if dev == "gpu":
+            xp.cuda.get_current_stream().synchronize()
+        timings["entry_points"] = time.perf_counter() - t1
+        logger.info("GraphIndex: build phases (s): %s", {k: round(v, 3) for k, v in timings.items()})
+        engine = cls(a, g, entry, metric=metric, build_params=bp, device=dev, nn1_max=nn1, scale=scale)
+        engine.build_timings = timings  # seconds per phase of this build (not saved with the index)
+        return engine
+
+    # ------------------------------------------------------------------ search
+    def _host_arrays(self):
+        if self.device == "cpu":
+            return self._X, self._graph, self._entry
+        if self._host is None:
+            self._host = (as_host(self._X), as_host(self._graph), self._entry.to(np))
+        return self._host
+
+    def _xmax(self):
+        if self._xnorm_max is None:
+            X = self._X
+            self._xnorm_max = float(np.sqrt(float((X * X).sum(axis=1).max())))
+        return self._xnorm_max
+
+    def search(self, q, k, *, beam, tau, max_iters, n_seeds, device, batch_size=None, traversal="auto"):
+        """Search prepared-device-agnostic queries ``q`` (validated, any supported dtype) with
+        resolved parameters; returns INTERNAL distances and int64 ids (numpy or cupy by ``device``)."""
+        dev = device
+        nq = q.shape[0]
+        if dev == "gpu":
+            return self._search_gpu(q, k, beam, tau, max_iters, n_seeds, batch_size, traversal)
+        X, graph, entry = self._host_arrays()
+        qh = prepare_vectors(np.ascontiguousarray(as_host(q)), self.metric, self.scale)
+        bs = int(batch_size) if batch_size else max(1, nq)
+        d = np.empty((nq, k), np.float32)
+        i = np.empty((nq, k), np.int64)
+        xmax = self._xmax() if self._imetric == "ip" else None
+        for s in range(0, nq, bs):
+            qb = qh[s:s + bs]
+            with _blas_single_thread():
+                seeds = entry.seeds_for(qb, n_seeds)
+            d[s:s + bs], i[s:s + bs] = search_cpu(X, graph, qb, k, seeds=seeds, beam=beam, tau=tau,
+                                                  max_iters=max_iters, metric=self._imetric,
+                                                  xnorm_max=xmax, nn1_max=self.nn1_max)
+        return d, i
+
+    def _search_gpu(self, q, k, beam, tau, max_iters, n_seeds, batch_size, traversal="auto"):
+        cp = cupy_or_none()
+        if cp is None:
+            raise RuntimeError("GPU search asked for but no CUDA GPU is usable")
+        from ._search_gpu import search_gpu
+
+        if self.device != "gpu":  # a CPU index searched on the GPU: move it once
+            self._to_gpu_cache()
+            X, graph, entry = self._gpu
+            data = None
+        else:
+            X, graph, entry = self._X, self._graph, self._entry
+            data = self._data
+        # float16 storage: traversing the stored half vectors is lossless (they are exactly the
+        # float32 values) and halves the bytes read; cosine data is renormalised, so not there
+        X16 = data if (data is not None and self.dtype == np.float16 and self.metric != "cosine") else None
+        if X16 is None and traversal != "fp32":
+            X16 = self._fp16_copy(X, required=traversal == "fp16")
+        qd = prepare_vectors(cp.asarray(q), self.metric, self.scale)
+        xmax = self._xmax() if self._imetric == "ip" else None
+        nq = qd.shape[0]
+        bs = int(batch_size) if batch_size else max(1, nq)
+        parts = []
+        for s in range(0, nq, bs):
+            qb = qd[s:s + bs]
+            seeds = entry.seeds_for(qb, n_seeds)
+            parts.append(search_gpu(X, graph, qb, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters,
+                                    metric=self._imetric, X_fp16=X16, xnorm_max=xmax, nn1_max=self.nn1_max))
+        if len(parts) == 1:  # one batch: no output copies (two launches saved on small batches)
+            return parts[0]
+        return cp.concatenate([p[0] for p in parts]), cp.concatenate([p[1] for p in parts])
+
+    def _fp16_copy(self, X, required):
+        """Cached float16 copy of the prepared vectors for fp16 traversal (None when it would overflow)."""
+        cache = self._x16_cache
+        if cache is not None and cache[0] is X:
+            return cache[1]
+        cp = cupy_or_none()
+        if float(cp.abs(X).max()) >= 60000.0:
+            if required:
+                raise ValueError("traversal='fp16': vector components exceed the float16 range")
+            self._x16_cache = (X, None)
+            return None
+        x16 = X.astype(cp.float16)
+        self._x16_cache = (X, x16)
+        return x16
+
+    def _to_gpu_cache(self):
+        if self._gpu is None:
+            cp = cupy_or_none()
+            self._gpu = (cp.asarray(self._X), cp.asarray(self._graph), self._entry.to(cp))
+
+    # ------------------------------------------------------------------ extend
+    def extend(self, a, *, batch_size=None, beam=None):
+        """Insert the rows of ``a`` (host numpy, the index's storage dtype, validated) in place."""
+        X, graph, _entry = self._host_arrays()
+        X = np.asarray(X)
+        graph = np.asarray(graph)
+        data = np.asarray(as_host(self._data))
+        bp = self.build_params
+        R = self.graph_degree
+        K = bp["intermediate_degree"]
+        alpha = bp["alpha"]
+        im = self._imetric
+        beam = int(beam) if beam else 2 * K
+        bs = int(batch_size) if batch_size else max(1024, data.shape[0] // 2)
+        Xn_all = prepare_vectors(a, self.metric, self.scale)
+        nn1 = self.nn1_max if np.isfinite(self.nn1_max) else 0.0
+        for s in range(0, a.shape[0], bs):
+            Xn = np.ascontiguousarray(Xn_all[s:s + bs])
+            m = Xn.shape[0]
+            n0 = X.shape[0]
+            kk = min(K, n0)
+            entry = build_entry_points(X, default_n_entry(n0), im, random_state=0) if s else _entry
+            seeds = entry.seeds_for(Xn, 8)
+            d_old, i_old = search_cpu(X, graph, Xn, kk, seeds=seeds, beam=max(beam, kk), tau=np.inf,
+                                      max_iters=8 * beam, metric=im)
+            if m > 1:
+                kn = min(K, m - 1)
+                d_new, i_new = exact_knn_cpu(Xn, Xn, kn, im, exclude_self=True)
+                cand_i = np.concatenate([i_old, i_new + n0], axis=1)
+                cand_d = np.concatenate([d_old, d_new], axis=1)
+            else:
+                cand_i, cand_d = i_old, d_old
+            X = np.concatenate([X, Xn], axis=0)
+            xmax = float(np.sqrt(np.einsum("ij,ij->i", X, X).max())) if im == "ip" else None
+            nn1 = max(nn1, nn1_max(Xn, cand_d, im, xnorm_max=xmax))
+            rows = prune_cpu(X, cand_i, cand_d, R, alpha, im, node_ids=np.arange(n0, n0 + m))
+            graph = np.concatenate([graph, rows], axis=0)
+            graph = add_reverse_edges(X, graph, R, alpha, im, new_graph_rows=rows, row_offset=n0)
+        data = np.concatenate([data, a], axis=0)
+        seed = bp.get("random_state")
+        entry = build_entry_points(X, bp["n_entry"], im, random_state=seed if isinstance(seed, int) else 0)
+        bp["n_extended"] = int(bp.get("n_extended", 0)) + int(a.shape[0])
+        if self.device == "gpu":
+            cp = cupy_or_none()
+            self._data, self._X, self._graph = cp.asarray(data), cp.asarray(X), cp.asarray(graph)
+            self._entry = entry.to(cp)
+        else:
+            self._data, self._X, self._graph, self._entry = data, X, graph, entry
+        self._host = None
+        self._gpu = None
+        self._x16_cache = None
+        self._xnorm_max = None
+        self.nn1_max = nn1
+        return self
+
+    # ------------------------------------------------------------------ persistence
+
+    # ------------------------------------------------------------------ persistence
+    def to_arrays(self):
+        """``(meta, arrays)`` for the container file (host numpy arrays)."""
+        meta = {"metric": self.metric, "dtype": self.dtype.name, "n": self.n, "dim": self.dim,
+                "graph_degree": self.graph_degree, "build_params": self.build_params,
+                "entry_metric": self._entry.metric, "scale": self.scale,
+                "nn1_max": self.nn1_max if np.isfinite(self.nn1_max) else None}
+        arrays = {
+            "data": as_host(self._data),
+            "graph": as_host(self._graph).astype(np.int32, copy=False),
+            "entry_centroids": as_host(self._entry.centroids).astype(np.float32, copy=False),
+            "entry_medoids": as_host(self._entry.medoids).astype(np.int32, copy=False),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_arrays(cls, meta, arrays, device, dev_id=None):
+        """The engine of a loaded file (content already validated)."""
+        metric = meta["metric"]
+        entry = EntryPoints(arrays["entry_centroids"], arrays["entry_medoids"],
+                            meta.get("entry_metric", internal_metric(metric)))
+        kw = dict(metric=metric, build_params=meta.get("build_params", {}), nn1_max=meta.get("nn1_max"),
+                  scale=meta.get("scale", 1.0))
+        if device == "gpu":
+            cp = cupy_or_none()
+            with cp.cuda.Device(dev_id if dev_id is not None else cp.cuda.Device().id):
+                return cls(cp.asarray(arrays["data"]), cp.asarray(arrays["graph"]), entry.to(cp), device="gpu", **kw)
+        return cls(np.asarray(arrays["data"]), np.asarray(arrays["graph"]), entry, device="cpu", **kw)
