@@ -150,7 +150,7 @@ def build_tree(be, X, metric, inv_norm, leaf_size, min_child, split, seed, tree)
         else:
             if not force:
                 be.side_sample(X, metric, inv_norm, perm, lo, hi, leaf_size, seed, tree, level, side)
-                xp.cumsum(side, dtype=xp.int32, out=cum[1:])
+                cum[1:] = xp.cumsum(side, dtype=xp.int32)
             mode = 0
         be.partition(perm, lo, hi, side, cum, leaf_size, min_child, mode, force, *out)
         (perm, lo, hi), out = out, [perm, lo, hi]
