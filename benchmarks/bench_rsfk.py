@@ -226,6 +226,14 @@ def main():
         print(json.dumps(row, default=float), file=sys.stderr, flush=True)
 
     t_start = time.perf_counter()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"bench_rsfk_{args.device}{'_quick' if args.quick else ''}.json")
+
+    def save():  # after every part, so that a run cut by a time limit still leaves its results
+        result["total_s"] = time.perf_counter() - t_start
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1, default=float)
+
     result = {"benchmark": "bench_rsfk", "date": datetime.datetime.now().isoformat(timespec="seconds"),
               "commit": _commit(), "device": args.device, "quick": args.quick, "hardware": _hardware(args.device),
               "parameters": {"k_recall": K_RECALL, "metric": "l2", "recall_sample": args.recall_sample,
@@ -239,15 +247,12 @@ def main():
             rows, best = _time_to_recall(X, args.device, args.quick, args.recall_sample, log)
             result["datasets"].append({"name": name, "n": int(X.shape[0]), "d": int(X.shape[1]), "source": src,
                                        "runs": rows, "time_to_recall": best})
+            save()
             del X
     if not args.skip_variants:
         print("== leaf-update variants", file=sys.stderr, flush=True)
         result["variants"] = _variants(args.device, args.quick, log)
-    result["total_s"] = time.perf_counter() - t_start
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"bench_rsfk_{args.device}{'_quick' if args.quick else ''}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1, default=float)
+    save()
     print(path)
 
 
