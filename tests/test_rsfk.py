@@ -211,3 +211,12 @@ def test_parameter_errors(clustered):
         rsfk_lists(X, 5, metric="cosine")
     with pytest.raises(ValueError, match="K"):
         rsfk_lists(X, 0, metric="l2")
+
+
+def test_graph_engine_contract(clustered):
+    from knnkit.graph.rsfk import rsfk_graph
+
+    idx, dist, stats = rsfk_graph(clustered[:1000], 5, metric="l2", params=RSFKParams(n_trees=2), seed=0, device="cpu")
+    check_lists(clustered[:1000], idx, dist, 5)
+    with pytest.raises(ValueError, match="device"):
+        rsfk_graph(clustered[:100], 5, metric="l2", device="gpu")

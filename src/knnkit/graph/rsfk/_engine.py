@@ -14,7 +14,7 @@ import numpy as np
 from ..._core.config import logger
 from ..._core.params import Params, check_bool, check_choice, check_float, check_int
 
-__all__ = ["RSFKParams", "rsfk_lists", "estimate_recall", "default_leaf_size", "default_n_trees"]
+__all__ = ["RSFKParams", "rsfk_lists", "rsfk_graph", "estimate_recall", "default_leaf_size", "default_n_trees"]
 
 _METRICS = {"l2": 0, "ip": 1}
 #: leaf_size is bounded so that the diagonal kernel's shared buffer (4 bytes per point) stays small
@@ -450,3 +450,13 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None):
     T["total"] = time.perf_counter() - t_start
     logger.debug("rsfk_lists n=%d K=%d: %d trees, %s", n, K, built, {k: round(v, 4) for k, v in T.items()})
     return idx, dist, stats
+
+
+def rsfk_graph(X, k, *, metric, params=None, seed=0, device=None):
+    """The registry's ``task="graph"`` engine contract around :func:`rsfk_lists`:
+    ``engine(X, k, *, metric, params, seed, device) -> (idx, dist, stats)``. ``device`` is implied by
+    X (numpy: CPU twin, cupy: GPU) and only checked against it."""
+    on_gpu = not isinstance(X, np.ndarray)
+    if device is not None and device != ("gpu" if on_gpu else "cpu"):
+        raise ValueError(f"device={device!r} but X is a {'cupy' if on_gpu else 'numpy'} array")
+    return rsfk_lists(X, k, metric=metric, params=params, seed=seed)
