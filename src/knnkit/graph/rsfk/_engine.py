@@ -1,0 +1,462 @@
+"""The RSFK engine: parameters, the forest driver shared by the CPU and GPU backends, and the recall
+estimator.
+
+Paper: Meyer, Pozo & Nunan Zola, "Warp-centric K-Nearest Neighbor Graphs construction on GPU"
+(w-KNNG; RSFK tree construction, k-NN set updates, NNE post-processing).
+"""
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from ..._core.config import logger
+from ..._core.params import Params, check_bool, check_choice, check_float, check_int
+
+__all__ = ["RSFKParams", "rsfk_lists", "rsfk_graph", "estimate_recall", "default_leaf_size", "default_n_trees"]
+
+_METRICS = {"l2": 0, "ip": 1}
+#: leaf_size is bounded so that the diagonal kernel's shared buffer (4 bytes per point) stays small
+MAX_LEAF_SIZE = 4096
+
+
+def default_leaf_size(K):
+    """Default largest leaf for lists of ``K``: at least ``2K + 2`` so that every leaf (halves of a
+    node above the limit are never smaller than ``K + 1``) gives each of its points ``K``
+    candidates, and at least 64 (2 x 2 tiles of the GPU's tiles kernel; on clustered 5k x 16,
+    4 trees + NNE gave recall@10 0.980 with 64 against 0.961 with 32, NOTES_rsfk.md)."""
+    return int(min(MAX_LEAF_SIZE, max(64, 2 * K + 2)))
+
+
+def default_n_trees(n, K, nne=True):
+    """Default number of trees when neither ``n_trees`` nor ``target_recall`` is given.
+
+    More points need more trees for the same recall (a point's true neighbours are spread over more
+    leaves); NNE multiplies what each tree gives. Measured on the CPU twin (NOTES_rsfk.md): with NNE,
+    clustered 5k x 16 reaches recall@10 0.98 with 4 trees (leaf_size 64).
+    """
+    grow = max(0.0, math.log2(max(n, 2) / 5000.0))
+    base = 4 + grow if nne else 10 + 3 * grow
+    return int(min(64, max(2, round(base))))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RSFKParams(Params):
+    """Parameters of the random-sample forest k-NN graph (RSFK with warp-centric leaf updates).
+
+    Parameters
+    ----------
+    n_trees : int or None
+        Trees of the forest. None: :func:`default_n_trees` of n and K, or as many as
+        ``target_recall`` needs (up to ``max_trees``). Not together with ``target_recall``.
+    leaf_size : int or None
+        Largest leaf; must be at least ``K + 1`` (checked when K is known). None:
+        :func:`default_leaf_size` of K.
+    split : {"sample", "projection"}
+        ``"sample"`` (RSFK): the hyperplane equidistant to two random points of the node (the
+        angular version for inner products); ``"projection"``: a random +-1 direction through the
+        node's median.
+    leaf_update : {"auto", "atomic", "tiles", "diagonal"}
+        GPU k-NN set update kernel (the CPU has one leaf join). ``"auto"`` is ``"tiles"``.
+    nne : bool
+        Run the nearest-neighbour exploration pass (neighbours of neighbours) after the forest.
+    nne_iters : int
+        NNE passes (>= 1).
+    target_recall : float or None
+        Add trees until the recall@K estimated on ``recall_sample`` points with exact neighbours
+        (including the effect of one NNE pass when ``nne``) reaches this value, or ``max_trees``.
+    max_trees : int
+        Cap on the trees added for ``target_recall``.
+    recall_sample : int
+        Points of the recall estimate.
+    """
+
+    n_trees: object = None
+    leaf_size: object = None
+    split: str = "sample"
+    leaf_update: str = "auto"
+    nne: bool = True
+    nne_iters: int = 1
+    target_recall: object = None
+    max_trees: int = 64
+    recall_sample: int = 500
+
+    def _validate(self):
+        out = {
+            "n_trees": check_int(self.n_trees, "n_trees", minimum=1, allow_none=True),
+            "leaf_size": check_int(self.leaf_size, "leaf_size", minimum=2, maximum=MAX_LEAF_SIZE, allow_none=True),
+            "split": check_choice(self.split, "split", ("sample", "projection")),
+            "leaf_update": check_choice(self.leaf_update, "leaf_update", ("auto", "atomic", "tiles", "diagonal")),
+            "nne": check_bool(self.nne, "nne"),
+            "nne_iters": check_int(self.nne_iters, "nne_iters", minimum=1),
+            "target_recall": check_float(self.target_recall, "target_recall", minimum=0.0, maximum=1.0,
+                                         open_min=True, allow_none=True),
+            "max_trees": check_int(self.max_trees, "max_trees", minimum=1),
+            "recall_sample": check_int(self.recall_sample, "recall_sample", minimum=1),
+        }
+        if out["n_trees"] is not None and out["target_recall"] is not None:
+            raise ValueError("give n_trees or target_recall, not both (target_recall adds trees up to max_trees)")
+        return out
+
+
+def _backend(X):
+    if isinstance(X, np.ndarray):
+        from ._cpu import CpuBackend
+
+        return CpuBackend()
+    from ._gpu import GpuBackend
+
+    return GpuBackend()
+
+
+# ----------------------------------------------------------------------------------------- trees
+
+def _orderable(xp, proj):
+    """float32 -> uint64 whose unsigned order is the float order."""
+    u = proj.view(xp.uint32).astype(xp.uint64)
+    flip = xp.where((u >> 31) == 1, xp.uint64(0xFFFFFFFF), xp.uint64(0x80000000))
+    return u ^ flip
+
+
+def build_tree(be, X, metric, inv_norm, leaf_size, min_child, split, seed, tree):
+    """One tree, level by level on ``be``'s device.
+
+    Returns ``(perm, leaf_lo, leaf_hi, levels)``: ``perm`` holds the point ids grouped by leaf, leaf
+    ``l`` is ``perm[leaf_lo[l]:leaf_hi[l]]``. Every leaf holds at most ``leaf_size`` points and, when
+    ``n >= min_child``, at least ``min_child``.
+    """
+    xp = be.xp
+    n = X.shape[0]
+    perm = xp.arange(n, dtype=xp.int32)
+    lo = xp.zeros(n, xp.int32)
+    hi = xp.full(n, n, xp.int32)
+    side = xp.zeros(n, xp.int32)
+    cum = xp.zeros(n + 1, xp.int32)
+    proj = xp.zeros(n, xp.float32)
+    out = [xp.empty_like(perm), xp.empty_like(lo), xp.empty_like(hi)]
+    # a sample split that leaves a child below min_child is retried with new pivots at the next
+    # level; past this depth every oversized node is halved (random halves), so the loop ends
+    force_depth = 2 * int(math.ceil(math.log2(max(2.0, n / max(1, min_child))))) + 8
+    level = 0
+    while n > leaf_size and int((hi - lo).max()) > leaf_size:  # one scalar to the host per level
+        force = level >= force_depth
+        if split == "projection" and not force:
+            be.project(X, perm, lo, hi, leaf_size, seed, tree, level, proj)
+            # sort each node by projection (nodes stay in place: lo is the primary key), then halve
+            order = be.argsort((lo.astype(xp.uint64) << 32) | _orderable(xp, proj))
+            perm = perm[order]
+            mode = 1
+        else:
+            if not force:
+                be.side_sample(X, metric, inv_norm, perm, lo, hi, leaf_size, seed, tree, level, side)
+                cum[1:] = xp.cumsum(side, dtype=xp.int32)
+            mode = 0
+        be.partition(perm, lo, hi, side, cum, leaf_size, min_child, mode, force, *out)
+        (perm, lo, hi), out = out, [perm, lo, hi]
+        level += 1
+    heads = xp.nonzero(lo == xp.arange(n, dtype=xp.int32))[0]
+    return perm, heads.astype(xp.int32), hi[heads], level
+
+
+# ---------------------------------------------------------------------------------------- recall
+
+def _row_distances(xp, X, rows, cand, metric, chunk_bytes=1 << 26):
+    """float32 distances (s, C) between X[rows[r]] and X[cand[r, c]] (cand >= 0 assumed)."""
+    s, C = cand.shape
+    d = X.shape[1]
+    out = xp.empty((s, C), xp.float32)
+    step = max(1, chunk_bytes // max(1, C * d * 4))
+    for r0 in range(0, s, step):
+        xr = X[rows[r0:r0 + step]][:, None, :]
+        xc = X[cand[r0:r0 + step]]
+        if metric == "l2":
+            out[r0:r0 + step] = ((xc - xr) ** 2).sum(-1)
+        else:
+            out[r0:r0 + step] = -(xc * xr).sum(-1)
+    return out
+
+
+def _distinct_valid(xp, cand, rows):
+    """``cand`` with -1 in place of self, out-of-range and repeated ids (per row)."""
+    cand = cand.astype(xp.int64)
+    cand = xp.where(cand == rows[:, None], -1, cand)
+    cand = xp.sort(cand, axis=1)
+    rep = xp.zeros(cand.shape, dtype=bool)
+    rep[:, 1:] = cand[:, 1:] == cand[:, :-1]
+    return xp.where(rep, -1, cand)
+
+
+class _RecallProbe:
+    """Exact K-th neighbour distances of a fixed sample of rows, and the recall@K of lists on them.
+
+    A listed neighbour counts as found when its distance is at most the exact K-th distance (so
+    ties, e.g. duplicate points, count whichever of the tied ids a list holds); at most K per row.
+    """
+
+    def __init__(self, X, K, metric, sample, seed):
+        xp = _xp(X)
+        n = X.shape[0]
+        self.K = K
+        self.metric = metric
+        rs = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5AFE]))
+        rows = np.sort(rs.choice(n, size=min(int(sample), n), replace=False)).astype(np.int64)
+        self.rows_h = rows
+        self.rows = xp.asarray(rows)
+        exact = _exact_ids(X, rows, K, metric)
+        d_exact = _row_distances(xp, X, self.rows, exact, metric)
+        self.kth = d_exact.max(axis=1)
+        self.kth = self.kth + xp.float32(1e-6) * xp.abs(self.kth)  # rounding slack for exact ties
+
+    def recall(self, X, idx, nne=False):
+        xp = _xp(X)
+        K = self.K
+        cand = idx[self.rows][:, :K].astype(xp.int64)
+        if nne:
+            second = idx[xp.maximum(cand, 0)][:, :, :K].astype(xp.int64)
+            second = xp.where((cand >= 0)[:, :, None], second, -1)
+            cand = xp.concatenate([cand, second.reshape(cand.shape[0], -1)], axis=1)
+        cand = _distinct_valid(xp, cand, self.rows)
+        valid = cand >= 0
+        dd = _row_distances(xp, X, self.rows, xp.maximum(cand, 0), self.metric)
+        hits = xp.minimum(((dd <= self.kth[:, None]) & valid).sum(axis=1), K)
+        return float(hits.sum()) / float(len(self.rows_h) * K)
+
+
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def _exact_ids(X, rows, K, metric):
+    """Exact K nearest (self excluded) of X[rows] among X, as an int64 array on X's device."""
+    if isinstance(X, np.ndarray):
+        from ...exact._cpu import knn_cpu
+
+        _d, ids = knn_cpu(X, np.ascontiguousarray(X[rows]), min(K + 1, X.shape[0]), metric, False)
+        # drop self where present, else the last column (ties with self when it ranks past K+1)
+        is_self = ids == rows[:, None]
+        drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), ids.shape[1] - 1)
+        keep = np.ones(ids.shape, bool)
+        keep[np.arange(len(rows)), drop] = False
+        return ids[keep].reshape(len(rows), -1)[:, :K]
+    import cupy as cp
+
+    from ...exact._gpu import knn_gpu
+
+    r = cp.asarray(rows)
+    _d, ids = knn_gpu(X, cp.ascontiguousarray(X[r]), K, metric, False, self_ids=r.astype(cp.int32))
+    return ids.astype(cp.int64)
+
+
+def estimate_recall(X, idx, k, *, metric, sample=500, seed=0):
+    """Recall@k of a k-NN graph estimated on ``sample`` random rows with exact neighbours.
+
+    Parameters
+    ----------
+    X : ndarray or cupy.ndarray, float32 (n, d)
+        Prepared data (numpy: exact neighbours by ``exact._cpu``; cupy: ``exact._gpu``).
+    idx : array (n, >= k)
+        The graph's neighbour lists (any int dtype, -1 for holes), on X's device or the host.
+    k : int
+        Recall@k: the first k entries of each row against the exact k nearest (self excluded).
+    metric : {"l2", "ip"}
+        Internal metric.
+    sample : int
+        Rows sampled (all rows when ``sample >= n``).
+    seed : int
+        Seed of the row sample.
+
+    Returns
+    -------
+    float
+        Found neighbours over ``rows * k``; a listed neighbour counts when its distance is at most
+        the exact k-th distance (ties count), at most k per row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((300, 4), dtype=np.float32)
+    >>> from knnkit.exact._cpu import knn_cpu
+    >>> _d, i = knn_cpu(X, X, 5, "l2", True)
+    >>> estimate_recall(X, i, 5, metric="l2", sample=100)
+    1.0
+    """
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be 'l2' or 'ip' (internal), got {metric!r}")
+    xp = _xp(X)
+    n = X.shape[0]
+    k = check_int(k, "k", minimum=1, maximum=max(1, n - 1))
+    idx = xp.asarray(idx)
+    if idx.ndim != 2 or idx.shape[0] != n or idx.shape[1] < k:
+        raise ValueError(f"idx must have shape ({n}, >= {k}), got {tuple(idx.shape)}")
+    probe = _RecallProbe(X, k, metric, check_int(sample, "sample", minimum=1), seed)
+    return probe.recall(X, idx)
+
+
+# ---------------------------------------------------------------------------------------- engine
+
+def _init_lists(be, X, metric, init, K, idx, dist):
+    """Seed the lists with an initial graph ``init = indices`` or ``(indices, distances)`` (distances are
+    recomputed; self, out-of-range and repeated ids dropped)."""
+    xp = be.xp
+    ids = init[0] if isinstance(init, tuple) else init
+    ids = xp.asarray(ids)
+    n = X.shape[0]
+    if ids.ndim != 2 or ids.shape[0] != n:
+        raise ValueError(f"init must have shape ({n}, k'), got {tuple(ids.shape)}")
+    ids = xp.where((ids >= 0) & (ids < n), ids, -1)
+    rows = xp.arange(n, dtype=xp.int64)
+    ids = _distinct_valid(xp, ids, rows)
+    dd = _row_distances(xp, X, rows, xp.maximum(ids, 0), metric)
+    dd = xp.where(ids >= 0, dd, xp.float32(np.inf))
+    # ids are sorted ascending per row and the sort is stable: equal distances keep id order
+    order = xp.argsort(dd, axis=1, kind="stable") if xp is np else xp.argsort(dd, axis=1)
+    ids = xp.take_along_axis(ids, order, axis=1)[:, :K]
+    dd = xp.take_along_axis(dd, order, axis=1)[:, :K]
+    c = ids.shape[1]
+    idx[:, :c] = ids.astype(xp.int32)
+    dist[:, :c] = dd
+
+
+def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None):
+    """Approximate k-NN lists from a random-sample forest (RSFK) plus nearest-neighbour exploration.
+
+    Parameters
+    ----------
+    X : ndarray or cupy.ndarray, float32 (n, d), C-contiguous
+        Prepared data: numpy runs the CPU twin (Numba), cupy the GPU kernels.
+    K : int
+        Neighbours per point.
+    metric : {"l2", "ip"}
+        Internal metric (squared L2, negative inner product).
+    params : RSFKParams, optional
+    seed : int
+        Seed of the pivots, projections and recall sample.
+    init : array (n, k') or (indices, distances), optional
+        An initial graph merged into the lists before the first tree.
+
+    Returns
+    -------
+    idx : int32 (n, K)
+    dist : float32 (n, K)
+        Rows sorted by (distance, id), self excluded, no repeated id; ``-1`` / ``inf`` only where
+        fewer than K other points exist.
+    stats : dict
+        ``trees``, ``leaf_size``, ``leaves`` (per tree: count, min, mean, max size), ``levels`` (per
+        tree), ``time_s`` (per phase), ``leaf_update`` (kernel used), ``recall_per_tree`` and
+        ``recall_estimate`` when ``target_recall`` is set.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> idx, dist, stats = rsfk_lists(X, 5, metric="l2", params=RSFKParams(n_trees=2))
+    >>> idx.shape, stats["trees"]
+    ((500, 5), 2)
+    """
+    params = RSFKParams() if params is None else params
+    if not isinstance(params, RSFKParams):
+        raise TypeError(f"params must be an RSFKParams, got {type(params).__name__}")
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be 'l2' or 'ip' (internal), got {metric!r}")
+    K = check_int(K, "K", minimum=1)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-d, got shape {tuple(X.shape)}")
+    leaf_size = default_leaf_size(K) if params.leaf_size is None else params.leaf_size
+    if leaf_size < K + 1:
+        raise ValueError(f"leaf_size must be >= K + 1 = {K + 1} (a leaf of leaf_size points gives each "
+                         f"point leaf_size - 1 candidates), got leaf_size={leaf_size}")
+    be = _backend(X)
+    xp = be.xp
+    X = xp.ascontiguousarray(X, dtype=xp.float32)
+    n = X.shape[0]
+    mcode = _METRICS[metric]
+    useed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    # every child of a split holds >= min_child points: K + 1 gives each point K candidates per tree
+    min_child = max(1, min(K + 1, (leaf_size + 1) // 2))
+    stats = {"device": be.name, "n": n, "K": K, "leaf_size": leaf_size, "min_child": min_child,
+             "split": params.split, "leaves": [], "levels": [], "leaf_update": None,
+             "time_s": {"init": 0.0, "trees": 0.0, "leaves": 0.0, "nne": 0.0, "fill": 0.0, "recall": 0.0}}
+    T = stats["time_s"]
+    t_start = time.perf_counter()
+    idx, dist = be.new_lists(n, K)
+    if n < 2:
+        stats["trees"] = 0
+        stats["time_s"]["total"] = time.perf_counter() - t_start
+        return idx, dist, stats
+    if init is not None:
+        t0 = time.perf_counter()
+        _init_lists(be, X, metric, init, K, idx, dist)
+        be.sync()
+        T["init"] += time.perf_counter() - t0
+    inv_norm = be.inv_norms(X) if mcode == 1 else xp.ones(1, xp.float32)
+    probe = None
+    if params.target_recall is not None:
+        t0 = time.perf_counter()
+        probe = _RecallProbe(X, min(K, n - 1), metric, params.recall_sample, seed)
+        stats["recall_per_tree"] = []
+        T["recall"] += time.perf_counter() - t0
+        n_trees = params.max_trees
+    else:
+        n_trees = params.n_trees if params.n_trees is not None else default_n_trees(n, K, params.nne)
+    built = 0
+    for t in range(n_trees):
+        t0 = time.perf_counter()
+        perm, leaf_lo, leaf_hi, levels = build_tree(be, X, mcode, inv_norm, leaf_size, min_child,
+                                                    params.split, useed, t)
+        be.sync()
+        t1 = time.perf_counter()
+        stats["leaf_update"] = be.leaf_update(X, mcode, perm, leaf_lo, leaf_hi, idx, dist, params.leaf_update,
+                                              leaf_size)
+        be.sync()
+        t2 = time.perf_counter()
+        T["trees"] += t1 - t0
+        T["leaves"] += t2 - t1
+        sizes = leaf_hi - leaf_lo
+        stats["leaves"].append({"count": int(sizes.shape[0]), "min": int(sizes.min()),
+                                "mean": float(sizes.astype(xp.float64).mean()), "max": int(sizes.max())})
+        stats["levels"].append(levels)
+        built += 1
+        if probe is not None:
+            r = probe.recall(X, idx, nne=params.nne)
+            stats["recall_per_tree"].append(r)
+            T["recall"] += time.perf_counter() - t2
+            logger.debug("rsfk tree %d: recall estimate %.4f", t, r)
+            if r >= params.target_recall:
+                break
+    stats["trees"] = built
+    if params.nne:
+        t0 = time.perf_counter()
+        for _ in range(params.nne_iters):
+            be.nne(X, mcode, idx, dist)
+        be.sync()
+        T["nne"] += time.perf_counter() - t0
+    k_avail = min(K, n - 1)
+    holes = int((idx[:, k_avail - 1] < 0).sum())
+    stats["filled_rows"] = holes
+    if holes:
+        t0 = time.perf_counter()
+        be.fill(X, mcode, idx, dist)
+        be.sync()
+        T["fill"] += time.perf_counter() - t0
+    if probe is not None:
+        t0 = time.perf_counter()
+        stats["recall_estimate"] = probe.recall(X, idx)
+        T["recall"] += time.perf_counter() - t0
+    T["total"] = time.perf_counter() - t_start
+    logger.debug("rsfk_lists n=%d K=%d: %d trees, %s", n, K, built, {k: round(v, 4) for k, v in T.items()})
+    return idx, dist, stats
+
+
+def rsfk_graph(X, k, *, metric, params=None, seed=0, device=None):
+    """The registry's ``task="graph"`` engine contract around :func:`rsfk_lists`:
+    ``engine(X, k, *, metric, params, seed, device) -> (idx, dist, stats)``. ``device`` is implied by
+    X (numpy: CPU twin, cupy: GPU) and only checked against it."""
+    on_gpu = not isinstance(X, np.ndarray)
+    if device is not None and device != ("gpu" if on_gpu else "cpu"):
+        raise ValueError(f"device={device!r} but X is a {'cupy' if on_gpu else 'numpy'} array")
+    return rsfk_lists(X, k, metric=metric, params=params, seed=seed)
