@@ -94,4 +94,6 @@ REGISTRY = Registry([
     Method(name="brute", task="graph", engine="knnkit.graph._brute:brute_graph", params="knnkit.exact:ExactParams",
            metrics=_ALL_METRICS + ("manhattan",), exact=True,
            summary="exact k-NN graph by the GEMM path (manhattan by a CPU loop)"),
+    Method(name="rsfk", task="graph", engine="knnkit.graph.rsfk._engine:rsfk_graph", params="knnkit.graph.rsfk:RSFKParams",
+           metrics=_ALL_METRICS, summary="random-sample forest + nearest-neighbour exploration (RSFK / w-KNNG)"),
 ])

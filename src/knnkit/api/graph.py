@@ -23,7 +23,7 @@ _NND_SHORTCUTS = ("n_neighbors_internal", "sample", "max_iters", "delta", "updat
 
 def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto", random_state=None,
               n_neighbors_internal=None, sample=None, max_iters=None, delta=None, init_graph=None,
-              include_self=False, update=None, refine_hubs=None, verbose=None, params=None):
+              include_self=False, update=None, refine_hubs=None, init=None, verbose=None, params=None):
     """Build the k-nearest-neighbour graph of ``data``.
 
     NN-Descent (GNND on the GPU, a Numba version on the CPU) for large inputs, exact brute force
@@ -55,6 +55,9 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
     delta : float, optional
         Default 0.001.
         Stop when an iteration changes fewer than ``delta * n * K`` list entries.
+    init : {"auto", "random", "rpforest", "rsfk"}, optional
+        NN-Descent's initial lists (see :class:`NNDescentParams`); ``"rsfk"`` starts from a
+        random-sample forest (RSFK) graph.
     init_graph : KnnGraph or (n, m) int array, optional
         Start from these lists instead of a random graph (missing entries are filled at random).
     include_self : bool, default False
@@ -97,7 +100,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
     """
     P = prepare(data, metric=metric, device=device, metrics=GRAPH_METRICS)
     shortcuts = dict(n_neighbors_internal=n_neighbors_internal, sample=sample, max_iters=max_iters, delta=delta,
-                     update=update, refine_hubs=refine_hubs, verbose=verbose)
+                     update=update, refine_hubs=refine_hubs, init=init, verbose=verbose)
     return _build_graph(P, k, method=method, random_state=random_state, init_graph=init_graph,
                         include_self=include_self, params=params, shortcuts=shortcuts, data=data,
                         device_arg=device)

@@ -47,6 +47,10 @@ class NNDescentParams(Params):
         (:mod:`knnkit.graph._hubs`). None: automatic.
     reverse : {"random", "atomic"}
         GPU reverse-neighbour sampling: uniform (default) or the paper's first-come append.
+    init : {"auto", "random", "rpforest", "rsfk"}
+        Initial lists: ``"auto"`` = a random-projection forest on the CPU (with a cache-friendly
+        renumbering) and random lists on the GPU; ``"rsfk"`` = a two-tree random-sample forest
+        with one NNE pass (:mod:`knnkit.graph.rsfk`) on either device.
     verbose : bool
         Log per-iteration progress at INFO level.
     """
@@ -58,6 +62,7 @@ class NNDescentParams(Params):
     update: str | None = None
     refine_hubs: bool | None = None
     reverse: str = "random"
+    init: str = "auto"
     verbose: bool = False
 
     def _validate(self):
@@ -70,6 +75,7 @@ class NNDescentParams(Params):
             "update": None if self.update is None else check_choice(self.update, "update", ("basic", "selective")),
             "refine_hubs": check_bool(self.refine_hubs, "refine_hubs", allow_none=True),
             "reverse": check_choice(self.reverse, "reverse", ("random", "atomic")),
+            "init": check_choice(self.init, "init", ("auto", "random", "rpforest", "rsfk")),
             "verbose": check_bool(self.verbose, "verbose"),
         }
 
@@ -206,7 +212,13 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
     init_d = None
     order = None
     Xw = X  # the data in the order the descent works on
-    if init_indices is None and device == "cpu" and n > 4 * K:
+    if init_indices is None and params.init == "rsfk" and n > K + 1:
+        from ..rsfk import RSFKParams, rsfk_lists
+
+        t1 = time.perf_counter()
+        init_indices, init_d, _rs = rsfk_lists(X, K, metric=metric, params=RSFKParams(n_trees=2, nne=True), seed=seed)
+        phase["rsfk"] = time.perf_counter() - t1
+    elif init_indices is None and params.init in ("auto", "rpforest") and device == "cpu" and n > 4 * K:
         # Renumber the points by the leaf order of one random-projection tree, so that
         # neighbours sit close in memory and the joins hit the cache; then a few more
         # trees give NN-Descent a far better start than random lists (as PyNNDescent
