@@ -426,11 +426,12 @@ def _spec():
                                              "full": dict(n=1_000_000, d=128)}, "sqeuclidean"),
         ("uniform_d960", make_uniform_cube, {"ci": dict(n=2000, d=960), "small": dict(n=50_000, d=960),
                                              "full": dict(n=200_000, d=960)}, "sqeuclidean"),
-        # ci: 6000 points in 300 clusters, sqrt(n) = 77 entries < 300 clusters
-        ("tight_c1000", tc, {"ci": dict(n=6000, d=64, n_clusters=300, spread=0.01),
+        # ci: clusters of 80 points (more than the index's candidate degree, so the candidate graph
+        # cannot link clusters) and more clusters than sqrt(n) entry points (100 > 89, 125 > 100)
+        ("tight_c1000", tc, {"ci": dict(n=8000, d=64, n_clusters=100, spread=0.01),
                              "small": dict(n=100_000, d=64, n_clusters=1000, spread=0.01),
                              "full": dict(n=1_000_000, d=128, n_clusters=1000, spread=0.01)}, "sqeuclidean"),
-        ("tight_c10000", tc, {"ci": dict(n=6000, d=32, n_clusters=600, spread=0.01),
+        ("tight_c10000", tc, {"ci": dict(n=10_000, d=32, n_clusters=125, spread=0.01),
                               "small": dict(n=100_000, d=64, n_clusters=10_000, spread=0.01),
                               "full": dict(n=1_000_000, d=128, n_clusters=10_000, spread=0.01)}, "sqeuclidean"),
         ("broad_clusters", make_broad_clusters, {"ci": dict(n=4000, d=64), "small": dict(n=100_000, d=64),
