@@ -1,0 +1,387 @@
+"""Robustness suite (issue 11, part 5): every set of ``knnkit.datasets.suite.robustness_sets``
+through the PUBLIC API with default parameters, with the peers in the same run.
+
+For every set:
+
+* ``knnkit.knn_graph`` defaults (k=10): build time, recall@10 on a 1000-row sample against
+  exact ``knnkit.knn`` (ties forgiven: duplicates and integer distances);
+* ``knnkit.GraphIndex.build`` defaults: build time, weakly connected components of the search
+  graph and nodes unreachable from the entry points (the diagnosis of issue 11), search recall@10
+  over a beam sweep, recall at the default beam, QPS at recall 0.95 and 0.99 (interpolated on
+  log QPS), whether 0.99 is reached and whether recall plateaus (the two largest beams within
+  0.005 and below 0.99);
+* peers: on the CPU hnswlib (M=16, ef_construction=200, ef sweep) and PyNNDescent (graph recall);
+  on the GPU cuVS CAGRA (graph_degree 64, itopk sweep) and cuVS NN-Descent when ``import cuvs`` works.
+
+Output: ``<out>/<device>_<scale>.json`` (hardware, commit, parameters, results) and
+``<device>_<scale>.md`` (the table); ``--plot`` adds ``<device>_<scale>.png`` (recall vs QPS per set)
+when matplotlib is installed.
+
+    PYTHONPATH=src python benchmarks/robustness.py --device cpu --scale ci --out benchmarks/results/robustness
+    PYTHONPATH=src python benchmarks/robustness.py --device gpu --scale small --sets tight_c1000,skin_u8 --out $OUT
+
+Real sets are found through ``$KNNKIT_DATA`` or ``../shared/data`` relative to the repository root
+(the script changes to the repository root before looking).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+import knnkit  # noqa: E402
+from knnkit.datasets.suite import robustness_sets  # noqa: E402
+from knnkit.evaluate import graph_recall, recall  # noqa: E402
+from knnkit.index._connect import components, reachable_from  # noqa: E402
+
+K = 10
+BEAMS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+ITOPK = [16, 32, 64, 96, 128, 192, 256, 384, 512]
+TARGETS = (0.95, 0.99)
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _sync(device):
+    if device == "gpu":
+        import cupy as cp
+
+        cp.cuda.get_current_stream().synchronize()
+
+
+def _timed(fn, device, repeat=1):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        _sync(device)
+        t = time.perf_counter()
+        out = fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def _qps_at(curve, target):
+    """QPS at ``target`` recall, interpolated linearly in (recall, log QPS) between the two sweep
+    points around it (the first crossing); None when the curve never reaches it."""
+    pts = sorted(((r, q) for r, q in curve if r is not None), key=lambda p: -p[1])  # fast to slow
+    prev = None
+    for r, q in pts:
+        if r >= target:
+            if prev is None or prev[0] >= r:
+                return q
+            r0, q0 = prev
+            f = (target - r0) / (r - r0)
+            return float(math.exp(math.log(q0) + f * (math.log(q) - math.log(q0))))
+        prev = (r, q)
+    return None
+
+
+def _summary(curve):
+    rs = [r for r, _ in curve]
+    return {"max_recall": max(rs), "qps_at_0.95": _qps_at(curve, 0.95), "qps_at_0.99": _qps_at(curve, 0.99),
+            "reaches_0.99": max(rs) >= 0.99,
+            "plateau": len(rs) >= 2 and max(rs) < 0.99 and abs(rs[-1] - rs[-2]) < 0.005}
+
+
+def _recall(I, D, TI, TD, metric):
+    return float(recall(_host(I), _host(TI), found_distances=_host(D), true_distances=_host(TD),
+                        similarity=(metric == "inner_product")))
+
+
+def run_knnkit(name, X, Q, metric, device, TI, TD, seed):
+    res = {}
+    t, g = _timed(lambda: knnkit.knn_graph(X, k=K, metric=metric, device=device, random_state=seed), device)
+    res["graph_build_s"] = round(t, 3)
+    res["graph_method"] = (g.stats or {}).get("method") if hasattr(g, "stats") and isinstance(g.stats, dict) else None
+    res["graph_recall"] = round(float(graph_recall(X, g, sample=1000, metric=metric, random_state=seed,
+                                                   device=device, ties=True)), 4)
+    t, index = _timed(lambda: knnkit.GraphIndex.build(X, metric=metric, device=device, random_state=seed), device)
+    res["index_build_s"] = round(t, 3)
+    res["graph_degree"] = index.graph_degree
+    res["n_entry"] = len(index.entry_points)
+    G = index.graph
+    res["index_components"] = int(components(G)[1])
+    res["index_unreachable"] = int(G.shape[0] - reachable_from(G, index.entry_points).sum())
+    res["index_build_stats"] = {k: v for k, v in index.build_params.items() if k not in ("random_state",)}
+    default_beam = index.search_params.get("beam") or 64
+    curve = []
+    for b in sorted(set(BEAMS + [default_beam])):
+        if b < K:
+            continue
+        index.search(Q[: min(50, len(Q))], k=K, beam=b)  # warm-up (JIT / kernel compile)
+        t, (D, I) = _timed(lambda: index.search(Q, k=K, beam=b), device, repeat=2)
+        r = _recall(I, D, TI, TD, metric)
+        curve.append((round(r, 4), round(len(Q) / t, 1)))
+        if b == default_beam:
+            res["recall_default_beam"] = round(r, 4)
+        if r >= 0.999 and b >= default_beam:
+            break
+    res["default_beam"] = default_beam
+    res["curve"] = curve
+    res.update(_summary(curve))
+    return res
+
+
+def run_hnswlib(X, Q, metric, TI, TD, seed):
+    import hnswlib
+
+    Xf = np.ascontiguousarray(X, np.float32)
+    Qf = np.ascontiguousarray(Q, np.float32)
+    space = "ip" if metric == "inner_product" else "l2"
+    t0 = time.perf_counter()
+    p = hnswlib.Index(space=space, dim=Xf.shape[1])
+    p.init_index(max_elements=Xf.shape[0], M=16, ef_construction=200, random_seed=seed)
+    p.add_items(Xf, np.arange(Xf.shape[0]), num_threads=os.cpu_count())
+    res = {"build_s": round(time.perf_counter() - t0, 3), "params": "M=16 ef_construction=200"}
+    curve = []
+    for ef in EFS:
+        if ef < K:
+            continue
+        p.set_ef(ef)
+        t, (I, D) = _timed(lambda: p.knn_query(Qf, k=K, num_threads=os.cpu_count()), "cpu", repeat=2)
+        # hnswlib distances: l2 squared, ip as 1 - <q, x>; convert to knnkit's for the tie rule
+        Dk = D if metric != "inner_product" else 1.0 - D
+        curve.append((round(_recall(I, Dk, TI, TD, metric), 4), round(len(Q) / t, 1)))
+        if curve[-1][0] >= 0.999:
+            break
+    res["curve"] = curve
+    res.update(_summary(curve))
+    return res
+
+
+def run_pynndescent(X, metric, seed):
+    import pynndescent
+
+    Xf = np.ascontiguousarray(X, np.float32)
+    t0 = time.perf_counter()
+    nnd = pynndescent.NNDescent(Xf, n_neighbors=K + 1, metric="dot" if metric == "inner_product" else "sqeuclidean",
+                                random_state=seed, n_jobs=-1, compressed=True)
+    idx, _ = nnd.neighbor_graph
+    t = time.perf_counter() - t0
+    # drop each row's self (or, for duplicates, its first column) to keep k neighbours
+    rows = np.arange(idx.shape[0])[:, None]
+    keep = np.where((idx == rows).any(1, keepdims=True), idx != rows, np.arange(K + 1)[None, :] > 0)
+    g = np.stack([r[m][:K] for r, m in zip(idx, keep)])
+    gr = graph_recall(X, g, sample=1000, metric=metric, random_state=seed, device="cpu", ties=True)
+    return {"build_s": round(t, 3), "graph_recall": round(float(gr), 4)}
+
+
+def run_cuvs(X, Q, metric, TI, TD):
+    import cupy as cp
+    from cuvs.neighbors import cagra
+
+    Xd = cp.asarray(X, dtype=cp.float32)
+    Qd = cp.asarray(Q, dtype=cp.float32)
+    m = "inner_product" if metric == "inner_product" else "sqeuclidean"
+    res = {}
+    t, idx = _timed(lambda: cagra.build(cagra.IndexParams(metric=m, graph_degree=64, intermediate_graph_degree=128),
+                                        Xd), "gpu")
+    res["cagra_build_s"] = round(t, 3)
+    curve = []
+    for it in ITOPK:
+        sp = cagra.SearchParams(itopk_size=it)
+        cagra.search(sp, idx, Qd[:50], K)
+        t, (D, I) = _timed(lambda: cagra.search(sp, idx, Qd, K), "gpu", repeat=3)
+        D, I = cp.asarray(D), cp.asarray(I)
+        Dk = -D if metric == "inner_product" else D
+        curve.append((round(_recall(I.astype(cp.int64), Dk, TI, TD, metric), 4), round(len(Q) / t, 1)))
+    res["cagra_curve"] = curve
+    res.update({"cagra_" + k: v for k, v in _summary(curve).items()})
+    try:
+        from cuvs.neighbors import nn_descent
+
+        t, nd = _timed(lambda: nn_descent.build(nn_descent.IndexParams(graph_degree=K, metric=m), Xd), "gpu")
+        g = cp.asarray(nd.graph)[:, :K]
+        res["nn_descent_build_s"] = round(t, 3)
+        res["nn_descent_graph_recall"] = round(float(graph_recall(Xd, g, sample=1000, metric=metric, random_state=0,
+                                                                  device="gpu", ties=True)), 4)
+    except Exception as e:  # keep CAGRA's numbers when nn_descent's API differs
+        res["nn_descent_error"] = repr(e)[:300]
+    return res
+
+
+def _hardware(device):
+    hw = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+          "processor": platform.processor()}
+    if device == "gpu":
+        try:
+            import cupy as cp
+
+            hw["gpu"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        except Exception as e:  # pragma: no cover
+            hw["gpu"] = repr(e)
+    return hw
+
+
+def _commit():
+    try:
+        c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return c + ("-dirty" if dirty else "")
+    except OSError:
+        return None
+
+
+def _fmt(v, nd=3):
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.0f}" if v >= 100 else f"{v:.{nd}f}"
+    return str(v)
+
+
+def markdown(doc):
+    dev = doc["params"]["device"]
+    lines = [f"# Robustness suite — {dev}, scale {doc['params']['scale']}", "",
+             f"commit `{doc['commit']}`, {doc['date']}, {doc['hardware'].get('gpu') or doc['hardware']['processor']} "
+             f"({doc['hardware']['cpu_count']} CPU cores). k = {K}; recall with ties forgiven; QPS at a recall "
+             "interpolated on the beam sweep (— = never reached). knnkit with default parameters.", ""]
+    peer = "hnswlib" if dev == "cpu" else "CAGRA"
+    lines.append(f"| set | n × d | metric | graph recall | {'PyNNDescent' if dev == 'cpu' else 'cuVS NND'} graph recall "
+                 "| index build s | components | unreachable | entries | recall @ default beam | max recall | plateau "
+                 f"| QPS@0.95 | QPS@0.99 | {peer} build s | {peer} max recall | {peer} QPS@0.95 | {peer} QPS@0.99 |")
+    lines.append("|" + "---|" * 19)
+    for s in doc["sets"]:
+        r = s.get("knnkit", {})
+        p = s.get("hnswlib" if dev == "cpu" else "cuvs", {}) or {}
+        pg = (s.get("pynndescent") or {}).get("graph_recall") if dev == "cpu" else p.get("nn_descent_graph_recall")
+        if dev == "cpu":
+            pb, pm, p95, p99 = p.get("build_s"), p.get("max_recall"), p.get("qps_at_0.95"), p.get("qps_at_0.99")
+        else:
+            pb, pm, p95, p99 = (p.get("cagra_build_s"), p.get("cagra_max_recall"), p.get("cagra_qps_at_0.95"),
+                                p.get("cagra_qps_at_0.99"))
+        if "error" in r:
+            lines.append(f"| {s['name']} | {s['n']} × {s['d']} | {s['metric']} | error: {r['error'][:60]} |" + " |" * 15)
+            continue
+        lines.append("| " + " | ".join(_fmt(x) for x in [
+            s["name"], f"{s['n']} × {s['d']}", s["metric"], r.get("graph_recall"), pg, r.get("index_build_s"),
+            r.get("index_components"), r.get("index_unreachable"), r.get("n_entry"), r.get("recall_default_beam"),
+            r.get("max_recall"), r.get("plateau"), r.get("qps_at_0.95"), r.get("qps_at_0.99"), pb, pm, p95, p99]) + " |")
+    lines += ["", "components: weakly connected components of the index's search graph; unreachable: nodes no "
+              "search can reach from the entry points (directed). Curves (recall, QPS) per beam are in the JSON."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return None
+    sets = doc["sets"]
+    cols = 4
+    rows = max(1, math.ceil(len(sets) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, s in zip(axes.ravel(), sets):
+        for label, curve in (("knnkit", (s.get("knnkit") or {}).get("curve")),
+                             ("hnswlib", (s.get("hnswlib") or {}).get("curve")),
+                             ("CAGRA", (s.get("cuvs") or {}).get("cagra_curve"))):
+            if curve:
+                ax.plot([c[0] for c in curve], [c[1] for c in curve], "o-", ms=3, label=label)
+        ax.set_yscale("log")
+        ax.set_title(s["name"], fontsize=9)
+        ax.set_xlabel("recall@10")
+        ax.set_ylabel("QPS")
+        ax.axvline(0.95, color="grey", lw=0.5)
+        ax.axvline(0.99, color="grey", lw=0.5)
+        ax.legend(fontsize=7)
+    for ax in axes.ravel()[len(sets):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--scale", choices=("ci", "small", "full"), default="ci")
+    ap.add_argument("--sets", default=None, help="comma-separated set names (default: all)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(HERE, "results", "robustness"))
+    ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-real", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    os.chdir(ROOT)  # ../shared/data is looked up relative to the repository root
+    knnkit.set_progress(False)
+    names = args.sets.split(",") if args.sets else None
+    t_all = time.perf_counter()
+    sets = robustness_sets(args.scale, names=names, real=not args.no_real, random_state=args.seed)
+    doc = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": _commit(),
+           "hardware": _hardware(args.device),
+           "params": {"device": args.device, "scale": args.scale, "k": K, "beams": BEAMS, "hnsw_efs": EFS,
+                      "cagra_itopk": ITOPK, "seed": args.seed, "knnkit": knnkit.__version__,
+                      "peers": not args.no_peers},
+           "sets": []}
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{args.device}_{args.scale}")
+    for name, X, Q, metric in sets:
+        t_set = time.perf_counter()
+        entry = {"name": name, "n": int(X.shape[0]), "d": int(X.shape[1]), "dtype": str(X.dtype),
+                 "n_queries": int(Q.shape[0]), "metric": metric}
+        Xd, Qd = X, Q
+        if args.device == "gpu":
+            import cupy as cp
+
+            Xd, Qd = cp.asarray(X), cp.asarray(Q)
+        TD, TI = knnkit.knn(Xd, Qd, k=K, metric=metric, device=args.device)
+        try:
+            entry["knnkit"] = run_knnkit(name, Xd, Qd, metric, args.device, TI, TD, args.seed)
+        except Exception as e:
+            entry["knnkit"] = {"error": repr(e)[:300], "traceback": traceback.format_exc()[-1500:]}
+        if not args.no_peers:
+            if args.device == "cpu":
+                for peer, fn in (("hnswlib", lambda: run_hnswlib(X, Q, metric, TI, TD, args.seed)),
+                                 ("pynndescent", lambda: run_pynndescent(X, metric, args.seed))):
+                    try:
+                        entry[peer] = fn()
+                    except Exception as e:
+                        entry[peer] = {"error": repr(e)[:300]}
+            else:
+                try:
+                    entry["cuvs"] = run_cuvs(X, Q, metric, TI, TD)
+                except Exception as e:
+                    entry["cuvs"] = {"error": repr(e)[:300]}
+        entry["seconds"] = round(time.perf_counter() - t_set, 1)
+        doc["sets"].append(entry)
+        r = entry["knnkit"]
+        print(f"{name:18s} n={X.shape[0]:>8d} graph={r.get('graph_recall')} comps={r.get('index_components')} "
+              f"unreach={r.get('index_unreachable')} rec@def={r.get('recall_default_beam')} "
+              f"max={r.get('max_recall')} | peer={(entry.get('hnswlib') or entry.get('cuvs') or {}).get('max_recall', '')} "
+              f"({entry['seconds']} s)", flush=True)
+        with open(stem + ".json", "w") as f:  # rewritten after every set: a cut-off run keeps its results
+            json.dump(doc, f, indent=1)
+    doc["total_s"] = round(time.perf_counter() - t_all, 1)
+    with open(stem + ".json", "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(markdown(doc))
+    if args.plot:
+        plot(doc, stem + ".png")
+    print(f"wrote {stem}.json and {stem}.md ({doc['total_s']} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,659 @@
+"""Connectivity of a search graph: components, reachability from the entry points, and a repair
+that links every component to its nearest neighbouring components and makes every node
+reachable from the entries (issue 11, part 1).
+
+A fixed-degree graph built from k-NN candidates falls apart into one piece per cluster on data
+made of tight, well-separated clusters; a beam search started from entry points that miss a
+piece can never return its points, whatever the beam (GGNN section 3.2.1 names this pitfall:
+``y in N_x`` does not give ``x in N_y``, and a kNN graph has no link between far groups). The
+functions here are pure functions on arrays: numpy (CPU, Numba loops) or cupy (GPU, CuPy array
+operations only, no custom kernel), chosen by the type of the ``graph`` argument.
+
+Graphs are int32 ``(n, R)`` arrays of neighbour ids, ``-1`` in empty slots. Metrics are the internal
+ones: ``"l2"`` (squared Euclidean) and ``"ip"`` (negative inner product).
+"""
+
+import time
+
+import numba
+import numpy as np
+
+from .._core.backend import get_array_module
+from .._core.config import logger
+
+__all__ = ["components", "reachable_from", "repair_connectivity", "entry_points_per_component",
+           "combine_entry_points"]
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _xp_of(a):
+    return get_array_module(a)
+
+
+def _to_host(a):
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def _check_graph(graph):
+    if graph.ndim != 2:
+        raise ValueError(f"graph must be 2-D (n, R), got shape {graph.shape}")
+    if graph.dtype.kind not in "iu":
+        raise ValueError(f"graph must hold integer ids, got dtype {graph.dtype}")
+
+
+def _scatter_min(xp, a, idx, val):
+    if xp is np:
+        np.minimum.at(a, idx, val)
+    else:
+        import cupyx
+
+        cupyx.scatter_min(a, idx, val)
+
+
+# ---------------------------------------------------------------------------------- components
+@numba.njit(cache=True)
+def _find(parent, x):
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]  # path halving
+        x = parent[x]
+    return x
+
+
+@numba.njit(cache=True)
+def _union_find_roots(graph):
+    """Root of each node's weak component; the root is the smallest id in the component
+    (union by smaller root). Ids outside [0, n) are ignored."""
+    n, R = graph.shape
+    parent = np.arange(n).astype(np.int64)
+    for i in range(n):
+        for j in range(R):
+            v = graph[i, j]
+            if v < 0 or v >= n:
+                continue
+            a = _find(parent, i)
+            b = _find(parent, v)
+            if a < b:
+                parent[b] = a
+            elif b < a:
+                parent[a] = b
+    for i in range(n):
+        parent[i] = _find(parent, i)
+    return parent
+
+
+def _propagate_roots(xp, graph):
+    """Smallest node id of each node's weak component by min-label propagation with hooking and
+    pointer jumping, in array operations (the GPU path; runs on numpy too, for the tests).
+
+    Invariant: ``lab[x]`` is a node of x's component with ``lab[x] <= x``, so ``lab[lab[x]]`` is a
+    valid replacement (pointer jumping). At the fixed point the two ends of every edge share a label
+    and ``lab[lab] == lab``; the component's smallest id m keeps ``lab[m] == m``, so that is the label.
+    """
+    n, R = graph.shape
+    g = graph.ravel()
+    valid = (g >= 0) & (g < n)
+    src = (xp.arange(n * R, dtype=xp.int64) // R)[valid].astype(xp.int32)
+    dst = g[valid].astype(xp.int32)
+    lab = xp.arange(n, dtype=xp.int32)
+    while True:
+        old = lab.copy()
+        ls, ld = lab[src], lab[dst]
+        m = xp.minimum(ls, ld)
+        _scatter_min(xp, lab, src, m)
+        _scatter_min(xp, lab, dst, m)
+        _scatter_min(xp, lab, ls, m)   # hook the current labels too: fewer rounds on long paths
+        _scatter_min(xp, lab, ld, m)
+        while True:
+            nl = lab[lab]
+            if bool((nl == lab).all()):
+                break
+            lab = nl
+        if bool((lab == old).all()):
+            return lab
+
+
+def components(graph, *, method=None):
+    """Weakly connected components of a fixed-degree graph.
+
+    Parameters
+    ----------
+    graph : int array (n, R), numpy or cupy
+        Neighbour ids, ``-1`` (or any id outside ``[0, n)``) for an empty slot.
+    method : {None, "union_find", "propagate"}
+        ``None``: Numba union-find for numpy, label propagation for cupy. ``"propagate"`` forces the
+        array-operation label propagation (the GPU algorithm) on numpy too.
+
+    Returns
+    -------
+    labels : int32 array (n,), same module as ``graph``
+        Component number of each node; components are numbered by their smallest node id (the
+        component of node 0 is 0), so CPU and GPU give identical labels.
+    n_components : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> g = np.array([[1, -1], [-1, -1], [3, -1], [2, -1], [-1, -1]], np.int32)
+    >>> labels, c = components(g)
+    >>> labels.tolist(), c
+    ([0, 0, 1, 1, 2], 3)
+    """
+    _check_graph(graph)
+    xp = _xp_of(graph)
+    n = graph.shape[0]
+    if n == 0:
+        return xp.zeros(0, xp.int32), 0
+    if method is None:
+        method = "union_find" if xp is np else "propagate"
+    if method == "union_find":
+        if xp is not np:
+            raise ValueError("method='union_find' needs a numpy graph")
+        roots = _union_find_roots(np.ascontiguousarray(graph))
+    elif method == "propagate":
+        roots = _propagate_roots(xp, graph)
+    else:
+        raise ValueError(f"method must be None, 'union_find' or 'propagate', got {method!r}")
+    is_root = roots == xp.arange(n, dtype=roots.dtype)
+    rank = xp.cumsum(is_root.astype(xp.int32)) - 1  # roots are their component's smallest id
+    labels = rank[roots].astype(xp.int32)
+    return labels, int(is_root.sum())
+
+
+# ---------------------------------------------------------------------------------- reachability
+@numba.njit(cache=True)
+def _bfs(graph, seen, queue, tail):
+    n, R = graph.shape
+    head = 0
+    while head < tail:
+        u = queue[head]
+        head += 1
+        for j in range(R):
+            v = graph[u, j]
+            if v < 0 or v >= n or seen[v]:
+                continue
+            seen[v] = True
+            queue[tail] = v
+            tail += 1
+    return tail
+
+
+def _frontier(xp, graph, seen, frontier):
+    n = graph.shape[0]
+    while frontier.size:
+        nb = graph[frontier].ravel()
+        nb = nb[(nb >= 0) & (nb < n)]
+        nb = nb[~seen[nb]]
+        if nb.size == 0:
+            break
+        nb = xp.unique(nb)
+        seen[nb] = True
+        frontier = nb
+    return seen
+
+
+def reachable_from(graph, sources, *, method=None):
+    """Nodes reachable from ``sources`` along the directed edges of ``graph``.
+
+    Parameters
+    ----------
+    graph : int array (n, R), numpy or cupy
+        ``-1`` (or any id outside ``[0, n)``) for an empty slot.
+    sources : int array-like
+        Start nodes (entry points); negative ids are ignored.
+    method : {None, "bfs", "frontier"}
+        ``None``: Numba BFS for numpy, frontier expansion in array operations for cupy;
+        ``"frontier"`` forces the array version (the GPU algorithm) on numpy.
+
+    Returns
+    -------
+    bool array (n,), same module as ``graph``
+        True where a node can be reached (sources included).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> g = np.array([[1], [2], [-1], [0]], np.int32)
+    >>> reachable_from(g, [0]).tolist()
+    [True, True, True, False]
+    """
+    _check_graph(graph)
+    xp = _xp_of(graph)
+    n = graph.shape[0]
+    src = xp.asarray(sources).ravel().astype(xp.int64)
+    if src.size and bool((src >= n).any()):
+        raise ValueError(f"sources must be node ids < n = {n}")
+    src = src[src >= 0]
+    seen = xp.zeros(n, dtype=bool)
+    seen[src] = True
+    if method is None:
+        method = "bfs" if xp is np else "frontier"
+    if method == "bfs":
+        if xp is not np:
+            raise ValueError("method='bfs' needs a numpy graph")
+        queue = np.empty(n, np.int64)
+        first = np.unique(src)
+        queue[:first.size] = first
+        _bfs(np.ascontiguousarray(graph), seen, queue, first.size)
+        return seen
+    if method == "frontier":
+        return _frontier(xp, graph, seen, xp.unique(src))
+    raise ValueError(f"method must be None, 'bfs' or 'frontier', got {method!r}")
+
+
+# ---------------------------------------------------------------------------------- geometry
+def _component_sums(xp, X, labels, c):
+    """(c, d) float64-free sums and (c,) counts of the rows of X per label."""
+    d = X.shape[1]
+    cnt = xp.bincount(labels, minlength=c).astype(xp.float32)
+    if xp is np:
+        import scipy.sparse as sp
+
+        S = sp.csr_matrix((np.ones(labels.shape[0], np.float32), (labels, np.arange(labels.shape[0]))),
+                          shape=(c, labels.shape[0]))
+        sums = np.asarray(S @ X, dtype=np.float32)
+    else:
+        import cupyx
+
+        sums = xp.zeros((c, d), xp.float32)
+        cupyx.scatter_add(sums, labels, X)
+    return sums, cnt
+
+
+def _centroids(xp, X, labels, c):
+    sums, cnt = _component_sums(xp, X, labels, c)
+    return (sums / xp.maximum(cnt, 1)[:, None]).astype(xp.float32), cnt
+
+
+def _nearest_components(xp, C, L, block=2048):
+    """(c, L) ids of the L nearest other centroids (squared l2, GEMM in row blocks)."""
+    c = C.shape[0]
+    cn = (C * C).sum(axis=1)
+    out = xp.empty((c, L), xp.int64)
+    for s in range(0, c, block):
+        D = cn[s:s + block, None] - 2 * (C[s:s + block] @ C.T) + cn[None, :]
+        rows = xp.arange(D.shape[0])
+        D[rows, rows + s] = xp.inf
+        if L < c - 1:
+            part = xp.argpartition(D, L - 1, axis=1)[:, :L]
+        else:
+            part = xp.argsort(D, axis=1)[:, :L]
+        pd = xp.take_along_axis(D, part, axis=1)
+        out[s:s + block] = xp.take_along_axis(part, xp.argsort(pd, axis=1), axis=1)
+    return out
+
+
+def _dist_rows(xp, A, B, metric):
+    """Row-wise internal distance between A (m, d) and B (m, d)."""
+    dots = (A * B).sum(axis=1)
+    if metric == "ip":
+        return -dots
+    return (A * A).sum(axis=1) - 2 * dots + (B * B).sum(axis=1)
+
+
+def _dist_to(xp, A, b, metric):
+    dots = A @ b
+    if metric == "ip":
+        return -dots
+    return (A * A).sum(axis=1) - 2 * dots + float((b * b).sum())
+
+
+# ---------------------------------------------------------------------------------- link insertion
+class _Inserter:
+    """Puts links into the rows of a host (numpy) graph: an empty slot if the row has one,
+    otherwise the last slot whose target keeps another in-link (so no node loses its only in-link)
+    and that is not a link added by the repair itself; the last unprotected slot when every target
+    has in-degree 1. A row takes at most ``cap`` repair links (``R // 2``, at least 1), so hubs are
+    not overwritten; :meth:`source_near` finds another source when a row is full."""
+
+    def __init__(self, gh):
+        self.g = gh
+        n, self.R = gh.shape
+        g = gh.ravel()
+        g = g[(g >= 0) & (g < n)]
+        self.indeg = np.bincount(g, minlength=n).astype(np.int64)
+        self.nprot = np.zeros(n, np.int32)
+        self.protected = {}  # row -> set of columns written by the repair
+        self.cap = max(1, self.R // 2)
+        self.added = 0
+
+    def has_room(self, s):
+        return self.nprot[s] < self.cap
+
+    def source_near(self, r, allowed, limit=512):
+        """``r`` if its row has room, else the first node with room found breadth-first from ``r``
+        through nodes where ``allowed`` (host bool mask) is True; None if none within ``limit``."""
+        if self.has_room(r):
+            return r
+        seen = {r}
+        queue = [r]
+        head = 0
+        while head < len(queue) and len(seen) < limit:
+            u = queue[head]
+            head += 1
+            for v in self.g[u]:
+                v = int(v)
+                if v < 0 or v in seen or not allowed[v]:
+                    continue
+                if self.has_room(v):
+                    return v
+                seen.add(v)
+                queue.append(v)
+        return None
+
+    def insert(self, s, t):
+        """Add the link s -> t; returns True if the graph changed."""
+        s, t = int(s), int(t)
+        row = self.g[s]
+        if s == t or (row == t).any():
+            return False
+        prot = self.protected.setdefault(s, set())
+        empty = np.flatnonzero(row < 0)
+        if empty.size:
+            j = int(empty[0])
+        else:
+            j = -1
+            for jj in range(self.R - 1, -1, -1):
+                if jj not in prot and self.indeg[row[jj]] > 1:
+                    j = jj
+                    break
+            if j < 0:
+                free = [jj for jj in range(self.R - 1, -1, -1) if jj not in prot]
+                j = free[0] if free else self.R - 1
+            self.indeg[row[j]] -= 1
+        row[j] = t
+        self.indeg[t] += 1
+        if j not in prot:
+            prot.add(j)
+            self.nprot[s] += 1
+        self.added += 1
+        return True
+
+
+# ---------------------------------------------------------------------------------- repair
+def _link_components(xp, X, labels, c, metric, L, ins):
+    """One Boruvka-style round: each component to its L nearest components (centroid GEMM), both
+    ways: u = the node of A nearest B's centroid, v = the node of B nearest u."""
+    n = X.shape[0]
+    C, _ = _centroids(xp, X, labels, c)
+    T = _nearest_components(xp, C, L)                    # (c, L)
+    lab64 = labels.astype(xp.int64)
+    # u for every (a, j): argmin over the nodes of a of dist(x, C[T[a, j]])
+    u_host = np.empty((c, L), np.int64)
+    for j in range(L):
+        dj = xp.empty(n, xp.float32)
+        for s in range(0, n, 65536):
+            xb = X[s:s + 65536]
+            dj[s:s + 65536] = _dist_rows(xp, xb, C[T[lab64[s:s + 65536], j]], metric)
+        order = xp.lexsort(xp.stack([dj.astype(xp.float64), labels.astype(xp.float64)]))
+        first = xp.ones(n, dtype=bool)
+        ls = labels[order]
+        first[1:] = ls[1:] != ls[:-1]
+        u_host[:, j] = _to_host(order[first])               # one per component, in label order
+    T_host = _to_host(T)
+    lab_host = _to_host(labels)
+    order_all = np.argsort(lab_host, kind="stable")
+    starts = np.searchsorted(lab_host[order_all], np.arange(c + 1))
+    seen_pairs = set()
+    added = 0
+    for a in range(c):
+        for j in range(L):
+            b = int(T_host[a, j])
+            key = (min(a, b), max(a, b))
+            if key in seen_pairs:
+                continue
+            seen_pairs.add(key)
+            u = int(u_host[a, j])
+            members = order_all[starts[b]:starts[b + 1]]
+            mem = xp.asarray(members)
+            v = int(members[int(xp.argmin(_dist_to(xp, X[mem], X[u], metric)))])
+            # a full row hands the link to a nearby node of the same component
+            su = ins.source_near(u, lab_host == a)
+            sv = ins.source_near(v, lab_host == b)
+            added += ins.insert(su if su is not None else u, v)
+            added += ins.insert(sv if sv is not None else v, u)
+    return added
+
+
+def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, max_rounds=64, copy=True):
+    """Make every node of a search graph reachable from the entry points.
+
+    Two phases, each repeated until it holds:
+
+    1. **Weak connectivity** (Boruvka rounds): find the weakly connected components; link each to
+       its ``links_per_component`` nearest other components (centroid distances by one GEMM,
+       ``O(c^2 d)``), in both directions, between the node of A nearest B's centroid and the node of B
+       nearest that node (exact distances). Every round at least halves the number of components.
+    2. **Reachability**: breadth-first from ``entry_ids``; every unreachable node ``u`` with an edge
+       to a reachable node ``r`` gets the reverse link ``r -> u``, until nothing is unreachable.
+
+    A link goes into an empty slot if the row has one, otherwise it replaces the last slot whose
+    target has another in-link (rows of a pruned graph end with their farthest neighbours) and that
+    was not itself written by the repair.
+
+    Parameters
+    ----------
+    X : float32 array (n, d), numpy or cupy (same module as ``graph``)
+        Prepared vectors (unit rows for cosine).
+    graph : int32 array (n, R)
+        Search graph, ``-1`` in empty slots. Modified in place when ``copy=False``.
+    metric : {"l2", "ip"}
+        Internal metric (squared Euclidean, negative inner product) used to pick link endpoints;
+        components are paired by squared Euclidean distance between their centroids.
+    entry_ids : int array-like
+        Node ids searches start from.
+    links_per_component : int
+        Nearest components each component is linked to per round (>= 1).
+    max_rounds : int
+        Cap on the rounds of each phase (the stats say if anything was left).
+    copy : bool
+        Work on a copy of ``graph`` (default) or in place.
+
+    Returns
+    -------
+    graph : int32 array (n, R)
+        The repaired graph (same module).
+    stats : dict
+        ``components_before``, ``components_after``, ``unreachable_before``, ``unreachable_after``,
+        ``links_added``, ``component_rounds``, ``reach_rounds``, ``seconds``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0, 0], [0, 1], [9, 9], [9, 8]], np.float32)
+    >>> g = np.array([[1], [0], [3], [2]], np.int32)
+    >>> g2, st = repair_connectivity(X, np.concatenate([g, np.full((4, 1), -1, np.int32)], 1),
+    ...                              metric="l2", entry_ids=[0])
+    >>> st["components_before"], st["components_after"], st["unreachable_after"]
+    (2, 1, 0)
+    """
+    t0 = time.perf_counter()
+    _check_graph(graph)
+    xp = _xp_of(graph)
+    if _xp_of(X) is not xp:
+        raise ValueError("X and graph must live in the same array module (both numpy or both cupy)")
+    if X.ndim != 2 or X.shape[0] != graph.shape[0]:
+        raise ValueError(f"X must be (n, d) with n = graph rows = {graph.shape[0]}, got {X.shape}")
+    if metric not in ("l2", "ip"):
+        raise ValueError(f"metric must be 'l2' or 'ip', got {metric!r}")
+    if isinstance(links_per_component, bool) or int(links_per_component) != links_per_component \
+            or links_per_component < 1:
+        raise ValueError(f"links_per_component must be an integer >= 1, got {links_per_component!r}")
+    n = graph.shape[0]
+    entry = np.unique(_to_host(xp.asarray(entry_ids)).ravel().astype(np.int64))
+    entry = entry[entry >= 0]
+    if entry.size == 0 or entry.max() >= n:
+        raise ValueError(f"entry_ids must hold at least one node id in [0, {n})")
+    # links are written into a host copy (the GPU graph is refreshed from it after each round)
+    gh = _to_host(graph).astype(np.int32, copy=copy or xp is not np)
+    X = X.astype(xp.float32, copy=False)
+    ins = _Inserter(gh)
+    stats = {}
+
+    def dev():
+        return gh if xp is np else xp.asarray(gh)
+
+    g = dev()
+    labels, c = components(g)
+    stats["components_before"] = c
+    stats["unreachable_before"] = int(n - int(reachable_from(g, entry).sum()))
+    rounds = 0
+    while c > 1 and rounds < max_rounds:
+        L = int(min(links_per_component, c - 1))
+        if _link_components(xp, X, labels, c, metric, L, ins) == 0:
+            break
+        g = dev()
+        labels, c = components(g)
+        rounds += 1
+    stats["component_rounds"] = rounds
+
+    rounds = 0
+    while rounds < max_rounds:
+        reach = reachable_from(g, entry)
+        un = xp.flatnonzero(~reach)
+        if un.size == 0:
+            break
+        rows = g[un]
+        ok = (rows >= 0) & (rows < n)
+        ok[ok] = reach[rows[ok]]
+        has = ok.any(axis=1)
+        reach_h = _to_host(reach)
+        added = 0
+        if bool(has.any()):
+            # u unreachable with an out-edge to reachable r: add r -> u (or from a reachable node
+            # near r when r's row already holds its share of repair links)
+            first = xp.argmax(ok, axis=1)
+            u = _to_host(un[has]).tolist()
+            r = _to_host(rows[xp.flatnonzero(has), first[has]]).tolist()
+            for rr, uu in zip(r, u):
+                src = ins.source_near(rr, reach_h)
+                if src is not None:
+                    added += ins.insert(src, uu)
+        if added == 0:
+            # nothing links the unreachable part to the reachable one (phase 1 hit its cap) or
+            # every nearby row is full: link the first unreachable node with its nearest entry
+            u0 = int(un[0])
+            ent = xp.asarray(entry)
+            e = int(entry[int(xp.argmin(_dist_to(xp, X[ent], X[u0], metric)))])
+            added = ins.insert(e, u0) + ins.insert(u0, e)
+            if added == 0:
+                break
+        g = dev()
+        rounds += 1
+    stats["reach_rounds"] = rounds
+    labels, c = components(g)
+    stats["components_after"] = c
+    stats["unreachable_after"] = int(n - int(reachable_from(g, entry).sum()))
+    stats["links_added"] = ins.added
+    stats["seconds"] = round(time.perf_counter() - t0, 4)
+    level = logger.info if stats["components_before"] > 1 or stats["unreachable_before"] else logger.debug
+    level("repair_connectivity: components %d -> %d, unreachable %d -> %d, %d links added (%.3f s)",
+          stats["components_before"], c, stats["unreachable_before"], stats["unreachable_after"],
+          ins.added, stats["seconds"])
+    if not copy:  # write the result into the caller's array (numpy or cupy)
+        if g is not graph:
+            graph[...] = g
+        g = graph
+    return g, stats
+
+
+# ---------------------------------------------------------------------------------- entry points
+def entry_points_per_component(labels, X, *, metric="l2", max_entries=16384):
+    """One entry point per component: its member nearest (squared l2) to the component centroid.
+
+    Call it on the labels of the graph *before* :func:`repair_connectivity` (one component per
+    separated cluster) so that every cluster has its own door; the number of entries then follows
+    the data (one per component) instead of a fixed ``sqrt(n)``.
+
+    Parameters
+    ----------
+    labels : int array (n,), numpy or cupy
+        Component labels ``0 .. c-1`` (from :func:`components`).
+    X : float32 array (n, d), same module
+        Prepared vectors.
+    metric : {"l2", "ip"}
+        ``"ip"`` normalises the returned centroids (spherical, like ``build_entry_points``) so that
+        ``EntryPoints.seeds_for`` ranks them by direction.
+    max_entries : int
+        At most this many entries: when there are more components, the largest ones are kept (the
+        others are still reachable after the repair).
+
+    Returns
+    -------
+    medoids : int32 array (m,)
+        Entry node ids, one per kept component, ordered by component label.
+    centroids : float32 array (m, d)
+        The centroids they stand for (for ``EntryPoints(centroids, medoids, metric)``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0, 0], [0, 2], [0, 1], [9, 9]], np.float32)
+    >>> med, cen = entry_points_per_component(np.array([0, 0, 0, 1]), X)
+    >>> med.tolist()
+    [2, 3]
+    """
+    xp = _xp_of(X)
+    if metric not in ("l2", "ip"):
+        raise ValueError(f"metric must be 'l2' or 'ip', got {metric!r}")
+    if isinstance(max_entries, bool) or int(max_entries) != max_entries or max_entries < 1:
+        raise ValueError(f"max_entries must be an integer >= 1, got {max_entries!r}")
+    labels = xp.asarray(labels).astype(xp.int64)
+    if labels.shape != (X.shape[0],):
+        raise ValueError(f"labels must have shape ({X.shape[0]},), got {labels.shape}")
+    if labels.size == 0 or bool((labels < 0).any()):
+        raise ValueError("labels must be non-negative component numbers")
+    X = X.astype(xp.float32, copy=False)
+    c = int(labels.max()) + 1
+    C, cnt = _centroids(xp, X, labels, c)
+    d = _dist_rows(xp, X, C[labels], "l2")
+    order = xp.lexsort(xp.stack([d.astype(xp.float64), labels.astype(xp.float64)]))
+    first = xp.ones(labels.shape[0], dtype=bool)
+    ls = labels[order]
+    first[1:] = ls[1:] != ls[:-1]
+    med = order[first]                       # one per present label, in label order
+    present = ls[first]
+    C = C[present]
+    if present.shape[0] > max_entries:
+        keep = xp.sort(xp.argsort(-cnt[present], kind="stable")[:max_entries])
+        logger.info("entry_points_per_component: %d components, keeping the %d largest as entries",
+                    int(present.shape[0]), int(max_entries))
+        med, C = med[keep], C[keep]
+    if metric == "ip":
+        nrm = xp.sqrt((C * C).sum(axis=1))[:, None]
+        C = (C / xp.where(nrm > 0, nrm, 1)).astype(xp.float32)
+    return med.astype(xp.int32), C.astype(xp.float32)
+
+
+def combine_entry_points(entry, medoids, centroids):
+    """An ``EntryPoints`` holding the k-means entries of ``entry`` plus per-component ones.
+
+    Parameters
+    ----------
+    entry : EntryPoints
+        From ``build_entry_points`` (k-means centroids and medoids).
+    medoids, centroids : arrays
+        From :func:`entry_points_per_component` (same module as ``entry``'s arrays).
+
+    Returns
+    -------
+    EntryPoints
+        Centroid/medoid pairs of both, with duplicate medoids dropped (the k-means one kept).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knnkit.index._entry import EntryPoints
+    >>> ep = EntryPoints(np.zeros((1, 2), np.float32), np.array([5], np.int32), "l2")
+    >>> both = combine_entry_points(ep, np.array([5, 7], np.int32), np.ones((2, 2), np.float32))
+    >>> both.medoids.tolist()
+    [5, 7]
+    """
+    from ._entry import EntryPoints
+
+    xp = _xp_of(entry.centroids)
+    medoids = xp.asarray(medoids).astype(xp.int32)
+    centroids = xp.asarray(centroids).astype(xp.float32)
+    new = ~xp.isin(medoids, entry.medoids)
+    M = xp.concatenate([entry.medoids.astype(xp.int32), medoids[new]])
+    C = xp.concatenate([entry.centroids.astype(xp.float32), centroids[new]])
+    return EntryPoints(C, M, entry.metric)

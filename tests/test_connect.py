@@ -1,0 +1,164 @@
+"""Connectivity repair (index/_connect.py) on the CPU, checked against scipy's connected components
+and a plain breadth-first search."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.sparse.csgraph import breadth_first_order, connected_components
+
+import knnkit
+from knnkit.datasets.suite import make_tight_clusters
+from knnkit.index._connect import (combine_entry_points, components, entry_points_per_component,
+                                   reachable_from, repair_connectivity)
+from knnkit.index._entry import build_entry_points
+
+
+def _csr(g):
+    n = g.shape[0]
+    r, c = np.nonzero(g >= 0)
+    return sp.csr_matrix((np.ones(r.size), (r, g[r, c])), shape=(n, n))
+
+
+def _scipy_labels(g):
+    return connected_components(_csr(g), directed=True, connection="weak")
+
+
+def _scipy_reach(g, sources):
+    seen = np.zeros(g.shape[0], bool)
+    csr = _csr(g)
+    for s in sources:
+        seen[breadth_first_order(csr, int(s), directed=True, return_predecessors=False)] = True
+    return seen
+
+
+def _same_partition(a, b):
+    # same partition <=> the pairs (a_i, b_i) are in one-to-one correspondence
+    pairs = np.unique(np.stack([a, b], 1), axis=0)
+    return len(pairs) == len(np.unique(a)) == len(np.unique(b))
+
+
+@pytest.fixture(scope="module")
+def clustered_graph():
+    """40 tight clusters of 50 points; the exact 10-NN graph falls into one piece per cluster."""
+    X = make_tight_clusters(2000, 16, 40, 0.01, random_state=3)
+    _, idx = knnkit.knn(X, k=10, device="cpu")
+    return X, idx.astype(np.int32)
+
+
+def test_components_match_scipy(clustered_graph, rng):
+    X, g = clustered_graph
+    labels, c = components(g)
+    c_ref, lab_ref = _scipy_labels(g)
+    assert c == c_ref == 40
+    assert _same_partition(labels, lab_ref)
+    assert labels[0] == 0 and labels.dtype == np.int32
+    # the array-operation algorithm (the GPU one) gives the very same labels
+    lab2, c2 = components(g, method="propagate")
+    assert c2 == c and np.array_equal(lab2, labels)
+    # random sparse graphs with holes: many small components
+    for _ in range(3):
+        n = int(rng.integers(50, 400))
+        h = rng.integers(0, n, (n, 3)).astype(np.int32)
+        h[rng.random(h.shape) < 0.6] = -1
+        lab_a, ca = components(h)
+        lab_b, cb = components(h, method="propagate")
+        c_ref, lab_ref = _scipy_labels(h)
+        assert ca == cb == c_ref
+        assert np.array_equal(lab_a, lab_b) and _same_partition(lab_a, lab_ref)
+
+
+def test_reachable_matches_bfs(rng):
+    n = 300
+    g = rng.integers(0, n, (n, 2)).astype(np.int32)
+    g[rng.random(g.shape) < 0.5] = -1
+    src = rng.choice(n, 3, replace=False)
+    ref = _scipy_reach(g, src)
+    assert np.array_equal(reachable_from(g, src), ref)
+    assert np.array_equal(reachable_from(g, src, method="frontier"), ref)
+    assert not ref.all()  # the test graph really has unreachable nodes
+    with pytest.raises(ValueError):
+        reachable_from(g, [n])
+
+
+def test_repair_connects_clusters(clustered_graph):
+    X, g = clustered_graph
+    before = g.copy()
+    entry = np.array([0])
+    assert reachable_from(g, entry).sum() < 100  # one cluster of 50 (+ nothing else)
+    g2, st = repair_connectivity(X, g, metric="l2", entry_ids=entry)
+    assert np.array_equal(g, before)  # copy=True leaves the input alone
+    assert st["components_before"] == 40 and st["components_after"] == 1
+    assert st["unreachable_before"] >= 1900 and st["unreachable_after"] == 0
+    assert _scipy_labels(g2)[0] == 1
+    assert _scipy_reach(g2, entry).all()
+    assert st["links_added"] >= 2 * 39
+    # links replace few slots: most of every row is still the exact k-NN list
+    kept = np.mean([np.isin(g2[i], before[i]).mean() for i in range(len(g2))])
+    assert kept > 0.9
+    # at least a spanning tree of cross-cluster links, both ways (the other added links are
+    # reverse links to nodes of a cluster that no other node points to)
+    lab, _ = components(before)
+    r, c = np.nonzero(g2 != before)
+    cross = lab[r] != lab[g2[r, c]]
+    assert cross.sum() >= 2 * 39
+    pairs = {(a, b) for a, b in zip(lab[r][cross], lab[g2[r, c]][cross])}
+    assert all((b, a) in pairs for a, b in pairs)
+
+
+def test_repair_orphans_and_ip(rng):
+    """One weak component whose nodes have no in-links: reachability needs reverse links."""
+    n = 200
+    X = rng.standard_normal((n, 8)).astype(np.float32)
+    g = np.full((n, 4), -1, np.int32)
+    g[1:, 0] = 0          # a star pointing to 0: nobody but 0 is reachable from 0
+    g[0, :] = [1, 2, 3, 4]
+    labels, c = components(g)
+    assert c == 1
+    g2, st = repair_connectivity(X, g, metric="ip", entry_ids=[0])
+    assert st["unreachable_before"] == n - 5 and st["unreachable_after"] == 0
+    assert _scipy_reach(g2, [0]).all()
+    # no row took more than R // 2 repair links (the hub 0 was not overwritten)
+    assert (g2 != g).sum(axis=1).max() <= 2
+
+
+def test_repair_in_place_and_full_rows(clustered_graph):
+    X, g = clustered_graph
+    g = g.copy()
+    g2, st = repair_connectivity(X, g, metric="l2", entry_ids=[5], copy=False, links_per_component=1)
+    assert g2 is g and st["components_after"] == 1 and st["unreachable_after"] == 0
+    assert (g2 >= 0).all()  # full rows: links replaced slots, no -1 appeared
+
+
+def test_entry_points_per_component(clustered_graph):
+    X, g = clustered_graph
+    labels, c = components(g)
+    med, cen = entry_points_per_component(labels, X)
+    assert med.shape == (c,) and cen.shape == (c, X.shape[1])
+    assert np.array_equal(labels[med], np.arange(c))       # one entry inside every component
+    # each is its component's member nearest the centroid
+    for k in range(0, c, 7):
+        mem = np.flatnonzero(labels == k)
+        d = ((X[mem] - X[mem].mean(0)) ** 2).sum(1)
+        assert d[mem == med[k]][0] <= d.min() + 1e-6
+    # the default sqrt(n) = 45 k-means entries on 40 clusters; combined, every cluster has an entry
+    ep = build_entry_points(X, 8, "l2", random_state=0)
+    assert len(np.unique(labels[ep.medoids])) < c
+    both = combine_entry_points(ep, med, cen)
+    assert len(np.unique(labels[both.medoids])) == c
+    assert len(both) == len(np.unique(both.medoids))
+    m2, _ = entry_points_per_component(labels, X, max_entries=5)
+    assert m2.shape == (5,)
+
+
+def test_bad_arguments(clustered_graph):
+    X, g = clustered_graph
+    with pytest.raises(ValueError, match="metric"):
+        repair_connectivity(X, g, metric="cosine", entry_ids=[0])
+    with pytest.raises(ValueError, match="entry_ids"):
+        repair_connectivity(X, g, metric="l2", entry_ids=[-1])
+    with pytest.raises(ValueError, match="links_per_component"):
+        repair_connectivity(X, g, metric="l2", entry_ids=[0], links_per_component=0)
+    with pytest.raises(ValueError, match="X must be"):
+        repair_connectivity(X[:10], g, metric="l2", entry_ids=[0])
+    with pytest.raises(ValueError, match="2-D"):
+        components(g.ravel())
