@@ -15,13 +15,9 @@ import numpy as np
 from .._core.backend import ArrayInfo, as_host, resolve_device, wrap_output
 from .._core.persist import read_container, read_legacy_graph, sniff, validate_graph, write_container
 from .._core.stats import BuildStats
+from ._graphops import index_dtype_for
 
 __all__ = ["KnnGraph", "index_dtype_for"]
-
-
-def index_dtype_for(n):
-    """int32 ids while they fit, int64 from 2**31 points on."""
-    return np.int32 if n < 2 ** 31 else np.int64
 
 
 def _recall_rows(a, b):
@@ -250,7 +246,7 @@ class KnnGraph:
         (500, 5)
         """
         from .._core.prepare import prepare
-        from .graph import _build_graph, _merge, _graph_params  # noqa: F401  (internal helpers, not the public functions)
+        from ._graphops import build_graph, merge_prepared
 
         if isinstance(new_data, (list, tuple)):
             new_data = np.asarray(new_data)
@@ -277,13 +273,14 @@ class KnnGraph:
         if kk < 1:
             raise ValueError("extend() needs at least 2 new points")
         nnd = {k: kwargs.get(k) for k in ("n_neighbors_internal", "sample", "max_iters", "delta", "verbose")}
-        g_new = _build_graph(P_new, kk, random_state=kwargs.get("random_state"), shortcuts=nnd, data=new_data,
-                             device_arg=device)
+        g_new = KnnGraph(**build_graph(P_new, kk, random_state=kwargs.get("random_state"), shortcuts=nnd,
+                                       data=new_data, device_arg=device))
         from ..graph.nndescent import NNDescentParams
 
         prm = NNDescentParams(**{k: v for k, v in dict(nnd, update=kwargs.get("update")).items() if v is not None})
-        return _merge(P_old, self, P_new, g_new, k=self.k, random_state=kwargs.get("random_state"), params=prm,
-                      device_arg=device, check_content=False)
+        return KnnGraph(**merge_prepared(P_old, self, P_new, g_new, k=self.k,
+                                         random_state=kwargs.get("random_state"), params=prm, device_arg=device,
+                                         check_content=False))
 
 
 _GRAPH_METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan")
