@@ -74,7 +74,8 @@ def task_graph(X, a, res):
         sync()
         el = time.perf_counter() - t
         r = recall(cp.asarray(g.indices)[rows], truth, k)
-        runs.append({"k": k, "metric": a.metric, "update": g.stats.get("update"), "time_s": el, "recall": r, "K": g.stats.get("K"), "sample": g.stats.get("sample"),
+        runs.append({"k": k, "metric": a.metric, "update": g.stats.get("update"), "time_s": el, "recall": r, "K": g.stats.get("K"),
+                     "sample": g.stats.get("sample"),
                      "iterations": g.stats.get("iterations"), "updates": g.stats.get("updates"),
                      "hubs": g.stats.get("hubs"), "phase_s": g.stats.get("phase_s")})
         log(runs[-1])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import knnkit
-from knnkit._core import backend as _backend, validation as _validation, metrics as _metrics, config as _config
+from knnkit._core import backend as _backend, validation as _validation, metrics as _metrics
 
 
 def test_inspect_numpy_and_lists():

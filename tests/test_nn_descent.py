@@ -235,7 +235,7 @@ def test_save_load_roundtrip_and_corruption(tmp_path):
     g.save(p)
     with open(p, "rb") as f:
         assert f.read(8) == b"KNNKIT\x00\x01"  # the one knnkit container
-    assert knnkit._core.persist.container_kind(path if "graph" == "index" else p) == "graph"
+    assert knnkit._core.persist.container_kind(p) == "graph"
     h = knnkit.load(p)
     assert isinstance(h, KnnGraph) and h.metric == "euclidean" and h.k == 5
     np.testing.assert_array_equal(np.asarray(h.indices), np.asarray(g.indices))

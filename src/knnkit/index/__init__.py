@@ -17,7 +17,7 @@ exact re-ranking), DiskANN/Vamana's RobustPrune.
 import dataclasses
 import math
 
-from .._core.params import Params, check_choice, check_float, check_int
+from .._core.params import Params, check_bool, check_choice, check_float, check_int
 from ._engine import SearchGraph, default_n_entry
 
 __all__ = ["SearchGraph", "IndexParams", "SearchParams", "default_n_entry"]
@@ -28,7 +28,9 @@ class IndexParams(Params):
     """Build parameters of a :class:`knnkit.GraphIndex` (see :meth:`knnkit.GraphIndex.build`).
 
     ``None`` fields are chosen from the data (graph degree and alpha from the estimated intrinsic
-    dimension, ``n_entry`` from n).
+    dimension, ``n_entry`` from n). ``connectivity=True`` (default) repairs the search graph so
+    that every point is reachable from the entry points (components, a door into each, links
+    between neighbouring components; :mod:`knnkit.index._connect`).
     """
 
     graph_degree: int | None = None
@@ -37,6 +39,7 @@ class IndexParams(Params):
     build_algo: str = "nndescent"
     diversify: str = "prune"
     n_entry: int | None = None
+    connectivity: bool = True
 
     def _validate(self):
         R = check_int(self.graph_degree, "graph_degree", minimum=1, allow_none=True)
@@ -47,7 +50,8 @@ class IndexParams(Params):
                 "alpha": check_float(self.alpha, "alpha", minimum=1.0, allow_none=True),
                 "build_algo": check_choice(self.build_algo, "build_algo", ("nndescent", "brute")),
                 "diversify": check_choice(self.diversify, "diversify", ("prune", "ggnn")),
-                "n_entry": check_int(self.n_entry, "n_entry", minimum=1, allow_none=True)}
+                "n_entry": check_int(self.n_entry, "n_entry", minimum=1, allow_none=True),
+                "connectivity": check_bool(self.connectivity, "connectivity")}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

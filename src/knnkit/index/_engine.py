@@ -22,7 +22,7 @@ from ._entry import EntryPoints, build_entry_points
 from ._prune_cpu import add_reverse_edges, prune_cpu
 from ._search_cpu import search_cpu
 
-__all__ = ["SearchGraph", "default_n_entry", "resolve_search"]
+__all__ = ["SearchGraph", "default_n_entry"]
 
 MAX_K = 1024
 _SEARCH_KEYS = ("beam", "tau", "max_iters", "n_seeds")

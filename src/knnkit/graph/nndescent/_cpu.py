@@ -34,7 +34,16 @@ from numba import njit, prange
 
 from ..._core.config import logger
 
-__all__ = ["nndescent_cpu", "rp_forest_init", "rp_order", "exact_graph_cpu", "METRIC_CODES", "pairwise_distances", "row_distances", "merge_rows"]
+__all__ = [
+    "nndescent_cpu",
+    "rp_forest_init",
+    "rp_order",
+    "exact_graph_cpu",
+    "METRIC_CODES",
+    "pairwise_distances",
+    "row_distances",
+    "merge_rows",
+]
 
 METRIC_CODES = {"l2": 0, "ip": 1, "l1": 2}
 

@@ -314,7 +314,8 @@ def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):
     invalid ids (-1) and repeats and sorting by (distance, id), in one warp-per-row kernel
     (``gnnd_prepare`` with one segment, no flags). Dropped slots are refilled with random points
     whose distances are computed from ``X``: extra candidates with true distances, so a row is the
-    top k of a superset of its candidates (among a merge's near neighbours they rarely rank). Returns ``(idx (n, k), dist (n, k))``, or None where the kernel
+    top k of a superset of its candidates (among a merge's near neighbours they rarely rank). Returns ``(idx
+    (n, k), dist (n, k))``, or None where the kernel
     does not apply (W > 256, or n - 1 <= W) and the caller should sort otherwise.
 
     Used by the GGM far-half merge (Algorithm 3 line 12): one launch per row tile instead of two
