@@ -1,7 +1,9 @@
 """Loaders for the small real data sets used in tests and examples (SIFT10K, Fashion-MNIST).
 
-Each loader looks for its files in, in order: the ``path`` given, ``$KNNKIT_DATA/<name>``,
-the system location, and ``.data/<name>`` under the current directory.
+Each loader looks for its files in, in order: the ``path`` given, ``$KNNKIT_DATA/<name>``, the
+user's cache (``$XDG_CACHE_HOME/knnkit/<name>``, by default ``~/.cache/knnkit/<name>``), the
+location a system package installs (Fashion-MNIST's Debian package), and ``.data/<name>`` under
+the current directory.
 """
 
 import gzip
@@ -11,9 +13,16 @@ import numpy as np
 
 from .. import io
 
-__all__ = ["load_siftsmall", "load_texmex", "load_fashion_mnist", "read_idx", "find_data_dir"]
+__all__ = ["load_siftsmall", "load_texmex", "load_fashion_mnist", "read_idx", "find_data_dir", "cache_dir"]
 
-_SYSTEM_DIRS = {"siftsmall": "/work/shared/data/siftsmall", "fashion-mnist": "/usr/share/datasets/fashion-mnist"}
+# where the Debian package dataset-fashion-mnist puts its files
+_SYSTEM_DIRS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
+
+
+def cache_dir():
+    """The user's knnkit data cache: ``$XDG_CACHE_HOME/knnkit`` or ``~/.cache/knnkit``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "knnkit")
 _HOW_TO_GET = {
     "siftsmall": "download ftp://ftp.irisa.fr/local/texmex/corpus/siftsmall.tar.gz, unpack it and pass its "
                  "folder as path= or put it in $KNNKIT_DATA/siftsmall",
@@ -31,6 +40,7 @@ def _candidates(name, path):
     env = os.environ.get("KNNKIT_DATA")
     if env:
         dirs += [os.path.join(env, name), env]
+    dirs.append(os.path.join(cache_dir(), name))
     if name in _SYSTEM_DIRS:
         dirs.append(_SYSTEM_DIRS[name])
     dirs.append(os.path.join(os.getcwd(), ".data", name))
@@ -80,7 +90,7 @@ def load_siftsmall(path=None):
     ----------
     path : str, optional
         Folder holding ``siftsmall_{base,query}.fvecs`` and ``siftsmall_groundtruth.ivecs``. By default
-        ``$KNNKIT_DATA/siftsmall``, ``/work/shared/data/siftsmall``, then ``.data/siftsmall``.
+        ``$KNNKIT_DATA/siftsmall``, ``~/.cache/knnkit/siftsmall``, then ``.data/siftsmall``.
 
     Returns
     -------
