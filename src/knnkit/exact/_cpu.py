@@ -21,6 +21,8 @@ Memory stays bounded: one ``G`` block (``_BLOCK_BYTES``) plus the heaps of one q
 import numpy as np
 from numba import njit, prange
 
+from .._core.config import logger
+
 __all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 
 # Bytes of one G block: big enough for BLAS efficiency, small enough to stay in L2/L3-ish
@@ -249,38 +251,117 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
     """
     if metric_internal not in ("l2", "ip"):
         raise ValueError(f"knn_cpu supports internal metrics 'l2' and 'ip', got {metric_internal!r}")
+    same = Q is X
     X = np.ascontiguousarray(X, dtype=np.float32)
-    Q = np.ascontiguousarray(Q, dtype=np.float32)
+    Q = X if same else np.ascontiguousarray(Q, dtype=np.float32)
     n, m = X.shape[0], Q.shape[0]
     use_l2 = metric_internal == "l2"
-    xn = np.einsum("ij,ij->i", X, X) if use_l2 else np.zeros(n, np.float32)
-    xn = xn.astype(np.float32)
-    out_d = np.empty((m, k), np.float32)
-    out_i = np.empty((m, k), np.int64)
-    if exclude_self and Q is X and n * k * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None:
-        return _knn_cpu_symmetric(X, xn, k, use_l2, out_d, out_i)
-    qb, nb = _blocks(n, m, k, batch_size)
-    G = np.empty(qb * nb, np.float32)
-    for q0 in range(0, m, qb):
-        q1 = min(m, q0 + qb)
-        heap_d = np.full((q1 - q0, k), np.inf, np.float32)
-        heap_i = np.full((q1 - q0, k), -1, np.int64)
-        Qb = Q[q0:q1]
-        for c0 in range(0, n, nb):
-            c1 = min(n, c0 + nb)
-            # a contiguous view: numpy's matmul leaves BLAS (and gets far slower) for a strided out
-            g = G[: (q1 - q0) * (c1 - c0)].reshape(q1 - q0, c1 - c0)
-            np.matmul(Qb, X[c0:c1].T, out=g)
-            _select_block(g, xn, c0, q0, heap_d, heap_i, use_l2, bool(exclude_self))
-        _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, out_d, out_i)
+    avail = n - (1 if exclude_self else 0)
+    # a few candidates beyond k give the rounding certificate its gap (see _certify)
+    kc = int(min(avail, k + max(8, k // 4)))
+    if use_l2:
+        # centring: squared L2 is translation invariant, and the GEMM keys' cancellation error
+        # scales with the norms (tight clusters far from the origin lost true neighbours)
+        mu = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+        Xc = X - mu
+        Qc = Xc if same else Q - mu
+        xn = np.einsum("ij,ij->i", Xc, Xc).astype(np.float32)
+    else:
+        Xc, Qc = X, Q
+        xn = np.zeros(n, np.float32)
+    cand_d = np.empty((m, kc), np.float32)
+    cand_i = np.empty((m, kc), np.int64)
+    approx = np.empty((m, 2), np.float32)  # per row: the k-th and the last (kc-th) approximate key
+    if exclude_self and same and n * kc * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None:
+        _knn_cpu_symmetric(Xc, X, xn, kc, use_l2, cand_d, cand_i, approx, k)
+    else:
+        qb, nb = _blocks(n, m, kc, batch_size)
+        G = np.empty(qb * nb, np.float32)
+        for q0 in range(0, m, qb):
+            q1 = min(m, q0 + qb)
+            heap_d = np.full((q1 - q0, kc), np.inf, np.float32)
+            heap_i = np.full((q1 - q0, kc), -1, np.int64)
+            Qb = Qc[q0:q1]
+            for c0 in range(0, n, nb):
+                c1 = min(n, c0 + nb)
+                # a contiguous view: numpy's matmul leaves BLAS (and gets far slower) for a strided out
+                g = G[: (q1 - q0) * (c1 - c0)].reshape(q1 - q0, c1 - c0)
+                np.matmul(Qb, Xc[c0:c1].T, out=g)
+                _select_block(g, xn, c0, q0, heap_d, heap_i, use_l2, bool(exclude_self))
+            _approx_bounds(heap_d, k, approx[q0:q1])
+            _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, cand_d, cand_i)
+    out_d = np.ascontiguousarray(cand_d[:, :k])
+    out_i = np.ascontiguousarray(cand_i[:, :k])
+    if kc < avail:
+        bad = np.nonzero(~_certify(approx, cand_d, Qc, Xc, k, use_l2))[0]
+        if bad.size:
+            logger.debug("exact k-NN (CPU): %d of %d rows recomputed in float64 (rounding certificate)",
+                         bad.size, m)
+            d2, i2 = _rows_float64(X, Q, bad, k, use_l2, exclude_self)
+            out_d[bad] = d2
+            out_i[bad] = i2
     return out_d, out_i
 
 
-def _knn_cpu_symmetric(X, xn, k, use_l2, out_d, out_i):
+def _approx_bounds(heap_d, k, out):
+    """The k-th smallest and the largest approximate key of every heap row."""
+    kc = heap_d.shape[1]
+    out[:, 1] = heap_d.max(axis=1)
+    out[:, 0] = np.partition(heap_d, k - 1, axis=1)[:, k - 1] if k < kc else out[:, 1]
+
+
+def _certify(approx, cand_d, Qc, Xc, k, use_l2):
+    """Rows whose true top-k provably lies among their candidates.
+
+    A point left out has an approximate key >= the last candidate's, so a true key >= that minus
+    the rounding bound ``eps``; the k-th smallest true key among the candidates is <= the k-th
+    approximate key plus ``eps``. ``eps`` bounds the float32 GEMM key error (worst-case
+    accumulation ``(d + 2) u`` with a 4x margin, as the GPU certificate) from the norms."""
+    dim = Xc.shape[1]
+    xmax = float(np.sqrt(np.einsum("ij,ij->i", Xc, Xc).max())) if Xc.size else 0.0
+    qn = np.sqrt(np.einsum("ij,ij->i", Qc, Qc).astype(np.float64))
+    u = 2.0 ** -24
+    dot_err = (dim + 2) * 4 * u * qn * xmax
+    key_round = 4 * u * (xmax ** 2 + 2 * qn * xmax)
+    eps = 1.05 * ((2 * dot_err + (dim + 2) * u * xmax ** 2 if use_l2 else dot_err) + key_round) + 1e-30
+    a_k = approx[:, 0].astype(np.float64)
+    a_last = approx[:, 1].astype(np.float64)
+    return (a_last - a_k > 2 * eps) & np.isfinite(cand_d[:, k - 1])
+
+
+def _rows_float64(X, Q, rows, k, use_l2, exclude_self, chunk=1 << 15):
+    """Exact top-k of the rows whose certificate failed: float64 keys over all points, a margin of 8
+    candidates, then the same exact re-rank and (distance, index) sort as every other row."""
+    n = X.shape[0]
+    kk = min(n, k + 8)
+    q = Q[rows].astype(np.float64)
+    qn = (q * q).sum(1)[:, None]
+    best_d = np.full((rows.size, kk), np.inf)
+    best_i = np.full((rows.size, kk), -1, np.int64)
+    for c0 in range(0, n, chunk):
+        x = X[c0:c0 + chunk].astype(np.float64)
+        d = qn - 2 * q @ x.T + (x * x).sum(1)[None, :] if use_l2 else -(q @ x.T)
+        ids = np.arange(c0, c0 + x.shape[0])
+        if exclude_self:
+            d[rows[:, None] == ids[None, :]] = np.inf
+        cd = np.concatenate([best_d, d], axis=1)
+        ci = np.concatenate([best_i, np.broadcast_to(ids, d.shape)], axis=1)
+        keep = np.argsort(cd, axis=1, kind="stable")[:, :kk]
+        best_d = np.take_along_axis(cd, keep, axis=1)
+        best_i = np.take_along_axis(ci, keep, axis=1)
+    Qr = np.ascontiguousarray(Q[rows])
+    out_d = np.empty((rows.size, kk), np.float32)
+    out_i = np.empty((rows.size, kk), np.int64)
+    _refine_and_sort(X, Qr, 0, best_d.astype(np.float32), best_i, use_l2, out_d, out_i)
+    return out_d[:, :k], out_i[:, :k]
+
+
+def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
     """All-points graph computing each pair of square blocks once: ``G = X_I X_J^T`` for J >= I
     serves the rows of I directly and the rows of J through its transpose (half the GEMM flops).
     Candidates still reach every row in increasing index order (blocks I < J via transposes
-    first, then J' >= J directly), so the strict comparison keeps the smaller-index tie rule."""
+    first, then J' >= J directly), so the strict comparison keeps the smaller-index tie rule.
+    Keys come from the centred ``Xc``, exact distances from ``X``."""
     n = X.shape[0]
     B = _SYM_BLOCK
     heap_d = np.full((n, k), np.inf, np.float32)
@@ -291,10 +372,11 @@ def _knn_cpu_symmetric(X, xn, k, use_l2, out_d, out_i):
         for j0 in range(i0, n, B):
             j1 = min(n, j0 + B)
             g = G[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
-            np.matmul(X[i0:i1], X[j0:j1].T, out=g)
+            np.matmul(Xc[i0:i1], Xc[j0:j1].T, out=g)
             _select_block(g, xn, j0, i0, heap_d[i0:i1], heap_i[i0:i1], use_l2, True)
             if j0 > i0:
                 _select_block_transposed(g, xn, i0, heap_d[j0:j1], heap_i[j0:j1], use_l2)
+    _approx_bounds(heap_d, k_final, approx)
     _refine_and_sort(X, X, 0, heap_d, heap_i, use_l2, out_d, out_i)
     return out_d, out_i
 

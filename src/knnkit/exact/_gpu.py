@@ -290,11 +290,19 @@ class _Prepared:
         self.metric, self.mode = metric, mode
         self.sx = 1.0
         if mode == "exact":
-            # raw vectors, like FAISS: integer-valued data gives exact keys and exact ties, and
-            # no copy of the data is made
-            self.mu = None
-            self.X = Xd
-            self.xnorm2 = (Xd * Xd).sum(axis=1) if metric == "l2" else None
+            # float32 GEMM keys ||x||^2 - 2 q.x lose the small distances of points far from the
+            # origin to cancellation (tight clusters at offset 1: the 10th neighbour missed by
+            # 3e-4 relative). Centring shrinks the norms the error scales with, and the rows are
+            # then certified against the rounding bound like the tensor-core modes.
+            if metric == "l2":
+                self.mu = Xd.mean(axis=0, dtype=cp.float64).astype(cp.float32)
+                self.X = Xd - self.mu
+            else:
+                self.mu = cp.zeros(Xd.shape[1], cp.float32)
+                self.X = Xd
+            self.xnorm2 = (self.X * self.X).sum(axis=1) if metric == "l2" else None
+            self.xmax = self.xrmax = float(_row_norms(self.X).max())
+            self.dxmax = 0.0
             return
         # centring: squared L2 is translation invariant, and for the inner product
         # q.(x - mu) differs from q.x by a per-query constant, so the order is unchanged;
@@ -328,7 +336,8 @@ class _Prepared:
 
         Qc = Q - self.mu if (self.metric == "l2" and self.mu is not None) else Q
         if self.mode == "exact":
-            return cp.ascontiguousarray(Qc), 1.0, None
+            qn = _row_norms(Qc)
+            return cp.ascontiguousarray(Qc), 1.0, (qn, qn, cp.zeros_like(qn))
         qn = _row_norms(Qc)
         sq = _pow2_scale(float(qn.max()))
         low, sq, rep = _lowp(cp.ascontiguousarray(Qc), self.mode, sq)
@@ -443,7 +452,7 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
     exact_d = _pair_distances(Xd, Qd, best_i, metric == "l2")
     out_d, out_i = _sort_pairs(exact_d, best_i, k)
     ok = None
-    if mode != "exact":
+    if True:  # every mode certifies its rows (exact mode against float32 GEMM rounding)
         avail = n - (1 if self_ids is not None else 0)
         eps = cp.asarray(prep.key_error(qinfo, dim), dtype=cp.float64)
         # exact key = exact distance + shift (shift = -||q - mu||^2, or q.mu for the inner product)
@@ -457,6 +466,8 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
         if n_bad:
             logger.warning("%s: the rounding bound was violated on %d rows (recomputed exactly); "
                            "please report this", mode, n_bad)
+        if kc < k:  # fewer candidates than asked (never: kc >= k)
+            ok[:] = False
     return out_d, out_i, ok
 
 
@@ -485,6 +496,35 @@ def certify(xp, approx, exact, eps, shift, k, dim, all_candidates):
     return gap_ok & consistent, n_bad
 
 
+def _rows_float64(Xd, Q, k, metric, self_ids, chunk=1 << 16):
+    """Exact top-k of the few query rows whose float32 certificate failed: float64 keys over all
+    points (cancellation ~1e-16 of the norms, far below float32's), a margin of 8 candidates, then
+    the same exact re-rank kernel and (distance, id) sort as every other row."""
+    import cupy as cp
+
+    m = Q.shape[0]
+    kk = min(Xd.shape[0], k + 8)
+    q = Q.astype(cp.float64)
+    qn = (q * q).sum(1)[:, None]
+    best_d = cp.full((m, kk), cp.inf, cp.float64)
+    best_i = cp.full((m, kk), -1, cp.int64)
+    for c0 in range(0, Xd.shape[0], chunk):
+        x = Xd[c0:c0 + chunk].astype(cp.float64)
+        d = (qn - 2 * q @ x.T + (x * x).sum(1)[None, :]) if metric == "l2" else -(q @ x.T)
+        ids = cp.arange(c0, c0 + x.shape[0], dtype=cp.int64)
+        if self_ids is not None:
+            d[ids[None, :] == self_ids[:, None].astype(cp.int64)] = cp.inf
+        cd = cp.concatenate([best_d, d], axis=1)
+        ci = cp.concatenate([best_i, cp.broadcast_to(ids, d.shape)], axis=1)
+        keep = cp.argsort(cd, axis=1)[:, :kk]
+        best_d = cp.take_along_axis(cd, keep, axis=1)
+        best_i = cp.take_along_axis(ci, keep, axis=1)
+    cand = cp.ascontiguousarray(best_i.astype(cp.int32))
+    exact = _pair_distances(Xd, cp.ascontiguousarray(Q, dtype=cp.float32), cand, metric == "l2")
+    exact = cp.where(cand < 0, cp.float32(cp.inf), exact)
+    return _sort_pairs(exact, cand, k)
+
+
 def _merge_by_sort(g, c0, colbias, alpha, self_ids, best_d, best_i, has_prev):
     """k > 1024: merge a tile into the running top-k with a stable sort (slow but general)."""
     import cupy as cp
@@ -510,7 +550,8 @@ def _merge_by_sort(g, c0, colbias, alpha, self_ids, best_d, best_i, has_prev):
 
 def _candidates_k(k, avail, mode):
     if mode == "exact":
-        return k
+        # a few extra candidates give the certificate its gap (k = 10: 18, still one 32-entry queue)
+        return int(min(avail, MAX_K, k + max(8, k // 4)))
     # a wider candidate list widens the gap key[k'] - key[k] the certificate needs
     return int(min(avail, MAX_K, max(4 * k, 128)))
 
@@ -577,8 +618,12 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
             if ok is not None and not bool(ok.all()):
                 bad = cp.nonzero(~ok)[0]
                 n_fallback += int(bad.size)
-                d2, i2 = knn_gpu(Xd, Qd[q0:q1][bad], k, metric_internal, False, "exact", batch_size,
-                                 self_ids=sid[bad] if sid is not None else None)
+                if mode == "exact":
+                    d2, i2 = _rows_float64(Xd, Qd[q0:q1][bad], k, metric_internal,
+                                           sid[bad] if sid is not None else None)
+                else:
+                    d2, i2 = knn_gpu(Xd, Qd[q0:q1][bad], k, metric_internal, False, "exact", batch_size,
+                                     self_ids=sid[bad] if sid is not None else None)
                 d[bad] = d2
                 i[bad] = i2.astype(cp.int32)
             out_d[q0:q1] = d
@@ -586,7 +631,7 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
         return None
 
     retry_on_oom(run, mq0, min_tile=1, what="brute-force k-NN")
-    if mode != "exact":
+    if n_fallback:
         logger.info("%s: %d of %d rows failed the error-bound certificate and were recomputed exactly",
                     mode, n_fallback, m)
     knn_gpu.last_fallback = n_fallback  # read by the benchmark
