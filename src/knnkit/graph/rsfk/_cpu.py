@@ -55,6 +55,8 @@ def _offer(idx, dist, a, b, d):
     """Insert (b, d) into the sorted list of a (order (distance, id), -1 last, no duplicate id);
     rsfk_warp_offer of rsfk.cu. Returns 1 when the list changed."""
     K = idx.shape[1]
+    if b < 0 or b == a:  # never self (as rsfk_warp_offer)
+        return 0
     wd = dist[a, K - 1]
     wi = idx[a, K - 1]
     if not (d < wd or (d == wd and (wi < 0 or b < wi))):

@@ -60,10 +60,14 @@ __device__ __forceinline__ float rsfk_warp_dist(const float* __restrict__ X, int
     return -rsfk_warp_sum(acc);
 }
 
-// Offer (cand, dc) to one sorted list (li, ld of length K); the whole warp calls it with the same
-// arguments. Returns 1 when the list changed. volatile accesses: in the atomic variant another SM may
-// have written the list since this SM last read it (L1 is not coherent), so every access goes to L2.
-__device__ int rsfk_warp_offer(volatile int* li, volatile float* ld, int K, int cand, float dc, int lane) {
+// Offer (cand, dc) to the sorted list (li, ld of length K) of point `owner`; the whole warp calls it with
+// the same arguments, and the warp must be the only writer of the list while it runs (tiles, diagonal,
+// NNE, fill: one owner warp per list per phase). Returns 1 when the list changed. Self (cand == owner)
+// and cand < 0 are never inserted, whatever the caller passes. The result after any set of offers is the
+// top K by (distance, id) of the distinct offered candidates, independent of the order of the offers.
+__device__ int rsfk_warp_offer(volatile int* li, volatile float* ld, int K, int owner, int cand, float dc,
+                               int lane) {
+    if (cand < 0 || cand == owner) return 0;  // warp-uniform
     float wd = ld[K - 1];
     int wi = li[K - 1];
     if (!(dc < wd || (dc == wd && (wi < 0 || cand < wi)))) return 0;
@@ -94,6 +98,26 @@ __device__ int rsfk_warp_offer(volatile int* li, volatile float* ld, int K, int 
     }
     if (lane == 0) { li[pos] = cand; ld[pos] = dc; }
     __syncwarp();
+    return 1;
+}
+
+// The same offer done by one thread (the atomic variant: lane 0, inside the list's lock, so that the
+// whole check-and-insert is one critical section of one thread -- the plain spinlock pattern).
+__device__ int rsfk_thread_offer(volatile int* li, volatile float* ld, int K, int owner, int cand, float dc) {
+    if (cand < 0 || cand == owner) return 0;
+    const float wd = ld[K - 1];
+    const int wi = li[K - 1];
+    if (!(dc < wd || (dc == wd && (wi < 0 || cand < wi)))) return 0;
+    int pos = 0;
+    for (int j = 0; j < K; j++) {
+        const int e = li[j];
+        if (e == cand) return 0;
+        const float ed = ld[j];
+        if (e >= 0 && (ed < dc || (ed == dc && e < cand))) pos++;
+    }
+    for (int j = K - 1; j > pos; j--) { li[j] = li[j - 1]; ld[j] = ld[j - 1]; }
+    li[pos] = cand;
+    ld[pos] = dc;
     return 1;
 }
 
@@ -202,7 +226,11 @@ extern "C" __global__ void rsfk_partition(int n, const int* __restrict__ perm, c
 // One thread block per leaf (grid-stride over the leaves), one warp per task.
 
 // Atomic approach: warps take the pairs (i < j) of the leaf; each pair goes to list a then list b, each
-// under that list's spinlock (one lock held at a time: no deadlock).
+// under that list's spinlock (one lock held at a time: no deadlock). The warp computes the distance;
+// lane 0 alone takes the lock, checks and inserts (rsfk_thread_offer) and releases it, so the critical
+// section is one thread's: acquire = atomicCAS + __threadfence, release = __threadfence + atomicExch,
+// and every list access inside is volatile (L1 is not coherent across SMs). Lists of one tree are
+// touched by one leaf only, but the pairs of a leaf run on all the block's warps at once.
 extern "C" __global__ void rsfk_leaf_atomic(const float* __restrict__ X, int d, int metric,
                                             const int* __restrict__ perm, const int* __restrict__ leaf_lo,
                                             const int* __restrict__ leaf_hi, int nleaves, int* idx, float* dist,
@@ -216,22 +244,21 @@ extern "C" __global__ void rsfk_leaf_atomic(const float* __restrict__ X, int d, 
             if (j <= i) continue;  // warp-uniform
             const int a = perm[lo + i], b = perm[lo + j];
             const float dd = rsfk_warp_dist(X, d, metric, a, b, lane);
-            for (int side = 0; side < 2; side++) {
-                const int owner = side ? b : a, cand = side ? a : b;
-                volatile float* ld = dist + (long long)owner * K;
-                volatile int* li = idx + (long long)owner * K;
-                // the last distance only decreases: an unlocked reject is final (lane 0's read for all)
-                if (dd > __shfl_sync(RSFK_FULL, ld[K - 1], 0)) continue;
-                if (lane == 0) {
+            if (lane == 0) {
+                for (int side = 0; side < 2; side++) {
+                    const int owner = side ? b : a, cand = side ? a : b;
+                    volatile float* ld = dist + (long long)owner * K;
+                    volatile int* li = idx + (long long)owner * K;
+                    // the last distance only decreases: an unlocked reject is final
+                    if (dd > ld[K - 1]) continue;
                     while (atomicCAS(locks + owner, 0, 1) != 0) { }
                     __threadfence();
+                    rsfk_thread_offer(li, ld, K, owner, cand, dd);
+                    __threadfence();
+                    atomicExch(locks + owner, 0);
                 }
-                __syncwarp();
-                rsfk_warp_offer(li, ld, K, cand, dd, lane);
-                __threadfence();
-                __syncwarp();
-                if (lane == 0) atomicExch(locks + owner, 0);
             }
+            __syncwarp();
         }
     }
 }
@@ -269,16 +296,21 @@ extern "C" __global__ void rsfk_leaf_tiles(const float* __restrict__ X, int d, i
                         const int owner = perm[lo + own];
                         const int other = (phase == 0 ? ct : rt) * RSFK_TW + lane;
                         const float dd = phase == 0 ? tile[r][lane] : tile[lane][r];
-                        const int cand = other < m ? perm[lo + other] : -1;
+                        // only the strict upper triangle holds distances (the rest of the tile is +inf
+                        // padding): row owners take the points after them, column owners those before.
+                        // Offering the padding inserted self and (inf, id) entries, whose id then
+                        // rejected the real distance as a duplicate (first GPU run, NOTES_rsfk.md)
+                        const bool pair = other < m && (phase == 0 ? other > own : other < own);
+                        const int cand = pair ? perm[lo + other] : -1;
                         int* li = idx + (long long)owner * K;
                         float* ld = dist + (long long)owner * K;
-                        unsigned mask = __ballot_sync(RSFK_FULL, cand >= 0 && dd <= ld[K - 1]);
+                        unsigned mask = __ballot_sync(RSFK_FULL, pair && dd <= ld[K - 1]);
                         while (mask) {
                             const int l = __ffs(mask) - 1;
                             mask &= mask - 1;
                             const float cd = __shfl_sync(RSFK_FULL, dd, l);
                             const int cb = __shfl_sync(RSFK_FULL, cand, l);
-                            rsfk_warp_offer(li, ld, K, cb, cd, lane);
+                            rsfk_warp_offer(li, ld, K, owner, cb, cd, lane);
                         }
                     }
                     __syncthreads();
@@ -310,7 +342,8 @@ extern "C" __global__ void rsfk_leaf_diagonal(const float* __restrict__ X, int d
                 for (int t = warp; t < L; t += nwarps) {
                     const int owner = perm[lo + t + (phase ? o : 0)];
                     const int cand = perm[lo + t + (phase ? 0 : o)];
-                    rsfk_warp_offer(idx + (long long)owner * K, dist + (long long)owner * K, K, cand, diag[t], lane);
+                    rsfk_warp_offer(idx + (long long)owner * K, dist + (long long)owner * K, K, owner, cand, diag[t],
+                                    lane);
                 }
                 __syncthreads();
             }
@@ -343,7 +376,7 @@ extern "C" __global__ void rsfk_nne(const float* __restrict__ X, int n, int d, i
                 for (int q = lane; q < K; q += 32) known = known || li[q] == cand;
                 if (__any_sync(RSFK_FULL, known)) continue;
                 const float dd = rsfk_warp_dist(X, d, metric, (int)i, cand, lane);
-                rsfk_warp_offer(li, ld, K, cand, dd, lane);
+                rsfk_warp_offer(li, ld, K, (int)i, cand, dd, lane);
             }
         }
     }
@@ -359,9 +392,11 @@ extern "C" __global__ void rsfk_fill(const float* __restrict__ X, int n, int d, 
     int* li = idx + i * K;
     float* ld = dist + i * K;
     const int tries = min(n - 1, 2 * K);
-    for (int t = 1; t <= tries && li[K - 1] < 0; t++) {
+    volatile int* vli = li;
+    // loop condition warp-uniform: lane 0's read of the last id (after the offer's __syncwarp) for all
+    for (int t = 1; t <= tries && __shfl_sync(RSFK_FULL, vli[K - 1], 0) < 0; t++) {
         const int cand = (int)((i + t) % n);
         const float dd = rsfk_warp_dist(X, d, metric, (int)i, cand, lane);
-        rsfk_warp_offer(li, ld, K, cand, dd, lane);
+        rsfk_warp_offer(li, ld, K, (int)i, cand, dd, lane);
     }
 }
