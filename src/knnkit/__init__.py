@@ -16,6 +16,7 @@ from .api.index import GraphIndex
 from .api.load import load, methods
 from .exact import ExactParams
 from .graph.nndescent import NNDescentParams
+from .graph.rsfk import RSFKParams
 from .index import IndexParams, SearchParams
 from . import io, datasets, evaluate
 
@@ -23,7 +24,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "GraphIndex", "load", "methods",
-    "ExactParams", "NNDescentParams", "IndexParams", "SearchParams",
+    "ExactParams", "NNDescentParams", "RSFKParams", "IndexParams", "SearchParams",
     "set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress",
     "gpu_available", "io", "datasets", "evaluate", "__version__",
 ]
