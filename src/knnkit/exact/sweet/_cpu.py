@@ -326,8 +326,8 @@ def build_cpu(X, Q, k, params, seed, all_points):
     np.cumsum(ncand, out=coff[1:])
     cand = np.concatenate([cand_order[a, :ncand[a]] for a in range(mq)]) if mq else np.empty(0, np.int32)
     # pairs surviving level 1: every query times the members of its candidate clusters
-    per_cluster = np.add.reduceat(data.size[cand], coff[:-1]) if cand.size else np.zeros(mq, np.int64)
-    per_cluster = np.where(ncand > 0, per_cluster, 0)
+    csum = np.concatenate([[0], np.cumsum(data.size[cand])])
+    per_cluster = csum[coff[1:]] - csum[coff[:-1]]
     level1_pairs = float((query.size * per_cluster).sum())
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
