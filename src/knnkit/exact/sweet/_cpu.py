@@ -60,10 +60,50 @@ def _centre_dist(Lq, Lt, out):
             out[i, j] = math.sqrt(_dist2(Lq[i], Lt[j]))
 
 
+@njit(parallel=True, cache=True)
+def _spread(L):
+    """Sum of the pairwise Euclidean distances of the rows of L (landmark-set quality)."""
+    m = L.shape[0]
+    part = np.zeros(m)
+    for i in prange(m):
+        acc = 0.0
+        for j in range(i + 1, m):
+            acc += math.sqrt(_dist2(L[i], L[j]))
+        part[i] = acc
+    return part.sum()
+
+
+@njit(parallel=True, cache=True)
+def _assign_direct(P, L, labels):
+    """Nearest landmark by direct float32 distances: for small d this beats a GEMM of inner
+    dimension d, whose output (n x landmarks) costs more memory traffic than the arithmetic."""
+    for i in prange(P.shape[0]):
+        best = np.inf
+        arg = 0
+        p = P[i]
+        for j in range(L.shape[0]):
+            acc = np.float32(0.0)
+            lj = L[j]
+            for c in range(p.shape[0]):
+                diff = p[c] - lj[c]
+                acc += diff * diff
+            if acc < best:
+                best = acc
+                arg = j
+        labels[i] = arg
+
+
+_DIRECT_ASSIGN_MAX_DIM = 16
+
+
 def _assign(P, L):
-    """Nearest landmark of every row by GEMM (``||l||^2 - 2 p.l``); ties or rounding may pick a
-    slightly farther landmark, which costs filtering power but never exactness, because the
-    bounds use the exact distance to the landmark actually assigned."""
+    """Nearest landmark of every row (GEMM ``||l||^2 - 2 p.l`` for d > 16, direct loop below);
+    ties or rounding may pick a slightly farther landmark, which costs filtering power but never
+    exactness, because the bounds use the exact distance to the landmark actually assigned."""
+    if P.shape[1] <= _DIRECT_ASSIGN_MAX_DIM:
+        labels = np.empty(P.shape[0], np.int32)
+        _assign_direct(P, L, labels)
+        return labels
     ln = np.einsum("ij,ij->i", L, L)
     labels = np.empty(P.shape[0], np.int32)
     for s in range(0, P.shape[0], _ASSIGN_BLOCK):
@@ -276,7 +316,7 @@ class _Clusters:
     """Landmarks, assignment and per-cluster tables of one point set."""
 
     def __init__(self, P, count, trials, rng):
-        self.landmark_ids = choose_landmarks(P, count, trials, rng)
+        self.landmark_ids = choose_landmarks(P, count, trials, rng, spread_fn=_spread)
         self.L = np.ascontiguousarray(P[self.landmark_ids])
         self.labels = _assign(P, self.L)
         self.dist = np.empty(P.shape[0], np.float64)

@@ -97,13 +97,13 @@ def choose_filter(params, k, dim):
     return "partial" if k / dim > params.partial_ratio else "full"
 
 
-def choose_landmarks(points, count, trials, rng, xp=np):
+def choose_landmarks(points, count, trials, rng, xp=np, spread_fn=None):
     """Indices of ``count`` rows of ``points`` drawn at random ``trials`` times, keeping the draw
     with the largest sum of pairwise Euclidean distances (paper section III-A).
 
     ``points`` may be numpy or cupy; the draws come from the host ``rng`` so that the CPU twin
     and the GPU engine pick the same landmarks for the same seed (up to float rounding of the
-    spread sums)."""
+    spread sums). ``spread_fn(L)`` may replace the GEMM-based sum of pairwise distances."""
     n = points.shape[0]
     best, best_spread = None, -1.0
     for _ in range(trials):
@@ -111,6 +111,11 @@ def choose_landmarks(points, count, trials, rng, xp=np):
         if trials == 1:
             return pick
         L = points[xp.asarray(pick)].astype(xp.float32)
+        if spread_fn is not None:
+            spread = float(spread_fn(L))
+            if spread > best_spread:
+                best, best_spread = pick, spread
+            continue
         sq = xp.einsum("ij,ij->i", L, L)
         d2 = sq[:, None] + sq[None, :] - 2.0 * (L @ L.T)
         spread = float(xp.sqrt(xp.maximum(d2, 0.0)).sum())
