@@ -271,10 +271,11 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
 
     if filt == "full":
         per_query = parts * k * 8 * 4 + 64
-        chunk = max(1, min(nq_total, budget // per_query))
+        # one thread per (query, part) and no grid-stride loop: keep a launch under 2^24 threads
+        chunk = max(1, min(nq_total, budget // per_query, (1 << 24) // parts))
         retry_on_oom(run_full, chunk, what="sweet level-2 filter")
     else:
-        chunk = max(1, min(nq_total, 1 << 16))
+        chunk = max(1, min(nq_total, 1 << 16, (1 << 24) // parts))
         retry_on_oom(run_partial, chunk, what="sweet level-2 partial filter")
     cp.cuda.Device().synchronize()
     times["level2"] = time.perf_counter() - t0
