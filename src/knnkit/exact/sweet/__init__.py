@@ -1,0 +1,131 @@
+"""Sweet KNN: exact k-NN join with two-level triangle-inequality filtering (Chen, Ding, Shen,
+"Sweet KNN: An Efficient KNN on GPU through Reconciliation between Redundancy Removal and
+Regularity", ICDE 2017).
+
+Landmarks cluster the queries and the data (``3 sqrt(n)`` each); level 1 discards whole data
+clusters per query cluster with two-landmark bounds, level 2 discards single points with the
+one-landmark bound, visiting members in descending distance to their centre so that the rest
+of a cluster is skipped at once. The filter strength (full vs partial level 2) and the
+parallelism (one worker per query vs several) adapt to the problem; see ``NOTES_sweet.md``.
+
+The engine follows the exact-engine contract of :mod:`knnkit._core.registry`: numpy input runs
+the Numba twin (:mod:`._cpu`), cupy input the CUDA kernels of ``sweet.cu`` (:mod:`._gpu`).
+Results equal the GEMM path's: squared Euclidean float32 distances computed as the GEMM path
+re-computes them, rows sorted by (distance, index).
+"""
+
+import numpy as np
+
+from ._plan import SweetParams
+
+__all__ = ["SweetParams", "sweet_knn", "estimate_savings"]
+
+
+def _check(X, Q, k, metric, exclude_self, params):
+    if metric != "l2":
+        raise ValueError(f"sweet supports only the l2 metric (squared Euclidean); got {metric!r}: "
+                         "the inner product is not a metric, so the triangle inequality gives no bounds")
+    if params is None:
+        params = SweetParams()
+    elif not isinstance(params, SweetParams):
+        raise TypeError(f"params must be a SweetParams, got {type(params).__name__}")
+    if exclude_self and Q is not X:
+        raise ValueError("exclude_self requires Q to be X (the all-points join)")
+    n = X.shape[0]
+    limit = n - 1 if exclude_self else n
+    if not 1 <= int(k) <= limit:
+        raise ValueError(f"k must be in [1, {limit}], got {k}")
+    if X.ndim != 2 or Q.ndim != 2 or X.shape[1] != Q.shape[1]:
+        raise ValueError(f"X and Q must be 2-D with the same dimension, got {X.shape} and {Q.shape}")
+    return params
+
+
+def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0):
+    """Exact k-NN of the rows of ``Q`` among the rows of ``X`` with Sweet KNN filtering.
+
+    Parameters
+    ----------
+    X : numpy or cupy ndarray, float32, shape (n, d)
+        Prepared data (numpy runs the CPU twin, cupy the GPU engine).
+    Q : ndarray, float32, shape (m, d)
+        Queries; ``X`` itself with ``exclude_self=True`` for the all-points join.
+    k : int
+        Neighbours per query, ``1 <= k <= n`` (``n - 1`` when excluding self).
+    metric : {"l2"}
+        Internal metric; only squared Euclidean (``"ip"`` raises ValueError).
+    exclude_self : bool
+        Row i never returns index i (duplicates at other indices are returned, at distance 0).
+    params : SweetParams, optional
+    seed : int
+        Seed of the landmark sampling (the result does not depend on it, only the speed).
+
+    Returns
+    -------
+    dist : float32 (m, k)
+        Squared Euclidean distances, ascending.
+    idx : int64 (m, k)
+        Indices into ``X``; equal distances ordered by smaller index.
+    stats : dict
+        Choices made (filter, parallelism, landmark counts), fractions of distance computations
+        saved at level 1 (``saved_level1``), additionally at level 2 (``saved_level2``) and in
+        total (``saved_total``), and times per phase in seconds (``times``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((500, 3), dtype=np.float32)
+    >>> d, i, stats = sweet_knn(X, X, 5, metric="l2", exclude_self=True)
+    >>> d.shape, i.dtype, stats["filter"]
+    ((500, 5), dtype('int64'), 'full')
+    """
+    params = _check(X, Q, k, metric, exclude_self, params)
+    k = int(k)
+    if isinstance(X, np.ndarray):
+        from ._cpu import sweet_cpu
+
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        Q = X if exclude_self else np.ascontiguousarray(Q, dtype=np.float32)
+        return sweet_cpu(X, Q, k, params, int(seed), bool(exclude_self))
+    from ._gpu import sweet_gpu
+
+    return sweet_gpu(X, Q, k, params, int(seed), bool(exclude_self))
+
+
+def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
+    """Fraction of the ``m * n`` distance computations the filters would save.
+
+    Clusters and level 1 are built on the full sets; level 2 runs on ``sample`` random queries
+    (counting only). ``Q=None`` or ``Q is X`` estimates the all-points join. Used by
+    ``method="auto"`` to choose between Sweet KNN and the GEMM path.
+
+    Parameters
+    ----------
+    X, Q : numpy or cupy float32 arrays (Q may be None)
+    k : int
+    sample : int, default 1000
+        Queries on which the level-2 filter is run.
+    seed : int
+    params : SweetParams, optional
+
+    Returns
+    -------
+    float
+        Estimated ``saved_total`` in [0, 1].
+    """
+    all_points = Q is None or Q is X
+    Q = X if all_points else Q
+    params = _check(X, Q, k, "l2", all_points, params)
+    m = Q.shape[0]
+    rng = np.random.default_rng(seed)
+    sel = np.sort(rng.choice(m, size=min(int(sample), m), replace=False))
+    if isinstance(X, np.ndarray):
+        from ._cpu import sweet_cpu
+
+        _, _, stats = sweet_cpu(np.ascontiguousarray(X, np.float32), Q if all_points else
+                                np.ascontiguousarray(Q, np.float32), int(k), params, int(seed), all_points,
+                                qsel=sel)
+    else:
+        from ._gpu import sweet_gpu
+
+        _, _, stats = sweet_gpu(X, Q, int(k), params, int(seed), all_points, qsel=sel)
+    return float(stats["saved_total"])

@@ -1,0 +1,469 @@
+"""Sweet KNN on the CPU (NumPy + Numba): the twin of the GPU engine, same phases and semantics.
+
+Phases (paper section II-C / III): landmarks by repeated random sampling, assignment of every
+point to its nearest landmark by a blocked GEMM, exact (float64) point-to-centre distances, data
+clusters stored contiguously with members in descending distance to their centre; level 1
+(Algorithm 1): per query cluster an upper bound ``UB`` on the k-th neighbour distance of every
+member from the two-landmark bound pooled over all data clusters, then the candidate data
+clusters whose group lower bound does not exceed ``UB``, ordered by centre distance; level 2
+(Algorithm 2): per query, the one-landmark bound ``|d(q, c) - d(t, c)|`` against the current
+bound ``theta``, where the descending member order lets one binary search skip the members
+that are too far "outside" and one break skip those too far "inside".
+
+Full filter: ``theta`` shrinks to the k-th distance found so far (bounded max-heap per worker).
+Partial filter: ``theta`` stays at ``UB``; survivors are counted, written out, then k-selected.
+Parallelism: ``parts`` workers per query split its candidate clusters round-robin (``parts=1``
+is query parallelism); each has its own heap and the heaps are merged by (distance, index).
+
+Reported distances are ``float32(sum((float64(q) - float64(x))^2))`` accumulated in index order,
+exactly as :func:`knnkit.exact._cpu.knn_cpu` re-computes its winners, so ids agree with the GEMM
+path even among float32 ties.
+"""
+
+import math
+import time
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from ..._core.config import logger
+from ._plan import choose_filter, choose_landmarks, default_landmarks, pruning_rel
+
+__all__ = ["sweet_cpu", "build_cpu"]
+
+_ASSIGN_BLOCK = 16384
+_PARTIAL_ENTRIES = 1 << 24  # survivors buffered per query chunk in the partial filter (192 MiB)
+_CPU_TABLE_BYTES = 1 << 30
+
+
+# ----------------------------------------------------------------------------- distances
+@njit(inline="always")
+def _dist2(a, b):
+    """Squared distance in float64, the order and rounding of knn_cpu's refinement."""
+    acc = 0.0
+    for c in range(a.shape[0]):
+        diff = np.float64(a[c]) - np.float64(b[c])
+        acc += diff * diff
+    return acc
+
+
+@njit(parallel=True, cache=True)
+def _point_centre_dist(P, L, labels, out):
+    for i in prange(P.shape[0]):
+        out[i] = math.sqrt(_dist2(P[i], L[labels[i]]))
+
+
+@njit(parallel=True, cache=True)
+def _centre_dist(Lq, Lt, out):
+    for i in prange(Lq.shape[0]):
+        for j in range(Lt.shape[0]):
+            out[i, j] = math.sqrt(_dist2(Lq[i], Lt[j]))
+
+
+@njit(parallel=True, cache=True)
+def _spread(L):
+    """Sum of the pairwise Euclidean distances of the rows of L (landmark-set quality)."""
+    m = L.shape[0]
+    part = np.zeros(m)
+    for i in prange(m):
+        acc = 0.0
+        for j in range(i + 1, m):
+            acc += math.sqrt(_dist2(L[i], L[j]))
+        part[i] = acc
+    return part.sum()
+
+
+@njit(parallel=True, cache=True)
+def _assign_direct(P, L, labels):
+    """Nearest landmark by direct float32 distances: for small d this beats a GEMM of inner
+    dimension d, whose output (n x landmarks) costs more memory traffic than the arithmetic."""
+    for i in prange(P.shape[0]):
+        best = np.inf
+        arg = 0
+        p = P[i]
+        for j in range(L.shape[0]):
+            acc = np.float32(0.0)
+            lj = L[j]
+            for c in range(p.shape[0]):
+                diff = p[c] - lj[c]
+                acc += diff * diff
+            if acc < best:
+                best = acc
+                arg = j
+        labels[i] = arg
+
+
+_DIRECT_ASSIGN_MAX_DIM = 16
+
+
+def _assign(P, L):
+    """Nearest landmark of every row (GEMM ``||l||^2 - 2 p.l`` for d > 16, direct loop below);
+    ties or rounding may pick a slightly farther landmark, which costs filtering power but never
+    exactness, because the bounds use the exact distance to the landmark actually assigned."""
+    if P.shape[1] <= _DIRECT_ASSIGN_MAX_DIM:
+        labels = np.empty(P.shape[0], np.int32)
+        _assign_direct(P, L, labels)
+        return labels
+    ln = np.einsum("ij,ij->i", L, L)
+    labels = np.empty(P.shape[0], np.int32)
+    for s in range(0, P.shape[0], _ASSIGN_BLOCK):
+        G = P[s:s + _ASSIGN_BLOCK] @ L.T
+        labels[s:s + _ASSIGN_BLOCK] = np.argmin(ln[None, :] - 2.0 * G, axis=1)
+    return labels
+
+
+# ----------------------------------------------------------------------------- heaps
+@njit(inline="always")
+def _sift_down(hd, hi, k):
+    pos = 0
+    d = hd[0]
+    ix = hi[0]
+    while True:
+        c = 2 * pos + 1
+        if c >= k:
+            break
+        if c + 1 < k and (hd[c + 1] > hd[c] or (hd[c + 1] == hd[c] and hi[c + 1] > hi[c])):
+            c += 1
+        if hd[c] > d or (hd[c] == d and hi[c] > ix):
+            hd[pos] = hd[c]
+            hi[pos] = hi[c]
+            pos = c
+        else:
+            break
+    hd[pos] = d
+    hi[pos] = ix
+
+
+@njit(inline="always")
+def _offer(hd, hi, k, d, ix):
+    if d < hd[0] or (d == hd[0] and ix < hi[0]):
+        hd[0] = d
+        hi[0] = ix
+        _sift_down(hd, hi, k)
+        return True
+    return False
+
+
+@njit(cache=True)
+def _sorted_row(cd, ci, k, out_d, out_i):
+    """The k smallest (distance, index) pairs of ``cd/ci`` sorted, written to out (k,)."""
+    hd = np.full(k, np.inf, np.float32)
+    hi = np.full(k, np.iinfo(np.int64).max, np.int64)
+    for t in range(cd.shape[0]):
+        if ci[t] >= 0:
+            _offer(hd, hi, k, cd[t], ci[t])
+    order = np.argsort(hd, kind="mergesort")
+    for t in range(k):
+        out_d[t] = hd[order[t]]
+        out_i[t] = hi[order[t]]
+    for t in range(1, k):  # equal distances by index (argsort is stable on distance only)
+        dd = out_d[t]
+        ii = out_i[t]
+        u = t - 1
+        while u >= 0 and out_d[u] == dd and out_i[u] > ii:
+            out_d[u + 1] = out_d[u]
+            out_i[u + 1] = out_i[u]
+            u -= 1
+        out_d[u + 1] = dd
+        out_i[u + 1] = ii
+
+
+# ----------------------------------------------------------------------------- level 1
+@njit(parallel=True, cache=True)
+def _level1(D, rq, qsize, Rt, small, tsize, kk, rel, ub, order, ncand):
+    """Upper bound ``ub`` per query cluster (k-th smallest of ``rq + D + r_t(i)`` pooled over
+    the kk members closest to each data centre) and the candidate count; ``order`` gets the data
+    clusters by ascending centre distance with the candidates first (in that order)."""
+    mq, mt = D.shape
+    for a in prange(mq):
+        if qsize[a] == 0:
+            ub[a] = 0.0
+            ncand[a] = 0
+            continue
+        o = np.argsort(D[a], kind="mergesort")
+        heap = np.full(kk, np.inf)
+        for jj in range(mt):
+            j = o[jj]
+            base = rq[a] + D[a, j]
+            if base >= heap[0]:
+                break  # every later cluster is at least as far: no pooled value can enter
+            for t in range(min(kk, tsize[j])):
+                v = base + small[j, t]
+                if v >= heap[0]:
+                    break  # small[j] is ascending
+                heap[0] = v
+                # sift down the float64 max-heap
+                pos = 0
+                while True:
+                    c = 2 * pos + 1
+                    if c >= kk:
+                        break
+                    if c + 1 < kk and heap[c + 1] > heap[c]:
+                        c += 1
+                    if heap[c] > v:
+                        heap[pos] = heap[c]
+                        pos = c
+                    else:
+                        break
+                heap[pos] = v
+        u = heap[0]
+        ub[a] = u
+        cnt = 0
+        for jj in range(mt):
+            j = o[jj]
+            if tsize[j] == 0:
+                continue
+            lb = D[a, j] - rq[a] - Rt[j]
+            # keep unless the group lower bound clearly exceeds UB (slack for rounding)
+            if not (lb > u + rel * (u + D[a, j] + rq[a] + Rt[j])):
+                order[a, cnt] = j
+                cnt += 1
+        ncand[a] = cnt
+
+
+# ----------------------------------------------------------------------------- level 2
+@njit(inline="always")
+def _first_inside(mdist, beg, end, limit):
+    """First position in [beg, end) of the descending ``mdist`` with value <= limit."""
+    lo, hi = beg, end
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if mdist[mid] > limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(parallel=True, cache=True)
+def _level2(X, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, parts,
+            exclude_self, rel, full, count_only, heap_d, heap_i, surv_d, surv_i, woff, counts):
+    """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
+    ``s, s + parts, ...``. Full filter: the task's heap (row ``task`` of heap_*) shrinks theta.
+    Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
+    written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
+    ntask = qseq.shape[0] * parts
+    for task in prange(ntask):
+        p = task // parts
+        s = task - p * parts
+        qi = qseq[p]
+        q = Q[qi]
+        cq = qlab[qi]
+        ub_c = ub[cq]
+        theta = ub_c
+        # the partial filter passes a (1, total) buffer: row 0 keeps the typing uniform
+        hd = heap_d[task]
+        hi = heap_i[task]
+        w = 0
+        if not full and not count_only:
+            w = woff[task]
+        ndist = 0
+        for j in range(coff[cq] + s, coff[cq + 1], parts):
+            c = cand[j]
+            a = math.sqrt(_dist2(q, Lt[c]))
+            beg = moff[c]
+            end = moff[c + 1]
+            thr = theta + rel * (theta + a + Rt[c])
+            if a - Rt[c] > thr:
+                continue  # the farthest member is already too close to the centre
+            i = _first_inside(mdist, beg, end, a + thr)
+            while i < end:
+                b = mdist[i]
+                if a - b > thr:
+                    break  # every later member is closer to the centre: lower bound grows
+                if b - a > thr:
+                    i += 1
+                    continue
+                t = members[i]
+                i += 1
+                if exclude_self and t == qi:
+                    continue
+                if count_only:
+                    ndist += 1
+                    continue
+                d = np.float32(_dist2(q, X[t]))
+                ndist += 1
+                if full:
+                    if _offer(hd, hi, k, d, t) and hd[0] < np.inf:
+                        th = math.sqrt(np.float64(hd[0]))
+                        if th < theta:
+                            theta = th
+                            thr = theta + rel * (theta + a + Rt[c])
+                else:
+                    surv_d[w] = d
+                    surv_i[w] = t
+                    w += 1
+        counts[task] = ndist
+
+
+@njit(parallel=True, cache=True)
+def _merge_parts(hd, hi, qseq, parts, k, out_d, out_i):
+    for p in prange(qseq.shape[0]):
+        r0 = p * parts
+        _sorted_row(hd[r0:r0 + parts].ravel(), hi[r0:r0 + parts].ravel(), k, out_d[qseq[p]], out_i[qseq[p]])
+
+
+@njit(parallel=True, cache=True)
+def _select_partial(sd, si, woff, qseq, parts, k, out_d, out_i):
+    for p in prange(qseq.shape[0]):
+        a = woff[p * parts]
+        b = woff[(p + 1) * parts]
+        _sorted_row(sd[a:b], si[a:b], k, out_d[qseq[p]], out_i[qseq[p]])
+
+
+# ----------------------------------------------------------------------------- driver
+class _Clusters:
+    """Landmarks, assignment and per-cluster tables of one point set."""
+
+    def __init__(self, P, count, trials, rng):
+        self.landmark_ids = choose_landmarks(P, count, trials, rng, spread_fn=_spread)
+        self.L = np.ascontiguousarray(P[self.landmark_ids])
+        self.labels = _assign(P, self.L)
+        self.dist = np.empty(P.shape[0], np.float64)
+        _point_centre_dist(P, self.L, self.labels, self.dist)
+        self.size = np.bincount(self.labels, minlength=count).astype(np.int64)
+        self.radius = np.zeros(count, np.float64)
+        np.maximum.at(self.radius, self.labels, self.dist)
+
+
+def build_cpu(X, Q, k, params, seed, all_points):
+    """Steps 1-2 (clusters and level 1) on the CPU; returns a dict of tables and timings."""
+    rng = np.random.default_rng(seed)
+    n, m, dim = X.shape[0], Q.shape[0], X.shape[1]
+    times = {}
+    t0 = time.perf_counter()
+    mt = default_landmarks(params.n_landmarks_data, n, 1, 0)
+    mq = mt if all_points else default_landmarks(params.n_landmarks_query, m, 1, 0)
+    # the cluster-pair tables (D, order) cost ~16 bytes per pair
+    while mq * mt * 16 > _CPU_TABLE_BYTES:
+        mq, mt = max(1, int(mq * 0.9)), max(1, int(mt * 0.9))
+    data = _Clusters(X, mt, params.landmark_trials, rng)
+    query = data if all_points and params.n_landmarks_query in (None, mt) else \
+        _Clusters(Q, mq, params.landmark_trials, rng)
+    mq = query.L.shape[0]
+    # data clusters contiguous, members by descending distance to the centre
+    order = np.lexsort((-data.dist, data.labels))
+    members = order.astype(np.int64)
+    mdist = data.dist[order]
+    moff = np.zeros(mt + 1, np.int64)
+    np.cumsum(data.size, out=moff[1:])
+    times["clusters"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    kk = k + (1 if all_points else 0)  # the query itself may be among the pooled points
+    small = np.full((mt, kk), np.inf)
+    for j in range(mt):  # the kk members closest to each centre, ascending (tail of the segment)
+        seg = mdist[moff[j]:moff[j + 1]][::-1][:kk]
+        small[j, :seg.size] = seg
+    D = np.empty((mq, mt), np.float64)
+    _centre_dist(query.L, data.L, D)
+    rel = pruning_rel(dim)
+    ub = np.empty(mq, np.float64)
+    cand_order = np.empty((mq, mt), np.int32)
+    ncand = np.empty(mq, np.int64)
+    _level1(D, query.radius, query.size, data.radius, small, data.size, kk, rel, ub, cand_order, ncand)
+    coff = np.zeros(mq + 1, np.int64)
+    np.cumsum(ncand, out=coff[1:])
+    cand = np.concatenate([cand_order[a, :ncand[a]] for a in range(mq)]) if mq else np.empty(0, np.int32)
+    # pairs surviving level 1: every query times the members of its candidate clusters
+    csum = np.concatenate([[0], np.cumsum(data.size[cand])])
+    per_cluster = csum[coff[1:]] - csum[coff[:-1]]
+    level1_pairs = float((query.size * per_cluster).sum())
+    times["level1"] = time.perf_counter() - t0
+    # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
+    qseq = np.argsort(query.labels, kind="stable").astype(np.int64)
+    return dict(members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
+                ub=ub, coff=coff, cand=cand.astype(np.int64), qseq=qseq, mq=mq, mt=mt, rel=rel,
+                level1_pairs=level1_pairs, times=times)
+
+
+def _choose_parts(params, m, mean_cand):
+    if params.parallelism == "query":
+        return 1
+    want = 1
+    threads = get_num_threads()
+    if params.parallelism == "split":
+        want = params.split_factor or max(2, int(math.ceil(8 * threads / max(1, m))))
+    elif m < 8 * threads:
+        want = params.split_factor or int(math.ceil(8 * threads / max(1, m)))
+    # never more workers than candidate clusters to split
+    return int(max(1 if params.parallelism != "split" else 2, min(want, 64, max(1, int(mean_cand)))))
+
+
+def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
+    """Sweet KNN join on the CPU; ``qsel`` restricts level 2 to some query rows (estimates).
+
+    Returns ``(dist, idx, stats)`` for the rows ``qsel`` (all rows when None)."""
+    t_all = time.perf_counter()
+    n, dim = X.shape
+    m = Q.shape[0]
+    tab = build_cpu(X, Q, k, params, seed, all_points)
+    filt = choose_filter(params, k, dim)
+    qseq = tab["qseq"] if qsel is None else tab["qseq"][np.isin(tab["qseq"], qsel)]
+    mrows = m if qsel is None else int(np.max(qsel)) + 1
+    mean_cand = tab["coff"][-1] / max(1, tab["mq"])
+    parts = _choose_parts(params, qseq.size, mean_cand)
+    out_d = np.empty((mrows, k), np.float32)
+    out_i = np.empty((mrows, k), np.int64)
+    t0 = time.perf_counter()
+    args = (X, Q, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
+    args2 = (tab["qlab"], tab["ub"], tab["coff"], tab["cand"], k, parts, bool(all_points), tab["rel"])
+    ndist = 0
+    if filt == "full":
+        # query chunks bound the heap memory (k entries per worker)
+        chunk = max(1, (1 << 26) // (k * parts))
+        for s in range(0, qseq.size, chunk):
+            seq = qseq[s:s + chunk]
+            ntask = seq.size * parts
+            hd = np.full((ntask, k), np.inf, np.float32)
+            hi = np.full((ntask, k), -1, np.int64)
+            counts = np.zeros(ntask, np.int64)
+            _level2(*args, seq, *args2, True, False, hd, hi, hd[0], hi[0], counts[:1], counts)
+            ndist += int(counts.sum())
+            _merge_parts(hd, hi, seq, parts, k, out_d, out_i)
+    else:
+        s = 0
+        while s < qseq.size:
+            # count first, then take as many queries as fit the survivor buffer
+            seq = qseq[s:s + max(1, _PARTIAL_ENTRIES // max(1, n // 64))]
+            counts = np.zeros(seq.size * parts, np.int64)
+            dummy_d = np.empty((counts.size, 1), np.float32)
+            dummy_i = np.empty((counts.size, 1), np.int64)
+            _level2(*args, seq, *args2, False, True, dummy_d, dummy_i, dummy_d[0], dummy_i[0], counts[:1], counts)
+            per_query = counts.reshape(seq.size, parts).sum(1)
+            take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
+            seq, counts = seq[:take], counts[:take * parts]
+            woff = np.zeros(counts.size + 1, np.int64)
+            np.cumsum(counts, out=woff[1:])
+            sd = np.empty(max(1, int(woff[-1])), np.float32)
+            si = np.empty(max(1, int(woff[-1])), np.int64)
+            _level2(*args, seq, *args2, False, False, dummy_d[:counts.size], dummy_i[:counts.size], sd, si,
+                    woff, counts)
+            ndist += int(counts.sum())
+            _select_partial(sd, si, woff, seq, parts, k, out_d, out_i)
+            s += take
+    t_l2 = time.perf_counter() - t0
+    pairs = float(qseq.size) * n
+    l1_pairs = tab["level1_pairs"] if qsel is None else _level1_pairs_of(tab, qseq, n)
+    times = dict(tab["times"], level2=t_l2, total=time.perf_counter() - t_all)
+    stats = dict(device="cpu", filter=filt, parallelism="query" if parts == 1 else "split", parts=parts,
+                 n_landmarks_query=tab["mq"], n_landmarks_data=tab["mt"],
+                 saved_level1=1.0 - l1_pairs / pairs if pairs else 0.0,
+                 saved_level2=(l1_pairs - ndist) / pairs if pairs else 0.0,
+                 saved_total=1.0 - ndist / pairs if pairs else 0.0,
+                 distance_computations=ndist, mean_candidate_clusters=float(mean_cand),
+                 placement="heap per task (CPU)", times=times)
+    logger.debug("sweet cpu: %s", stats)
+    if qsel is not None:
+        return out_d[qsel], out_i[qsel], stats
+    return out_d, out_i, stats
+
+
+def _level1_pairs_of(tab, qseq, n):
+    sizes = np.diff(tab["moff"])
+    coff, cand, qlab = tab["coff"], tab["cand"], tab["qlab"]
+    tot = 0.0
+    for qi in qseq:
+        c = qlab[qi]
+        tot += float(sizes[cand[coff[c]:coff[c + 1]]].sum())
+    return tot

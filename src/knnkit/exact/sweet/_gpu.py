@@ -1,0 +1,298 @@
+"""Sweet KNN on the GPU (CuPy + the kernels of ``sweet.cu``).
+
+Step 1 (clusters): landmarks by repeated random sampling, assignment by a cuBLAS GEMM
+(``argmin ||l||^2 - 2 p.l``), exact float64 point-to-centre distances (kernel), then one radix
+sort of the key ``(cluster << 32) | ~bits(distance)`` puts every cluster's members contiguously
+in descending distance (the paper's two-kernel local-ID scheme does the same job; a sort is one
+library call). Distances are stored as float32 rounded *up*, which only loosens every bound.
+Level 1 (Algorithm 1) is dense CuPy algebra on the (query clusters x data clusters) tables in
+float64. Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks sized by the
+memory budget; the per-worker lists are merged, and partial-filter survivors k-selected, by
+sorting 64-bit keys ``(float bits << 32) | index``, whose order is exactly (distance, index)
+for non-negative distances.
+"""
+
+import math
+import time
+
+import numpy as np
+
+from ..._core.config import get_memory_budget, logger
+from ..._core.cuda import get_kernel, kernel_path, retry_on_oom
+from ._plan import choose_filter, choose_landmarks, default_landmarks, pruning_rel
+
+__all__ = ["sweet_gpu", "level2_kernel_name"]
+
+_KERNEL = kernel_path(__file__, "sweet.cu")
+_NAMES = ("sweet_level2<32,0>", "sweet_level2<128,0>", "sweet_level2<0,0>", "sweet_level2<1,1>",
+          "sweet_level2<1,2>")
+_BLOCK = 256
+_ASSIGN_ELEMS = 1 << 26          # GEMM tile of the assignment (elements)
+_NEAREST_FOR_UB = 64             # data clusters pooled for the level-1 upper bound (any subset is valid)
+_CACHE_CONFLICT_R = 0.25         # paper section IV-D3: r * max concurrent threads
+_PAD_KEY = np.uint64((0x7F800000 << 32) | 0x7FFFFFFF)
+
+
+def _k(name):
+    return get_kernel(_KERNEL, name, name_expressions=_NAMES)
+
+
+def level2_kernel_name(filter_kind, k):
+    """Kernel instantiation of the level-2 filter: kNearests placement by k (section IV-D2)."""
+    if filter_kind == "partial":
+        return "sweet_level2<1,2>"
+    if k <= 32:
+        return "sweet_level2<32,0>"
+    if k <= 128:
+        return "sweet_level2<128,0>"
+    return "sweet_level2<0,0>"
+
+
+def _grid(n):
+    return (int(min(max(1, (n + _BLOCK - 1) // _BLOCK), 1 << 20)),)
+
+
+def _round_up_f32(cp, d64):
+    d32 = d64.astype(cp.float32)
+    return cp.where(d32.astype(cp.float64) < d64, cp.nextafter(d32, cp.float32(np.inf)), d32)
+
+
+class _Clusters:
+    """Landmarks, assignment, and the points ordered by (cluster, descending centre distance)."""
+
+    def __init__(self, cp, P, count, trials, rng):
+        n, dim = P.shape
+        ids = choose_landmarks(P, count, trials, rng, xp=cp)
+        self.L = cp.ascontiguousarray(P[cp.asarray(ids)])
+        ln = (self.L * self.L).sum(axis=1)
+        labels = cp.empty(n, cp.int32)
+        step = max(1, _ASSIGN_ELEMS // count)
+        for s in range(0, n, step):
+            G = P[s:s + step] @ self.L.T
+            labels[s:s + step] = cp.argmin(ln[None, :] - 2.0 * G, axis=1)
+        dist = cp.empty(n, cp.float64)
+        _k("sweet_point_centre_dist")(_grid(n), (_BLOCK,), (P, self.L, labels, np.int64(n), np.int32(dim), dist))
+        d32 = _round_up_f32(cp, dist)
+        key = (labels.astype(cp.uint64) << np.uint64(32)) | (np.uint32(0xFFFFFFFF) - d32.view(cp.uint32)).astype(cp.uint64)
+        order = cp.argsort(key)
+        self.order = order.astype(cp.int32)           # members, cluster by cluster
+        self.dist = d32[order]                         # descending inside each cluster
+        self.labels = labels
+        self.size = cp.bincount(labels, minlength=count).astype(cp.int64)
+        self.off = cp.zeros(count + 1, cp.int64)
+        self.off[1:] = cp.cumsum(self.size)
+        first = cp.minimum(self.off[:-1], n - 1)
+        self.radius = cp.where(self.size > 0, self.dist[first], cp.float32(0))
+
+
+def _device_threads(cp):
+    dev = cp.cuda.Device()
+    attrs = dev.attributes
+    return int(attrs["MultiProcessorCount"]) * int(attrs["MaxThreadsPerMultiProcessor"])
+
+
+def _level1(cp, data, query, k_eff, rel, budget):
+    """UB per query cluster and the candidate lists (Algorithm 1), float64 tables."""
+    mq, mt = query.L.shape[0], data.L.shape[0]
+    dim = data.L.shape[1]
+    D = cp.empty((mq, mt), cp.float64)
+    _k("sweet_centre_dist")(_grid(mq * mt), (_BLOCK,), (query.L, data.L, np.int32(mq), np.int32(mt),
+                                                        np.int32(dim), D))
+    rq = query.radius.astype(cp.float64)
+    Rt = data.radius.astype(cp.float64)
+    # the k_eff members closest to each data centre (the tail of its descending segment)
+    t = cp.arange(k_eff, dtype=cp.int64)
+    pos = data.off[1:, None] - 1 - t[None, :]
+    small = cp.where(t[None, :] < data.size[:, None], data.dist[cp.maximum(pos, 0)].astype(cp.float64), cp.inf)
+    order = cp.argsort(D, axis=1)
+    ub = cp.empty(mq, cp.float64)
+
+    def pooled_kth(rows, ncl):
+        o = order[rows, :ncl]
+        pool = rq[rows][:, None, None] + cp.take_along_axis(D[rows], o, axis=1)[:, :, None] + small[o]
+        return cp.sort(pool.reshape(len(rows), -1), axis=1)[:, k_eff - 1]
+
+    near = min(mt, _NEAREST_FOR_UB)
+    step = max(1, budget // (3 * 8 * near * k_eff))
+    for s in range(0, mq, step):
+        rows = cp.arange(s, min(mq, s + step))
+        ub[rows] = pooled_kth(rows, near)
+    # the nearest clusters may hold fewer than k_eff points: pool over all of them there
+    bad = cp.nonzero(cp.isinf(ub))[0]
+    if bad.size and near < mt:
+        step = max(1, budget // (3 * 8 * mt * k_eff))
+        for s in range(0, int(bad.size), step):
+            rows = bad[s:s + step]
+            ub[rows] = pooled_kth(rows, mt)
+    ub = cp.where(query.size > 0, ub, 0.0)
+    lb = D - rq[:, None] - Rt[None, :]
+    keep = ~(lb > ub[:, None] + rel * (ub[:, None] + D + rq[:, None] + Rt[None, :]))
+    keep &= (data.size > 0)[None, :]
+    keep_sorted = cp.take_along_axis(keep, order, axis=1)
+    ncand = keep_sorted.sum(axis=1)
+    coff = cp.zeros(mq + 1, cp.int64)
+    coff[1:] = cp.cumsum(ncand)
+    cand = order[keep_sorted].astype(cp.int32)
+    csum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(data.size[cand])])
+    level1_pairs = float((query.size * (csum[coff[1:]] - csum[coff[:-1]])).sum())
+    return ub, coff, cand, level1_pairs
+
+
+def _choose_parts(cp, params, m, mean_cand):
+    if params.parallelism == "query":
+        return 1
+    target = _CACHE_CONFLICT_R * _device_threads(cp)
+    if params.parallelism == "split":
+        want = params.split_factor or max(2, int(math.ceil(target / max(1, m))))
+        lo = 2
+    else:
+        want = params.split_factor or (1 if m >= target else int(math.ceil(target / max(1, m))))
+        lo = 1
+    return int(max(lo, min(want, 64, max(1, int(mean_cand)))))
+
+
+def _keys(cp, d, i):
+    return (d.view(cp.uint32).astype(cp.uint64) << np.uint64(32)) | i.view(cp.uint32).astype(cp.uint64)
+
+
+def _decode(cp, keys):
+    d = (keys >> np.uint64(32)).astype(cp.uint32).view(cp.float32)
+    i = (keys & np.uint64(0xFFFFFFFF)).astype(cp.int64)
+    return d, i
+
+
+def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
+    """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`."""
+    import cupy as cp
+
+    t_all = time.perf_counter()
+    X = cp.ascontiguousarray(X, dtype=cp.float32)
+    Q = X if all_points else cp.ascontiguousarray(Q, dtype=cp.float32)
+    n, dim = X.shape
+    m = Q.shape[0]
+    budget = max(get_memory_budget(), 64 << 20)
+    rng = np.random.default_rng(seed)
+    times = {}
+    t0 = time.perf_counter()
+    mt0 = default_landmarks(params.n_landmarks_data, n, 1, 0)
+    mq0 = mt0 if all_points else default_landmarks(params.n_landmarks_query, m, 1, 0)
+    # cap by memory: ~ (D, order, masks, level-1 pools) per cluster pair
+    mt = default_landmarks(params.n_landmarks_data, n, mq0, budget // 2)
+    mq = mt if all_points else default_landmarks(params.n_landmarks_query, m, mt, budget // 2)
+    data = _Clusters(cp, X, mt, params.landmark_trials, rng)
+    query = data if all_points and params.n_landmarks_query in (None, mt) else \
+        _Clusters(cp, Q, mq, params.landmark_trials, rng)
+    mq = query.L.shape[0]
+    cp.cuda.Device().synchronize()
+    times["clusters"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    rel = pruning_rel(dim)
+    k_eff = k + (1 if all_points else 0)
+    ub, coff, cand, level1_pairs = _level1(cp, data, query, k_eff, rel, budget)
+    qseq = query.order  # queries grouped by cluster: the thread-to-query remapping
+    if qsel is not None:
+        keep = cp.zeros(m, bool)
+        keep[cp.asarray(qsel)] = True
+        qseq = qseq[keep[qseq]]
+        sizes = data.size
+        qlab_sel = query.labels[qseq]
+        csum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(sizes[cand])])
+        level1_pairs = float((csum[coff[qlab_sel + 1]] - csum[coff[qlab_sel]]).sum())
+    cp.cuda.Device().synchronize()
+    times["level1"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    filt = choose_filter(params, k, dim)
+    nq_total = int(qseq.size)
+    mean_cand = float(coff[-1]) / max(1, mq)
+    parts = _choose_parts(cp, params, nq_total, mean_cand)
+    name = level2_kernel_name(filt, k)
+    out_d = cp.empty((m, k), cp.float32)
+    out_i = cp.empty((m, k), cp.int64)
+    common = (X, Q, data.L, np.int32(dim), data.order, data.dist, data.off, data.radius)
+    ndist = [0]
+
+    def run_full(chunk):
+        ndist[0] = 0
+        for c0 in range(0, nq_total, chunk):
+            seq = qseq[c0:c0 + chunk]
+            nq = int(seq.size)
+            ntask = nq * parts
+            heap_d = cp.empty((k, ntask), cp.float32)
+            heap_i = cp.empty((k, ntask), cp.int32)
+            theta = _round_up_f32(cp, ub[query.labels[seq]])
+            counts = cp.empty(ntask, cp.int64)
+            _k(name)(_grid(ntask), (_BLOCK,), common + (
+                seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k), np.int32(parts),
+                np.int32(1 if all_points else 0), np.float64(rel), theta, heap_d, heap_i,
+                cp.empty(1, cp.uint64), cp.zeros(2, cp.int64), counts))
+            keys = _keys(cp, heap_d, heap_i).T.reshape(nq, parts * k)
+            keys = cp.sort(keys, axis=1)[:, :k]
+            d, i = _decode(cp, keys)
+            out_d[seq] = d
+            out_i[seq] = i
+            ndist[0] += int(counts.sum())
+
+    def run_partial(chunk):
+        ndist[0] = 0
+        c0 = 0
+        while c0 < nq_total:
+            seq = qseq[c0:c0 + chunk]
+            nq = int(seq.size)
+            ntask = nq * parts
+            counts = cp.empty(ntask, cp.int64)
+            args = common + (seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k), np.int32(parts),
+                             np.int32(1 if all_points else 0), np.float64(rel), cp.empty(1, cp.float32),
+                             cp.empty(1, cp.float32), cp.empty(1, cp.int32))
+            _k("sweet_level2<1,1>")(_grid(ntask), (_BLOCK,), args + (cp.empty(1, cp.uint64),
+                                                                      cp.zeros(2, cp.int64), counts))
+            woff = cp.zeros(ntask + 1, cp.int64)
+            woff[1:] = cp.cumsum(counts)
+            per_q = counts.reshape(nq, parts).sum(axis=1)
+            total, widest = int(woff[-1]), int(per_q.max())
+            if (total * 3 + nq * widest * 2) * 8 > budget and chunk > 1:
+                chunk = max(1, chunk // 2)  # too many survivors for the buffers: smaller chunk
+                continue
+            surv = cp.full(max(1, total), _PAD_KEY, cp.uint64)
+            _k("sweet_level2<1,2>")(_grid(ntask), (_BLOCK,), args + (surv, woff, counts))
+            qstart = woff[0:ntask:parts]
+            slot = cp.arange(total, dtype=cp.int64)
+            row = cp.searchsorted(woff[parts::parts], slot, side="right")  # query of each survivor
+            col = slot - qstart[row]
+            pad = cp.full((nq, widest), _PAD_KEY, cp.uint64)
+            pad[row, col] = surv[:total]
+            keys = cp.sort(pad, axis=1)[:, :k]
+            d, i = _decode(cp, keys)
+            out_d[seq] = d
+            out_i[seq] = i
+            ndist[0] += total
+            c0 += nq
+
+    if filt == "full":
+        per_query = parts * k * 8 * 4 + 64
+        # one thread per (query, part) and no grid-stride loop: keep a launch under 2^24 threads
+        chunk = max(1, min(nq_total, budget // per_query, (1 << 24) // parts))
+        retry_on_oom(run_full, chunk, what="sweet level-2 filter")
+    else:
+        chunk = max(1, min(nq_total, 1 << 16, (1 << 24) // parts))
+        retry_on_oom(run_partial, chunk, what="sweet level-2 partial filter")
+    cp.cuda.Device().synchronize()
+    times["level2"] = time.perf_counter() - t0
+    times["total"] = time.perf_counter() - t_all
+    pairs = float(nq_total) * n
+    nd = ndist[0]
+    stats = dict(device="gpu", filter=filt, parallelism="query" if parts == 1 else "split", parts=parts,
+                 n_landmarks_query=mq, n_landmarks_data=mt,
+                 saved_level1=1.0 - level1_pairs / pairs if pairs else 0.0,
+                 saved_level2=(level1_pairs - nd) / pairs if pairs else 0.0,
+                 saved_total=1.0 - nd / pairs if pairs else 0.0,
+                 distance_computations=nd, mean_candidate_clusters=mean_cand,
+                 placement={"sweet_level2<32,0>": "registers/local (k<=32)", "sweet_level2<128,0>":
+                            "local (k<=128)", "sweet_level2<0,0>": "global (slot-major)"}.get(name, "none (partial)"),
+                 times=times)
+    logger.debug("sweet gpu: %s", stats)
+    if qsel is not None:
+        sel = cp.asarray(qsel)
+        return out_d[sel], out_i[sel], stats
+    return out_d, out_i, stats

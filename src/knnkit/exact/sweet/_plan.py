@@ -1,0 +1,124 @@
+"""Parameters and run-time decisions of Sweet KNN shared by the CPU twin and the GPU engine.
+
+Everything here is device-independent: the parameter object, the number of landmarks
+(``3 sqrt(n)`` capped by memory, paper section IV-D1), the filter strength (``k/d`` against
+``partial_ratio``, section IV-D1), the safety margin of every pruning test, and the landmark
+selection by repeated random sampling (section III-A).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..._core.params import Params, check_choice, check_float, check_int
+
+__all__ = ["SweetParams", "default_landmarks", "choose_filter", "pruning_rel", "choose_landmarks"]
+
+FILTERS = ("auto", "full", "partial")
+PARALLELISMS = ("auto", "query", "split")
+
+
+def pruning_rel(dim):
+    """Relative slack of every pruning test (Euclidean space).
+
+    A candidate is skipped only when ``lower_bound > theta + rel * (theta + a + b)`` with ``a``,
+    ``b`` the landmark distances the bound is made of. ``rel`` covers the float32 rounding of a
+    reported squared distance summed over ``dim`` terms (at most ``dim * 2^-24`` relative, half
+    of that after the square root), the float32 storage of member-to-centre distances and the
+    float64 bound arithmetic, with a wide factor on top: a pair whose reported distance ties the
+    k-th one is never pruned, so ties still go to the smaller index as in the GEMM path.
+    """
+    return 1e-5 + 2.0 * dim * 2.0 ** -24
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class SweetParams(Params):
+    """Parameters of the Sweet KNN exact engine (triangle-inequality filtering).
+
+    Parameters
+    ----------
+    n_landmarks_query, n_landmarks_data : int or None
+        Number of clusters formed on the queries and on the data. ``None`` uses ``3 sqrt(n)``
+        (the paper's choice), capped by the memory the cluster-pair tables need.
+    filter : {"auto", "full", "partial"}
+        Level-2 filter strength. ``"full"`` keeps a per-query k-best list whose k-th distance
+        shrinks the bound as points are found; ``"partial"`` keeps the level-1 bound fixed,
+        writes every surviving distance out and k-selects afterwards. ``"auto"`` picks partial
+        when ``k / d > partial_ratio``.
+    parallelism : {"auto", "query", "split"}
+        ``"query"``: one worker per query; ``"split"``: several workers per query splitting its
+        candidate clusters, each with its own k-best list, merged at the end. ``"auto"`` splits
+        when there are too few queries to fill the device.
+    partial_ratio : float, default 8.0
+        Threshold on ``k / d`` above which ``filter="auto"`` chooses the partial filter.
+    landmark_trials : int, default 10
+        Random landmark sets drawn; the one with the largest sum of pairwise distances is kept.
+    split_factor : int or None
+        Workers per query when splitting; ``None`` derives it from the device.
+    """
+
+    n_landmarks_query: int = None
+    n_landmarks_data: int = None
+    filter: str = "auto"
+    parallelism: str = "auto"
+    partial_ratio: float = 8.0
+    landmark_trials: int = 10
+    split_factor: int = None
+
+    def _validate(self):
+        return {
+            "n_landmarks_query": check_int(self.n_landmarks_query, "n_landmarks_query", minimum=1, allow_none=True),
+            "n_landmarks_data": check_int(self.n_landmarks_data, "n_landmarks_data", minimum=1, allow_none=True),
+            "filter": check_choice(self.filter, "filter", FILTERS),
+            "parallelism": check_choice(self.parallelism, "parallelism", PARALLELISMS),
+            "partial_ratio": check_float(self.partial_ratio, "partial_ratio", minimum=0.0, allow_inf=True),
+            "landmark_trials": check_int(self.landmark_trials, "landmark_trials", minimum=1),
+            "split_factor": check_int(self.split_factor, "split_factor", minimum=1, maximum=1024, allow_none=True),
+        }
+
+
+def default_landmarks(requested, n, other, budget_bytes):
+    """Landmark count for a set of ``n`` points: ``requested`` or ``ceil(3 sqrt(n))``, at most
+    ``n`` and small enough that the cluster-pair tables (``~24`` bytes per pair with ``other``
+    clusters on the other side) stay within ``budget_bytes``."""
+    count = requested if requested is not None else int(math.ceil(3.0 * math.sqrt(n)))
+    if budget_bytes:
+        cap = max(1, int(budget_bytes // (24 * max(1, other))))
+        if count > cap:
+            count = cap
+    return max(1, min(count, n))
+
+
+def choose_filter(params, k, dim):
+    """``"full"`` or ``"partial"`` (paper Fig. 8: partial when ``k/d`` exceeds the ratio)."""
+    if params.filter != "auto":
+        return params.filter
+    return "partial" if k / dim > params.partial_ratio else "full"
+
+
+def choose_landmarks(points, count, trials, rng, xp=np, spread_fn=None):
+    """Indices of ``count`` rows of ``points`` drawn at random ``trials`` times, keeping the draw
+    with the largest sum of pairwise Euclidean distances (paper section III-A).
+
+    ``points`` may be numpy or cupy; the draws come from the host ``rng`` so that the CPU twin
+    and the GPU engine pick the same landmarks for the same seed (up to float rounding of the
+    spread sums). ``spread_fn(L)`` may replace the GEMM-based sum of pairwise distances."""
+    n = points.shape[0]
+    best, best_spread = None, -1.0
+    for _ in range(trials):
+        pick = np.sort(rng.choice(n, size=count, replace=False))
+        if trials == 1:
+            return pick
+        L = points[xp.asarray(pick)].astype(xp.float32)
+        if spread_fn is not None:
+            spread = float(spread_fn(L))
+            if spread > best_spread:
+                best, best_spread = pick, spread
+            continue
+        sq = xp.einsum("ij,ij->i", L, L)
+        d2 = sq[:, None] + sq[None, :] - 2.0 * (L @ L.T)
+        spread = float(xp.sqrt(xp.maximum(d2, 0.0)).sum())
+        if spread > best_spread:
+            best, best_spread = pick, spread
+    return best

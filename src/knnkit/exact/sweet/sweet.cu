@@ -1,0 +1,221 @@
+// Sweet KNN kernels: Chen, Ding, Shen, "Sweet KNN: An Efficient KNN on GPU through
+// Reconciliation between Redundancy Removal and Regularity" (ICDE 2017).
+//   sweet_point_centre_dist / sweet_centre_dist: the landmark distances of Step 1 (section III-A)
+//       in float64, the inputs of every bound;
+//   sweet_level2<KCAP, MODE>: level-2 point filtering, Algorithm 2 (section III-C), with the
+//       elastic filter strength of section IV-B1 (MODE 0 = full filter, a per-worker k-best list
+//       whose k-th distance shrinks theta; MODE 1/2 = partial filter: count, then write the
+//       survivors of the fixed level-1 bound), the elastic parallelism of IV-B2 (``parts``
+//       workers per query, round-robin over its candidate clusters, theta shared through
+//       atomicMin), the thread-to-query remapping of IV-C1 (``qseq`` lists the queries grouped by
+//       cluster, so a warp's threads walk the same candidate list) and the kNearests placement of
+//       IV-C2/IV-D2 (KCAP > 0: a per-thread array the compiler keeps in registers/local memory;
+//       KCAP == 0: global memory, slot-major so that a warp's accesses to one slot coalesce).
+// Exactness: every pruning test is "lower bound > theta + rel * (theta + a + b)" with a slack
+// ``rel`` far above the rounding of the quantities involved, so neither a true neighbour nor a
+// candidate whose float32 distance ties the k-th one is ever skipped. Reported distances use the
+// very arithmetic of topk_pair_distances (exact/topk.cu): 32 lane partial sums combined by the
+// butterfly, so they are bit-identical to the GEMM path's.
+
+#define SWEET_NOIDX 0x7fffffff
+#define SWEET_INF __int_as_float(0x7f800000)
+
+// The squared distance as topk_pair_distances computes it with one warp: lane c accumulates
+// coordinates c, c + 32, ... with fmaf, then the xor-butterfly (16, 8, 4, 2, 1) sums the lanes.
+// The explicit _rn intrinsics keep the compiler from contracting a product into a later add.
+__device__ __forceinline__ float sweet_sq_dist(const float* __restrict__ q, const float* __restrict__ x, int dim)
+{
+    float s[32];
+#pragma unroll
+    for (int c = 0; c < 32; ++c) s[c] = 0.f;
+    for (int base = 0; base < dim; base += 32) {
+#pragma unroll
+        for (int c = 0; c < 32; ++c) {
+            if (base + c < dim) {
+                const float diff = __fsub_rn(__ldg(q + base + c), __ldg(x + base + c));
+                s[c] = __fmaf_rn(diff, diff, s[c]);
+            }
+        }
+    }
+    // lane 0's result of the butterfly: ((s0 + s16) + (s8 + s24)) + ... level by level
+#pragma unroll
+    for (int c = 0; c < 16; ++c) s[c] = __fadd_rn(s[c], s[c + 16]);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) s[c] = __fadd_rn(s[c], s[c + 8]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[c] = __fadd_rn(s[c], s[c + 4]);
+    s[0] = __fadd_rn(s[0], s[2]);
+    s[1] = __fadd_rn(s[1], s[3]);
+    return __fadd_rn(s[0], s[1]);
+}
+
+__device__ __forceinline__ double sweet_centre_distance(const float* __restrict__ p, const float* __restrict__ c, int dim)
+{
+    double acc = 0.0;
+    for (int j = 0; j < dim; ++j) {
+        const double diff = (double)__ldg(p + j) - (double)__ldg(c + j);
+        acc = fma(diff, diff, acc);
+    }
+    return sqrt(acc);
+}
+
+// distance of every point to the landmark it was assigned to
+extern "C" __global__ void sweet_point_centre_dist(const float* __restrict__ P, const float* __restrict__ L,
+                                                   const int* __restrict__ labels, long long n, int dim,
+                                                   double* __restrict__ out)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = sweet_centre_distance(P + i * dim, L + (long long)labels[i] * dim, dim);
+}
+
+// distance between every query landmark and every data landmark, (mq, mt) row-major
+extern "C" __global__ void sweet_centre_dist(const float* __restrict__ Lq, const float* __restrict__ Lt,
+                                             int mq, int mt, int dim, double* __restrict__ out)
+{
+    const long long total = (long long)mq * mt;
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (long long)gridDim.x * blockDim.x) {
+        const int a = (int)(p / mt), b = (int)(p - (long long)a * mt);
+        out[p] = sweet_centre_distance(Lq + (long long)a * dim, Lt + (long long)b * dim, dim);
+    }
+}
+
+// (d1, i1) < (d2, i2) lexicographically: the order of the final lists
+__device__ __forceinline__ bool sweet_less(float d1, int i1, float d2, int i2)
+{
+    return d1 < d2 || (d1 == d2 && i1 < i2);
+}
+
+// replace the root of the max-heap (largest (d, i) on top) and sift down; slot t at t * stride
+__device__ __forceinline__ void sweet_heap_replace_top(float* hd, int* hi, long long stride, int k, float d, int ix)
+{
+    int pos = 0;
+    while (true) {
+        int c = 2 * pos + 1;
+        if (c >= k) break;
+        float dc = hd[c * stride];
+        int ic = hi[c * stride];
+        if (c + 1 < k) {
+            const float dr = hd[(c + 1) * stride];
+            const int ir = hi[(c + 1) * stride];
+            if (sweet_less(dc, ic, dr, ir)) { ++c; dc = dr; ic = ir; }
+        }
+        if (!sweet_less(d, ix, dc, ic)) break;
+        hd[pos * stride] = dc;
+        hi[pos * stride] = ic;
+        pos = c;
+    }
+    hd[pos * stride] = d;
+    hi[pos * stride] = ix;
+}
+
+// One thread = one (query, part) task; task = p * parts + s works for query qseq[p] on the
+// candidate clusters s, s + parts, ... of the query's cluster (Algorithm 2 lines 5-20).
+//   MODE 0 (full): heap in registers/local (KCAP > 0) or in heap_d/heap_i (KCAP == 0); the final
+//       heap goes to heap_d/heap_i[slot * ntask + task] (unsorted; the host sorts and merges).
+//   MODE 1 (partial, count): counts[task] = survivors of the fixed bound.
+//   MODE 2 (partial, write): survivors as (float bits << 32 | index) keys from surv[woff[task]].
+template <int KCAP, int MODE>
+__global__ void sweet_level2(const float* __restrict__ X, const float* __restrict__ Q, const float* __restrict__ Lt,
+                             int dim, const int* __restrict__ members, const float* __restrict__ mdist,
+                             const long long* __restrict__ moff, const float* __restrict__ Rt,
+                             const int* __restrict__ qseq, int nq, const int* __restrict__ qlab,
+                             const double* __restrict__ ub, const long long* __restrict__ coff,
+                             const int* __restrict__ cand, int k, int parts, int exclude_self, double rel,
+                             float* __restrict__ theta_shared, float* __restrict__ heap_d, int* __restrict__ heap_i,
+                             unsigned long long* __restrict__ surv, const long long* __restrict__ woff,
+                             long long* __restrict__ counts)
+{
+    const long long ntask = (long long)nq * parts;
+    const long long task = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (task >= ntask) return;
+    const int p = (int)(task / parts);
+    const int s = (int)(task - (long long)p * parts);
+    const int qi = qseq[p];
+    const float* q = Q + (long long)qi * dim;
+    const int cq = qlab[qi];
+    double theta = ub[cq];
+
+    float local_d[KCAP > 0 ? KCAP : 1];
+    int local_i[KCAP > 0 ? KCAP : 1];
+    float* hd;
+    int* hi;
+    long long hs;
+    if (KCAP > 0) { hd = local_d; hi = local_i; hs = 1; }
+    else { hd = heap_d + task; hi = heap_i + task; hs = ntask; }
+    if (MODE == 0) {
+        for (int t = 0; t < k; ++t) { hd[t * hs] = SWEET_INF; hi[t * hs] = SWEET_NOIDX; }
+    }
+    long long w = 0, wend = 0;
+    if (MODE == 2) { w = woff[task]; wend = woff[task + 1]; }
+    long long ndist = 0;
+
+    for (long long j = coff[cq] + s; j < coff[cq + 1]; j += parts) {
+        const int c = cand[j];
+        if (MODE == 0 && parts > 1) {
+            const double shared = (double)theta_shared[p];
+            if (shared < theta) theta = shared;
+        }
+        const double a = sweet_centre_distance(q, Lt + (long long)c * dim, dim);
+        const double rc = (double)Rt[c];
+        double thr = theta + rel * (theta + a + rc);
+        if (a - rc > thr) continue;  // even the farthest member is too close to the centre
+        // members are in descending distance to the centre: skip those too far outside at once
+        long long lo = moff[c], end = moff[c + 1];
+        {
+            const double limit = a + thr;
+            long long h = end;
+            while (lo < h) {
+                const long long mid = (lo + h) >> 1;
+                if ((double)mdist[mid] > limit) lo = mid + 1; else h = mid;
+            }
+        }
+        for (long long i = lo; i < end; ++i) {
+            const double b = (double)mdist[i];
+            if (a - b > thr) break;     // the rest are closer to the centre: lower bound only grows
+            if (b - a > thr) continue;  // theta shrank since the binary search
+            const int t = members[i];
+            if (exclude_self && t == qi) continue;
+            if (MODE == 1) { ++ndist; continue; }
+            const float d = sweet_sq_dist(q, X + (long long)t * dim, dim);
+            ++ndist;
+            if (MODE == 2) {
+                if (w < wend) surv[w++] = ((unsigned long long)__float_as_uint(d) << 32) | (unsigned int)t;
+                continue;
+            }
+            if (sweet_less(d, t, hd[0], hi[0])) {
+                sweet_heap_replace_top(hd, hi, hs, k, d, t);
+                const float top = hd[0];
+                if (top < SWEET_INF) {  // k real entries: the k-th distance bounds the answer
+                    const double th = sqrt((double)top);
+                    if (th < theta) {
+                        theta = th;
+                        thr = theta + rel * (theta + a + rc);
+                        if (parts > 1)  // non-negative floats order like their bit patterns
+                            atomicMin((int*)(theta_shared + p), __float_as_int(__double2float_ru(theta)));
+                    }
+                }
+            }
+        }
+    }
+    counts[task] = ndist;
+    if (MODE == 0 && KCAP > 0) {
+        for (int t = 0; t < k; ++t) { heap_d[t * ntask + task] = hd[t]; heap_i[t * ntask + task] = hi[t]; }
+    }
+}
+
+// explicit instantiations (NVRTC name expressions list the same set)
+template __global__ void sweet_level2<32, 0>(const float*, const float*, const float*, int, const int*, const float*,
+    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+template __global__ void sweet_level2<128, 0>(const float*, const float*, const float*, int, const int*, const float*,
+    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+template __global__ void sweet_level2<0, 0>(const float*, const float*, const float*, int, const int*, const float*,
+    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+template __global__ void sweet_level2<1, 1>(const float*, const float*, const float*, int, const int*, const float*,
+    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+template __global__ void sweet_level2<1, 2>(const float*, const float*, const float*, int, const int*, const float*,
+    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);

@@ -1,0 +1,184 @@
+"""Sweet KNN CPU twin: exact agreement with the ground truth on fresh random inputs and edge
+cases, every forced branch, and parameter validation.
+
+The ground truth is the full distance matrix computed the way knn_cpu re-computes its winners
+(float64 accumulation in coordinate order, rounded to float32), ordered by (distance, index).
+knn_cpu itself is compared too, with a tolerance: its candidate selection works on float32
+GEMM keys ``||x||^2 - 2 q.x``, whose cancellation can swap neighbours whose distances differ by
+less than the key error (seen in 1-D with tiny gaps), so it is not an exact oracle there."""
+
+import numpy as np
+import pytest
+
+from knnkit.exact._cpu import knn_cpu
+from knnkit.exact.sweet import SweetParams, estimate_savings, sweet_knn
+
+
+def assert_same_knn(d, i, d0, i0):
+    """Distances equal (both paths compute them the same way); ids equal wherever the distance
+    is not tied with a neighbour in the row (ties are ordered by index, so ids agree there too,
+    but a tie at the k-th position may legitimately extend past the list)."""
+    assert d.shape == d0.shape and i.shape == i0.shape
+    assert d.dtype == np.float32 and i.dtype == np.int64
+    np.testing.assert_array_equal(np.sort(d, axis=1), np.sort(d0, axis=1))
+    np.testing.assert_array_equal(d, d0)
+    distinct = np.ones_like(d, dtype=bool)
+    distinct[:, 1:] &= d[:, 1:] != d[:, :-1]
+    distinct[:, :-1] &= d[:, :-1] != d[:, 1:]
+    np.testing.assert_array_equal(i[distinct], i0[distinct])
+    # the whole row agrees too: both order ties by smaller index
+    np.testing.assert_array_equal(i, i0)
+
+
+def exact_knn(X, Q, k, exclude_self):
+    """Brute-force ground truth: every distance, rows ordered by (float32 distance, index)."""
+    X64, Q64 = X.astype(np.float64), Q.astype(np.float64)
+    out_d = np.empty((Q.shape[0], k), np.float32)
+    out_i = np.empty((Q.shape[0], k), np.int64)
+    step = max(1, (1 << 22) // X.shape[0])
+    for s in range(0, Q.shape[0], step):
+        acc = np.zeros((min(step, Q.shape[0] - s), X.shape[0]))
+        for c in range(X.shape[1]):  # coordinate order, as the engines accumulate
+            diff = Q64[s:s + step, c, None] - X64[None, :, c]
+            acc += diff * diff
+        d32 = acc.astype(np.float32)
+        if exclude_self:
+            d32[np.arange(d32.shape[0]), np.arange(s, s + d32.shape[0])] = np.inf
+        cols = np.broadcast_to(np.arange(X.shape[0]), d32.shape)
+        order = np.lexsort((cols, d32), axis=1)[:, :k]
+        out_d[s:s + step] = np.take_along_axis(d32, order, 1)
+        out_i[s:s + step] = order
+    return out_d, out_i
+
+
+def run_both(X, Q, k, params=None, seed=0):
+    all_points = Q is None
+    Qx = X if all_points else Q
+    d, i, stats = sweet_knn(X, Qx, k, metric="l2", exclude_self=all_points, params=params, seed=seed)
+    d0, i0 = exact_knn(X, Qx, k, all_points)
+    assert_same_knn(d, i, d0, i0)
+    # the GEMM path agrees up to its key rounding
+    dg, _ = knn_cpu(X, Qx, k, "l2", all_points)
+    np.testing.assert_allclose(d, dg, rtol=1e-4, atol=1e-6 * float(np.abs(X).max()) ** 2)
+    if all_points:
+        assert not (i == np.arange(X.shape[0])[:, None]).any()
+    return stats
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 8, 32])
+def test_random_all_points(rng, dim):
+    X = rng.standard_normal((1500 + int(rng.integers(0, 97)), dim)).astype(np.float32)
+    stats = run_both(X, None, int(rng.integers(1, 25)), seed=int(rng.integers(1 << 30)))
+    assert 0.0 <= stats["saved_total"] <= 1.0
+    assert set(stats["times"]) >= {"clusters", "level1", "level2", "total"}
+
+
+@pytest.mark.parametrize("dim", [2, 3, 8])
+def test_random_separate_queries(rng, dim):
+    X = rng.random((2003, dim), dtype=np.float32)
+    Q = (rng.random((517, dim), dtype=np.float32) * 1.4 - 0.2)
+    run_both(X, Q, 10)
+
+
+def test_clustered_saves_work(rng):
+    centres = rng.standard_normal((20, 3)).astype(np.float32) * 20
+    X = (centres[rng.integers(0, 20, 4000)] + rng.standard_normal((4000, 3)).astype(np.float32)).astype(np.float32)
+    stats = run_both(X, None, 5)
+    # a filter that saves nothing on well separated 3-D clusters would be broken
+    assert stats["saved_total"] > 0.8
+    assert stats["saved_level1"] > 0.5
+
+
+def test_heavy_duplicates(rng):
+    base = rng.integers(0, 8, (300, 3)).astype(np.float32)
+    X = base[rng.integers(0, 300, 2000)]
+    for k in (1, 7, 30):
+        run_both(X, None, k)
+    run_both(X, base[:50] + 0.5, 9)
+
+
+def test_all_identical_and_single_cluster(rng):
+    X = np.full((400, 4), 3.25, np.float32)
+    stats = run_both(X, None, 12)
+    # nothing can be pruned when every distance ties: all pairs but the excluded self pairs
+    assert stats["distance_computations"] == 400 * 399
+    run_both(X, X[:10] + 1, 5)
+    one = rng.standard_normal((300, 3)).astype(np.float32) * 1e-3 + 5
+    run_both(one, None, 8, params=SweetParams(n_landmarks_data=1))
+    run_both(one, one[:37] * 1.0001, 8, params=SweetParams(n_landmarks_data=1, n_landmarks_query=1))
+
+
+def test_k_equals_n_minus_1_and_k1(rng):
+    X = rng.standard_normal((211, 3)).astype(np.float32)
+    run_both(X, None, 210)
+    run_both(X, None, 1)
+    run_both(X, X[:13] + 0.01, 211)
+
+
+def test_queries_far_outside(rng):
+    X = rng.random((1777, 3), dtype=np.float32)
+    Q = rng.random((99, 3), dtype=np.float32) + np.float32(1000)
+    run_both(X, Q, 6)
+    run_both(X, -Q, 1)
+
+
+def test_forced_branches(rng):
+    X = rng.standard_normal((2500, 4)).astype(np.float32)
+    Q = rng.standard_normal((31, 4)).astype(np.float32)
+    seen = set()
+    for filt in ("full", "partial"):
+        for par in ("query", "split"):
+            p = SweetParams(filter=filt, parallelism=par)
+            s = run_both(X, None, 9, params=p)
+            s2 = run_both(X, Q, 40, params=p)
+            assert s["filter"] == filt and s2["filter"] == filt
+            assert s["parallelism"] == par and (s["parts"] > 1) == (par == "split")
+            seen.add((s2["filter"], s2["parallelism"]))
+    assert len(seen) == 4
+
+
+def test_auto_choices():
+    X = np.random.default_rng(3).random((600, 2), dtype=np.float32)
+    _, _, s = sweet_knn(X, X, 40, exclude_self=True)  # k/d = 20 > 8
+    assert s["filter"] == "partial"
+    _, _, s = sweet_knn(X, X, 4, exclude_self=True)
+    assert s["filter"] == "full"
+    _, _, s = sweet_knn(X, X, 40, exclude_self=True, params=SweetParams(partial_ratio=100.0))
+    assert s["filter"] == "full"
+    assert s["n_landmarks_data"] == int(np.ceil(3 * np.sqrt(600)))
+
+
+def test_estimate_savings(rng):
+    centres = rng.standard_normal((30, 3)).astype(np.float32) * 30
+    X = (centres[rng.integers(0, 30, 5000)] + rng.standard_normal((5000, 3)).astype(np.float32)).astype(np.float32)
+    est = estimate_savings(X, None, 10, sample=300)
+    _, _, stats = sweet_knn(X, X, 10, exclude_self=True)
+    assert 0.0 <= est <= 1.0
+    assert abs(est - stats["saved_total"]) < 0.05
+    # uniform data in 32-D: filtering saves far less than on 3-D clusters
+    Y = rng.random((3000, 32), dtype=np.float32)
+    assert estimate_savings(Y, None, 10, sample=200) < est
+
+
+def test_validation():
+    X = np.zeros((10, 2), np.float32)
+    with pytest.raises(ValueError, match="n_landmarks_data"):
+        SweetParams(n_landmarks_data=0)
+    with pytest.raises(ValueError, match="n_landmarks_query"):
+        SweetParams(n_landmarks_query=0)
+    with pytest.raises(ValueError, match="filter"):
+        SweetParams(filter="foo")
+    with pytest.raises(ValueError, match="parallelism"):
+        SweetParams(parallelism="warp")
+    with pytest.raises(TypeError, match="landmark_trials"):
+        SweetParams(landmark_trials=2.5)
+    with pytest.raises(ValueError, match="partial_ratio"):
+        SweetParams(partial_ratio=-1)
+    with pytest.raises(ValueError, match="inner product"):
+        sweet_knn(X, X, 1, metric="ip")
+    with pytest.raises(ValueError, match="k must be"):
+        sweet_knn(X, X, 10, metric="l2", exclude_self=True)
+    with pytest.raises(TypeError, match="SweetParams"):
+        sweet_knn(X, X, 1, params={"filter": "full"})
+    with pytest.raises(TypeError):
+        SweetParams(1)  # keyword-only
