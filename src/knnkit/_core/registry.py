@@ -7,7 +7,7 @@ itself is in :mod:`knnkit.api.methods` (one line per method); this module holds 
 
 Engine contracts (arrays already validated, on their device, metric transform applied):
 
-* task ``"exact"``: ``engine(X, Q, k, *, metric, exclude_self, params) -> (dist, idx, stats)``
+* task ``"exact"``: ``engine(X, Q, k, *, metric, exclude_self, params, seed) -> (dist, idx, stats)``
   with ``X``/``Q`` prepared float32 (numpy for the CPU, cupy for the GPU; ``Q is X`` when
   ``exclude_self``), ``metric`` internal (``"l2"`` squared Euclidean or ``"ip"`` negative inner
   product), ``dist`` float32 (m, k) internal and ``idx`` int64 (m, k), sorted by (dist, idx).
@@ -88,6 +88,9 @@ _ALL_METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine")
 REGISTRY = Registry([
     Method(name="gemm", task="exact", engine="knnkit.exact:knn_lists", params="knnkit.exact:ExactParams",
            exact=True, summary="GEMM + k-selection (cuBLAS + topk.cu on the GPU, BLAS + Numba on the CPU)"),
+    Method(name="sweet", task="exact", engine="knnkit.exact.sweet:sweet_knn", params="knnkit.exact.sweet:SweetParams",
+           metrics=("sqeuclidean", "euclidean", "cosine"), exact=True,
+           summary="exact k-NN join with triangle-inequality filtering (Sweet KNN), for low dimensions"),
     Method(name="nndescent", task="graph", engine="knnkit.graph.nndescent:nndescent_graph",
            params="knnkit.graph.nndescent:NNDescentParams", metrics=_ALL_METRICS + ("manhattan",),
            summary="NN-Descent (GNND on the GPU, Numba on the CPU)"),

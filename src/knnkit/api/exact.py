@@ -12,7 +12,7 @@ __all__ = ["knn"]
 
 
 def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device="auto", precision=None,
-        batch_size=None, params=None):
+        batch_size=None, params=None, random_state=None):
     """Exact k nearest neighbours by brute force (the library's ground truth).
 
     Parameters
@@ -33,7 +33,11 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device
         ``"auto"`` uses the GPU when one is usable (and always when the input is on a GPU).
     method : str, default "auto"
         A registered exact method (``knnkit.methods("exact")``): ``"gemm"`` (dense GEMM +
-        k-selection). ``"auto"`` picks one for the problem.
+        k-selection) or ``"sweet"`` (Sweet KNN: triangle-inequality filtering, Euclidean metrics,
+        pays in low dimensions). ``"auto"`` picks Sweet KNN for Euclidean data of dimension <= 16
+        when its filters are estimated (on a sample of queries) to save >= 95 % (GPU) / 90 % (CPU)
+        of the distance computations, the GEMM path otherwise. Every method returns the same
+        exact result.
     precision : {"exact", "fp16_rerank", "tf32_rerank", "bf16_rerank"}, default "exact"
         GPU only: on the CPU anything but "exact" is refused. ``"exact"`` uses a float32 GEMM. The
         ``*_rerank`` modes are faster on tensor cores: a low-precision GEMM (float16 of centred,
@@ -44,8 +48,11 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device
         among distances equal to float32 rounding.
     batch_size : int, optional
         Queries per tile (GPU) or per block (CPU); by default sized from the memory budget.
-    params : ExactParams, optional
-        ``precision`` and ``batch_size`` as one object (the keywords are shortcuts).
+    params : ExactParams or SweetParams, optional
+        The chosen method's parameters (``precision`` and ``batch_size`` are shortcuts for
+        ``ExactParams``).
+    random_state : None or int
+        Seed of the methods' random choices (Sweet KNN's landmarks); results do not depend on it.
 
     Returns
     -------
@@ -67,43 +74,75 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device
     >>> bool((i != np.arange(1000)[:, None]).all())
     True
     """
-    return exact_arrays(data, queries, k, metric=metric, method=method, device=device,
-                        params=merge_params(ExactParams, params, precision=precision, batch_size=batch_size))
+    shortcuts = dict(precision=precision, batch_size=batch_size)
+    return exact_arrays(data, queries, k, metric=metric, method=method, device=device, params=params,
+                        shortcuts=shortcuts, random_state=random_state)
 
 
-def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", device="auto", params=None):
+def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", device="auto", params=None,
+                 shortcuts=None, random_state=None):
     """What :func:`knn` does, for the library's own facades (evaluate, the CLI)."""
     P = prepare(data, metric=metric, device=device)
     Q = None if queries is None else prepare_queries(queries, P)
-    d, i, _stats = exact_search(P, Q, k, method=method, params=params)
+    d, i, _stats = exact_search(P, Q, k, method=method, params=params, shortcuts=shortcuts,
+                                random_state=random_state)
     out = P.info if Q is None else Q.info
     return wrap_output(d, out), wrap_output(i, out)
 
 
-def choose_exact_method(method, P, Q, k):
-    """The registered exact method for ``method`` (``"auto"``: the GEMM path)."""
+def choose_exact_method(method, P, Q, k, seed=0):
+    """The registered exact method for ``method``. ``"auto"``: Sweet KNN where its filters save
+    nearly every distance (low dimension, Euclidean, a problem large enough for the GEMM to cost
+    something; estimated on a sample of queries), the GEMM path otherwise."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     if method == "auto":
         method = "gemm"
+        m = P.n if Q is None else Q.n
+        if (P.internal == "l2" and P.metric != "cosine" and P.d <= SWEET_AUTO_MAX_D
+                and float(m) * P.n >= SWEET_AUTO_MIN_PAIRS and k <= 128):
+            from ..exact.sweet import estimate_savings
+
+            saved = estimate_savings(P.X, None if Q is None else Q.X, k, sample=256, seed=seed)
+            if saved >= SWEET_AUTO_MIN_SAVED[P.device]:
+                method = "sweet"
     return REGISTRY.get("exact", method, device=P.device, metric=P.metric)
 
 
-def exact_search(P, Q, k, *, method="auto", params=None):
+#: ``method="auto"`` considers Sweet KNN only up to this dimension, from this many query-point
+#: pairs on, and picks it when the estimated fraction of distance computations saved reaches
+#: the device's threshold (the GEMM path's cost per distance is far lower on a GPU).
+SWEET_AUTO_MAX_D = 16
+SWEET_AUTO_MIN_PAIRS = 1e8
+SWEET_AUTO_MIN_SAVED = {"gpu": 0.95, "cpu": 0.9}
+
+
+def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_state=None):
     """Exact k-NN of prepared queries ``Q`` (None: all points of ``P``, self excluded).
     Returns user-metric distances, int64 ids and the engine's statistics (device arrays)."""
     from .._core.prepare import device_scope
+    from .._core.random import seed_from
 
     self_excluded = Q is None
     k = check_k(k, P.n, self_excluded=self_excluded)
-    m = choose_exact_method(method, P, Q, k)
-    params = params if params is not None else m.params_class()()
+    seed = seed_from(0 if random_state is None else random_state)
+    m = choose_exact_method(method, P, Q, k, seed)
+    cls = m.params_class()
+    if cls is ExactParams:
+        params = merge_params(cls, params, **(shortcuts or {}))
+    else:
+        given = [name for name, v in (shortcuts or {}).items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to method='gemm', not {m.name!r}")
+        if params is not None and isinstance(params, ExactParams) and method == "auto":
+            params = None  # auto chose another method: the GEMM parameters do not apply to it
+        params = merge_params(cls, params)
     if P.device == "cpu" and getattr(params, "precision", "exact") != "exact":
         raise ValueError(f"precision={params.precision!r} needs the GPU (tensor cores); the CPU path is always "
                          f"exact: use precision='exact' or device='gpu'")
     with device_scope(P.device, P.device_id):
         X = P.X
         d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric=P.internal,
-                                      exclude_self=self_excluded, params=params)
+                                      exclude_self=self_excluded, params=params, seed=seed)
         d = finalize_distances(d, P.metric, P.scale)
     return d, i, stats

@@ -43,11 +43,11 @@ class ExactParams(Params):
                 "batch_size": check_int(self.batch_size, "batch_size", minimum=1, allow_none=True)}
 
 
-def knn_lists(X, Q, k, *, metric, exclude_self, params=None):
+def knn_lists(X, Q, k, *, metric, exclude_self, params=None, seed=0):
     """Engine of exact k-NN on prepared arrays (contract in :mod:`knnkit._core.registry`).
 
     Returns ``(dist, idx, stats)``: internal distances float32 (m, k), int64 ids, rows sorted by
-    (distance, id)."""
+    (distance, id). ``seed`` is unused (the GEMM path has no random choice)."""
     params = params or ExactParams()
     impl = twin(__name__, device_of(X))
     dist, idx = impl.knn(X, Q, k, metric, exclude_self, precision=params.precision, batch_size=params.batch_size)
