@@ -4,7 +4,6 @@ graph is connected and reachable from its entries on every set (the connectivity
 ``GraphIndex.build``); ``test_repair_is_what_connects`` builds the same data without the repair and
 checks that the repair is what lifts it (tight clusters strand whole clusters otherwise)."""
 
-import numpy as np
 import pytest
 
 import knnkit
