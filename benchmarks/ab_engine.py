@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--beams", type=lambda s: [int(v) for v in s.split(",")], default=[32, 64])
     ap.add_argument("--tasks", default="exact,graph,index")
+    ap.add_argument("--index-kw", default="{}", help="JSON of extra GraphIndex.build keywords")
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
@@ -119,16 +120,18 @@ def main():
         print(json.dumps({"graph": res["graph"]}), flush=True)
     if "index" in tasks:
         t0 = time.perf_counter()
-        warm = knnkit.GraphIndex.build(X[: min(a.n, 200_000)], random_state=0, device=a.device)
+        ikw = json.loads(a.index_kw)
+        warm = knnkit.GraphIndex.build(X[: min(a.n, 200_000)], random_state=0, device=a.device, **ikw)
         warm.search(Q[:100], k=a.k)
         del warm
         sync()
         res["index_warmup_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        index = knnkit.GraphIndex.build(X, random_state=0, device=a.device)
+        index = knnkit.GraphIndex.build(X, random_state=0, device=a.device, **ikw)
         sync()
         res["index_build_s"] = time.perf_counter() - t0
         res["index_repr"] = repr(index)
+        res["index_build_params"] = {k: v for k, v in dict(index.build_params).items()}
         curve = []
         for beam in a.beams:
             (d, i), t, ts = timed(lambda: index.search(Q, k=a.k, beam=beam), sync, a.reps)
