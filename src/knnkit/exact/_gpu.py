@@ -336,8 +336,8 @@ class _Prepared:
 
         Qc = Q - self.mu if (self.metric == "l2" and self.mu is not None) else Q
         if self.mode == "exact":
-            qn = _row_norms(Qc)
-            return cp.ascontiguousarray(Qc), 1.0, (qn, qn, cp.zeros_like(qn))
+            qn = _row_norms(Qc)  # float64 on the host, as key_error expects
+            return cp.ascontiguousarray(Qc), 1.0, (qn, qn, np.zeros_like(qn))
         qn = _row_norms(Qc)
         sq = _pow2_scale(float(qn.max()))
         low, sq, rep = _lowp(cp.ascontiguousarray(Qc), self.mode, sq)
@@ -466,8 +466,6 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
         if n_bad:
             logger.warning("%s: the rounding bound was violated on %d rows (recomputed exactly); "
                            "please report this", mode, n_bad)
-        if kc < k:  # fewer candidates than asked (never: kc >= k)
-            ok[:] = False
     return out_d, out_i, ok
 
 
@@ -520,7 +518,8 @@ def _rows_float64(Xd, Q, k, metric, self_ids, chunk=1 << 16):
         best_d = cp.take_along_axis(cd, keep, axis=1)
         best_i = cp.take_along_axis(ci, keep, axis=1)
     cand = cp.ascontiguousarray(best_i.astype(cp.int32))
-    exact = _pair_distances(Xd, cp.ascontiguousarray(Q, dtype=cp.float32), cand, metric == "l2")
+    # -1 (fewer points than k + 8 besides the excluded one) must not reach the kernel as an index
+    exact = _pair_distances(Xd, cp.ascontiguousarray(Q, dtype=cp.float32), cp.maximum(cand, 0), metric == "l2")
     exact = cp.where(cand < 0, cp.float32(cp.inf), exact)
     return _sort_pairs(exact, cand, k)
 
@@ -550,8 +549,9 @@ def _merge_by_sort(g, c0, colbias, alpha, self_ids, best_d, best_i, has_prev):
 
 def _candidates_k(k, avail, mode):
     if mode == "exact":
-        # a few extra candidates give the certificate its gap (k = 10: 18, still one 32-entry queue)
-        return int(min(avail, MAX_K, k + max(8, k // 4)))
+        # a few extra candidates give the certificate its gap (k = 10: 18, still one 32-entry
+        # queue); above the queue's limit the running top-k is kept by sorting (_merge_by_sort)
+        return int(min(avail, k + max(8, k // 4)))
     # a wider candidate list widens the gap key[k'] - key[k] the certificate needs
     return int(min(avail, MAX_K, max(4 * k, 128)))
 
