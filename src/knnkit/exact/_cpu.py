@@ -259,7 +259,8 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
     avail = n - (1 if exclude_self else 0)
     # a few candidates beyond k give the rounding certificate its gap (see _certify)
     kc = int(min(avail, k + max(8, k // 4)))
-    if use_l2:
+    exact_keys = _integer_keys(X) and (same or _integer_keys(Q, _absmax(X)))
+    if use_l2 and not exact_keys:
         # centring: squared L2 is translation invariant, and the GEMM keys' cancellation error
         # scales with the norms (tight clusters far from the origin lost true neighbours)
         mu = X.mean(axis=0, dtype=np.float64).astype(np.float32)
@@ -268,7 +269,7 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
         xn = np.einsum("ij,ij->i", Xc, Xc).astype(np.float32)
     else:
         Xc, Qc = X, Q
-        xn = np.zeros(n, np.float32)
+        xn = np.einsum("ij,ij->i", X, X).astype(np.float32) if use_l2 else np.zeros(n, np.float32)
     cand_d = np.empty((m, kc), np.float32)
     cand_i = np.empty((m, kc), np.int64)
     approx = np.empty((m, 2), np.float32)  # per row: the k-th and the last (kc-th) approximate key
@@ -292,7 +293,7 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
             _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, cand_d, cand_i)
     out_d = np.ascontiguousarray(cand_d[:, :k])
     out_i = np.ascontiguousarray(cand_i[:, :k])
-    if kc < avail:
+    if kc < avail and not exact_keys:
         bad = np.nonzero(~_certify(approx, cand_d, Qc, Xc, k, use_l2))[0]
         if bad.size:
             logger.debug("exact k-NN (CPU): %d of %d rows recomputed in float64 (rounding certificate)",
@@ -301,6 +302,18 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
             out_d[bad] = d2
             out_i[bad] = i2
     return out_d, out_i
+
+
+def _absmax(A):
+    return float(np.abs(A).max()) if A.size else 0.0
+
+
+def _integer_keys(A, other_max=0.0):
+    """True when the float32 GEMM keys of ``A`` are exact: integer values small enough that every
+    partial sum of ``||x||^2 - 2 q.x`` stays below 2^24 (uint8/int8 data in a few dimensions:
+    then nothing is centred and no certificate is needed, ties among duplicates included)."""
+    a = max(_absmax(A), other_max)
+    return A.shape[1] * a * 3 * a < 2.0 ** 24 and bool(np.all(A == np.rint(A)))
 
 
 def _approx_bounds(heap_d, k, out):

@@ -294,7 +294,14 @@ class _Prepared:
             # origin to cancellation (tight clusters at offset 1: the 10th neighbour missed by
             # 3e-4 relative). Centring shrinks the norms the error scales with, and the rows are
             # then certified against the rounding bound like the tensor-core modes.
-            if metric == "l2":
+            # Integer-valued data of small magnitude (uint8/int8 input, pixel and count data) gives
+            # exact float32 keys when every partial sum stays below 2^24: then nothing is centred
+            # (centring would make them inexact) and the certificate is exact (eps = 0), so ties
+            # among duplicates (skin: 245k points, 51k distinct) certify too.
+            amax = float(cp.abs(Xd).max()) if Xd.size else 0.0
+            self.exact_keys = (Xd.shape[1] * amax * 3 * amax < 2.0 ** 24
+                               and bool((Xd == cp.rint(Xd)).all()))
+            if metric == "l2" and not self.exact_keys:
                 self.mu = Xd.mean(axis=0, dtype=cp.float64).astype(cp.float32)
                 self.X = Xd - self.mu
             else:
@@ -302,6 +309,7 @@ class _Prepared:
                 self.X = Xd
             self.xnorm2 = (self.X * self.X).sum(axis=1) if metric == "l2" else None
             self.xmax = self.xrmax = float(_row_norms(self.X).max())
+            self.amax = amax
             self.dxmax = 0.0
             return
         # centring: squared L2 is translation invariant, and for the inner product
@@ -337,12 +345,18 @@ class _Prepared:
         Qc = Q - self.mu if (self.metric == "l2" and self.mu is not None) else Q
         if self.mode == "exact":
             qn = _row_norms(Qc)  # float64 on the host, as key_error expects
-            return cp.ascontiguousarray(Qc), 1.0, (qn, qn, np.zeros_like(qn))
+            # the queries' keys are exact too when they are integers within the same bound
+            qmax = float(cp.abs(Q).max()) if Q.size else 0.0
+            q_exact = bool(self.exact_keys and Q.shape[1] * max(qmax, self.amax) * 3 * max(qmax, self.amax) < 2.0 ** 24
+                           and bool((Q == cp.rint(Q)).all()))
+            return cp.ascontiguousarray(Qc), 1.0, (qn, qn, np.zeros_like(qn), q_exact)
         qn = _row_norms(Qc)
         sq = _pow2_scale(float(qn.max()))
         low, sq, rep = _lowp(cp.ascontiguousarray(Qc), self.mode, sq)
         info = (qn, _row_norms(rep), _row_norms(rep - Qc))
         return low, sq, info
+
+    exact_keys = False
 
     def key_error(self, info, dim):
         """Worst-case |approximate key - exact key| per query row (float64 numpy).
@@ -351,7 +365,9 @@ class _Prepared:
         product); squared-L2 keys carry twice the dot error plus the float32 rounding of
         ||x||^2 and of forming the key.
         """
-        qn, qrn, dqn = info
+        qn, qrn, dqn = info[:3]
+        if self.mode == "exact" and self.exact_keys and info[3]:
+            return np.zeros_like(qn)  # integer keys below 2^24: the GEMM is exact
         acc = (dim + 2) * 2.0 ** -22          # fp32 accumulation (tensor cores may truncate)
         dot_err = qn * self.dxmax + dqn * self.xrmax + acc * qrn * self.xrmax
         if self.mode == "fp16_rerank" and _FP16_TILE:
@@ -454,7 +470,11 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
     ok = None
     if True:  # every mode certifies its rows (exact mode against float32 GEMM rounding)
         avail = n - (1 if self_ids is not None else 0)
-        eps = cp.asarray(prep.key_error(qinfo, dim), dtype=cp.float64)
+        eps_h = prep.key_error(qinfo, dim)
+        if mode == "exact" and not eps_h.any():
+            # exact integer keys: the (key, id) selection is already the exact answer, ties included
+            return out_d, out_i, None
+        eps = cp.asarray(eps_h, dtype=cp.float64)
         # exact key = exact distance + shift (shift = -||q - mu||^2, or q.mu for the inner product)
         if metric == "l2":
             Qc = Qd - prep.mu
