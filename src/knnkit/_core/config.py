@@ -33,15 +33,17 @@ def set_output(kind="input"):
     if not isinstance(kind, str) or kind not in _OUTPUTS:
         raise ValueError(f"output must be one of {_OUTPUTS}, got {kind!r}")
     # refuse here rather than at the first result: the error then points at the line that asked
-    if kind == "cupy":
-        from .backend import cupy_or_none
-
-        if cupy_or_none() is None:
-            try:
-                import cupy  # noqa: F401
-            except ImportError:
-                raise ImportError('set_output("cupy") needs CuPy and an NVIDIA GPU: CuPy is not installed '
-                                  '(pip install cupy-cuda12x)') from None
+    if kind == "cupy":  # (backend imports this module: the check is inlined, not imported)
+        try:
+            import cupy
+        except ImportError:
+            raise ImportError('set_output("cupy") needs CuPy and an NVIDIA GPU: CuPy is not installed '
+                              '(pip install cupy-cuda12x)') from None
+        try:
+            devices = cupy.cuda.runtime.getDeviceCount()
+        except Exception:
+            devices = 0
+        if devices < 1:
             raise ValueError('set_output("cupy") needs an NVIDIA GPU: CuPy is installed but sees no CUDA '
                              'device; use set_output("numpy") on this machine')
     elif kind == "torch":
