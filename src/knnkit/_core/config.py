@@ -30,8 +30,28 @@ def set_output(kind="input"):
     'numpy'
     >>> knnkit.set_output("input")
     """
-    if kind not in _OUTPUTS:
+    if not isinstance(kind, str) or kind not in _OUTPUTS:
         raise ValueError(f"output must be one of {_OUTPUTS}, got {kind!r}")
+    # refuse here rather than at the first result: the error then points at the line that asked
+    if kind == "cupy":  # (backend imports this module: the check is inlined, not imported)
+        try:
+            import cupy
+        except ImportError:
+            raise ImportError('set_output("cupy") needs CuPy and an NVIDIA GPU: CuPy is not installed '
+                              '(pip install cupy-cuda12x)') from None
+        try:
+            devices = cupy.cuda.runtime.getDeviceCount()
+        except Exception:
+            devices = 0
+        if devices < 1:
+            raise ValueError('set_output("cupy") needs an NVIDIA GPU: CuPy is installed but sees no CUDA '
+                             'device; use set_output("numpy") on this machine')
+    elif kind == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ImportError('set_output("torch") needs PyTorch, which is not installed '
+                              '(pip install torch)') from None
     _globals["output"] = kind
 
 
@@ -54,14 +74,14 @@ def set_memory_budget(nbytes=None, *, fraction=None):
     fraction : float, optional
         Fraction of free memory used when ``nbytes`` is None.
     """
-    if nbytes is not None:
-        nbytes = int(nbytes)
-        if nbytes <= 0:
-            raise ValueError("memory budget must be positive")
+    from .params import check_float, check_int
+
+    # both checked before either is stored: a bad call changes nothing
+    nbytes = check_int(nbytes, "nbytes (memory budget in bytes)", minimum=1, allow_none=True)
+    fraction = check_float(fraction, "fraction (of free GPU memory)", minimum=0.0, maximum=1.0, open_min=True,
+                           allow_none=True)
     if fraction is not None:
-        if not 0 < fraction <= 1:
-            raise ValueError("fraction must be in (0, 1]")
-        _globals["memory_fraction"] = float(fraction)
+        _globals["memory_fraction"] = fraction
     _globals["memory_budget"] = nbytes
 
 

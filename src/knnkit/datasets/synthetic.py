@@ -13,6 +13,7 @@ import numpy as np
 
 from .._core.backend import resolve_device, cupy_or_none
 from .._core.config import progress
+from .._core.params import check_float, check_int
 
 __all__ = ["make_clustered", "make_uniform"]
 
@@ -44,7 +45,10 @@ def _check_sizes(n, d, n_queries, dtype):
     for name, v, lo in (("n", n, 1), ("d", d, 1), ("n_queries", n_queries, 0)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be float32, float16, uint8 or int8, got {dtype!r}") from None
     if dtype.type not in _OUT_DTYPES:
         raise TypeError(f"dtype must be float32, float16, uint8 or int8, got {dtype}")
     return dtype
@@ -183,14 +187,13 @@ def make_clustered(n, d, *, n_queries=0, n_clusters=64, latent_dim=None, cluster
     ((1000, 32), (10, 32), 'float32')
     """
     dtype = _check_sizes(n, d, n_queries, dtype)
-    latent_dim = min(d, 16) if latent_dim is None else int(latent_dim)
-    if not 1 <= latent_dim <= d:
+    # NaN passes "< 0" tests and int() truncates 2.5: the checks name the parameter and refuse both
+    latent_dim = min(d, 16) if latent_dim is None else check_int(latent_dim, "latent_dim", minimum=1)
+    if latent_dim > d:
         raise ValueError(f"latent_dim must be in [1, d={d}], got {latent_dim}")
-    n_clusters = int(n_clusters)
-    if n_clusters < 1:
-        raise ValueError(f"n_clusters must be >= 1, got {n_clusters}")
-    if cluster_std < 0 or noise < 0:
-        raise ValueError("cluster_std and noise must be >= 0")
+    n_clusters = check_int(n_clusters, "n_clusters", minimum=1)
+    cluster_std = check_float(cluster_std, "cluster_std", minimum=0.0)
+    noise = check_float(noise, "noise", minimum=0.0)
     root = _root_seed(random_state)
 
     # the model is small: always drawn on the host with numpy, identical for both devices
@@ -255,18 +258,22 @@ def make_uniform(n, d, *, n_queries=0, low=None, high=None, dtype=np.float32, ra
     dtype = _check_sizes(n, d, n_queries, dtype)
     root = _root_seed(random_state)
     if dtype.kind == "f":
-        lo = 0.0 if low is None else float(low)
-        hi = 1.0 if high is None else float(high)
+        lo = 0.0 if low is None else check_float(low, "low")
+        hi = 1.0 if high is None else check_float(high, "high")
         if not hi > lo:
             raise ValueError(f"high must exceed low, got [{lo}, {hi})")
+        # the box must be representable in float32 (the draws) and in the output type
+        top = float(np.finfo(dtype).max) if dtype.itemsize < 4 else float(np.finfo(np.float32).max)
+        if max(abs(lo), abs(hi)) > top or not np.isfinite(np.float32(hi) - np.float32(lo)):
+            raise ValueError(f"low and high must lie within +-{top:.4g} for {dtype.name} output, got [{lo}, {hi})")
 
         def chunk(xp, rand, m):
             u = rand.random((m, d), dtype=np.float32)
             return (u * np.float32(hi - lo) + np.float32(lo)).astype(dtype, copy=False)
     else:
         info = np.iinfo(dtype)
-        lo = info.min if low is None else int(low)
-        hi = info.max if high is None else int(high)
+        lo = info.min if low is None else check_int(low, "low")
+        hi = info.max if high is None else check_int(high, "high")
         if not info.min <= lo <= hi <= info.max:
             raise ValueError(f"[{lo}, {hi}] is not a range inside {dtype.name}")
 

@@ -29,6 +29,7 @@ reads a file the manifest does not list, so a half-written file from a killed ru
 """
 
 import concurrent.futures
+import errno
 import functools
 import hashlib
 import json
@@ -51,7 +52,7 @@ from .nndescent import NNDescentParams, default_parameters, sample_for
 __all__ = ["build_out_of_core"]
 
 MANIFEST = "manifest.json"
-_VERSION = 1
+_VERSION = 2  # 2: the fingerprint holds the modification time and sampled blocks
 _OWNED = re.compile(r"^(base_\d+|run_\d+_v\d+)\.(ibin|fbin)$|^knn_(indices\.ibin|distances\.fbin)$|"
                     r"^\..*\.tmp$|^manifest\.json\.tmp.*$")
 #: Outputs up to this many bytes are loaded and returned as a KnnGraph; above, a dict of paths.
@@ -79,22 +80,117 @@ def _checksum(path, bufsize=1 << 22):
 
 def _write_manifest(workdir, manifest):
     tmp = os.path.join(workdir, f"{MANIFEST}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(workdir, MANIFEST))
+    try:
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(workdir, MANIFEST))
+    except BaseException as e:
+        _remove(tmp)  # the old manifest stays in place, whole
+        err = _disk_full(e, os.path.join(workdir, MANIFEST))
+        if err is e:
+            raise
+        raise err from e
+
+
+# sampled blocks of the input hashed by the fingerprint (plus the first and last block): a
+# rewrite that keeps the path, size and shape but changes the content is caught without reading
+# the whole file (a 100 GB input would take minutes to hash on every resume)
+_FP_BLOCKS = 64
+_FP_BLOCK_BYTES = 64 << 10
+
+
+def _blocks_hash(path, size):
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        if size <= (_FP_BLOCKS + 2) * _FP_BLOCK_BYTES:  # small file: all of it is cheaper than seeking
+            starts = [0]
+            length = size
+        else:
+            last = size - _FP_BLOCK_BYTES
+            starts = sorted({0, last, *np.linspace(0, last, _FP_BLOCKS + 2).astype(np.int64)[1:-1].tolist()})
+            length = _FP_BLOCK_BYTES
+        for s in starts:
+            f.seek(int(s))
+            h.update(f.read(length))
+    return h.hexdigest()
 
 
 def _fingerprint(vf, path):
-    """Identity of the input: path, size, shape, dtype and a hash of 33 spread-out rows."""
+    """Identity of the input: path, size, modification time, shape, dtype, a hash of 33 spread-out
+    rows and a hash of sampled byte blocks of the file."""
     n = vf.shape[0]
     rows = np.unique(np.linspace(0, n - 1, 33).astype(np.int64)) if n else np.zeros(0, np.int64)
     h = hashlib.blake2b(digest_size=16)
     for r in rows:
         h.update(np.ascontiguousarray(vf.read_rows(int(r), int(r) + 1)).tobytes())
-    return {"path": os.path.realpath(os.fspath(path)), "size": os.path.getsize(path),
-            "shape": [int(s) for s in vf.shape], "dtype": str(vf.dtype), "rows_hash": h.hexdigest()}
+    st = os.stat(path)
+    return {"path": os.path.realpath(os.fspath(path)), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "shape": [int(s) for s in vf.shape], "dtype": str(vf.dtype), "rows_hash": h.hexdigest(),
+            "blocks_hash": _blocks_hash(path, st.st_size)}
+
+
+_FP_WHAT = {"path": "path", "size": "file size", "mtime_ns": "modification time", "shape": "shape",
+            "dtype": "dtype", "rows_hash": "content (sampled rows)", "blocks_hash": "content (sampled blocks)"}
+
+
+def _fingerprint_changes(old, new):
+    """Names of what differs between the manifest's fingerprint and the input's, for the message."""
+    if not isinstance(old, dict):
+        return ["fingerprint missing"]
+    return [_FP_WHAT.get(key, key) for key in new if old.get(key) != new[key]]
+
+
+def _disk_full(e, path):
+    """An OSError saying plainly that the disk is full (ENOSPC / EDQUOT), naming the path;
+    other OSErrors unchanged."""
+    if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+        why = "disk quota exceeded" if e.errno == getattr(errno, "EDQUOT", None) else "no space left on device"
+        return OSError(e.errno, f"disk full ({why}) while writing {path}; free space in "
+                                f"{os.path.dirname(os.path.abspath(path))} and rerun with the same work "
+                                f"folder to resume")
+    return e
+
+
+_FULL_ERRNOS = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
+
+
+def _read_manifest(mpath):
+    """The manifest as a dict, its structure checked: a ValueError naming the file rather than a
+    KeyError/AttributeError deep inside the build when it was edited or written by something else."""
+    def bad(why):
+        return ValueError(f"{mpath}: malformed manifest ({why}); delete the work folder to start over")
+
+    try:
+        with open(mpath) as f:
+            m = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{mpath}: unreadable manifest ({e}); delete the work folder to start over") from e
+    if not isinstance(m, dict):
+        raise bad(f"a JSON {type(m).__name__}, not an object")
+    kinds = {"version": int, "fingerprint": dict, "params": dict, "seed": int, "bounds": list, "done": dict,
+             "running": dict}
+    for key, kind in kinds.items():
+        if key not in m:
+            raise bad(f"no {key!r} entry")
+        if not isinstance(m[key], kind) or isinstance(m[key], bool):
+            raise bad(f"{key!r} is a {type(m[key]).__name__}, not a {kind.__name__}")
+    if m["version"] != _VERSION:
+        raise bad(f"version {m['version']}, made by another knnkit release (this one writes version {_VERSION})")
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in m["bounds"]) or \
+            sorted(m["bounds"]) != m["bounds"] or len(m["bounds"]) < 2:
+        raise bad("'bounds' is not an increasing list of row numbers")
+    for step, v in m["done"].items():
+        if not isinstance(v, dict) or not isinstance(v.get("files"), dict) or \
+                not all(isinstance(c, str) for c in v["files"].values()):
+            raise bad(f"step {step!r} has no 'files' table of checksums")
+    for shard, v in m["running"].items():
+        if not (isinstance(v, dict) and isinstance(v.get("stem"), str) and re.fullmatch(r"run_\d+_v\d+", v["stem"])
+                and isinstance(v.get("files"), dict)
+                and set(v["files"]) == {v["stem"] + ".ibin", v["stem"] + ".fbin"}):
+            raise bad(f"running list of shard {shard!r} is not a stem with its two files")
+    return m
 
 
 class _Store:
@@ -119,12 +215,23 @@ class _Store:
     def write_pair(self, stem, ind, dist):
         io = _io()
         files = {}
-        for ext, arr in (("ibin", np.ascontiguousarray(ind, np.int32)),
-                         ("fbin", np.ascontiguousarray(dist, np.float32))):
-            name = f"{stem}.{ext}"
-            io.write(self.path(name), arr, atomic=True)
-            files[name] = _checksum(self.path(name))
-            self._remember(name, files[name])
+        try:
+            for ext, arr in (("ibin", np.ascontiguousarray(ind, np.int32)),
+                             ("fbin", np.ascontiguousarray(dist, np.float32))):
+                name = f"{stem}.{ext}"
+                files[name] = None
+                io.write(self.path(name), arr, atomic=True)
+                files[name] = _checksum(self.path(name))
+                self._remember(name, files[name])
+        except BaseException as e:
+            # neither file of the pair is listed anywhere yet: leave none of them behind
+            for name in files:
+                _remove(self.path(name))
+                self._verified.pop(name, None)
+            err = _disk_full(e, self.path(name))
+            if err is e:
+                raise
+            raise err from e
         return files
 
     def verify(self, name, checksum):
@@ -259,18 +366,20 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
     mpath = os.path.join(workdir, MANIFEST)
     manifest = None
     if os.path.exists(mpath):
-        try:
-            with open(mpath) as f:
-                manifest = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{mpath}: unreadable manifest ({e}); delete the work folder to start over") from e
-        if manifest.get("fingerprint") != fp:
-            raise ValueError(f"work folder {workdir} belongs to another dataset "
-                             f"({manifest.get('fingerprint', {}).get('path')}, shape "
-                             f"{manifest.get('fingerprint', {}).get('shape')}); use an empty folder")
+        manifest = _read_manifest(mpath)
+        changed = _fingerprint_changes(manifest["fingerprint"], fp)
+        if changed:
+            was = manifest["fingerprint"]
+            raise ValueError(f"work folder {workdir} belongs to another dataset or to an earlier version of "
+                             f"this file: the input {path} differs from the one the work folder was made for "
+                             f"({was.get('path')}, shape {was.get('shape')}) in its {', '.join(changed)}; "
+                             f"use an empty folder (or delete this one) to build from the new input")
         if manifest.get("params") != params:
             raise ValueError(f"work folder {workdir} was made with other parameters {manifest.get('params')} "
                              f"(now {params}); use another folder or the same parameters")
+        if manifest["bounds"] != bounds.tolist():
+            raise ValueError(f"{mpath}: malformed manifest (shard bounds {manifest['bounds'][:4]}... do not "
+                             f"split {n} rows into {n_shards} shards); delete the work folder to start over")
         if random_state is not None and manifest["seed"] != seed_from(random_state):
             raise ValueError(f"work folder {workdir} was made with another random_state")
         logger.info("resuming out-of-core build in %s: %d steps done", workdir, len(manifest["done"]))
@@ -560,11 +669,20 @@ def _step_merge(state, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
 def _step_final(store, n_shards, state):
     io = _io()
     files = {}
-    for name, col in (("knn_indices.ibin", 0), ("knn_distances.fbin", 1)):
-        with io.VectorWriter(store.path(name)) as w:
-            for i in range(n_shards):
-                w.append(state.running_list(i)[col])
-        files[name] = _checksum(store.path(name))
+    try:
+        for name, col in (("knn_indices.ibin", 0), ("knn_distances.fbin", 1)):
+            files[name] = None
+            with io.VectorWriter(store.path(name)) as w:
+                for i in range(n_shards):
+                    w.append(state.running_list(i)[col])
+            files[name] = _checksum(store.path(name))
+    except BaseException as e:
+        for done in files:  # the outputs appear together or not at all
+            _remove(store.path(done))
+        err = _disk_full(e, store.path(name))
+        if err is e:
+            raise
+        raise err from e
     return files
 
 

@@ -50,7 +50,15 @@ def read_hdf5(path):
         with h5py.File(path, "r") as f:
             for key in ("train", "test", "neighbors", "distances"):
                 if key in f:
-                    out[key] = np.asarray(f[key])
+                    # a group (or link to one) under a dataset's name: say so, not a cryptic numpy error
+                    if not isinstance(f[key], h5py.Dataset):
+                        raise ValueError(f"{path}: {key!r} is an HDF5 {type(f[key]).__name__.lower()}, not a "
+                                         f"dataset (an ann-benchmarks file stores {key!r} as an array)")
+                    a = np.asarray(f[key])
+                    if key in ("train", "test") and (a.ndim != 2 or a.dtype.kind not in "fiu"):
+                        raise ValueError(f"{path}: {key!r} must be a 2-D numeric (n, d) array, got shape "
+                                         f"{a.shape} dtype {a.dtype}")
+                    out[key] = a
             raw = f.attrs.get("distance")
     except OSError as e:
         raise ValueError(f"{path}: not a readable HDF5 file ({e})") from None
