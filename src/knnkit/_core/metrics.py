@@ -6,7 +6,6 @@ unit-normalised vectors plus one; ``euclidean`` is ``l2`` followed by a square r
 """
 
 import math
-import warnings
 
 import numpy as np
 
@@ -37,13 +36,14 @@ def to_float32(a):
     return a.astype(xp.float32)
 
 
-def safe_scale(a):
-    """The power of two that brings ``max |a|`` near 1 when it lies outside ``[2^-50, 2^50]``,
-    else 1.0 (integer and float16 data always get 1.0)."""
-    if np.dtype(a.dtype) != np.float32:
+def safe_scale(a, *others):
+    """The power of two that brings the largest ``|value|`` of ``a`` (and of ``others``, arrays that
+    are compared with it) near 1 when it lies outside ``[2^-50, 2^50]``, else 1.0 (integer and
+    float16 data always get 1.0)."""
+    arrays = [x for x in (a,) + others if np.dtype(x.dtype) == np.float32 and x.size]
+    if not arrays:
         return 1.0
-    xp = get_array_module(a)
-    m = float(xp.abs(a).max()) if a.size else 0.0
+    m = max(float(get_array_module(x).abs(x).max()) for x in arrays)
     if m == 0.0 or _SAFE_LO <= m <= _SAFE_HI or not math.isfinite(m):
         return 1.0
     return 2.0 ** (1 - math.frexp(m)[1])  # max |a| * scale in [1, 2)
@@ -78,9 +78,6 @@ def finalize_distances(d, metric, scale=1.0):
         d64 /= scale if metric in ("euclidean", "manhattan") else scale * scale
         with np.errstate(over="ignore"):
             d[...] = d64.astype(xp.float32)
-        if not bool(xp.isfinite(d).all()):
-            warnings.warn("some distances exceed the float32 range and are returned as inf; the neighbour "
-                          "ids are exact (computed at a safe scale)", RuntimeWarning, stacklevel=3)
         if metric == "euclidean":
             return d
     if metric == "euclidean":

@@ -11,7 +11,7 @@ from .backend import ArrayInfo, as_device, as_host, resolve_device
 from .metrics import internal_metric, prepare_vectors, safe_scale
 from .validation import check_matrix, check_metric, check_pair, METRICS
 
-__all__ = ["Prepared", "prepare", "prepare_queries", "device_scope"]
+__all__ = ["Prepared", "prepare", "prepare_queries", "rescaled", "device_scope"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,12 +84,23 @@ def prepare(data, *, metric="sqeuclidean", device="auto", name="data", metrics=M
     return Prepared(raw, X, metric, internal_metric(metric), kind, dev_id, info, scale)
 
 
-def prepare_queries(queries, like, *, name="queries", check_finite=True):
+def prepare_queries(queries, like, *, name="queries", check_finite=True, scale=None):
     """Validate ``queries`` against a prepared data set ``like`` (same dimension, metric and device);
-    results go where the queries came from."""
+    results go where the queries came from. They are scaled like ``like`` (or by ``scale``)."""
     a, info = check_matrix(queries, name, check_finite=check_finite)
     check_pair(like.raw, a)
+    scale = like.scale if scale is None else scale
     with device_scope(like.device, like.device_id):
         raw = _place(a, like.device, like.device_id)
-        X = prepare_vectors(raw, like.metric, like.scale)
-    return Prepared(raw, X, like.metric, like.internal, like.device, like.device_id, info, like.scale)
+        X = prepare_vectors(raw, like.metric, scale)
+    return Prepared(raw, X, like.metric, like.internal, like.device, like.device_id, info, scale)
+
+
+def rescaled(P, scale):
+    """``P`` with its vectors at another power-of-two ``scale`` (queries of a very different
+    magnitude than the data: one scale must serve both)."""
+    if scale == P.scale:
+        return P
+    with device_scope(P.device, P.device_id):
+        X = prepare_vectors(P.raw, P.metric, scale)
+    return Prepared(P.raw, X, P.metric, P.internal, P.device, P.device_id, P.info, scale)

@@ -1,9 +1,12 @@
 """Public exact search: :func:`knn`."""
 
-from .._core.backend import wrap_output
+import warnings
+
+from .._core.backend import get_array_module, wrap_output
 from .._core.metrics import finalize_distances
 from .._core.params import merge_params
-from .._core.prepare import prepare, prepare_queries
+from .._core.metrics import safe_scale
+from .._core.prepare import prepare, prepare_queries, rescaled
 from .._core.registry import REGISTRY
 from .._core.validation import check_k
 from ..exact import ExactParams
@@ -83,7 +86,12 @@ def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", devic
                  shortcuts=None, random_state=None):
     """What :func:`knn` does, for the library's own facades (evaluate, the CLI)."""
     P = prepare(data, metric=metric, device=device)
-    Q = None if queries is None else prepare_queries(queries, P)
+    Q = None
+    if queries is not None:
+        Q = prepare_queries(queries, P)
+        scale = safe_scale(P.raw, Q.raw)  # one scale for both: queries may be far larger or smaller
+        if scale != P.scale:
+            P, Q = rescaled(P, scale), rescaled(Q, scale)
     d, i, _stats = exact_search(P, Q, k, method=method, params=params, shortcuts=shortcuts,
                                 random_state=random_state)
     out = P.info if Q is None else Q.info
@@ -148,4 +156,8 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
         d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric=P.internal,
                                       exclude_self=self_excluded, params=params, seed=seed)
         d = finalize_distances(d, P.metric, P.scale)
+        xp = get_array_module(d)
+        if not bool(xp.isfinite(d).all()):  # an exact search has no missing neighbours: inf is overflow
+            warnings.warn("some distances exceed the float32 range and are returned as inf; the neighbour "
+                          "ids are exact (computed at a safe scale)", RuntimeWarning, stacklevel=3)
     return d, i, stats
