@@ -153,3 +153,20 @@ def test_to_numpy_is_a_copy(uniform):
     h = build_hierarchy(eng._X, "l2", random_state=0)
     h2 = h.to(np)
     assert h2 is not h and np.array_equal(h2.seeds_for(Q, 3), h.seeds_for(Q, 3))
+
+
+def test_graph_index_entry_hierarchy_through_the_facade(tmp_path):
+    """IndexParams(entry="hierarchy") builds, searches, saves and loads through GraphIndex; on tight
+    clusters that outnumber the k-means entries it beats them at a small beam."""
+    X, Q = make_tight_clusters(12000, 16, 1500, n_queries=300, random_state=3)
+    _, T = knnkit.knn(X, Q, k=10, device="cpu")
+    flat = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    hier = knnkit.GraphIndex.build(X, device="cpu", random_state=0, entry="hierarchy")
+    assert hier.build_params["entry"] == "hierarchy"
+    r_flat = knnkit.evaluate.recall(flat.search(Q, k=10, beam=16)[1], T)
+    r_hier = knnkit.evaluate.recall(hier.search(Q, k=10, beam=16)[1], T)
+    assert r_hier >= max(0.9, r_flat - 0.005)
+    path = tmp_path / "h.knnk"
+    hier.save(path)
+    back = knnkit.load(path, device="cpu")
+    np.testing.assert_array_equal(back.search(Q, k=10, beam=32)[1], hier.search(Q, k=10, beam=32)[1])

@@ -104,7 +104,7 @@ class GraphIndex:
     @classmethod
     def build(cls, data, *, metric="sqeuclidean", graph_degree=None, intermediate_degree=None, alpha=None,
               build_algo=None, diversify=None, n_entry=None, device="auto", random_state=None,
-              beam=None, tau=None, max_iters=None, n_seeds=None, connectivity=None, params=None,
+              beam=None, tau=None, max_iters=None, n_seeds=None, connectivity=None, entry=None, params=None,
               search_params=None):
         """Build a graph search index over ``data``.
 
@@ -141,6 +141,10 @@ class GraphIndex:
             Seed for the k-NN graph and the k-means (results repeatable).
         beam, tau, max_iters, n_seeds :
             Default search parameters stored in the index (see :meth:`search`).
+        entry : {"kmeans", "hierarchy"}, default "kmeans"
+            Where searches start: the medoids of a coarse k-means (and one per graph component),
+            or GGNN's layer hierarchy (random subsets of n/16, n/256, ... points with their own
+            graphs, searched top-down).
         connectivity : bool, default True
             Repair the search graph so that every point is reachable from the entry points
             (``build_params["connectivity"]`` reports components and links before/after).
@@ -163,7 +167,7 @@ class GraphIndex:
         """
         bp = merge_params(IndexParams, params, graph_degree=graph_degree, intermediate_degree=intermediate_degree,
                           alpha=alpha, build_algo=build_algo, diversify=diversify, n_entry=n_entry,
-                          connectivity=connectivity)
+                          connectivity=connectivity, entry=entry)
         sp = merge_params(SearchParams, search_params, "search_params", beam=beam, tau=tau, max_iters=max_iters,
                           n_seeds=n_seeds)
         P = prepare(data, metric=metric, device=device)
@@ -172,7 +176,7 @@ class GraphIndex:
         build_params = dict(graph_degree=bp.graph_degree, intermediate_degree=bp.intermediate_degree,
                             alpha=bp.alpha, build_algo=bp.build_algo, diversify=bp.diversify,
                             n_entry=default_n_entry(P.n) if bp.n_entry is None else bp.n_entry,
-                            repair=bp.connectivity,
+                            repair=bp.connectivity, entry=bp.entry,
                             random_state=(int(random_state) if isinstance(random_state, numbers.Integral)
                                           else None if random_state is None else repr(random_state)))
         with device_scope(P.device, P.device_id):

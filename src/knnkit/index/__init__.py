@@ -30,7 +30,9 @@ class IndexParams(Params):
     ``None`` fields are chosen from the data (graph degree and alpha from the estimated intrinsic
     dimension, ``n_entry`` from n). ``connectivity=True`` (default) repairs the search graph so
     that every point is reachable from the entry points (components, a door into each, links
-    between neighbouring components; :mod:`knnkit.index._connect`).
+    between neighbouring components; :mod:`knnkit.index._connect`). ``entry="hierarchy"``
+    replaces the k-means entry points by GGNN's layer hierarchy (random subsets with their own
+    graphs, searched top-down for the start points; :mod:`knnkit.index._hierarchy`).
     """
 
     graph_degree: int | None = None
@@ -40,6 +42,7 @@ class IndexParams(Params):
     diversify: str = "prune"
     n_entry: int | None = None
     connectivity: bool = True
+    entry: str = "kmeans"
 
     def _validate(self):
         R = check_int(self.graph_degree, "graph_degree", minimum=1, allow_none=True)
@@ -51,7 +54,8 @@ class IndexParams(Params):
                 "build_algo": check_choice(self.build_algo, "build_algo", ("nndescent", "brute")),
                 "diversify": check_choice(self.diversify, "diversify", ("prune", "ggnn")),
                 "n_entry": check_int(self.n_entry, "n_entry", minimum=1, allow_none=True),
-                "connectivity": check_bool(self.connectivity, "connectivity")}
+                "connectivity": check_bool(self.connectivity, "connectivity"),
+                "entry": check_choice(self.entry, "entry", ("kmeans", "hierarchy"))}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -78,6 +78,16 @@ def _resolve_auto_params(X, bp, random_state):
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
 
 
+def _entry_structure(X, bp, im, random_state):
+    """The search's entry structure: coarse k-means medoids (default) or the GGNN layer hierarchy
+    (``IndexParams(entry="hierarchy")``, :mod:`._hierarchy`)."""
+    if bp.get("entry", "kmeans") == "hierarchy":
+        from ._hierarchy import build_hierarchy
+
+        return build_hierarchy(X, im, random_state=random_state)
+    return build_entry_points(X, bp["n_entry"], im, random_state=random_state)
+
+
 def _connect(X, g, entry, im):
     """Connectivity guarantee (issue "quality on unseen data", item 1): a door into every weakly
     connected component of the search graph (its medoid joins the k-means entry points), links
@@ -87,7 +97,7 @@ def _connect(X, g, entry, im):
     from ._connect import combine_entry_points, components, entry_points_per_component, repair_connectivity
 
     labels, c = components(g)
-    if c > 1:
+    if c > 1 and isinstance(entry, EntryPoints):  # a hierarchy's bottom layer is its own door set
         med, cen = entry_points_per_component(labels, X, metric=im)
         entry = combine_entry_points(entry, med, cen)
     g, conn = repair_connectivity(X, g, metric=im, entry_ids=entry.medoids, copy=False)
@@ -208,7 +218,7 @@ class SearchGraph:
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
             g = xp.concatenate([g, xp.full((n, bp["graph_degree"] - g.shape[1]), -1, xp.int32)], axis=1)
         t1 = time.perf_counter()
-        entry = build_entry_points(X, bp["n_entry"], im, random_state=random_state)
+        entry = _entry_structure(X, bp, im, random_state)
         if dev == "gpu":
             xp.cuda.get_current_stream().synchronize()
         timings["entry_points"] = time.perf_counter() - t1
@@ -350,7 +360,9 @@ class SearchGraph:
             graph = add_reverse_edges(X, graph, R, alpha, im, new_graph_rows=rows, row_offset=n0)
         data = np.concatenate([data, a], axis=0)
         seed = bp.get("random_state")
-        entry = build_entry_points(X, bp["n_entry"], im, random_state=seed if isinstance(seed, int) else 0)
+        entry = _entry_structure(X, bp, im, seed if isinstance(seed, int) else 0)
+        if bp.get("repair", True):
+            graph, entry, bp["connectivity"] = _connect(X, graph, entry, im)
         bp["n_extended"] = int(bp.get("n_extended", 0)) + int(a.shape[0])
         if self.device == "gpu":
             cp = cupy_or_none()
@@ -374,12 +386,20 @@ class SearchGraph:
                 "graph_degree": self.graph_degree, "build_params": self.build_params,
                 "entry_metric": self._entry.metric, "scale": self.scale,
                 "nn1_max": self.nn1_max if np.isfinite(self.nn1_max) else None}
+        entry = self._entry
+        hier = not isinstance(entry, EntryPoints)
+        # a hierarchy saves its top layer as the flat entry set too (any reader can search with it)
+        cent = entry.vectors[-1] if hier else entry.centroids
+        med = entry.ids[-1] if hier else entry.medoids
         arrays = {
             "data": as_host(self._data),
             "graph": as_host(self._graph).astype(np.int32, copy=False),
-            "entry_centroids": as_host(self._entry.centroids).astype(np.float32, copy=False),
-            "entry_medoids": as_host(self._entry.medoids).astype(np.int32, copy=False),
+            "entry_centroids": as_host(cent).astype(np.float32, copy=False),
+            "entry_medoids": as_host(med).astype(np.int32, copy=False),
         }
+        if hier:
+            arrays.update({k: as_host(v) for k, v in entry.to_arrays().items()})
+            meta["entry"] = "hierarchy"
         return meta, arrays
 
     @classmethod
@@ -393,5 +413,11 @@ class SearchGraph:
         if device == "gpu":
             cp = cupy_or_none()
             with cp.cuda.Device(dev_id if dev_id is not None else cp.cuda.Device().id):
-                return cls(cp.asarray(arrays["data"]), cp.asarray(arrays["graph"]), entry.to(cp), device="gpu", **kw)
-        return cls(np.asarray(arrays["data"]), np.asarray(arrays["graph"]), entry, device="cpu", **kw)
+                eng = cls(cp.asarray(arrays["data"]), cp.asarray(arrays["graph"]), entry.to(cp), device="gpu", **kw)
+        else:
+            eng = cls(np.asarray(arrays["data"]), np.asarray(arrays["graph"]), entry, device="cpu", **kw)
+        if meta.get("entry") == "hierarchy":
+            from ._hierarchy import HierarchicalEntry
+
+            eng._entry = HierarchicalEntry.from_arrays(arrays, eng._imetric, X=eng._X)
+        return eng
