@@ -22,7 +22,7 @@ def test_same_structure_as_cpu(data):
     X, _ = data
     hc = build_hierarchy(X, "l2", ratio=8, top_size=128, random_state=0)
     hg = build_hierarchy(cp.asarray(X), "l2", ratio=8, top_size=128, random_state=0)
-    assert hg.sizes == hc.sizes and len(hc.sizes) >= 3
+    assert hg.sizes == hc.sizes and len(hc.sizes) >= 2  # 30k points, ratio 8: 3750 and 469
     assert isinstance(hg.ids[0], cp.ndarray) and isinstance(hg.graphs[0], cp.ndarray)
     for a, b in zip(hc.ids, hg.ids):  # same random subsets (drawn on the host)
         assert np.array_equal(a, b.get())
