@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import knnkit
+from helpers import recall_at
 from knnkit import GraphIndex
 from knnkit._core.metrics import internal_metric, prepare_vectors
 from knnkit.index._build import exact_knn_cpu
@@ -29,8 +30,7 @@ def truth(X, Q, k, metric):
     return i
 
 
-def recall(found, exact):
-    return np.mean([len(set(a.tolist()) & set(b.tolist())) / len(b) for a, b in zip(found, exact)])
+recall = recall_at
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import knnkit
+from helpers import gaussian_clusters
 from knnkit import knn_graph_out_of_core
 from knnkit._core import vectors
 from knnkit.graph import _out_of_core as ooc
@@ -23,9 +24,7 @@ SRC = os.path.dirname(os.path.dirname(knnkit.__file__))
 
 
 def clustered(n, d, seed=0):
-    rng = np.random.default_rng(seed)
-    C = rng.normal(size=(12, d)) * 4
-    return (C[rng.integers(0, 12, n)] + rng.normal(size=(n, d))).astype(np.float32)
+    return gaussian_clusters(n, d, seed, centres=12)
 
 
 KW = dict(k=6, shard_size=300, device="cpu", random_state=5)  # 4 shards, 6 merges: 11 steps

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import knnkit
+from helpers import exact_neighbours as exact
+from helpers import gaussian_clusters as clustered
 from knnkit import KnnGraph, knn_graph, merge_graphs
 from knnkit.graph.nndescent._cpu import nndescent_cpu
 
@@ -14,30 +16,6 @@ gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs a CUDA GPU an
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def exact(X, k, metric="sqeuclidean"):
-    """Exact neighbours (self excluded) and their distances in the user metric, numpy only."""
-    X = X.astype(np.float64)
-    if metric in ("sqeuclidean", "euclidean"):
-        sq = (X * X).sum(1)
-        D = sq[:, None] + sq[None] - 2 * X @ X.T
-        D = np.maximum(D, 0)
-    elif metric == "cosine":
-        Y = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-30)
-        D = 1 - Y @ Y.T
-    elif metric == "inner_product":
-        D = -(X @ X.T)
-    elif metric == "manhattan":
-        D = np.abs(X[:, None, :] - X[None, :, :]).sum(-1)
-    np.fill_diagonal(D, np.inf)
-    I = np.argsort(D, axis=1, kind="stable")[:, :k]
-    Dk = np.take_along_axis(D, I, 1)
-    if metric == "euclidean":
-        Dk = np.sqrt(Dk)
-    if metric == "inner_product":
-        Dk = -Dk
-    return I, Dk
-
 
 def dist_recall(g, Dk, metric):
     """Recall robust to ties: a returned neighbour counts when its true distance is within the
@@ -49,12 +27,6 @@ def dist_recall(g, Dk, metric):
     else:
         ok = D <= kth + 1e-4 * (1 + np.abs(kth))
     return ok.mean()
-
-
-def clustered(n, d, seed=0, centres=20):
-    rng = np.random.default_rng(seed)
-    C = rng.normal(size=(centres, d)) * 4
-    return (C[rng.integers(0, centres, n)] + rng.normal(size=(n, d))).astype(np.float32)
 
 
 def check_lists(g, X=None, metric="sqeuclidean"):

@@ -7,21 +7,17 @@ import numpy as np
 import pytest
 
 import knnkit
+from helpers import exact_neighbours
+from helpers import gaussian_clusters
 from knnkit import knn_graph_out_of_core
 
 
 def clustered(n, d, seed=0):
-    rng = np.random.default_rng(seed)
-    C = rng.normal(size=(15, d)) * 4
-    return (C[rng.integers(0, 15, n)] + rng.normal(size=(n, d))).astype(np.float32)
+    return gaussian_clusters(n, d, seed, centres=15)
 
 
 def exact_ids(X, k):
-    X = X.astype(np.float64)
-    sq = (X * X).sum(1)
-    D = sq[:, None] + sq[None] - 2 * X @ X.T
-    np.fill_diagonal(D, np.inf)
-    return np.argsort(D, axis=1, kind="stable")[:, :k]
+    return exact_neighbours(X, k)[0]
 
 
 @pytest.fixture(scope="module")
