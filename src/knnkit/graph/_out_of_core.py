@@ -287,40 +287,11 @@ def _default_shard_size(n, d, K, p, kind, memory_budget):
 def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=None, metric="sqeuclidean",
                       device="auto", random_state=None, n_neighbors_internal=None, return_graph="auto",
                       verbose=False, _fault_hook=None):
-    """Engine of :func:`knnkit.knn_graph_out_of_core` (parameters there): shards, per-shard graphs,
-    pairwise GGM merges. Returns ``("graph", I, D, stats)`` or ``("paths", paths)``.
+    """Engine of :func:`knnkit.knn_graph_out_of_core`: shards, per-shard graphs, pairwise GGM merges.
 
-    Parameters
-    ----------
-    path : str or os.PathLike
-        ``.fbin``, ``.u8bin``, ``.i8bin``, ``.fvecs``, ``.bvecs`` or ``.npy`` file (memory-mapped).
-    k : int
-        Neighbours per point (self excluded).
-    workdir : str or os.PathLike
-        Folder for shard graphs, running lists, the manifest and the outputs. Reusing it resumes an
-        interrupted run; a folder made for another file or other parameters is refused.
-    shard_size : int, optional
-        Points per shard (default: as many as fit ``memory_budget`` with two shards in a merge
-        plus one being prefetched). Shards are made equal in size.
-    memory_budget : int, optional
-        Bytes one step may use (default: a quarter of the RAM on the CPU, the knnkit GPU budget on
-        the GPU).
-    metric : {"sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"}
-    device : {"auto", "cpu", "gpu"} or int
-    random_state : None or int
-        Stored in the manifest, so that a resumed run continues with the same seed.
-    n_neighbors_internal : int, optional
-        List length of the shard graphs (default as in :func:`knn_graph`).
-    return_graph : {"auto", True, False}
-        ``"auto"``: a :class:`KnnGraph` when the output is under 2 GiB, else a dict of paths
-        ``{"indices", "distances", "manifest"}``; ``True``/``False`` force one or the other.
-    verbose : bool
-
-    Returns
-    -------
-    tuple
-        ``("graph", I, D, stats)`` (global ids, user metric) or ``("paths", paths)`` with the
-        paths of ``knn_indices.ibin`` / ``knn_distances.fbin`` / ``manifest.json``.
+    The parameters are the public function's (documented there, where they are validated).
+    Returns ``("graph", I, D, stats)`` (global ids, user metric) or ``("paths", paths)`` with the
+    paths of ``knn_indices.ibin`` / ``knn_distances.fbin`` / ``manifest.json``.
     """
     hook = _fault_hook or (lambda name: None)
     io = _io()

@@ -113,25 +113,13 @@ def _assign(P, L):
 
 
 # ----------------------------------------------------------------------------- heaps
+# the bounded max-heap of the GEMM path (same (distance, index) order, so ties match it)
+from .._cpu import _sift_down as _sift_down_at  # noqa: E402
+
+
 @njit(inline="always")
 def _sift_down(hd, hi, k):
-    pos = 0
-    d = hd[0]
-    ix = hi[0]
-    while True:
-        c = 2 * pos + 1
-        if c >= k:
-            break
-        if c + 1 < k and (hd[c + 1] > hd[c] or (hd[c + 1] == hd[c] and hi[c + 1] > hi[c])):
-            c += 1
-        if hd[c] > d or (hd[c] == d and hi[c] > ix):
-            hd[pos] = hd[c]
-            hi[pos] = hi[c]
-            pos = c
-        else:
-            break
-    hd[pos] = d
-    hi[pos] = ix
+    _sift_down_at(hd, hi, 0, k)
 
 
 @njit(inline="always")
