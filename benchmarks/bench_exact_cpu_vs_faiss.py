@@ -26,7 +26,7 @@ def main():
 
     import knnkit
 
-    X, _ = knnkit.datasets.make_clustered(a.n, a.d, random_state=0, device="cpu")
+    X = knnkit.datasets.make_clustered(a.n, a.d, random_state=0, device="cpu")
     X = np.ascontiguousarray(X, np.float32)
 
     def run_knnkit():

@@ -15,6 +15,7 @@ TWINS = {
     "graph/nndescent": ["nndescent"],
     "graph/rsfk": [("CpuBackend", "GpuBackend")],
     "exact/sweet": [("sweet_cpu", "sweet_gpu")],
+    "index": ["search", "prune"],
 }
 
 

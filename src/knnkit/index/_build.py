@@ -23,11 +23,11 @@ import time
 import numpy as np
 
 from .._core.config import logger
-from .._core.backend import as_host, get_array_module
+from .._core.backend import as_host, get_array_module, twin
 from ..exact import knn_lists
 from ..graph import build_lists, choose_method
 from ..graph.nndescent import NNDescentParams
-from ._prune_cpu import prune_cpu, add_reverse_edges, ggnn_diversify, pair_distances
+from ._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
            "build_graph_gpu"]
@@ -280,13 +280,12 @@ def _prune_dispatch(X, cand_idx, cand_dist, R, alpha, metric, device):
     if device == "gpu":
         try:
             import cupy
-            from ._prune_gpu import prune_gpu
 
-            return as_host(prune_gpu(cupy.asarray(X), cupy.asarray(cand_idx), cupy.asarray(cand_dist),
-                                     R, alpha, metric))
-        except (ImportError, NotImplementedError) as e:
+            return as_host(twin(__package__, "gpu").prune(cupy.asarray(X), cupy.asarray(cand_idx),
+                                                         cupy.asarray(cand_dist), R, alpha, metric))
+        except (ImportError, RuntimeError) as e:
             logger.warning("GPU pruning is not available (%s); pruning on the CPU", e)
-    return prune_cpu(as_host(X), cand_idx, cand_dist, R, alpha, metric)
+    return twin(__package__, "cpu").prune(as_host(X), cand_idx, cand_dist, R, alpha, metric)
 
 
 def diversify(X, cand_idx, R, metric, *, alpha=1.2, method="prune", device="cpu", cand_dist=None):

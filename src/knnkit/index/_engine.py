@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from .._core.config import logger
-from .._core.backend import as_host, cupy_or_none, get_array_module
+from .._core.backend import as_host, cupy_or_none, get_array_module, twin
 from .._core.metrics import internal_metric, prepare_vectors
 from ..graph.nndescent import default_update
 from ._auto import auto_build_params, estimate_intrinsic_dim
@@ -263,16 +263,16 @@ class SearchGraph:
             qb = qh[s:s + bs]
             with _blas_single_thread():
                 seeds = entry.seeds_for(qb, n_seeds)
-            d[s:s + bs], i[s:s + bs] = search_cpu(X, graph, qb, k, seeds=seeds, beam=beam, tau=tau,
-                                                  max_iters=max_iters, metric=self._imetric,
-                                                  xnorm_max=xmax, nn1_max=self.nn1_max)
+            d[s:s + bs], i[s:s + bs] = twin(__package__, "cpu").search(
+                X, graph, qb, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters, metric=self._imetric,
+                xnorm_max=xmax, nn1_max=self.nn1_max)
         return d, i
 
     def _search_gpu(self, q, k, beam, tau, max_iters, n_seeds, batch_size, traversal="auto"):
         cp = cupy_or_none()
         if cp is None:
             raise RuntimeError("GPU search asked for but no CUDA GPU is usable")
-        from ._search_gpu import search_gpu
+        search_gpu = twin(__package__, "gpu").search
 
         if self.device != "gpu":  # a CPU index searched on the GPU: move it once
             self._to_gpu_cache()
