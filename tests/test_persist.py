@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from knnkit._core import persist as P
+from knnkit._core import persist_checks as PC
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
@@ -294,13 +295,13 @@ def test_explicit_big_endian_array(tmp_path):
 
 def test_validate_graph_accepts_good_and_holes():
     meta, arrays = _graph_arrays()
-    P.validate_graph(meta, arrays, "g")
+    PC.validate_graph(meta, arrays, "g")
     arrays["indices"][0, 2] = -1
     arrays["distances"][0, 2] = np.inf
-    P.validate_graph(meta, arrays, "g")
+    PC.validate_graph(meta, arrays, "g")
     ip = dict(meta, metric="inner_product")
     arrays["distances"][0, 2] = -np.inf
-    P.validate_graph(ip, arrays, "g")
+    PC.validate_graph(ip, arrays, "g")
 
 
 def _g(edit):
@@ -327,7 +328,7 @@ def _g(edit):
 ])
 def test_validate_graph_refuses(meta_arrays, match):
     with pytest.raises(ValueError, match=r"^the/file\.knng: .*" + match):
-        P.validate_graph(*meta_arrays, "the/file.knng")
+        PC.validate_graph(*meta_arrays, "the/file.knng")
 
 
 def _i(edit):
@@ -337,13 +338,13 @@ def _i(edit):
 
 
 def test_validate_index_accepts_good():
-    P.validate_index(*_index_arrays(), "i")
+    PC.validate_index(*_index_arrays(), "i")
     meta, arrays = _index_arrays()
     for dt in ("float16", "uint8", "int8"):
         arrays["data"] = arrays["data"].astype(dt)
-        P.validate_index(dict(meta, dtype=dt), arrays, "i")
+        PC.validate_index(dict(meta, dtype=dt), arrays, "i")
     arrays["graph"][3, 1] = -1
-    P.validate_index(dict(meta, dtype="int8"), arrays, "i")
+    PC.validate_index(dict(meta, dtype="int8"), arrays, "i")
 
 
 @pytest.mark.parametrize("meta_arrays, match", [
@@ -369,12 +370,12 @@ def test_validate_index_accepts_good():
 ])
 def test_validate_index_refuses(meta_arrays, match):
     with pytest.raises(ValueError, match=r"^idx\.knnk: .*" + match):
-        P.validate_index(*meta_arrays, "idx.knnk")
+        PC.validate_index(*meta_arrays, "idx.knnk")
 
 
 def test_validators_on_a_container_round_trip(tmp_path):
-    for kind, (meta, arrays), check in (("graph", _graph_arrays(), P.validate_graph),
-                                         ("index", _index_arrays(), P.validate_index)):
+    for kind, (meta, arrays), check in (("graph", _graph_arrays(), PC.validate_graph),
+                                         ("index", _index_arrays(), PC.validate_index)):
         p = tmp_path / kind
         P.write_container(p, kind, meta, arrays)
         for mmap in (False, True):
@@ -386,27 +387,27 @@ def test_validators_on_a_container_round_trip(tmp_path):
 
 def test_legacy_graph_fixture():
     path = os.path.join(FIXTURES, "graph_v1.knng")
-    meta, arrays = P.read_legacy_graph(path)
+    meta, arrays = PC.read_legacy_graph(path)
     expected = np.load(os.path.join(FIXTURES, "graph_v1_expected.npz"))
     _assert_same(arrays["indices"], expected["indices"])
     _assert_same(arrays["distances"], expected["distances"])
     assert meta["metric"] == str(expected["metric"]) and meta["k"] == int(expected["k"]) and meta["n"] == 200
-    P.validate_graph(meta, arrays, path)
+    PC.validate_graph(meta, arrays, path)
 
 
 def test_legacy_index_fixture():
     path = os.path.join(FIXTURES, "index_v1.knnk")
-    meta, arrays = P.read_legacy_index(path)
+    meta, arrays = PC.read_legacy_index(path)
     expected = np.load(os.path.join(FIXTURES, "index_v1_expected.npz"))
     for name in ("data", "graph", "entry_centroids", "entry_medoids"):
         _assert_same(arrays[name], expected[name])
     np.testing.assert_array_equal(arrays["data"], np.load(os.path.join(FIXTURES, "fixture_data.npy")))
     assert meta["metric"] == str(expected["metric"]) and meta["n"] == 200
-    P.validate_index(meta, arrays, path)
+    PC.validate_index(meta, arrays, path)
 
 
-@pytest.mark.parametrize("name, reader", [("graph_v1.knng", P.read_legacy_graph),
-                                          ("index_v1.knnk", P.read_legacy_index)])
+@pytest.mark.parametrize("name, reader", [("graph_v1.knng", PC.read_legacy_graph),
+                                          ("index_v1.knnk", PC.read_legacy_index)])
 def test_legacy_damage_refused(tmp_path, name, reader):
     blob = open(os.path.join(FIXTURES, name), "rb").read()
     q = tmp_path / name
@@ -422,5 +423,5 @@ def test_legacy_damage_refused(tmp_path, name, reader):
         with pytest.raises(ValueError, match=name):
             reader(q)
     with pytest.raises(ValueError, match="not a knnkit"):
-        (P.read_legacy_index if reader is P.read_legacy_graph else P.read_legacy_graph)(
+        (PC.read_legacy_index if reader is PC.read_legacy_graph else PC.read_legacy_graph)(
             os.path.join(FIXTURES, name))

@@ -11,7 +11,8 @@ import numpy as np
 from .._core.backend import as_host, resolve_device, wrap_output
 from .._core.metrics import finalize_distances
 from .._core.params import check_int, merge_params
-from .._core.persist import read_container, read_legacy_index, sniff, validate_index, write_container
+from .._core.persist import read_container, sniff, write_container
+from .._core.persist_checks import read_legacy_index, validate_index
 from .._core.prepare import device_scope, prepare
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry

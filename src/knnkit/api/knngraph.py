@@ -13,7 +13,8 @@ release (``KNNKGRPH``) still load. Loading validates content, not only the check
 import numpy as np
 
 from .._core.backend import ArrayInfo, as_host, resolve_device, wrap_output
-from .._core.persist import read_container, read_legacy_graph, sniff, validate_graph, write_container
+from .._core.persist import read_container, sniff, write_container
+from .._core.persist_checks import read_legacy_graph, validate_graph
 from .._core.stats import BuildStats
 from ._graphops import index_dtype_for
 
