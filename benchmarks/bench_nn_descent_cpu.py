@@ -64,7 +64,8 @@ def main():
 
     import numba
     import knnkit
-    from knnkit.graph.nndescent._cpu import nndescent_cpu, rp_forest_init
+    from knnkit.graph.nndescent._cpu import nndescent_cpu
+    from knnkit.graph.nndescent._rpforest import rp_forest_init
 
     if args.data == "clustered":
         from knnkit.datasets.synthetic import make_clustered
@@ -100,7 +101,7 @@ def main():
     # ---- the same run traced per iteration (deterministic: same seed -> same lists)
     from knnkit._core.metrics import prepare_vectors
 
-    from knnkit.graph.nndescent._cpu import rp_order
+    from knnkit.graph.nndescent._rpforest import rp_order
 
     order = rp_order(prepare_vectors(X, "sqeuclidean"), metric="l2", seed=st["seed"])  # as knn_graph does
     Xp = prepare_vectors(X, "sqeuclidean")[order]

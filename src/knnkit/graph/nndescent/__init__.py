@@ -223,7 +223,7 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
         # neighbours sit close in memory and the joins hit the cache; then a few more
         # trees give NN-Descent a far better start than random lists (as PyNNDescent
         # does). The GPU version starts from random lists.
-        from ._cpu import rp_forest_init, rp_order
+        from ._rpforest import rp_forest_init, rp_order
 
         t1 = time.perf_counter()
         order = rp_order(X, metric=metric, seed=seed)
