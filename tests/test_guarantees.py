@@ -16,9 +16,10 @@ import pytest
 
 import knnkit
 from helpers import gaussian_clusters
+from knnkit._core.persist import read_container
+from knnkit.graph import _checkpoint as checkpoint
 from knnkit import knn_graph_out_of_core
 from knnkit._core import vectors
-from knnkit.graph import _out_of_core as ooc
 
 SRC = os.path.dirname(os.path.dirname(knnkit.__file__))
 
@@ -98,16 +99,16 @@ def test_resume_with_same_input_gives_the_uninterrupted_graph(small, tmp_path):
 
 def test_block_hash_samples_big_files(tmp_path):
     # above (64 + 2) blocks of 64 KiB the file is sampled: a change inside a sampled block is seen
-    size = 100 * ooc._FP_BLOCK_BYTES
+    size = 100 * checkpoint._FP_BLOCK_BYTES
     p = tmp_path / "big.bin"
     data = bytearray(np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes())
     p.write_bytes(bytes(data))
-    h0 = ooc._blocks_hash(str(p), size)
-    for pos in (0, size - 1, int(np.linspace(0, size - ooc._FP_BLOCK_BYTES, 66).astype(np.int64)[30]) + 7):
+    h0 = checkpoint._blocks_hash(str(p), size)
+    for pos in (0, size - 1, int(np.linspace(0, size - checkpoint._FP_BLOCK_BYTES, 66).astype(np.int64)[30]) + 7):
         changed = bytearray(data)
         changed[pos] ^= 0xFF
         p.write_bytes(bytes(changed))
-        assert ooc._blocks_hash(str(p), size) != h0, pos
+        assert checkpoint._blocks_hash(str(p), size) != h0, pos
 
 
 # ----------------------------------------------------------------- 2. SIGKILL at random points
@@ -168,37 +169,36 @@ def _only_listed_files(w):
         listed.update(v["files"])
     extra = set(os.listdir(w)) - listed
     # superseded running lists of an uncommitted step may remain until the next run cleans them;
-    # what must never remain is a temporary file or half of a pair
+    # what must never remain is a temporary file or a list file that does not read back
     assert not [f for f in extra if ".tmp" in f], extra
-    stems = {}
     for f in extra:
-        stems.setdefault(f.rsplit(".", 1)[0], set()).add(f.rsplit(".", 1)[1])
-    assert all(v == {"ibin", "fbin"} for v in stems.values()), extra
+        assert f.endswith(".knnc"), extra
+        read_container(w / f, kind="checkpoint")  # complete: header, arrays and checksum
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC] + ([errno.EDQUOT] if hasattr(errno, "EDQUOT") else []))
-@pytest.mark.parametrize("nth", [2, 5])  # the .fbin of the first pair; a later .ibin
+@pytest.mark.parametrize("nth", [1, 3])  # the first list file; a later one
 def test_disk_full_on_shard_write(small, tmp_path, monkeypatch, code, nth):
     p, X, ref = _copy_input(small, tmp_path)
     w = tmp_path / "w"
-    real = vectors.write
+    real = checkpoint.write_container
     calls = [0]
 
-    def full_disk(path, array, *, atomic=True):
+    def full_disk(path, kind, meta, arrays, **kw):
         calls[0] += 1
         if calls[0] == nth:
             with vectors.atomic_write(path) as f:  # a real partial write, then the disk fills
                 f.write(b"\0" * 100)
                 raise OSError(code, os.strerror(code))
-        return real(path, array, atomic=atomic)
+        return real(path, kind, meta, arrays, **kw)
 
-    monkeypatch.setattr(vectors, "write", full_disk)
+    monkeypatch.setattr(checkpoint, "write_container", full_disk)
     with pytest.raises(OSError) as e:
         knn_graph_out_of_core(p, workdir=w, **KW)
     assert e.value.errno == code
     assert "disk full" in str(e.value) and str(w) in str(e.value)
     _only_listed_files(w)
-    monkeypatch.setattr(vectors, "write", real)
+    monkeypatch.setattr(checkpoint, "write_container", real)
     g = knn_graph_out_of_core(p, workdir=w, **KW)  # space freed: the rerun resumes and finishes
     np.testing.assert_array_equal(np.asarray(g.indices), ref)
 
@@ -221,13 +221,13 @@ def test_disk_full_on_manifest_write(small, tmp_path, monkeypatch):
                 raise OSError(errno.ENOSPC, "No space left on device")
             return real_dump(obj, f, **kw)
 
-    monkeypatch.setattr(ooc, "json", FullJson)
+    monkeypatch.setattr(checkpoint, "json", FullJson)
     with pytest.raises(OSError, match="disk full") as e:
         knn_graph_out_of_core(p, workdir=w, **KW)
     assert str(w / "manifest.json") in str(e.value)
     json.load(open(w / "manifest.json"))  # the previous manifest is intact
     assert not [f for f in os.listdir(w) if ".tmp" in f]
-    monkeypatch.setattr(ooc, "json", json)
+    monkeypatch.setattr(checkpoint, "json", json)
     g = knn_graph_out_of_core(p, workdir=w, **KW)
     np.testing.assert_array_equal(np.asarray(g.indices), ref)
 
@@ -257,10 +257,10 @@ def test_disk_full_on_final_output(small, tmp_path, monkeypatch):
 def test_other_write_errors_pass_unchanged(small, tmp_path, monkeypatch):
     p, X, ref = _copy_input(small, tmp_path)
 
-    def denied(path, array, *, atomic=True):
+    def denied(path, *args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    monkeypatch.setattr(vectors, "write", denied)
+    monkeypatch.setattr(checkpoint, "write_container", denied)
     with pytest.raises(PermissionError) as e:
         knn_graph_out_of_core(p, workdir=tmp_path / "w", **KW)
     assert "disk full" not in str(e.value)
@@ -272,7 +272,7 @@ def test_other_write_errors_pass_unchanged(small, tmp_path, monkeypatch):
     lambda m: {k: v for k, v in m.items() if k != "done"},  # a key missing
     lambda m: {**m, "fingerprint": "x"},                  # wrong type
     lambda m: {**m, "seed": True},
-    lambda m: {**m, "version": 1},                        # an older release's manifest
+    lambda m: {**m, "version": 2},                        # an older release's manifest
     lambda m: {**m, "bounds": [0, 600, 300, 1200]},
     lambda m: {**m, "done": {"graph_0": []}},
     lambda m: {**m, "done": {"graph_0": {"time_s": 1}}},

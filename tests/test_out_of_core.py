@@ -116,20 +116,20 @@ def test_half_written_file_ignored(dataset, tmp_path):
     w = tmp_path / "w"
     _run_until(path, w, "merge_0_1:start", KeyboardInterrupt)
     # a killed writer leaves garbage under the names the next steps will produce
-    (w / "run_0_v1.ibin").write_bytes(b"\x00" * 37)
-    (w / ".run_1_v1.ibin.deadbeef.tmp").write_bytes(b"junk")
+    (w / "run_0_v1.knnc").write_bytes(b"\x00" * 37)
+    (w / ".run_1_v1.knnc.deadbeef.tmp").write_bytes(b"junk")
     g = knn_graph_out_of_core(path, workdir=w, **KW)
     assert g.recall(T) >= 0.97
-    assert not (w / ".run_1_v1.ibin.deadbeef.tmp").exists()
+    assert not (w / ".run_1_v1.knnc.deadbeef.tmp").exists()
 
 
 def test_corrupted_listed_file_refused(dataset, tmp_path):
     path, X, T = dataset
     w = tmp_path / "w"
     _run_until(path, w, "merge_0_1:start", KeyboardInterrupt)
-    b = bytearray((w / "base_0.ibin").read_bytes())
+    b = bytearray((w / "base_0.knnc").read_bytes())
     b[20] ^= 1
-    (w / "base_0.ibin").write_bytes(bytes(b))
+    (w / "base_0.knnc").write_bytes(bytes(b))
     with pytest.raises(ValueError, match="checksum"):
         knn_graph_out_of_core(path, workdir=w, **KW)
 
