@@ -366,3 +366,23 @@ def test_gpu_inner_product_hub_refinement():
                     refine_hubs=False)
     assert off.stats["update"] == "basic" and "hubs" not in off.stats
     assert dist_recall(off, ref_d, "inner_product") >= 0.9
+
+
+def test_target_recall_estimate_agrees_with_exact():
+    """The default build estimates its recall on sampled rows; the estimate agrees with the exact
+    recall within 0.005 and a lower target does no extra rounds (issue: graphs that reach their target)."""
+    rng = np.random.default_rng(5)
+    X = rng.random((6000, 24), dtype=np.float32)  # uniform 24-d: NN-Descent stops short of 1.0
+    g = knnkit.knn_graph(X, k=10, method="nndescent", device="cpu", random_state=0)
+    est = g.stats["recall_estimate"]
+    true = knnkit.evaluate.graph_recall(X, g, sample=6000, random_state=0, device="cpu")
+    assert abs(est - true) <= 0.005, (est, true)
+    assert g.stats["target_recall"] == 0.99 and g.stats["target_rounds"] >= 0
+    low = knnkit.knn_graph(X, k=10, method="nndescent", device="cpu", random_state=0, params=knnkit.NNDescentParams(
+        target_recall=0.5))
+    assert low.stats["target_rounds"] == 0
+    off = knnkit.knn_graph(X, k=10, method="nndescent", device="cpu", random_state=0,
+                           params=knnkit.NNDescentParams(target_recall=None))
+    assert "recall_estimate" not in off.stats
+    with pytest.raises(ValueError, match="target_recall"):
+        knnkit.NNDescentParams(target_recall=1.5)

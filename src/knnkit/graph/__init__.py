@@ -12,6 +12,7 @@ build) use: it picks the method through the registry and runs its engine on prep
 import time
 
 from .._core.backend import device_of
+from .._core.config import logger
 from .._core.registry import REGISTRY
 
 __all__ = ["build_lists", "choose_method", "BRUTE_AUTO_MAX_N", "GRAPH_METRICS"]
@@ -33,6 +34,43 @@ def choose_method(method, n, device, metric):
 def default_params(method):
     """A default parameter object of a registered graph method."""
     return method.params_class()()
+
+
+#: Graphs of fewer than twice this many points are not estimated (they are built exactly by "auto").
+MIN_ESTIMATE_ROWS = 1000
+#: Extra rounds, and the growth of the internal list per round, when the estimate is below target.
+TARGET_ROUNDS = 2
+TARGET_GROWTH = 1.5
+
+
+def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats):
+    """Estimate the recall; below ``target`` continue the descent from the current lists with
+    longer internal lists, up to TARGET_ROUNDS times (the issue: NN-Descent's update threshold
+    stops well short of 0.99 on data of high intrinsic dimension)."""
+    import dataclasses
+
+    from ._estimate import estimate_recall
+
+    t0 = time.perf_counter()
+    est = estimate_recall(X, I, D, k, im, seed=seed)
+    rounds = 0
+    n = int(X.shape[0])
+    cap = n - 1 if device_of(X) == "cpu" else min(n - 1, 256)
+    K = params.n_neighbors_internal or k
+    while est < target and rounds < TARGET_ROUNDS and K < cap:
+        K = min(cap, int(K * TARGET_GROWTH) + 8)
+        more = dataclasses.replace(params, n_neighbors_internal=K, sample=None, max_iters=None).resolve(
+            k=k, n=n, device=device_of(X), metric=metric)
+        I, D, st = engine(X, k, metric=im, params=more, seed=seed + rounds + 1, init_indices=I)
+        rounds += 1
+        stats["iterations"] = int(stats.get("iterations", 0)) + int(st.get("iterations", 0))
+        stats["K"] = K
+        est = estimate_recall(X, I, D, k, im, seed=seed)
+    stats["recall_estimate"] = round(est, 5)
+    stats["target_recall"] = target
+    stats["target_rounds"] = rounds
+    stats["phase_s"]["target"] = time.perf_counter() - t0
+    return I, D, stats
 
 
 def build_lists(X, k, *, metric, method, params=None, seed=0, **engine_kw):
@@ -64,11 +102,22 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, **engine_kw):
     if hasattr(params, "resolve"):
         params = params.resolve(k=k, n=n, device=device, metric=metric)
     t0 = time.perf_counter()
-    I, D, st = method.load_engine()(X, k, metric=internal_metric(metric), params=params, seed=seed, **engine_kw)
+    engine = method.load_engine()
+    im = internal_metric(metric)
+    I, D, st = engine(X, k, metric=im, params=params, seed=seed, **engine_kw)
     stats = {"method": method.name, "device": device}
     stats.update(st)
     stats.setdefault("phase_s", {})
     stats["phase_s"].setdefault(method.name if method.name == "brute" else "engine", time.perf_counter() - t0)
+    target = getattr(params, "target_recall", None)
+    if target is not None and n > 2 * MIN_ESTIMATE_ROWS:
+        try:
+            I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats)
+        except Exception as e:  # the estimate is a refinement: a failure must not cost the graph
+            logger.warning("knn_graph: the recall estimate failed (%s: %s); the lists are the first descent's",
+                           type(e).__name__, e)
+            stats["recall_estimate"] = None
+            stats["recall_estimate_error"] = f"{type(e).__name__}: {e}"
     if method.name == "brute":
         stats.update(iterations=0, updates=[], time_s=[])
     return I, D, stats

@@ -47,6 +47,10 @@ class NNDescentParams(Params):
         (:mod:`knnkit.graph._hubs`). None: automatic.
     reverse : {"random", "atomic"}
         GPU reverse-neighbour sampling: uniform (default) or the paper's first-come append.
+    target_recall : float or None, default 0.99
+        After the descent, recall@k is estimated on 1000 sampled rows against exact neighbours
+        (``stats["recall_estimate"]``); below the target, up to two more rounds continue from the
+        lists with 1.5x longer internal lists (``stats["target_rounds"]``). None: no estimate.
     init : {"auto", "random", "rpforest", "rsfk"}
         Initial lists: ``"auto"`` = a random-projection forest on the CPU (with a cache-friendly
         renumbering) and random lists on the GPU; ``"rsfk"`` = a two-tree random-sample forest
@@ -63,6 +67,7 @@ class NNDescentParams(Params):
     refine_hubs: bool | None = None
     reverse: str = "random"
     init: str = "auto"
+    target_recall: float | None = 0.99
     verbose: bool = False
 
     def _validate(self):
@@ -76,6 +81,8 @@ class NNDescentParams(Params):
             "refine_hubs": check_bool(self.refine_hubs, "refine_hubs", allow_none=True),
             "reverse": check_choice(self.reverse, "reverse", ("random", "atomic")),
             "init": check_choice(self.init, "init", ("auto", "random", "rpforest", "rsfk")),
+            "target_recall": check_float(self.target_recall, "target_recall", minimum=0.0, maximum=1.0,
+                                         allow_none=True),
             "verbose": check_bool(self.verbose, "verbose"),
         }
 
