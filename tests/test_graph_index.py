@@ -461,3 +461,23 @@ def test_gpu_float16_inner_product_and_cpu_index_on_gpu(clu):
     d_cpu, i_cpu = cpu_index.search(Q, k=10, device="cpu", tau=0.1, beam=128)
     assert recall(i_gpu, i_cpu) >= 0.98
     np.testing.assert_allclose(d_gpu[:, 0], d_cpu[:, 0], rtol=1e-3, atol=1e-3)
+
+
+def test_calibration_and_target_recall():
+    """The build measures a recall-vs-beam curve; search(target_recall=) picks a beam from it and
+    reaches the target on held-out queries; the largest beam does not plateau below 0.999."""
+    from knnkit.datasets.suite import make_tight_clusters
+
+    X, Q = make_tight_clusters(8000, 16, 400, n_queries=300, random_state=2)
+    _, T = knnkit.knn(X, Q, k=10, device="cpu")
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    cal = index.calibration
+    assert cal["k"] == 10 and len(cal["beams"]) == len(cal["recall"]) and cal["recall"][-1] >= 0.99
+    assert all(b >= a - 0.01 for a, b in zip(cal["recall"], cal["recall"][1:]))  # rises with the beam
+    for target in (0.9, 0.95):
+        _, i = index.search(Q, k=10, target_recall=target)
+        assert recall(i, T) >= target - 0.01
+    assert recall(index.search(Q, k=10, beam=512)[1], T) >= 0.999
+    with pytest.raises(ValueError, match="not both"):
+        index.search(Q, k=10, beam=32, target_recall=0.9)
+    assert GraphIndex.build(X, device="cpu", random_state=0, calibrate=False).calibration is None

@@ -366,7 +366,10 @@ def _step_graph(state, i, X, bounds, k, K, metric, device, seed):
     ni = X.shape[0]
     P = prepare(X, metric=metric, device=device, metrics=GRAPH_METRICS)
     method = choose_method("auto", ni, P.device, metric)
-    I, D, _st = build_lists(P.X, min(K, ni - 1), metric=metric, method=method, seed=seed + 7919 * i + 1)
+    # shard graphs as before the recall target existed: the pairwise merges set the final quality
+    params = NNDescentParams(target_recall=None) if method.name == "nndescent" else None
+    I, D, _st = build_lists(P.X, min(K, ni - 1), metric=metric, method=method, params=params,
+                            seed=seed + 7919 * i + 1)
     if metric != "manhattan" or P.scale != 1.0:
         D = finalize_distances(D, metric, P.scale)
     I = np.ascontiguousarray(as_host(I), np.int32)

@@ -120,8 +120,10 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             # 3.5 s with K=128 internal lists for K=64)
             # refine_hubs=False: the hub refinement returns exact inner-product lists made of hubs
             # only, which would cut the search graph's links to everyone else
+            # target_recall=None: RobustPrune keeps a few of K candidates; a 0.99 graph costs rounds for nothing
             idx, dist = candidate_lists(X, K, user, random_state, NNDescentParams(n_neighbors_internal=K,
-                                                                                  refine_hubs=False))
+                                                                                  refine_hubs=False,
+                                                                                  target_recall=None))
             idx = _host_array(idx, np.int64)
             if idx.shape == (n, K):
                 return idx, _host_array(dist, np.float32)
@@ -163,7 +165,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
             # delta 0.01 instead of knn_graph's 0.001: the last iterations refine list tails that
             # RobustPrune drops anyway (1M x 128 / 1M x 96 on an H200: 13 / 17 iterations instead of
             # 17 / 21, -0.05 s each, search recall at beam 32 / 64 unchanged within +-0.0006)
-            params = dict(delta=0.01, refine_hubs=False)  # refine_hubs: see candidate_graph
+            params = dict(delta=0.01, refine_hubs=False, target_recall=None)  # see candidate_graph
             params.update(knn_params or {})
             idx, dist, st = candidate_lists(X, K, user, random_state,
                                             NNDescentParams(n_neighbors_internal=K, **params), with_stats=True)
