@@ -16,6 +16,7 @@ from .._core.persist_checks import read_legacy_index, validate_index
 from .._core.prepare import device_scope, prepare
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
+from ..index._calibrate import beam_for, calibrate, raised_default_beam
 
 __all__ = ["GraphIndex"]
 
@@ -192,78 +193,26 @@ class GraphIndex:
         return index
 
     # ------------------------------------------------------------------ calibration
-    CALIBRATION_BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-    CALIBRATION_SAMPLE = 500
-
     @property
     def calibration(self):
         """The recall-vs-beam curve measured at build (dict with ``k``, ``beams``, ``recall``), or
-        None. Queries are 500 sampled data points (each finds itself, which is not counted), so the
-        curve is slightly optimistic for queries far from the data."""
+        None (see :mod:`knnkit.index._calibrate`)."""
         return self.build_params.get("calibration")
 
     def _calibrate(self):
-        """Measure recall@10 against exact neighbours over a beam sweep; when the default beam
-        misses 0.95, raise the stored default to the calibrated beam for 0.95 (logged)."""
-        from .._core.config import logger
-        from ..exact import knn_lists
-
-        eng = self._engine
-        k = min(10, self.n - 1)
-        if k < 1:
-            return
-        try:
-            rng = np.random.default_rng(0)
-            rows = np.sort(rng.choice(self.n, size=min(self.CALIBRATION_SAMPLE, self.n), replace=False))
-            xp = np if eng.device == "cpu" else __import__("cupy")
-            q = eng.data[xp.asarray(rows)]
-            td, ti, _ = knn_lists(eng._X, eng._X[xp.asarray(rows)], k + 1, metric=eng._imetric, exclude_self=False)
-            ti = np.asarray(as_host(ti))
-            td = np.asarray(as_host(td), np.float64)
-            keep = ti != rows[:, None]
-            keep[keep.all(1), -1] = False  # a row without itself among its k + 1 drops the last
-            kth = np.array([d[m][k - 1] for d, m in zip(td, keep)])
-            curve = []
-            for beam in self.CALIBRATION_BEAMS:
-                if beam < k + 1:
-                    continue
-                b, tau, iters, seeds = self.search_params.resolve(k + 1, {"beam": beam, "tau": float("inf")},
-                                                                  n_entry=len(eng._entry))
-                d, i = eng.search(q, k + 1, beam=b, tau=tau, max_iters=iters, n_seeds=seeds, device=eng.device)
-                d = np.asarray(as_host(d), np.float64)
-                i = np.asarray(as_host(i))
-                ok = (i >= 0) & (i != rows[:, None]) & (d <= kth[:, None] + 1e-5 * np.abs(kth[:, None]) + 1e-30)
-                curve.append(float(np.minimum(ok.sum(1), k).mean() / k))
-            beams = [b for b in self.CALIBRATION_BEAMS if b >= k + 1]
-            self.build_params["calibration"] = {"k": k, "beams": beams, "recall": [round(r, 4) for r in curve]}
-            default = self.search_params.beam or 64
-            at_default = np.interp(default, beams, curve)
-            if at_default < 0.95:
-                better = self.beam_for(0.95)
-                if better > default:
-                    logger.info("GraphIndex: calibrated recall@%d at the default beam %d is %.3f; default beam "
-                                "raised to %d", k, default, at_default, better)
-                    self.search_params = self.search_params.replace(beam=better)
-        except Exception as e:  # calibration refines defaults: a failure must not cost the index
-            logger.warning("GraphIndex: calibration failed (%s: %s); search defaults unchanged",
-                           type(e).__name__, e)
-            self.build_params["calibration"] = None
+        cal = calibrate(self._engine, self.search_params)
+        self.build_params["calibration"] = cal
+        if cal:
+            better = raised_default_beam(cal, self.search_params.beam or 64)
+            if better:
+                self.search_params = self.search_params.replace(beam=better)
 
     def beam_for(self, target_recall):
         """The smallest calibrated beam whose measured recall reaches ``target_recall`` + 0.005
-        (the largest calibrated beam when none does). The calibration queries are data points, which
-        search a little easier than held-out queries (tight clusters: 0.984 held out where the
-        curve said 0.996)."""
-        from .._core.params import check_float
-
-        target = check_float(target_recall, "target_recall", minimum=0.0, maximum=1.0)
-        cal = self.calibration
-        if not cal:
+        (the largest calibrated beam when none does); see :func:`knnkit.index._calibrate.beam_for`."""
+        if not self.calibration:
             raise ValueError("this index has no calibration (built with calibrate=False, or by an older knnkit)")
-        for beam, r in zip(cal["beams"], cal["recall"]):
-            if r >= min(1.0, target + 0.005):
-                return int(beam)
-        return int(cal["beams"][-1])
+        return beam_for(self.calibration, target_recall)
 
     # ------------------------------------------------------------------ search
     def search(self, queries, k=10, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None,
