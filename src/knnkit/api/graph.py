@@ -32,7 +32,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
         Neighbours per point (``include_self=True`` counts the point itself).
     method : str, default "auto"
         A registered graph method (``knnkit.methods("graph")``): ``"nndescent"``, ``"brute"``
-        (exact). ``"auto"``: brute force when n <= 20 000 on the CPU (100 000 on the GPU),
+        (exact). ``"auto"``: brute force when n <= 5 000 on the CPU (100 000 on the GPU),
         NN-Descent above.
     metric : {"sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"}
         ``manhattan`` (L1) is NN-Descent only (brute force falls back to a CPU loop).

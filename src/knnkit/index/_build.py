@@ -180,13 +180,18 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
     return cp.ascontiguousarray(idx, dtype=cp.int32), cp.ascontiguousarray(dist, dtype=cp.float32)
 
 
+#: The search graph's candidates are exact up to these sizes (cheap there, and exact candidates
+#: make better search graphs than NN-Descent's; measured before knn_graph's own limit moved).
+INDEX_BRUTE_MAX_N = {"cpu": 20_000, "gpu": 100_000}
+
+
 def candidate_lists(X, K, user_metric, random_state, params, with_stats=False):
     """K-NN candidate lists of prepared ``X`` by the graph engine (NN-Descent above the exact
     graph's size threshold, as ``knn_graph(method="auto")``): ids and INTERNAL distances."""
     from .._core.backend import device_of
     from .._core.random import seed_from
 
-    method = choose_method("auto", int(X.shape[0]), device_of(X), user_metric)
+    method = choose_method("auto", int(X.shape[0]), device_of(X), user_metric, brute_max_n=INDEX_BRUTE_MAX_N)
     I, D, st = build_lists(X, K, metric=user_metric, method=method,
                            params=params if method.name == "nndescent" else None, seed=seed_from(random_state))
     if user_metric == "sqeuclidean":  # as knn_graph's result: no negative rounding residue
