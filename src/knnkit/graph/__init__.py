@@ -40,8 +40,8 @@ def default_params(method):
     return method.params_class()()
 
 
-#: Graphs of fewer than twice this many points are not estimated (they are built exactly by "auto").
-MIN_ESTIMATE_ROWS = 1000
+#: Rows of the recall estimate; graphs of fewer than twice this many points are not estimated.
+ESTIMATE_ROWS = 1000
 #: Extra rounds, and the growth of the internal list per round, when the estimate is below target.
 TARGET_ROUNDS = 2
 TARGET_GROWTH = 1.5
@@ -53,10 +53,12 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
     stops well short of 0.99 on data of high intrinsic dimension)."""
     import dataclasses
 
-    from ._estimate import estimate_recall
+    from ._estimate import RecallProbe
 
     t0 = time.perf_counter()
-    est = estimate_recall(X, I, D, k, im, seed=seed)
+    # exact neighbours of the sample once, for every round's estimate
+    probe = RecallProbe(X, k, im, ESTIMATE_ROWS, seed)
+    est = probe.recall(X, I)
     rounds = 0
     n = int(X.shape[0])
     cap = n - 1 if device_of(X) == "cpu" else min(n - 1, 256)
@@ -69,7 +71,7 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
         rounds += 1
         stats["iterations"] = int(stats.get("iterations", 0)) + int(st.get("iterations", 0))
         stats["K"] = K
-        est = estimate_recall(X, I, D, k, im, seed=seed)
+        est = probe.recall(X, I)
     stats["recall_estimate"] = round(est, 5)
     stats["target_recall"] = target
     stats["target_rounds"] = rounds
@@ -114,7 +116,7 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, **engine_kw):
     stats.setdefault("phase_s", {})
     stats["phase_s"].setdefault(method.name if method.name == "brute" else "engine", time.perf_counter() - t0)
     target = getattr(params, "target_recall", None)
-    if target is not None and n > 2 * MIN_ESTIMATE_ROWS:
+    if target is not None and n > 2 * ESTIMATE_ROWS and im in ("l2", "ip"):  # (exact search serves l2, ip)
         try:
             I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats)
         except Exception as e:  # the estimate is a refinement: a failure must not cost the graph

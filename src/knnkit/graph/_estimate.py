@@ -1,44 +1,165 @@
-"""Recall of a k-NN graph estimated on a sample of rows against exact neighbours: what
-``knn_graph(target_recall=...)`` steers by, and what ``graph.stats["recall_estimate"]`` reports."""
+"""Recall of k-NN lists estimated on a sample of rows against exact neighbours: the one estimator
+behind ``knn_graph``'s ``target_recall`` (``stats["recall_estimate"]``), RSFK's tree-count stop and
+the search index's calibration.
+
+A listed neighbour counts when its distance (recomputed) is at most the exact K-th distance, so
+tied ids count whichever the list holds; at most K per row. With 1000 rows x k the standard error
+is about 0.001 at recall 0.99.
+"""
 
 import numpy as np
 
-from .._core.backend import as_host, get_array_module
-from ..exact import knn_lists
+from .._core.params import check_int
 
-__all__ = ["estimate_recall"]
+__all__ = ["RecallProbe", "estimate_recall"]
+
+_METRICS = ("l2", "ip")  # the exact GEMM path serves these
 
 
-def estimate_recall(X, I, D, k, metric, *, sample=1000, seed=0):
-    """Tie-aware recall@k of the lists ``I``/``D`` (internal distances) of prepared ``X``.
+def _xp(a):
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
 
-    ``sample`` rows get their exact ``k + 1`` nearest (the GEMM engine, on X's device); the listed
-    neighbours' distances are recomputed in float64 (the GPU join's own come from centred, scaled
-    fp16 products) and one counts when it is within the exact k-th distance (ties count). With 1000
-    rows x k the standard error is about 0.001 at recall 0.99.
+    return cupy
+
+
+
+def _row_distances(xp, X, rows, cand, metric, chunk_bytes=1 << 26):
+    """float32 distances (s, C) between X[rows[r]] and X[cand[r, c]] (cand >= 0 assumed)."""
+    s, C = cand.shape
+    d = X.shape[1]
+    out = xp.empty((s, C), xp.float32)
+    step = max(1, chunk_bytes // max(1, C * d * 4))
+    for r0 in range(0, s, step):
+        xr = X[rows[r0:r0 + step]][:, None, :]
+        xc = X[cand[r0:r0 + step]]
+        if metric == "l2":
+            out[r0:r0 + step] = ((xc - xr) ** 2).sum(-1)
+        else:
+            out[r0:r0 + step] = -(xc * xr).sum(-1)
+    return out
+
+
+
+def _distinct_valid(xp, cand, rows):
+    """``cand`` with -1 in place of self, out-of-range and repeated ids (per row)."""
+    cand = cand.astype(xp.int64)
+    cand = xp.where(cand == rows[:, None], -1, cand)
+    cand = xp.sort(cand, axis=1)
+    rep = xp.zeros(cand.shape, dtype=bool)
+    rep[:, 1:] = cand[:, 1:] == cand[:, :-1]
+    return xp.where(rep, -1, cand)
+
+
+
+def _exact_ids(X, rows, K, metric):
+    """Exact K nearest (self excluded) of X[rows] among X, as an int64 array on X's device."""
+    if isinstance(X, np.ndarray):
+        from ..exact._cpu import knn_cpu
+
+        _d, ids = knn_cpu(X, np.ascontiguousarray(X[rows]), min(K + 1, X.shape[0]), metric, False)
+        # drop self where present, else the last column (ties with self when it ranks past K+1)
+        is_self = ids == rows[:, None]
+        drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), ids.shape[1] - 1)
+        keep = np.ones(ids.shape, bool)
+        keep[np.arange(len(rows)), drop] = False
+        return ids[keep].reshape(len(rows), -1)[:, :K]
+    import cupy as cp
+
+    from ..exact._gpu import knn_gpu
+
+    r = cp.asarray(rows)
+    _d, ids = knn_gpu(X, cp.ascontiguousarray(X[r]), K, metric, False, self_ids=r.astype(cp.int32))
+    return ids.astype(cp.int64)
+
+
+class RecallProbe:
+    """Exact K-th neighbour distances of a fixed sample of rows, and the recall@K of lists on them.
+
+    A listed neighbour counts as found when its distance is at most the exact K-th distance (so
+    ties, e.g. duplicate points, count whichever of the tied ids a list holds); at most K per row.
     """
-    n = int(X.shape[0])
-    if n <= k + 1 or k == 0:
-        return 1.0
-    xp = get_array_module(X)
-    rows = np.sort(np.random.default_rng(seed).choice(n, size=min(int(sample), n), replace=False))
-    rows_d = rows if xp is np else xp.asarray(rows)
-    dt, it, _ = knn_lists(X, X[rows_d], k + 1, metric=metric, exclude_self=False)
-    dt, it = np.asarray(as_host(dt), np.float64), np.asarray(as_host(it))
-    # drop each row itself (a duplicate of it may come first: drop by id, else the last entry)
-    is_self = it == rows[:, None]
-    is_self[~is_self.any(1), -1] = True
-    keep = ~is_self
-    kth = np.array([r[m][k - 1] for r, m in zip(dt, keep)])
-    found_i = np.asarray(as_host(I[rows_d]))[:, :k].astype(np.int64)
-    Xr = np.asarray(as_host(X[rows_d]), np.float64)
-    Xn = np.asarray(as_host(X[xp.asarray(np.maximum(found_i, 0).ravel())]), np.float64).reshape(len(rows), k, -1)
-    if metric == "ip":
-        found_d = -(Xn * Xr[:, None, :]).sum(-1)
-    elif metric == "l1":
-        found_d = np.abs(Xn - Xr[:, None, :]).sum(-1)
-    else:
-        found_d = ((Xn - Xr[:, None, :]) ** 2).sum(-1)
-    ok = (found_i >= 0) & (found_i != rows[:, None]) & \
-         (found_d <= kth[:, None] + 1e-5 * np.abs(kth[:, None]) + 1e-30)
-    return float(np.minimum(ok.sum(1), k).mean() / k)
+
+    def __init__(self, X, K, metric, sample, seed):
+        xp = _xp(X)
+        n = X.shape[0]
+        self.K = K
+        self.metric = metric
+        rs = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5AFE]))
+        rows = np.sort(rs.choice(n, size=min(int(sample), n), replace=False)).astype(np.int64)
+        self.rows_h = rows
+        self.rows = xp.asarray(rows)
+        exact = _exact_ids(X, rows, K, metric)
+        d_exact = _row_distances(xp, X, self.rows, exact, metric)
+        self.kth = d_exact.max(axis=1)
+        self.kth = self.kth + xp.float32(1e-6) * xp.abs(self.kth)  # rounding slack for exact ties
+
+    def recall(self, X, idx, nne=False):
+        """Recall@K of the lists ``idx`` (n rows) on the sampled rows (``nne``: as it will be after
+        one pass of neighbours-of-neighbours)."""
+        xp = _xp(X)
+        K = self.K
+        cand = idx[self.rows][:, :K].astype(xp.int64)
+        if nne:
+            second = idx[xp.maximum(cand, 0)][:, :, :K].astype(xp.int64)
+            second = xp.where((cand >= 0)[:, :, None], second, -1)
+            cand = xp.concatenate([cand, second.reshape(cand.shape[0], -1)], axis=1)
+        return self.recall_of(X, cand)
+
+    def recall_of(self, X, cand):
+        """Recall@K of candidate ids ``cand`` (one row per sampled row, any width, -1 = none; the
+        row itself and repeats are ignored), e.g. a search's results for the sampled rows."""
+        xp = _xp(X)
+        K = self.K
+        cand = _distinct_valid(xp, xp.asarray(cand), self.rows)
+        valid = cand >= 0
+        dd = _row_distances(xp, X, self.rows, xp.maximum(cand, 0), self.metric)
+        hits = xp.minimum(((dd <= self.kth[:, None]) & valid).sum(axis=1), K)
+        return float(hits.sum()) / float(len(self.rows_h) * K)
+
+
+def estimate_recall(X, idx, k, *, metric, sample=500, seed=0):
+    """Recall@k of a k-NN graph estimated on ``sample`` random rows with exact neighbours.
+
+    Parameters
+    ----------
+    X : ndarray or cupy.ndarray, float32 (n, d)
+        Prepared data (numpy: exact neighbours by ``exact._cpu``; cupy: ``exact._gpu``).
+    idx : array (n, >= k)
+        The graph's neighbour lists (any int dtype, -1 for holes), on X's device or the host.
+    k : int
+        Recall@k: the first k entries of each row against the exact k nearest (self excluded).
+    metric : {"l2", "ip"}
+        Internal metric.
+    sample : int
+        Rows sampled (all rows when ``sample >= n``).
+    seed : int
+        Seed of the row sample.
+
+    Returns
+    -------
+    float
+        Found neighbours over ``rows * k``; a listed neighbour counts when its distance is at most
+        the exact k-th distance (ties count), at most k per row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).random((300, 4), dtype=np.float32)
+    >>> from knnkit.exact._cpu import knn_cpu
+    >>> from knnkit.graph._estimate import estimate_recall
+    >>> _d, i = knn_cpu(X, X, 5, "l2", True)
+    >>> estimate_recall(X, i, 5, metric="l2", sample=100)
+    1.0
+    """
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be 'l2' or 'ip' (internal), got {metric!r}")
+    xp = _xp(X)
+    n = X.shape[0]
+    k = check_int(k, "k", minimum=1, maximum=max(1, n - 1))
+    idx = xp.asarray(idx)
+    if idx.ndim != 2 or idx.shape[0] != n or idx.shape[1] < k:
+        raise ValueError(f"idx must have shape ({n}, >= {k}), got {tuple(idx.shape)}")
+    probe = RecallProbe(X, k, metric, check_int(sample, "sample", minimum=1), seed)
+    return probe.recall(X, idx)

@@ -7,7 +7,6 @@ ones on some data (tight clusters: 0.984 held out where the curve said 0.996) an
 
 import numpy as np
 
-from .._core.backend import as_host
 from .._core.config import logger
 from .._core.params import check_float
 
@@ -22,36 +21,24 @@ DEFAULT_TARGET = 0.95
 def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS):
     """``{"k", "beams", "recall"}`` of ``engine`` (a SearchGraph), or None when it cannot be
     measured (logged: calibration refines defaults, its failure must not cost the index)."""
-    from ..exact import knn_lists
+    from ..graph._estimate import RecallProbe
 
     n = engine.n
     k = min(10, n - 1)
     if k < 1:
         return None
     try:
-        rng = np.random.default_rng(0)
-        rows = np.sort(rng.choice(n, size=min(sample, n), replace=False))
-        xp = np if engine.device == "cpu" else __import__("cupy")
-        sel = xp.asarray(rows)
-        q = engine.data[sel]
-        td, ti, _ = knn_lists(engine._X, engine._X[sel], k + 1, metric=engine._imetric, exclude_self=False)
-        ti = np.asarray(as_host(ti))
-        td = np.asarray(as_host(td), np.float64)
-        keep = ti != rows[:, None]
-        keep[keep.all(1), -1] = False  # a row without itself among its k + 1 drops the last
-        kth = np.array([d[m][k - 1] for d, m in zip(td, keep)])
+        probe = RecallProbe(engine._X, k, engine._imetric, sample, seed=0)
+        q = engine.data[probe.rows]
         used, curve = [], []
         for beam in beams:
             if beam < k + 1:
                 continue
             b, tau, iters, seeds = search_params.resolve(k + 1, {"beam": beam, "tau": float("inf")},
                                                          n_entry=len(engine._entry))
-            d, i = engine.search(q, k + 1, beam=b, tau=tau, max_iters=iters, n_seeds=seeds, device=engine.device)
-            d = np.asarray(as_host(d), np.float64)
-            i = np.asarray(as_host(i))
-            ok = (i >= 0) & (i != rows[:, None]) & (d <= kth[:, None] + 1e-5 * np.abs(kth[:, None]) + 1e-30)
+            _d, i = engine.search(q, k + 1, beam=b, tau=tau, max_iters=iters, n_seeds=seeds, device=engine.device)
             used.append(int(beam))
-            curve.append(round(float(np.minimum(ok.sum(1), k).mean() / k), 4))
+            curve.append(round(probe.recall_of(engine._X, i), 4))  # each row's own id is not counted
         return {"k": k, "beams": used, "recall": curve}
     except Exception as e:
         logger.warning("GraphIndex: calibration failed (%s: %s); search defaults unchanged", type(e).__name__, e)
