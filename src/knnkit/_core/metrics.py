@@ -12,7 +12,7 @@ import numpy as np
 from .backend import get_array_module
 
 __all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
-           "is_similarity", "safe_scale"]
+           "is_similarity", "safe_scale", "scaled_absmax", "scale_for_max"]
 
 # Finite float32 data whose largest magnitude lies outside [2^-50, 2^50] is computed at a
 # power-of-two scale (exact: only the exponent changes): above, squared distances overflow
@@ -40,10 +40,18 @@ def safe_scale(a, *others):
     """The power of two that brings the largest ``|value|`` of ``a`` (and of ``others``, arrays that
     are compared with it) near 1 when it lies outside ``[2^-50, 2^50]``, else 1.0 (integer and
     float16 data always get 1.0)."""
-    arrays = [x for x in (a,) + others if np.dtype(x.dtype) == np.float32 and x.size]
-    if not arrays:
-        return 1.0
-    m = max(float(get_array_module(x).abs(x).max()) for x in arrays)
+    return scale_for_max(max(scaled_absmax(x) for x in (a,) + others))
+
+
+def scaled_absmax(a):
+    """The largest ``|value|`` of a float32 array (0.0 for other dtypes, which never need a scale)."""
+    if np.dtype(a.dtype) != np.float32 or not a.size:
+        return 0.0
+    return float(get_array_module(a).abs(a).max())
+
+
+def scale_for_max(m):
+    """:func:`safe_scale` from a known largest magnitude ``m``."""
     if m == 0.0 or _SAFE_LO <= m <= _SAFE_HI or not math.isfinite(m):
         return 1.0
     return 2.0 ** (1 - math.frexp(m)[1])  # max |a| * scale in [1, 2)

@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 
 from .backend import ArrayInfo, as_device, as_host, resolve_device
-from .metrics import internal_metric, prepare_vectors, safe_scale
+from .metrics import internal_metric, prepare_vectors, scale_for_max, scaled_absmax
 from .validation import check_matrix, check_metric, check_pair, METRICS
 
 __all__ = ["Prepared", "prepare", "prepare_queries", "rescaled", "device_scope"]
@@ -45,6 +45,7 @@ class Prepared:
     device_id: object
     info: ArrayInfo
     scale: float = 1.0
+    absmax: float = 0.0  # largest |value| of float32 data (0.0 otherwise): scales of pairs from it
 
     @property
     def n(self):
@@ -79,21 +80,25 @@ def prepare(data, *, metric="sqeuclidean", device="auto", name="data", metrics=M
     kind, dev_id = resolve_device(device, info)
     with device_scope(kind, dev_id):
         raw = _place(a, kind, dev_id)
-        scale = safe_scale(raw)
+        absmax = scaled_absmax(raw)
+        scale = scale_for_max(absmax)
         X = prepare_vectors(raw, metric, scale)
-    return Prepared(raw, X, metric, internal_metric(metric), kind, dev_id, info, scale)
+    return Prepared(raw, X, metric, internal_metric(metric), kind, dev_id, info, scale, absmax)
 
 
 def prepare_queries(queries, like, *, name="queries", check_finite=True, scale=None):
     """Validate ``queries`` against a prepared data set ``like`` (same dimension, metric and device);
-    results go where the queries came from. They are scaled like ``like`` (or by ``scale``)."""
+    results go where the queries came from. Their scale covers the data's magnitude and theirs (or
+    is ``scale``); :func:`rescaled` brings ``like`` to it when it differs."""
     a, info = check_matrix(queries, name, check_finite=check_finite)
     check_pair(like.raw, a)
-    scale = like.scale if scale is None else scale
     with device_scope(like.device, like.device_id):
         raw = _place(a, like.device, like.device_id)
+        absmax = scaled_absmax(raw)
+        # one scale for both: queries may be far larger or smaller than the data
+        scale = scale_for_max(max(like.absmax, absmax)) if scale is None else scale
         X = prepare_vectors(raw, like.metric, scale)
-    return Prepared(raw, X, like.metric, like.internal, like.device, like.device_id, info, scale)
+    return Prepared(raw, X, like.metric, like.internal, like.device, like.device_id, info, scale, absmax)
 
 
 def rescaled(P, scale):
@@ -103,4 +108,4 @@ def rescaled(P, scale):
         return P
     with device_scope(P.device, P.device_id):
         X = prepare_vectors(P.raw, P.metric, scale)
-    return Prepared(P.raw, X, P.metric, P.internal, P.device, P.device_id, P.info, scale)
+    return Prepared(P.raw, X, P.metric, P.internal, P.device, P.device_id, P.info, scale, P.absmax)

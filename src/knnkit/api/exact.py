@@ -5,7 +5,6 @@ import warnings
 from .._core.backend import get_array_module, wrap_output
 from .._core.metrics import finalize_distances
 from .._core.params import merge_params
-from .._core.metrics import safe_scale
 from .._core.prepare import prepare, prepare_queries, rescaled
 from .._core.registry import REGISTRY
 from .._core.validation import check_k
@@ -88,10 +87,8 @@ def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", devic
     P = prepare(data, metric=metric, device=device)
     Q = None
     if queries is not None:
-        Q = prepare_queries(queries, P)
-        scale = safe_scale(P.raw, Q.raw)  # one scale for both: queries may be far larger or smaller
-        if scale != P.scale:
-            P, Q = rescaled(P, scale), rescaled(Q, scale)
+        Q = prepare_queries(queries, P)  # its scale covers both magnitudes
+        P = rescaled(P, Q.scale)
     d, i, _stats = exact_search(P, Q, k, method=method, params=params, shortcuts=shortcuts,
                                 random_state=random_state)
     out = P.info if Q is None else Q.info
