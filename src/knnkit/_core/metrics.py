@@ -100,15 +100,19 @@ def finalize_distances(d, metric, scale=1.0):
     return d
 
 
-def to_internal(d, metric):
-    """User-metric distances back to the internal minimised form (inverse of
-    :func:`finalize_distances`), as a new float32 array (numpy or cupy)."""
+def to_internal(d, metric, scale=1.0):
+    """User-metric distances back to the internal minimised form of data multiplied by ``scale``
+    (the inverse of :func:`finalize_distances`), as a new float32 array (numpy or cupy)."""
     xp = get_array_module(d)
     d = xp.asarray(d, dtype=xp.float32)
     if metric == "euclidean":
-        return d * d
-    if metric == "inner_product":
-        return -d
-    if metric == "cosine":
-        return d - xp.float32(1)
-    return d.copy()
+        d = d * d
+    elif metric == "inner_product":
+        d = -d
+    elif metric == "cosine":
+        return d - xp.float32(1)  # unit rows: no scale
+    else:
+        d = d.copy()
+    if scale != 1.0:  # in float64, as finalize_distances: the factor may lie outside float32's range
+        d = (d.astype(xp.float64) * (scale if metric == "manhattan" else scale * scale)).astype(xp.float32)
+    return d

@@ -35,14 +35,6 @@ def merge_lists(ind, dist, add_ind, add_dist, k):
     return ind[:, :k], dist[:, :k]
 
 
-def _internal(D, metric, scale):
-    """User-metric distances of a stored graph as internal distances of data scaled by ``scale``."""
-    d = to_internal(D, metric)
-    if scale != 1.0 and metric not in ("cosine",):
-        d = (d.astype(np.float64) * (scale if metric == "manhattan" else scale * scale)).astype(np.float32)
-    return d
-
-
 def ggm_init(I1, I2, n1, n2, K, rng):
     """Initial lists of Algorithm 3: kept halves (own ids, ``S2`` shifted by n1) plus random
     members of the other set; returns ``(init (n1+n2, K) int32, far1, far2)`` where ``far*`` are
@@ -97,11 +89,11 @@ def _merge_far_gpu(cp, I, D, I1, D1, I2, D2, n1, h1, h2, k, metric, Xp, mi, samp
     f1, f2 = I1.shape[1] - h1, I2.shape[1] - h2
     if f1:
         far[:n1, :f1] = cp.asarray(np.ascontiguousarray(I1[:, h1:]), dtype=cp.int32)
-        fard[:n1, :f1] = cp.asarray(_internal(D1[:, h1:], metric, scale))
+        fard[:n1, :f1] = cp.asarray(to_internal(D1[:, h1:], metric, scale))
     if f2:
         b = cp.asarray(np.ascontiguousarray(I2[:, h2:]), dtype=cp.int32)
         far[n1:, :f2] = cp.where(b >= 0, b + np.int32(n1), np.int32(-1))
-        fard[n1:, :f2] = cp.asarray(_internal(D2[:, h2:], metric, scale))
+        fard[n1:, :f2] = cp.asarray(to_internal(D2[:, h2:], metric, scale))
     from .nndescent._gpu import sort_rows_gpu
 
     out = sort_rows_gpu(Xp, (I, far), (D, fard), k, mi, sample=sample, seed=seed)
@@ -215,8 +207,8 @@ def ggm_merge(X1, X2, I1, D1, I2, D2, k, *, metric, params, seed, scale=1.0):
         fard = np.full(far.shape, np.inf, np.float32)
         far[:n1, :far1.shape[1]] = far1
         far[n1:, :far2.shape[1]] = far2
-        fard[:n1, :far1.shape[1]] = _internal(D1[:, h1:], metric, scale)
-        fard[n1:, :far2.shape[1]] = _internal(D2[:, h2:], metric, scale)
+        fard[:n1, :far1.shape[1]] = to_internal(D1[:, h1:], metric, scale)
+        fard[n1:, :far2.shape[1]] = to_internal(D2[:, h2:], metric, scale)
         Ih, Dh = merge_lists(as_host(I), as_host(D), far, fard, k)
     sync()
     phase["far_merge"] = time.perf_counter() - t0

@@ -16,15 +16,8 @@ __all__ = ["CpuBackend"]
 _FM = {"reassoc", "contract", "arcp", "nsz"}
 
 _G = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-@njit(cache=True, inline="always")
-def _mix(x):
-    x = (x ^ (x >> np.uint64(30))) * _M1
-    x = (x ^ (x >> np.uint64(27))) * _M2
-    return x ^ (x >> np.uint64(31))
+# the splitmix64 finalizer shared with NN-Descent's CPU twin (rsfk.cu's rsfk_mix is the same function)
+from ..nndescent._cpu import _mix  # noqa: E402
 
 
 @njit(cache=True, inline="always")
