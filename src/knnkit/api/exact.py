@@ -95,7 +95,7 @@ def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", devic
     return wrap_output(d, out), wrap_output(i, out)
 
 
-def choose_exact_method(method, P, Q, k, seed=0):
+def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True):
     """The registered exact method for ``method``. ``"auto"``: Sweet KNN where its filters save
     nearly every distance (low dimension, Euclidean, a problem large enough for the GEMM to cost
     something; estimated on a sample of queries), the GEMM path otherwise."""
@@ -104,7 +104,7 @@ def choose_exact_method(method, P, Q, k, seed=0):
     if method == "auto":
         method = "gemm"
         m = P.n if Q is None else Q.n
-        if (P.internal == "l2" and P.metric != "cosine" and P.d <= SWEET_AUTO_MAX_D
+        if (allow_sweet and P.internal == "l2" and P.metric != "cosine" and P.d <= SWEET_AUTO_MAX_D
                 and float(m) * P.n >= SWEET_AUTO_MIN_PAIRS[P.device] and k <= 128):
             from ..exact.sweet import estimate_savings
 
@@ -134,7 +134,9 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
     self_excluded = Q is None
     k = check_k(k, P.n, self_excluded=self_excluded)
     seed = seed_from(0 if random_state is None else random_state)
-    m = choose_exact_method(method, P, Q, k, seed)
+    # GEMM parameters given (precision, batch_size, ExactParams) are a request for the GEMM path
+    gemm_asked = isinstance(params, ExactParams) or any(v is not None for v in (shortcuts or {}).values())
+    m = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked)
     cls = m.params_class()
     if cls is ExactParams:
         params = merge_params(cls, params, **(shortcuts or {}))
@@ -142,8 +144,6 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
         given = [name for name, v in (shortcuts or {}).items() if v is not None]
         if given:
             raise ValueError(f"{', '.join(given)} apply to method='gemm', not {m.name!r}")
-        if params is not None and isinstance(params, ExactParams) and method == "auto":
-            params = None  # auto chose another method: the GEMM parameters do not apply to it
         params = merge_params(cls, params)
     if P.device == "cpu" and getattr(params, "precision", "exact") != "exact":
         raise ValueError(f"precision={params.precision!r} needs the GPU (tensor cores); the CPU path is always "
