@@ -76,18 +76,46 @@ def _spread(L):
 @njit(parallel=True, cache=True)
 def _assign_direct(P, L, labels):
     """Nearest landmark by direct float32 distances: for small d this beats a GEMM of inner
-    dimension d, whose output (n x landmarks) costs more memory traffic than the arithmetic."""
+    dimension d, whose output (n x landmarks) costs more memory traffic than the arithmetic.
+
+    The landmarks are visited outward from the point's position along the coordinate of largest
+    spread (``|p_c - l_c|^2`` bounds the distance from below), so in low dimension only a thin
+    slab of them is evaluated; the winner is the one a full scan picks (ties to the smaller
+    landmark index)."""
+    m, dim = L.shape
+    spread = np.empty(dim)
+    for c in range(dim):
+        spread[c] = L[:, c].max() - L[:, c].min() if m else 0.0
+    axis = int(np.argmax(spread)) if dim else 0
+    key = np.empty(m, np.float32)
+    for j in range(m):
+        key[j] = L[j, axis]
+    order = np.argsort(key, kind="mergesort")
+    skey = key[order]
     for i in prange(P.shape[0]):
-        best = np.inf
-        arg = 0
         p = P[i]
-        for j in range(L.shape[0]):
+        best = np.float32(np.inf)
+        arg = order[0] if m else 0
+        hi = np.searchsorted(skey, p[axis])
+        lo = hi - 1
+        while lo >= 0 or hi < m:
+            # the side whose next landmark is closer along the axis
+            if hi >= m or (lo >= 0 and p[axis] - skey[lo] <= skey[hi] - p[axis]):
+                gap = p[axis] - skey[lo]
+                j = order[lo]
+                lo -= 1
+            else:
+                gap = skey[hi] - p[axis]
+                j = order[hi]
+                hi += 1
+            if gap * gap > best:
+                break  # both sides are at least this far along the axis
             acc = np.float32(0.0)
             lj = L[j]
-            for c in range(p.shape[0]):
+            for c in range(dim):
                 diff = p[c] - lj[c]
                 acc += diff * diff
-            if acc < best:
+            if acc < best or (acc == best and j < arg):  # ties to the smaller landmark, as argmin
                 best = acc
                 arg = j
         labels[i] = arg
@@ -224,10 +252,12 @@ def _first_inside(mdist, beg, end, limit):
 
 
 @njit(parallel=True, cache=True)
-def _level2(X, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, parts,
+def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, heap_d, heap_i, surv_d, surv_i, woff, counts):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
-    ``s, s + parts, ...``. Full filter: the task's heap (row ``task`` of heap_*) shrinks theta.
+    ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
+    so a cluster's members are read contiguously. Full filter: the task's heap (row ``task`` of
+    heap_*) shrinks theta.
     Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
     written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
     ntask = qseq.shape[0] * parts
@@ -254,6 +284,36 @@ def _level2(X, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, p
             thr = theta + rel * (theta + a + Rt[c])
             if a - Rt[c] > thr:
                 continue  # the farthest member is already too close to the centre
+            if full:
+                # outward from the members at the query's own centre distance: the one-landmark
+                # bound |a - b| grows on both sides, so the closest candidates come first, theta
+                # shrinks early, and each side stops at its first member past the bound
+                up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
+                down = up + 1  # members with b <= a, toward smaller b
+                while True:
+                    gu = mdist[up] - a if up >= beg else np.inf
+                    gd = a - mdist[down] if down < end else np.inf
+                    if gu <= gd:
+                        if gu > thr:
+                            break  # the other side is at least as far
+                        i = up
+                        up -= 1
+                    else:
+                        if gd > thr:
+                            break
+                        i = down
+                        down += 1
+                    t = members[i]
+                    if exclude_self and t == qi:
+                        continue
+                    d = np.float32(_dist2(q, Xs[i]))
+                    ndist += 1
+                    if _offer(hd, hi, k, d, t) and hd[0] < np.inf:
+                        th = math.sqrt(np.float64(hd[0]))
+                        if th < theta:
+                            theta = th
+                            thr = theta + rel * (theta + a + Rt[c])
+                continue
             i = _first_inside(mdist, beg, end, a + thr)
             while i < end:
                 b = mdist[i]
@@ -269,18 +329,11 @@ def _level2(X, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, p
                 if count_only:
                     ndist += 1
                     continue
-                d = np.float32(_dist2(q, X[t]))
+                d = np.float32(_dist2(q, Xs[i - 1]))
                 ndist += 1
-                if full:
-                    if _offer(hd, hi, k, d, t) and hd[0] < np.inf:
-                        th = math.sqrt(np.float64(hd[0]))
-                        if th < theta:
-                            theta = th
-                            thr = theta + rel * (theta + a + Rt[c])
-                else:
-                    surv_d[w] = d
-                    surv_i[w] = t
-                    w += 1
+                surv_d[w] = d
+                surv_i[w] = t
+                w += 1
         counts[task] = ndist
 
 
@@ -394,7 +447,9 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     out_d = np.empty((mrows, k), np.float32)
     out_i = np.empty((mrows, k), np.int64)
     t0 = time.perf_counter()
-    args = (X, Q, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
+    # data rows in cluster order: level 2 reads each cluster's members contiguously
+    Xs = X[tab["members"]]
+    args = (Xs, Q, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
     args2 = (tab["qlab"], tab["ub"], tab["coff"], tab["cand"], k, parts, bool(all_points), tab["rel"])
     ndist = 0
     if filt == "full":
