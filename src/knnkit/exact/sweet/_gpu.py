@@ -210,7 +210,9 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     name = level2_kernel_name(filt, k)
     out_d = cp.empty((m, k), cp.float32)
     out_i = cp.empty((m, k), cp.int64)
-    common = (X, Q, data.L, np.int32(dim), data.order, data.dist, data.off, data.radius)
+    # the data rows in member order: a cluster's rows are contiguous for level 2
+    Xs = X[data.order]
+    common = (Xs, Q, data.L, np.int32(dim), data.order, data.dist, data.off, data.radius)
     ndist = [0]
 
     def run_full(chunk):

@@ -110,12 +110,13 @@ __device__ __forceinline__ void sweet_heap_replace_top(float* hd, int* hi, long 
 
 // One thread = one (query, part) task; task = p * parts + s works for query qseq[p] on the
 // candidate clusters s, s + parts, ... of the query's cluster (Algorithm 2 lines 5-20).
+// Xs holds the data rows in member order (Xs[i] = X[members[i]]): a cluster's rows are contiguous.
 //   MODE 0 (full): heap in registers/local (KCAP > 0) or in heap_d/heap_i (KCAP == 0); the final
 //       heap goes to heap_d/heap_i[slot * ntask + task] (unsorted; the host sorts and merges).
 //   MODE 1 (partial, count): counts[task] = survivors of the fixed bound.
 //   MODE 2 (partial, write): survivors as (float bits << 32 | index) keys from surv[woff[task]].
 template <int KCAP, int MODE>
-__global__ void sweet_level2(const float* __restrict__ X, const float* __restrict__ Q, const float* __restrict__ Lt,
+__global__ void sweet_level2(const float* __restrict__ Xs, const float* __restrict__ Q, const float* __restrict__ Lt,
                              int dim, const int* __restrict__ members, const float* __restrict__ mdist,
                              const long long* __restrict__ moff, const float* __restrict__ Rt,
                              const int* __restrict__ qseq, int nq, const int* __restrict__ qlab,
@@ -159,8 +160,56 @@ __global__ void sweet_level2(const float* __restrict__ X, const float* __restric
         const double rc = (double)Rt[c];
         double thr = theta + rel * (theta + a + rc);
         if (a - rc > thr) continue;  // even the farthest member is too close to the centre
-        // members are in descending distance to the centre: skip those too far outside at once
-        long long lo = moff[c], end = moff[c + 1];
+        const long long beg = moff[c], end = moff[c + 1];
+        if (MODE == 0) {
+            // Outward from the members at the query's own centre distance: the one-landmark
+            // bound |a - b| grows on both sides of that position, so the closest candidates come
+            // first, theta shrinks early, and each side stops at its first member past the bound.
+            long long up = end, down;
+            {
+                long long lo = beg;
+                while (lo < up) {
+                    const long long mid = (lo + up) >> 1;
+                    if ((double)mdist[mid] > a) lo = mid + 1; else up = mid;
+                }
+                down = lo;
+                up = lo - 1;
+            }
+            while (true) {
+                const double gu = up >= beg ? (double)mdist[up] - a : (double)SWEET_INF;
+                const double gd = down < end ? a - (double)mdist[down] : (double)SWEET_INF;
+                long long i;
+                if (gu <= gd) {
+                    if (gu > thr) break;  // the other side is at least as far
+                    i = up--;
+                } else {
+                    if (gd > thr) break;
+                    i = down++;
+                }
+                const int t = members[i];
+                if (exclude_self && t == qi) continue;
+                const float d = sweet_sq_dist(q, Xs + i * dim, dim);
+                ++ndist;
+                if (sweet_less(d, t, hd[0], hi[0])) {
+                    sweet_heap_replace_top(hd, hi, hs, k, d, t);
+                    const float top = hd[0];
+                    if (top < SWEET_INF) {  // k real entries: the k-th distance bounds the answer
+                        const double th = sqrt((double)top);
+                        if (th < theta) {
+                            theta = th;
+                            thr = theta + rel * (theta + a + rc);
+                            if (parts > 1)  // non-negative floats order like their bit patterns
+                                atomicMin((int*)(theta_shared + p), __float_as_int(__double2float_ru(theta)));
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        // partial filter (theta fixed): members are in descending distance to the centre, so
+        // one binary search skips those too far outside and the loop breaks at the first one
+        // too far inside
+        long long lo = beg;
         {
             const double limit = a + thr;
             long long h = end;
@@ -171,30 +220,14 @@ __global__ void sweet_level2(const float* __restrict__ X, const float* __restric
         }
         for (long long i = lo; i < end; ++i) {
             const double b = (double)mdist[i];
-            if (a - b > thr) break;     // the rest are closer to the centre: lower bound only grows
-            if (b - a > thr) continue;  // theta shrank since the binary search
+            if (a - b > thr) break;
+            if (b - a > thr) continue;
             const int t = members[i];
             if (exclude_self && t == qi) continue;
             if (MODE == 1) { ++ndist; continue; }
-            const float d = sweet_sq_dist(q, X + (long long)t * dim, dim);
+            const float d = sweet_sq_dist(q, Xs + i * dim, dim);
             ++ndist;
-            if (MODE == 2) {
-                if (w < wend) surv[w++] = ((unsigned long long)__float_as_uint(d) << 32) | (unsigned int)t;
-                continue;
-            }
-            if (sweet_less(d, t, hd[0], hi[0])) {
-                sweet_heap_replace_top(hd, hi, hs, k, d, t);
-                const float top = hd[0];
-                if (top < SWEET_INF) {  // k real entries: the k-th distance bounds the answer
-                    const double th = sqrt((double)top);
-                    if (th < theta) {
-                        theta = th;
-                        thr = theta + rel * (theta + a + rc);
-                        if (parts > 1)  // non-negative floats order like their bit patterns
-                            atomicMin((int*)(theta_shared + p), __float_as_int(__double2float_ru(theta)));
-                    }
-                }
-            }
+            if (w < wend) surv[w++] = ((unsigned long long)__float_as_uint(d) << 32) | (unsigned int)t;
         }
     }
     counts[task] = ndist;
