@@ -436,6 +436,8 @@ def _spec():
                               "full": dict(n=1_000_000, d=128, n_clusters=10_000, spread=0.01)}, "sqeuclidean"),
         ("broad_clusters", make_broad_clusters, {"ci": dict(n=4000, d=64), "small": dict(n=100_000, d=64),
                                                  "full": dict(n=1_000_000, d=96)}, "sqeuclidean"),
+        # the "hard" 1M x 128 shape of the acceptance numbers (GPU, full scale only)
+        ("broad_d128", make_broad_clusters, {"full": dict(n=1_000_000, d=128)}, "sqeuclidean"),
         ("duplicates", make_duplicates, {"ci": dict(n=5000, d=3, n_distinct=1000),
                                          "small": dict(n=245_057, d=3, n_distinct=51_433),
                                          "full": dict(n=1_000_000, d=3, n_distinct=200_000)}, "sqeuclidean"),
