@@ -178,7 +178,8 @@ def _time_to_recall(X, device, quick, rsample, log):
 
     knnkit.knn_graph(X[: min(n, 150_000)], k=K_RECALL, device=device, random_state=0)  # compile
     for tr in (0.9, 0.95, 0.99):
-        secs, g = _timed(device, lambda: knnkit.knn_graph(X, k=K_RECALL, device=device, random_state=0, target_recall=tr))
+        secs, g = _timed(device, lambda: knnkit.knn_graph(X, k=K_RECALL, device=device, random_state=0,
+                                                             target_recall=tr))
         rows.append({"method": "knn_graph", "target_recall": tr, "time_s": secs, "recall": rec(g.indices)})
         log(rows[-1])
     if device == "gpu":

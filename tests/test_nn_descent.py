@@ -386,3 +386,18 @@ def test_target_recall_estimate_agrees_with_exact():
     assert "recall_estimate" not in off.stats
     with pytest.raises(ValueError, match="target_recall"):
         knnkit.NNDescentParams(target_recall=1.5)
+
+
+def test_knn_graph_target_recall_keyword(rng):
+    """``knn_graph(target_recall=)`` reaches its target by its own estimate, and the estimate
+    agrees with the exact recall; exact methods accept any target; out-of-range values raise."""
+
+    X = rng.random((3000, 16), dtype=np.float32)
+    truth = knnkit.knn(X, k=10, device="cpu")[1]
+    g = knnkit.knn_graph(X, 10, method="nndescent", device="cpu", target_recall=0.97, random_state=0)
+    est = g.stats.extra["recall_estimate"]
+    assert est >= 0.97 and g.stats.extra["target_recall"] == 0.97
+    assert abs(g.recall(truth) - est) < 0.02
+    assert knnkit.knn_graph(X, 10, method="brute", device="cpu", target_recall=0.5).recall(truth) == 1.0
+    with pytest.raises(ValueError, match="target_recall"):
+        knnkit.knn_graph(X, 10, device="cpu", target_recall=1.5)

@@ -2,13 +2,14 @@
 (:mod:`knnkit.api.graph`) and :meth:`KnnGraph.extend`. They return the constructor arguments of a
 :class:`~knnkit.api.knngraph.KnnGraph`, so this module does not depend on the class."""
 
+import dataclasses
 import time
 
 import numpy as np
 
 from .._core.backend import as_device, as_host
 from .._core.metrics import finalize_distances, to_internal
-from .._core.params import merge_params
+from .._core.params import check_float, merge_params
 from .._core.prepare import device_scope
 from .._core.random import seed_from
 from .._core.stats import BuildStats
@@ -29,6 +30,13 @@ def _graph_params(method, params, shortcuts):
     cls = method.params_class()
     if cls is NNDescentParams:
         return merge_params(cls, params, **shortcuts)
+    shortcuts = dict(shortcuts)
+    target = shortcuts.pop("target_recall", None)
+    if target is not None:
+        if "target_recall" in {f.name for f in dataclasses.fields(cls)}:
+            return merge_params(cls, params, target_recall=target)
+        # an exact method meets any target; the value is still checked
+        check_float(target, "target_recall", minimum=0.0, maximum=1.0, allow_none=True)
     given = [k for k, v in shortcuts.items() if v is not None and k != "verbose"]
     if given:
         raise ValueError(f"{', '.join(given)} apply to method='nndescent', not {method.name!r}")

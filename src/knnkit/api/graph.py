@@ -18,7 +18,8 @@ _NND_SHORTCUTS = ("n_neighbors_internal", "sample", "max_iters", "delta", "updat
 
 def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto", random_state=None,
               n_neighbors_internal=None, sample=None, max_iters=None, delta=None, init_graph=None,
-              include_self=False, update=None, refine_hubs=None, init=None, verbose=None, params=None):
+              include_self=False, update=None, refine_hubs=None, init=None, target_recall=None, verbose=None,
+              params=None):
     """Build the k-nearest-neighbour graph of ``data``.
 
     NN-Descent (GNND on the GPU, a Numba version on the CPU) for large inputs, exact brute force
@@ -55,6 +56,11 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
         random-sample forest (RSFK) graph.
     init_graph : KnnGraph or (n, m) int array, optional
         Start from these lists instead of a random graph (missing entries are filled at random).
+    target_recall : float in [0, 1] or None, optional
+        Recall@k the build drives itself to, estimated on a sample of rows against exact
+        neighbours (default 0.99 for NN-Descent, see :class:`NNDescentParams`; ``None`` in a
+        parameter object turns the estimate off). A lower target builds faster; exact methods
+        meet any target. ``graph.stats`` reports the estimate and what reaching it took.
     include_self : bool, default False
         Put each point itself in column 0 (UMAP / ``kneighbors_graph(include_self=True)``
         convention); its distance is the point's distance to itself (0, or ``|x|^2`` for
@@ -76,7 +82,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
     params : NNDescentParams or ExactParams, optional
         The method's parameter object; the keywords above are shortcuts for its fields
         (``n_neighbors_internal``, ``sample``, ``max_iters``, ``delta``, ``update``,
-        ``refine_hubs``, ``verbose``). Giving a field in both places with different values is an error.
+        ``refine_hubs``, ``init``, ``target_recall``, ``verbose``). Giving a field in both places with different values is an error.
 
     Returns
     -------
@@ -95,7 +101,7 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
     """
     P = prepare(data, metric=metric, device=device, metrics=GRAPH_METRICS)
     shortcuts = dict(n_neighbors_internal=n_neighbors_internal, sample=sample, max_iters=max_iters, delta=delta,
-                     update=update, refine_hubs=refine_hubs, init=init, verbose=verbose)
+                     update=update, refine_hubs=refine_hubs, init=init, target_recall=target_recall, verbose=verbose)
     return KnnGraph(**build_graph(P, k, method=method, random_state=random_state, init_graph=init_graph,
                                   include_self=include_self, params=params, shortcuts=shortcuts, data=data,
                                   device_arg=device))
