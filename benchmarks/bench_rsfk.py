@@ -246,6 +246,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller sets and ladders (GPU: under ~3 minutes)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="output folder (default $OUT)")
     ap.add_argument("--recall-sample", type=int, default=2000)
+    ap.add_argument("--datasets", default=None, help="comma-separated names of the time-to-recall sets (default: all)")
     ap.add_argument("--skip-variants", action="store_true")
     ap.add_argument("--skip-recall", action="store_true")
     args = ap.parse_args()
@@ -270,6 +271,8 @@ def main():
               "datasets": [], "variants": None}
     if not args.skip_recall:
         for name, n, d in _datasets(args.device, args.quick):
+            if args.datasets and name not in args.datasets.split(","):
+                continue
             X, src = _load(name, n, d, args.device)
             print(f"== {name} ({src})", file=sys.stderr, flush=True)
             rows, best = _time_to_recall(X, args.device, args.quick, args.recall_sample, log)
