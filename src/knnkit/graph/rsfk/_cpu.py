@@ -93,8 +93,13 @@ def _side_sample(X, metric, inv_norm, perm, seg_lo, seg_hi, leaf_size, seed, tre
         x = perm[pos]
         s = np.float32(0.0)
         if metric == 0:
+            # x.(a - b) - ((a + b) / 2).(a - b), the two sums as _split_node forms them (same rounding)
+            off = np.float32(0.0)
             for j in range(d):
-                s += (X[x, j] - np.float32(0.5) * (X[a, j] + X[b, j])) * (X[a, j] - X[b, j])
+                off += (X[a, j] - X[b, j]) * (np.float32(0.5) * (X[a, j] + X[b, j]))
+            for j in range(d):
+                s += X[x, j] * (X[a, j] - X[b, j])
+            s -= off
         else:
             ia = inv_norm[a]
             ib = inv_norm[b]
@@ -242,18 +247,26 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
         pb += 1
     a = perm[lo + pa]
     b = perm[lo + pb]
+    # the hyperplane's normal (and offset) once per node: two flops per dimension and point
+    normal = np.empty(d, np.float32)
+    off = np.float32(0.0)
+    if metric == 0:
+        for j in range(d):
+            normal[j] = X[a, j] - X[b, j]
+        for j in range(d):
+            off += (X[a, j] - X[b, j]) * (np.float32(0.5) * (X[a, j] + X[b, j]))
+    else:
+        ia = inv_norm[a]
+        ib = inv_norm[b]
+        for j in range(d):
+            normal[j] = X[a, j] * ia - X[b, j] * ib
     nright = 0
     for pos in range(lo, hi):
         x = perm[pos]
         s = np.float32(0.0)
-        if metric == 0:
-            for j in range(d):
-                s += (X[x, j] - np.float32(0.5) * (X[a, j] + X[b, j])) * (X[a, j] - X[b, j])
-        else:
-            ia = inv_norm[a]
-            ib = inv_norm[b]
-            for j in range(d):
-                s += X[x, j] * (X[a, j] * ia - X[b, j] * ib)
+        for j in range(d):
+            s += X[x, j] * normal[j]
+        s -= off
         if s > 0:
             right = 0
         elif s < 0:
