@@ -515,13 +515,14 @@ class CpuBackend:
     def nne(self, X, metric, idx, dist):
         _nne_seen(X, metric, idx.copy(), idx, dist, 16 * numba.get_num_threads())
 
-    # the fast path of the forest driver: whole trees per call, built several at a time
+    # the CPU-only fast path of the forest driver (whole trees per call, several at a time); private
+    # so that the twins keep one public surface (tests/test_twins.py)
 
-    def trees_per_batch(self, n):
-        """Trees grown together by :meth:`build_trees` (one per core; the tree state is ~12n bytes)."""
+    def _trees_per_batch(self, n):
+        """Trees grown together by :meth:`_build_trees` (one per core; the tree state is ~12n bytes)."""
         return max(1, numba.get_num_threads())
 
-    def build_trees(self, X, metric, inv_norm, leaf_size, min_child, split, seed, tree0, count, force_depth):
+    def _build_trees(self, X, metric, inv_norm, leaf_size, min_child, split, seed, tree0, count, force_depth):
         """Trees ``tree0 .. tree0 + count - 1``: a list of ``(perm, heads, leaf_lo, levels)`` with the
         leaves of ``_engine.build_tree`` (same pivots and rules), ``heads[lo] = hi`` per leaf."""
         n = X.shape[0]
@@ -542,7 +543,7 @@ class CpuBackend:
             self._state = st
         return st
 
-    def leaf_update_heads(self, X, metric, perm, heads, leaf_lo, idx, dist, leaf_size):
+    def _leaf_update_heads(self, X, metric, perm, heads, leaf_lo, idx, dist, leaf_size):
         _leaf_tiles(X, metric, perm, heads, leaf_lo, idx, dist, leaf_size, 64 * numba.get_num_threads())
         return "tiles"
 

@@ -278,9 +278,9 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
     else:
         n_trees = params.n_trees if params.n_trees is not None else default_n_trees(n, K, params.nne)
     built = 0
-    fast = hasattr(be, "build_trees")  # the CPU twin grows whole trees, several per call
+    fast = hasattr(be, "_build_trees")  # the CPU twin grows whole trees, several per call
     force_depth = _force_depth(n, min_child)
-    batch = be.trees_per_batch(n) if fast else 1
+    batch = be._trees_per_batch(n) if fast else 1
     first_perm = None
     t = 0
     done = False
@@ -288,7 +288,7 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
         t0 = time.perf_counter()
         count = min(batch, n_trees - t)
         if fast:
-            grown = be.build_trees(X, mcode, inv_norm, leaf_size, min_child, params.split, useed, t, count,
+            grown = be._build_trees(X, mcode, inv_norm, leaf_size, min_child, params.split, useed, t, count,
                                    force_depth)
         else:
             grown = [build_tree(be, X, mcode, inv_norm, leaf_size, min_child, params.split, useed, t)]
@@ -298,7 +298,7 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
             t1 = time.perf_counter()
             if fast:  # a = heads (heads[lo] = hi), b = leaf starts
                 heads, leaf_lo = a, b
-                stats["leaf_update"] = be.leaf_update_heads(X, mcode, perm, heads, leaf_lo, idx, dist, leaf_size)
+                stats["leaf_update"] = be._leaf_update_heads(X, mcode, perm, heads, leaf_lo, idx, dist, leaf_size)
                 sizes = heads[leaf_lo] - leaf_lo
             else:
                 leaf_lo, leaf_hi = a, b
