@@ -65,7 +65,6 @@ def main():
     import numba
     import knnkit
     from knnkit.graph.nndescent._cpu import nndescent_cpu
-    from knnkit.graph.nndescent._rpforest import rp_forest_init
 
     if args.data == "clustered":
         from knnkit.datasets.synthetic import make_clustered
@@ -101,14 +100,14 @@ def main():
     # ---- the same run traced per iteration (deterministic: same seed -> same lists)
     from knnkit._core.metrics import prepare_vectors
 
-    from knnkit.graph.nndescent._rpforest import rp_order
+    from knnkit.graph.nndescent import forest_start
 
-    order = rp_order(prepare_vectors(X, "sqeuclidean"), metric="l2", seed=st["seed"])  # as knn_graph does
-    Xp = prepare_vectors(X, "sqeuclidean")[order]
+    # the default forest start and renumbering, as knn_graph does
+    Xp, order, I0, D0, _info = forest_start(prepare_vectors(X, "sqeuclidean"), st["K"], metric="l2", init="auto",
+                                            seed=st["seed"])
     inv = np.empty(n, np.int64)
     inv[order] = np.arange(n)
     rows_p = inv[rows]  # the evaluated rows in the renumbered space; map ids back with order[]
-    I0, D0 = rp_forest_init(Xp, st["K"], metric="l2", seed=st["seed"])
     def back(ind):
         sub = ind[rows_p]
         return np.where(sub >= 0, order[np.maximum(sub, 0)], -1)

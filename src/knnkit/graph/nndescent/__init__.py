@@ -19,7 +19,7 @@ from ..._core.config import logger
 from ..._core.params import Params, check_bool, check_choice, check_float, check_int
 
 __all__ = ["NNDescentParams", "nndescent_graph", "run_nndescent", "default_parameters", "default_update",
-           "sample_for", "GPU_MAX_K"]
+           "sample_for", "forest_init_params", "CPU_AUTO_INIT", "GPU_MAX_K"]
 
 #: Longest list the GPU NN-Descent kernels support (``_gpu._MAX_K``).
 GPU_MAX_K = 256
@@ -52,9 +52,13 @@ class NNDescentParams(Params):
         (``stats["recall_estimate"]``); below the target, up to two more rounds continue from the
         lists with 1.5x longer internal lists (``stats["target_rounds"]``). None: no estimate.
     init : {"auto", "random", "rpforest", "rsfk"}
-        Initial lists: ``"auto"`` = a random-projection forest on the CPU (with a cache-friendly
-        renumbering) and random lists on the GPU; ``"rsfk"`` = a two-tree random-sample forest
-        with one NNE pass (:mod:`knnkit.graph.rsfk`) on either device.
+        Initial lists. Every forest is the one RSFK forest (:mod:`knnkit.graph.rsfk`);
+        :func:`forest_init_params` gives its settings. ``"rsfk"``: two random-sample trees with
+        the default leaf size plus one NNE pass, on either device. ``"rpforest"`` (CPU): several
+        small-leaf trees without NNE, as PyNNDescent starts. ``"auto"``: the CPU default
+        (``"rpforest"``, measured in ``benchmarks/results/rsfk_cpu/``) and random lists on the GPU.
+        ``"random"``: random lists. On the CPU a forest start also renumbers the points by the
+        first tree's leaf order (cache locality of the descent).
     verbose : bool
         Log per-iteration progress at INFO level.
     """
@@ -204,6 +208,84 @@ def run_nndescent(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
                           update=update, reverse=reverse)
 
 
+#: the CPU's ``init="auto"``: the forest start measured fastest to recall 0.90-0.99
+#: (benchmarks/results/rsfk_cpu/RESULTS.md)
+CPU_AUTO_INIT = "rpforest"
+
+
+def forest_init_params(init, n, K, device):
+    """The RSFK settings of NN-Descent's forest start ``init`` on ``device``, or None for random lists.
+
+    ``"rpforest"``: leaves of at most ``max(K + 2, 24)`` points and ``max(3, min(8, round(2 log10
+    n)))`` trees, fewer in proportion when the leaves are larger (a bigger leaf already gives each
+    point more candidates), no NNE: the descent is the refinement. ``"rsfk"``: two trees of the
+    default leaf size and one NNE pass. ``"auto"`` is :data:`CPU_AUTO_INIT` on the CPU and random
+    lists on the GPU. ``"rpforest"`` with ``n <= 4K`` (the descent is nearly exact there) and
+    ``"rsfk"`` with ``n <= K + 1`` start from random lists. ``"rpforest"`` on the GPU is random lists.
+
+    Examples
+    --------
+    >>> p = forest_init_params("rpforest", 100_000, 16, "cpu")
+    >>> p.n_trees, p.leaf_size, p.nne
+    (8, 24, False)
+    >>> forest_init_params("auto", 100_000, 16, "gpu") is None
+    True
+    """
+    from ..rsfk import RSFKParams
+
+    if init == "auto":
+        init = CPU_AUTO_INIT if device == "cpu" else "random"
+    if init == "random":
+        return None
+    if init == "rsfk":
+        return RSFKParams(n_trees=2, nne=True) if n > K + 1 else None
+    if n <= 4 * K:
+        return None
+    if device != "cpu":  # "rpforest" has no GPU version: random lists, as before
+        return None
+    n_trees = max(3, min(8, int(round(2.0 * math.log10(max(n, 10))))))
+    leaf_size = max(K + 2, 24)
+    n_trees = max(2, int(round(n_trees * 24 / leaf_size)))
+    return RSFKParams(n_trees=n_trees, leaf_size=int(leaf_size), nne=False)
+
+
+def forest_start(X, K, *, metric, init, seed):
+    """NN-Descent's start from the forest ``init`` (:func:`forest_init_params`) on prepared ``X``.
+
+    Returns ``(Xw, order, indices, distances, info)``: the data the descent works on, the
+    renumbering (``Xw = X[order]``, CPU; None when not renumbered), the initial lists in ``Xw``'s
+    numbering (None with ``distances`` None for random lists), and ``{"forest": seconds}``.
+    """
+    device = device_of(X)
+    n = int(X.shape[0])
+    forest = forest_init_params(init, n, K, device)
+    if forest is None:
+        return X, None, None, None, {}
+    from ..rsfk import rsfk_lists
+
+    t1 = time.perf_counter()
+    # the forest is built with the internal metric when it has one (l2, ip); l1 uses l2 trees and
+    # NN-Descent recomputes the distances
+    fmetric = metric if metric in ("l2", "ip") else "l2"
+    ids, dd, fst = rsfk_lists(X, K, metric=fmetric, params=forest, seed=seed, leaf_order=device == "cpu")
+    if fmetric != metric:
+        dd = None
+    order = None
+    Xw = X
+    if device == "cpu":
+        # renumber the points by the first tree's leaf order, so that neighbours sit close in memory
+        # and the joins hit the cache (the forest gives that order for free)
+        order = fst["leaf_order"].astype(np.int64)
+        Xw = X[order]
+        inv = np.empty(n, np.int64)
+        inv[order] = np.arange(n)
+        rows = ids[order]
+        ids = np.where(rows >= 0, inv[np.maximum(rows, 0)], -1).astype(np.int32)
+        dd = None if dd is None else dd[order]
+    info = {"forest": time.perf_counter() - t1}
+    return Xw, order, ids, dd, info
+
+
 def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
     """Engine of the ``"nndescent"`` graph method on prepared ``X`` (contract in
     :mod:`knnkit._core.registry`); ``params`` resolved (:meth:`NNDescentParams.resolve`).
@@ -219,24 +301,9 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
     init_d = None
     order = None
     Xw = X  # the data in the order the descent works on
-    if init_indices is None and params.init == "rsfk" and n > K + 1:
-        from ..rsfk import RSFKParams, rsfk_lists
-
-        t1 = time.perf_counter()
-        init_indices, init_d, _rs = rsfk_lists(X, K, metric=metric, params=RSFKParams(n_trees=2, nne=True), seed=seed)
-        phase["rsfk"] = time.perf_counter() - t1
-    elif init_indices is None and params.init in ("auto", "rpforest") and device == "cpu" and n > 4 * K:
-        # Renumber the points by the leaf order of one random-projection tree, so that
-        # neighbours sit close in memory and the joins hit the cache; then a few more
-        # trees give NN-Descent a far better start than random lists (as PyNNDescent
-        # does). The GPU version starts from random lists.
-        from ._rpforest import rp_forest_init, rp_order
-
-        t1 = time.perf_counter()
-        order = rp_order(X, metric=metric, seed=seed)
-        Xw = X[order]
-        init_indices, init_d = rp_forest_init(Xw, K, metric=metric, seed=seed)
-        phase["rp_forest"] = time.perf_counter() - t1
+    if init_indices is None:
+        Xw, order, init_indices, init_d, info = forest_start(X, K, metric=metric, init=params.init, seed=seed)
+        phase.update(info)
     phase["prepare"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if params.verbose:

@@ -7,6 +7,7 @@ atomic / tiles / diagonal variants are a GPU notion: they differ in how warps sh
 the result, which is the top K of everything offered, ordered by (distance, id)).
 """
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -92,8 +93,13 @@ def _side_sample(X, metric, inv_norm, perm, seg_lo, seg_hi, leaf_size, seed, tre
         x = perm[pos]
         s = np.float32(0.0)
         if metric == 0:
+            # x.(a - b) - ((a + b) / 2).(a - b), the two sums as _split_node forms them (same rounding)
+            off = np.float32(0.0)
             for j in range(d):
-                s += (X[x, j] - np.float32(0.5) * (X[a, j] + X[b, j])) * (X[a, j] - X[b, j])
+                off += (X[a, j] - X[b, j]) * (np.float32(0.5) * (X[a, j] + X[b, j]))
+            for j in range(d):
+                s += X[x, j] * (X[a, j] - X[b, j])
+            s -= off
         else:
             ia = inv_norm[a]
             ib = inv_norm[b]
@@ -173,49 +179,6 @@ def _partition_one(pos, perm, seg_lo, seg_hi, side, cum_right, leaf_size, min_ch
 # ------------------------------------------------------------------------------- leaves and passes
 
 @njit(parallel=True, cache=True, fastmath=_FM)
-def _leaf_join(X, metric, perm, leaf_lo, leaf_hi, idx, dist):
-    """All pairs of every leaf offered to both lists; a point is in one leaf per tree, so the leaves
-    are independent and the parallel offers never touch the same list."""
-    K = idx.shape[1]
-    for leaf in prange(leaf_lo.shape[0]):
-        lo = leaf_lo[leaf]
-        hi = leaf_hi[leaf]
-        for i in range(lo, hi):
-            a = perm[i]
-            for j in range(i + 1, hi):
-                b = perm[j]
-                d = _dist(X, a, b, metric)
-                if d <= dist[a, K - 1]:
-                    _offer(idx, dist, a, b, d)
-                if d <= dist[b, K - 1]:
-                    _offer(idx, dist, b, a, d)
-
-
-@njit(parallel=True, cache=True, fastmath=_FM)
-def _nne(X, metric, idx_old, idx, dist, rows):
-    """Neighbours of neighbours (from the snapshot ``idx_old``) offered to the lists of ``rows``."""
-    K = idx.shape[1]
-    for t in prange(rows.shape[0]):
-        i = rows[t]
-        for a in range(K):
-            j = idx_old[i, a]
-            if j < 0:
-                break
-            for b in range(K):
-                c = idx_old[j, b]
-                if c < 0 or c == i:
-                    continue
-                known = False
-                for q in range(K):
-                    if idx[i, q] == c:
-                        known = True
-                        break
-                if known:
-                    continue
-                _offer(idx, dist, i, c, _dist(X, i, c, metric))
-
-
-@njit(parallel=True, cache=True, fastmath=_FM)
 def _fill(X, metric, idx, dist):
     n = X.shape[0]
     K = idx.shape[1]
@@ -226,6 +189,291 @@ def _fill(X, metric, idx, dist):
             c = (i + t) % n
             _offer(idx, dist, i, c, _dist(X, i, c, metric))
             t += 1
+
+
+# ------------------------------------------------------------------------ whole trees (fast path)
+#
+# The level kernels above advance every node of a tree by one level per call (three parallel calls
+# and a prefix sum per level: the GPU's shape). On a few CPU cores that shape pays the data's full
+# sweep per level with poor locality. The functions below grow the same trees node by node instead:
+# a node (lo, hi, level) uses the same pivots (hash of seed, tree, level, lo), the same side test,
+# the same retry-at-the-next-level rule for a split that leaves a child below ``min_child``, the same
+# forced halving past ``force_depth`` and the same stable partition, so the leaves are those of
+# ``_engine.build_tree`` on the level kernels (tests/test_rsfk.py checks it). Work: the top of each
+# tree breadth first (serial per tree, parallel over trees) until there are enough subtrees to keep
+# every core busy, then every subtree depth first (parallel over subtrees), all in one Numba call.
+
+@njit(cache=True, fastmath=_FM)
+def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_child, split, force, seed, tree):
+    """Split ``perm[lo:hi]`` in place; returns the first position of the right child, or -1 when the
+    sample split is rejected (a child below ``min_child``: the node retries at ``level + 1``)."""
+    d = X.shape[1]
+    m = hi - lo
+    useed, utree, ulevel = np.uint64(seed), np.uint64(tree), np.uint64(level)
+    if force:  # past force_depth: random halves by position (as rsfk_partition's mode 1)
+        return lo + m // 2
+    if split == 1:  # random +-1 projection, stable sort of the node by it, halves at the median
+        node = _hash(useed, np.uint64(3), utree, ulevel, np.uint64(lo))
+        fkeys = keys.view(np.float32)
+        # the node's +-1 direction once (the level kernel rehashes it per point and dimension); the
+        # sum adds or subtracts each coordinate exactly as _project does, so the keys are the same
+        sign = np.empty(d, np.bool_)
+        for j in range(d):
+            sign[j] = ((_mix(node + np.uint64(j >> 6)) >> np.uint64(j & 63)) & np.uint64(1)) == np.uint64(1)
+        for pos in range(lo, hi):
+            x = perm[pos]
+            s = np.float32(0.0)
+            for j in range(d):
+                if sign[j]:
+                    s += X[x, j]
+                else:
+                    s -= X[x, j]
+            fkeys[pos] = s
+        for pos in range(lo, hi):
+            # the driver's _orderable key: the unsigned order of the flipped bits is the float order
+            u = keys[pos]
+            keys[pos] = u ^ (np.uint32(0xFFFFFFFF) if (u >> np.uint32(31)) == 1 else np.uint32(0x80000000))
+        order = np.argsort(keys[lo:hi], kind="mergesort")
+        for t in range(m):
+            scratch[lo + t] = perm[lo + order[t]]
+        for t in range(m):
+            perm[lo + t] = scratch[lo + t]
+        return lo + m // 2
+    r1 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo))
+    r2 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo + 1))
+    pa = np.int64((r1 >> np.uint64(11)) % np.uint64(m))
+    pb = np.int64((r2 >> np.uint64(11)) % np.uint64(m - 1))
+    if pb >= pa:
+        pb += 1
+    a = perm[lo + pa]
+    b = perm[lo + pb]
+    # the hyperplane's normal (and offset) once per node: two flops per dimension and point
+    normal = np.empty(d, np.float32)
+    off = np.float32(0.0)
+    if metric == 0:
+        for j in range(d):
+            normal[j] = X[a, j] - X[b, j]
+        for j in range(d):
+            off += (X[a, j] - X[b, j]) * (np.float32(0.5) * (X[a, j] + X[b, j]))
+    else:
+        ia = inv_norm[a]
+        ib = inv_norm[b]
+        for j in range(d):
+            normal[j] = X[a, j] * ia - X[b, j] * ib
+    nright = 0
+    for pos in range(lo, hi):
+        x = perm[pos]
+        s = np.float32(0.0)
+        for j in range(d):
+            s += X[x, j] * normal[j]
+        s -= off
+        if s > 0:
+            right = 0
+        elif s < 0:
+            right = 1
+        else:  # exact tie: a random side, as _side_sample
+            right = np.int32(_hash(useed, np.uint64(2), utree, ulevel, np.uint64(x)) >> np.uint64(63))
+        keys[pos] = right
+        nright += right
+    nleft = m - nright
+    if nleft < min_child or nright < min_child:
+        return -1
+    li = lo
+    ri = lo + nleft
+    for pos in range(lo, hi):
+        if keys[pos]:
+            scratch[ri] = perm[pos]
+            ri += 1
+        else:
+            scratch[li] = perm[pos]
+            li += 1
+    for pos in range(lo, hi):
+        perm[pos] = scratch[pos]
+    return lo + nleft
+
+
+@njit(cache=True, fastmath=_FM)
+def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, leaf_size, min_child, split,
+             force_depth, seed, tree):
+    """Grow the subtree of node (lo0, hi0, level0) depth first; marks each leaf's first position in
+    ``head`` with its end. Returns the deepest leaf level."""
+    stack = np.empty((256, 3), np.int64)
+    stack[0, 0] = lo0
+    stack[0, 1] = hi0
+    stack[0, 2] = level0
+    top = 1
+    deepest = 0
+    while top > 0:
+        top -= 1
+        lo = stack[top, 0]
+        hi = stack[top, 1]
+        level = stack[top, 2]
+        if hi - lo <= leaf_size:
+            head[lo] = hi
+            deepest = max(deepest, level)
+            continue
+        mid = _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_child, split,
+                          level >= force_depth, seed, tree)
+        if mid < 0:  # rejected: the same node at the next level (new pivots)
+            stack[top, 0] = lo
+            stack[top, 1] = hi
+            stack[top, 2] = level + 1
+            top += 1
+            continue
+        stack[top, 0] = mid
+        stack[top, 1] = hi
+        stack[top, 2] = level + 1
+        stack[top + 1, 0] = lo
+        stack[top + 1, 1] = mid
+        stack[top + 1, 2] = level + 1
+        top += 2
+    return deepest
+
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _grow_trees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
+                scratch, keys, levels, frontier_target):
+    """Trees ``tree0 .. tree0 + B - 1`` into ``perms[b]`` (points grouped by leaf) and ``heads[b]``
+    (``heads[b, lo] = hi`` for each leaf ``perm[lo:hi]``, -1 elsewhere)."""
+    B, n = perms.shape
+    fr = np.empty((B, frontier_target + 2, 3), np.int64)
+    nfr = np.zeros(B, np.int64)
+    deep = np.zeros(B, np.int64)
+    for b in prange(B):
+        tree = tree0 + b
+        for i in range(n):
+            perms[b, i] = i
+            heads[b, i] = -1
+        # breadth first until the frontier holds frontier_target nodes (each split adds at most one)
+        q = np.empty((2 * frontier_target + 4, 3), np.int64)
+        q[0, 0] = 0
+        q[0, 1] = n
+        q[0, 2] = 0
+        qh = 0
+        qt = 1
+        while qh < qt and qt - qh < frontier_target:
+            lo = q[qh, 0]
+            hi = q[qh, 1]
+            level = q[qh, 2]
+            qh += 1
+            if hi - lo <= leaf_size:
+                heads[b, lo] = hi
+                deep[b] = max(deep[b], level)
+                continue
+            mid = _split_node(X, metric, inv_norm, perms[b], scratch[b], keys[b], lo, hi, level, min_child,
+                              split, level >= force_depth, seed, tree)
+            if qt + 2 > q.shape[0]:  # compact the queue (its head part is consumed)
+                for t in range(qt - qh):
+                    q[t, 0] = q[qh + t, 0]
+                    q[t, 1] = q[qh + t, 1]
+                    q[t, 2] = q[qh + t, 2]
+                qt -= qh
+                qh = 0
+            if mid < 0:
+                q[qt, 0] = lo
+                q[qt, 1] = hi
+                q[qt, 2] = level + 1
+                qt += 1
+            else:
+                q[qt, 0] = lo
+                q[qt, 1] = mid
+                q[qt, 2] = level + 1
+                q[qt + 1, 0] = mid
+                q[qt + 1, 1] = hi
+                q[qt + 1, 2] = level + 1
+                qt += 2
+        c = 0
+        for t in range(qh, qt):
+            fr[b, c, 0] = q[t, 0]
+            fr[b, c, 1] = q[t, 1]
+            fr[b, c, 2] = q[t, 2]
+            c += 1
+        nfr[b] = c
+    total = 0
+    for b in range(B):
+        total += nfr[b]
+    flat = np.empty((total, 2), np.int64)
+    c = 0
+    for b in range(B):
+        for t in range(nfr[b]):
+            flat[c, 0] = b
+            flat[c, 1] = t
+            c += 1
+    sub_deep = np.zeros(total, np.int64)
+    for f in prange(total):
+        b = flat[f, 0]
+        t = flat[f, 1]
+        sub_deep[f] = _subtree(X, metric, inv_norm, perms[b], scratch[b], keys[b], heads[b], fr[b, t, 0],
+                               fr[b, t, 1], fr[b, t, 2], leaf_size, min_child, split, force_depth, seed,
+                               tree0 + b)
+    for f in range(total):
+        b = flat[f, 0]
+        deep[b] = max(deep[b], sub_deep[f])
+    for b in range(B):
+        levels[b] = deep[b]
+
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _leaf_tiles(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, nchunks):
+    """The k-NN set update of one tree with the tiles scheme of w-KNNG reduced to one tile per leaf:
+    the leaf's upper-triangle distances into a small block (each pair once), then every row owner
+    offers its candidates to its own list. A point is in one leaf per tree, so leaves in parallel
+    never touch the same list; the result is the top K by (distance, id) of everything offered, as
+    for every GPU variant."""
+    K = idx.shape[1]
+    L = leaf_lo.shape[0]
+    nchunks = max(1, min(L, nchunks))
+    for c in prange(nchunks):
+        block = np.empty((leaf_size, leaf_size), np.float32)
+        for leaf in range(c * L // nchunks, (c + 1) * L // nchunks):
+            lo = leaf_lo[leaf]
+            hi = head[lo]
+            m = hi - lo
+            for i in range(m):
+                a = perm[lo + i]
+                block[i, i] = np.inf
+                for j in range(i + 1, m):
+                    dd = _dist(X, a, perm[lo + j], metric)
+                    block[i, j] = dd
+                    block[j, i] = dd
+            for i in range(m):
+                a = perm[lo + i]
+                for j in range(m):
+                    dd = block[i, j]
+                    # strictly below the worst entry, or a tie that _offer settles by id
+                    if dd <= dist[a, K - 1] and j != i:
+                        _offer(idx, dist, a, perm[lo + j], dd)
+
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
+    """NNE as ``_nne`` (neighbours of neighbours from the snapshot offered to each point's own list),
+    computing each distinct candidate of a row once: a per-chunk stamp array marks the ids already
+    listed or already offered for the row (a repeat would be refused by ``_offer`` anyway: the list
+    only improves)."""
+    n, K = idx.shape
+    nchunks = max(1, min(n, nchunks))
+    for c in prange(nchunks):
+        seen = np.full(n, -1, np.int32)
+        for i in range(c * n // nchunks, (c + 1) * n // nchunks):
+            seen[i] = i
+            for a in range(K):
+                j = idx[i, a]
+                if j >= 0:
+                    seen[j] = i
+            for a in range(K):
+                j = idx_old[i, a]
+                if j < 0:
+                    break
+                for b in range(K):
+                    cc = idx_old[j, b]
+                    if cc < 0 or seen[cc] == i:
+                        continue
+                    seen[cc] = i
+                    dd = _dist(X, i, cc, metric)
+                    if dd <= dist[i, K - 1]:
+                        _offer(idx, dist, i, cc, dd)
+
 
 
 class CpuBackend:
@@ -258,11 +506,46 @@ class CpuBackend:
 
     def leaf_update(self, X, metric, perm, leaf_lo, leaf_hi, idx, dist, variant, leaf_size):
         # variant: the CPU has one (the GPU variants give the same lists)
-        _leaf_join(X, metric, perm, leaf_lo, leaf_hi, idx, dist)
-        return "join"
+        heads = np.full(perm.shape[0], -1, np.int32)
+        heads[leaf_lo] = leaf_hi
+        _leaf_tiles(X, metric, perm, heads, np.asarray(leaf_lo, np.int64), idx, dist, int(leaf_size),
+                    64 * numba.get_num_threads())
+        return "tiles"
 
     def nne(self, X, metric, idx, dist):
-        _nne(X, metric, idx.copy(), idx, dist, np.arange(X.shape[0], dtype=np.int64))
+        _nne_seen(X, metric, idx.copy(), idx, dist, 16 * numba.get_num_threads())
+
+    # the CPU-only fast path of the forest driver (whole trees per call, several at a time); private
+    # so that the twins keep one public surface (tests/test_twins.py)
+
+    def _trees_per_batch(self, n):
+        """Trees grown together by :meth:`_build_trees` (one per core; the tree state is ~12n bytes)."""
+        return max(1, numba.get_num_threads())
+
+    def _build_trees(self, X, metric, inv_norm, leaf_size, min_child, split, seed, tree0, count, force_depth):
+        """Trees ``tree0 .. tree0 + count - 1``: a list of ``(perm, heads, leaf_lo, levels)`` with the
+        leaves of ``_engine.build_tree`` (same pivots and rules), ``heads[lo] = hi`` per leaf."""
+        n = X.shape[0]
+        st = self._tree_state(n, count)
+        perms, heads, scratch, keys = (a[:count] for a in st)
+        levels = np.zeros(count, np.int64)
+        target = 16 * max(1, numba.get_num_threads())
+        _grow_trees(X, metric, inv_norm, leaf_size, min_child, 1 if split == "projection" else 0, force_depth,
+                    seed, tree0, perms, heads, scratch, keys, levels, target)
+        return [(perms[b], heads[b], np.flatnonzero(heads[b] >= 0), int(levels[b])) for b in range(count)]
+
+    def _tree_state(self, n, count):
+        # kept between batches of one run (no per-tree reallocation)
+        st = getattr(self, "_state", None)
+        if st is None or st[0].shape[1] != n or st[0].shape[0] < count:
+            st = (np.empty((count, n), np.int32), np.empty((count, n), np.int32),
+                  np.empty((count, n), np.int32), np.empty((count, n), np.uint32))
+            self._state = st
+        return st
+
+    def _leaf_update_heads(self, X, metric, perm, heads, leaf_lo, idx, dist, leaf_size):
+        _leaf_tiles(X, metric, perm, heads, leaf_lo, idx, dist, leaf_size, 64 * numba.get_num_threads())
+        return "tiles"
 
     def fill(self, X, metric, idx, dist):
         _fill(X, metric, idx, dist)

@@ -120,6 +120,12 @@ def _orderable(xp, proj):
     return u ^ flip
 
 
+def _force_depth(n, min_child):
+    """A sample split that leaves a child below min_child is retried with new pivots at the next
+    level; past this depth every oversized node is halved (random halves), so a tree ends."""
+    return 2 * int(math.ceil(math.log2(max(2.0, n / max(1, min_child))))) + 8
+
+
 def build_tree(be, X, metric, inv_norm, leaf_size, min_child, split, seed, tree):
     """One tree, level by level on ``be``'s device.
 
@@ -136,9 +142,7 @@ def build_tree(be, X, metric, inv_norm, leaf_size, min_child, split, seed, tree)
     cum = xp.zeros(n + 1, xp.int32)
     proj = xp.zeros(n, xp.float32)
     out = [xp.empty_like(perm), xp.empty_like(lo), xp.empty_like(hi)]
-    # a sample split that leaves a child below min_child is retried with new pivots at the next
-    # level; past this depth every oversized node is halved (random halves), so the loop ends
-    force_depth = 2 * int(math.ceil(math.log2(max(2.0, n / max(1, min_child))))) + 8
+    force_depth = _force_depth(n, min_child)
     level = 0
     while n > leaf_size and int((hi - lo).max()) > leaf_size:  # one scalar to the host per level
         force = level >= force_depth
@@ -187,7 +191,7 @@ def _init_lists(be, X, metric, init, K, idx, dist):
     dist[:, :c] = dd
 
 
-def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None):
+def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False):
     """Approximate k-NN lists from a random-sample forest (RSFK) plus nearest-neighbour exploration.
 
     Parameters
@@ -203,6 +207,9 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None):
         Seed of the pivots, projections and recall sample.
     init : array (n, k') or (indices, distances), optional
         An initial graph merged into the lists before the first tree.
+    leaf_order : bool
+        Also return ``stats["leaf_order"]``: the points in the leaf order of the first tree (a
+        permutation that puts near points at near positions; NN-Descent renumbers by it).
 
     Returns
     -------
@@ -251,6 +258,8 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None):
     idx, dist = be.new_lists(n, K)
     if n < 2:
         stats["trees"] = 0
+        if leaf_order:
+            stats["leaf_order"] = xp.arange(n, dtype=xp.int32)
         stats["time_s"]["total"] = time.perf_counter() - t_start
         return idx, dist, stats
     if init is not None:
@@ -269,31 +278,54 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None):
     else:
         n_trees = params.n_trees if params.n_trees is not None else default_n_trees(n, K, params.nne)
     built = 0
-    for t in range(n_trees):
+    fast = hasattr(be, "_build_trees")  # the CPU twin grows whole trees, several per call
+    force_depth = _force_depth(n, min_child)
+    batch = be._trees_per_batch(n) if fast else 1
+    first_perm = None
+    t = 0
+    done = False
+    while t < n_trees and not done:
         t0 = time.perf_counter()
-        perm, leaf_lo, leaf_hi, levels = build_tree(be, X, mcode, inv_norm, leaf_size, min_child,
-                                                    params.split, useed, t)
+        count = min(batch, n_trees - t)
+        if fast:
+            grown = be._build_trees(X, mcode, inv_norm, leaf_size, min_child, params.split, useed, t, count,
+                                   force_depth)
+        else:
+            grown = [build_tree(be, X, mcode, inv_norm, leaf_size, min_child, params.split, useed, t)]
         be.sync()
-        t1 = time.perf_counter()
-        stats["leaf_update"] = be.leaf_update(X, mcode, perm, leaf_lo, leaf_hi, idx, dist, params.leaf_update,
-                                              leaf_size)
-        be.sync()
-        t2 = time.perf_counter()
-        T["trees"] += t1 - t0
-        T["leaves"] += t2 - t1
-        sizes = leaf_hi - leaf_lo
-        stats["leaves"].append({"count": int(sizes.shape[0]), "min": int(sizes.min()),
-                                "mean": float(sizes.astype(xp.float64).mean()), "max": int(sizes.max())})
-        stats["levels"].append(levels)
-        built += 1
-        if probe is not None:
-            r = probe.recall(X, idx, nne=params.nne)
-            stats["recall_per_tree"].append(r)
-            T["recall"] += time.perf_counter() - t2
-            logger.debug("rsfk tree %d: recall estimate %.4f", t, r)
-            if r >= params.target_recall:
-                break
+        T["trees"] += time.perf_counter() - t0
+        for perm, a, b, levels in grown:
+            t1 = time.perf_counter()
+            if fast:  # a = heads (heads[lo] = hi), b = leaf starts
+                heads, leaf_lo = a, b
+                stats["leaf_update"] = be._leaf_update_heads(X, mcode, perm, heads, leaf_lo, idx, dist, leaf_size)
+                sizes = heads[leaf_lo] - leaf_lo
+            else:
+                leaf_lo, leaf_hi = a, b
+                stats["leaf_update"] = be.leaf_update(X, mcode, perm, leaf_lo, leaf_hi, idx, dist,
+                                                      params.leaf_update, leaf_size)
+                sizes = leaf_hi - leaf_lo
+            be.sync()
+            t2 = time.perf_counter()
+            T["leaves"] += t2 - t1
+            if leaf_order and first_perm is None:
+                first_perm = perm.copy()
+            stats["leaves"].append({"count": int(sizes.shape[0]), "min": int(sizes.min()),
+                                    "mean": float(sizes.astype(xp.float64).mean()), "max": int(sizes.max())})
+            stats["levels"].append(levels)
+            built += 1
+            if probe is not None:
+                r = probe.recall(X, idx, nne=params.nne)
+                stats["recall_per_tree"].append(r)
+                T["recall"] += time.perf_counter() - t2
+                logger.debug("rsfk tree %d: recall estimate %.4f", built - 1, r)
+                if r >= params.target_recall:
+                    done = True
+                    break
+        t += count
     stats["trees"] = built
+    if leaf_order:
+        stats["leaf_order"] = first_perm if first_perm is not None else xp.arange(n, dtype=xp.int32)
     if params.nne:
         t0 = time.perf_counter()
         for _ in range(params.nne_iters):
