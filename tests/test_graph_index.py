@@ -409,6 +409,23 @@ def test_auto_build_params_on_noise_dominated_clusters():
     assert index2.build_params["alpha"] == 1.0
 
 
+def test_auto_build_params_on_clusters_of_few_points():
+    """Clusters of fewer points than the graph's degree: the LID estimate collapses between 5 and
+    20 neighbours, the build takes the wide graph, and the default search reaches 0.95 (the narrow
+    graph got 0.90 at beam 64 on this shape)."""
+    from knnkit.datasets.suite import make_tight_clusters
+    from knnkit.index._auto import auto_build_params, estimate_intrinsic_dim
+
+    X, Q = make_tight_clusters(12000, 64, 1200, spread=0.01, n_queries=300, random_state=4)
+    small, large = estimate_intrinsic_dim(X, random_state=0, scales=(5, 20))
+    assert large < 0.5 * small, (small, large)
+    assert auto_build_params(large, small) == (64, 96, 1.0)
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    assert index.graph_degree == 64
+    _d, i = index.search(Q, k=10)
+    assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
+
+
 # ---------------------------------------------------------------- GPU
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
 
@@ -496,7 +513,7 @@ def test_calibration_holds_out_its_queries_and_restores_the_graph():
     b = GraphIndex.build(X, device="cpu", random_state=0, calibrate=False)
     np.testing.assert_array_equal(a.graph, b.graph)
     cal = a.calibration
-    assert cal["queries"] >= 250
+    assert cal["queries"] >= 100
     for beam, r in zip(cal["beams"], cal["recall"]):
         if beam in (16, 32, 64):
             got = recall(a.search(Q, k=10, beam=beam)[1], T)

@@ -27,7 +27,7 @@ _SAMPLE = 500       # points whose neighbourhoods are measured
 _K = 20
 
 
-def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
+def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K, scales=None):
     """Median Levina-Bickel MLE of the local intrinsic dimension of the rows of ``X``.
 
     ``X`` (numpy or cupy, float32, prepared for the metric): ``sample`` rows queried exactly
@@ -36,7 +36,8 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
     200k-row reference measured neighbourhoods 50x sparser than the index sees and gave a lower
     LID (degree 48 instead of 64, recall 0.94 instead of >= 0.95 at beam 64). Cost: one exact
     search of ``sample`` queries (on 2 CPU cores about 1 s per million 128-d rows). Returns a
-    float (``nan`` when there are too few distinct points).
+    float (``nan`` when there are too few distinct points); with ``scales`` (a tuple of
+    neighbour counts <= k) a tuple of estimates, one per scale, from the same search.
 
     Examples
     --------
@@ -47,16 +48,23 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
     """
     from ..exact import knn_lists
 
+    ks = (k,) if scales is None else tuple(int(s) for s in scales)
     n = X.shape[0]
     if n < 3:
-        return float("nan")
-    k = min(k, n - 2)
+        return float("nan") if scales is None else tuple(float("nan") for _ in ks)
+    kmax = min(max(ks), n - 2)
     rng = np.random.default_rng(random_state)
     q = np.sort(rng.choice(n, min(sample, n), replace=False))
     xp = get_array_module(X)
-    d2, _i, _ = knn_lists(X, X[xp.asarray(q)], k + 1, metric="l2", exclude_self=False)
+    d2, _i, _ = knn_lists(X, X[xp.asarray(q)], kmax + 1, metric="l2", exclude_self=False)
     d = np.sqrt(np.maximum(np.asarray(as_host(d2), dtype=np.float64), 0))[:, 1:]  # drop the point itself
     d = d[d[:, 0] > 0]  # duplicates give log(0)
+    out = tuple(_mle(d[:, :min(kk, kmax)]) for kk in ks)
+    return out[0] if scales is None else out
+
+
+def _mle(d):
+    """Median over rows of the Levina-Bickel estimate from ascending neighbour distances ``d``."""
     if d.shape[0] == 0 or d.shape[1] < 2:
         return float("nan")
     ratios = np.log(d[:, :-1] / d[:, -1:])
@@ -65,8 +73,24 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K):
     return float(np.median(1.0 / m)) if m.size else float("nan")
 
 
-def auto_build_params(lid):
-    """``(graph_degree, intermediate_degree, alpha)`` for an estimated intrinsic dimension."""
+#: the estimate at 20 neighbours below this fraction of the one at 5 means the data is clustered
+#: at a scale finer than the graph's neighbourhoods (clusters of a few points)
+_SCALE_GAP = 0.5
+
+
+def auto_build_params(lid, lid_small=None):
+    """``(graph_degree, intermediate_degree, alpha)`` for an estimated intrinsic dimension ``lid``
+    (20 neighbours) and, optionally, the estimate at 5 neighbours ``lid_small``.
+
+    A collapse of the estimate between the two scales (``lid < 0.5 * lid_small``) means clusters
+    of fewer points than the graph's degree: the 20 nearest neighbours cross into other clusters
+    and the far ones dominate the estimate (10,000 clusters of 10 points, 100k x 64: LID 0.49 at
+    20 neighbours, 16 at 5). Such a graph must link across clusters, and navigating between the
+    clusters' centres is a high-dimensional problem: degree 32 / alpha 1.1 reached recall@10 0.904
+    at beam 64 and 0.867 at any beam on the GPU (100k), degree 64 / alpha 1.0 0.986 (30k x 64,
+    3,000 clusters, CPU), so those get the high-dimensional parameters."""
+    if lid_small is not None and np.isfinite(lid_small) and np.isfinite(lid) and lid < _SCALE_GAP * lid_small:
+        return 64, 96, 1.0
     if not np.isfinite(lid) or lid < 28:
         return 32, 64, 1.1
     if lid < 40:

@@ -71,7 +71,7 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS):
     cost the index). The engine's graph is modified during the sweep and restored exactly."""
     n = engine.n
     k = min(10, n - 1)
-    s = min(int(sample), n // 20)  # hiding more than 5% of the points would bias the curve low
+    s = min(int(sample), n // 50)  # hiding more than 2% of the points biases the curve low (lost bridges)
     if k < 1 or s < 20:
         return None
     G = engine._graph
