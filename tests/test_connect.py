@@ -162,3 +162,30 @@ def test_bad_arguments(clustered_graph):
         repair_connectivity(X[:10], g, metric="l2", entry_ids=[0])
     with pytest.raises(ValueError, match="2-D"):
         components(g.ravel())
+
+
+@pytest.mark.parametrize("kind", ["duplicates", "skewed_ip"])
+def test_repair_reaches_everything_on_hard_sets(kind):
+    """Many exact duplicates (pruning keeps one link into a group of copies) and inner product
+    with skewed norms (hubs take the in-links): most points start unreachable; after the repair
+    none is, in a few rounds, and the default index search still finds the neighbours."""
+    import knnkit
+    from knnkit.datasets.suite import make_duplicates, make_skewed_norms
+    from knnkit.evaluate import recall
+
+    if kind == "duplicates":
+        X, Q = make_duplicates(12_000, 3, 2_500, n_queries=200, random_state=5)
+        metric = "sqeuclidean"
+    else:
+        X, Q = make_skewed_norms(12_000, 32, n_queries=200, random_state=5)
+        metric = "inner_product"
+    index = knnkit.GraphIndex.build(X, metric=metric, device="cpu", random_state=0)
+    conn = index.build_params["connectivity"]
+    assert conn["unreachable_before"] > 1000, conn  # the case is real
+    assert conn["unreachable_after"] == 0 and conn["reach_rounds"] <= 16, conn
+    from knnkit.index._connect import reachable_from
+
+    assert bool(reachable_from(index.graph, index.entry_points).all())
+    D, T = knnkit.knn(X, Q, k=10, metric=metric, device="cpu")
+    d, i = index.search(Q, k=10)
+    assert recall(i, T, found_distances=d, true_distances=D, similarity=metric == "inner_product") >= 0.95

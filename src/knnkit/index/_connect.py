@@ -414,6 +414,126 @@ def _link_components(xp, X, labels, c, metric, L, ins):
     return added
 
 
+@numba.njit(cache=True)
+def _bfs_tree(graph, entry, parent, queue):
+    """Breadth-first tree from ``entry``: ``parent[v]`` = the node that first reached v, -1 for an
+    entry, -2 for an unreachable node. Returns the number of reachable nodes."""
+    n, R = graph.shape
+    parent[:] = -2
+    tail = 0
+    for e in entry:
+        if parent[e] == -2:
+            parent[e] = -1
+            queue[tail] = e
+            tail += 1
+    head = 0
+    while head < tail:
+        u = queue[head]
+        head += 1
+        for j in range(R):
+            v = graph[u, j]
+            if v < 0 or v >= n or parent[v] != -2:
+                continue
+            parent[v] = u
+            queue[tail] = v
+            tail += 1
+    return tail
+
+
+@numba.njit(cache=True)
+def _free_slot(graph, parent, touched, r):
+    """A slot of row ``r`` that can take a new link without losing reachability: an empty one,
+    else the last one whose edge is not a BFS-tree edge (its target has another parent) and was not
+    written this round; -1 if none."""
+    R = graph.shape[1]
+    for s in range(R):
+        if graph[r, s] < 0:
+            return s
+    for s in range(R - 1, -1, -1):
+        t = graph[r, s]
+        if not touched[r, s] and parent[t] != r:
+            return s
+    return -1
+
+
+@numba.njit(cache=True)
+def _link_unreachable(graph, parent, touched, repair_links, cap):
+    """Every unreachable node u with a reachable out-neighbour r (the nearest first: rows are in
+    distance order) gets the reverse link r -> u. Tree edges are never replaced, so every node
+    reachable before stays reachable; a row takes at most ``cap`` repair links in all."""
+    n, R = graph.shape
+    added = 0
+    for u in range(n):
+        if parent[u] != -2:
+            continue
+        for j in range(R):
+            r = graph[u, j]
+            if r < 0 or r >= n or parent[r] == -2 or repair_links[r] >= cap:
+                continue
+            s = _free_slot(graph, parent, touched, r)
+            if s < 0:
+                continue
+            graph[r, s] = u
+            touched[r, s] = True
+            repair_links[r] += 1
+            added += 1
+            break
+    return added
+
+
+@numba.njit(cache=True)
+def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst):
+    """For each ``dst[i]`` the first candidate source of ``src_cand[i]`` with room gets dst[i]."""
+    added = 0
+    for i in range(dst.shape[0]):
+        u = dst[i]
+        for c in range(src_cand.shape[1]):
+            r = src_cand[i, c]
+            if r < 0 or parent[r] == -2 or repair_links[r] >= cap:
+                continue
+            s = _free_slot(graph, parent, touched, r)
+            if s < 0:
+                continue
+            graph[r, s] = u
+            touched[r, s] = True
+            repair_links[r] += 1
+            added += 1
+            break
+    return added
+
+
+def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry,
+                                 batch=4096, sample=8192, cands=16):
+    """Unreachable nodes with no reachable out-neighbour (a part that only links into itself, or
+    whose reachable neighbours are full): link up to ``batch`` of them from their nearest reachable
+    nodes among a sample of ``sample`` reachable ones (exact distances, one GEMM)."""
+    un = np.flatnonzero(parent == -2)[:batch]
+    reach = np.flatnonzero(parent != -2)
+    if un.size == 0 or reach.size == 0:
+        return 0
+    rs = np.random.default_rng(int(un.size) * 7919 + int(reach.size))
+    pool = np.unique(np.concatenate([entry, rs.choice(reach, size=min(sample, reach.size), replace=False)]))
+    pool = pool[parent[pool] != -2]
+    P = X[xp.asarray(pool)]
+    U = X[xp.asarray(un)]
+    G = U @ P.T
+    m = min(cands, pool.size)
+    # candidate sources by the metric, then (inner product) by Euclidean nearness: the best dot
+    # products are hubs whose rows are often full already
+    keys = [(P * P).sum(axis=1)[None, :] - 2 * G]
+    if metric == "ip":
+        keys.insert(0, -G)
+    parts = []
+    for D in keys:
+        part = xp.argpartition(D, m - 1, axis=1)[:, :m] if m < pool.size else xp.argsort(D, axis=1)
+        part = xp.take_along_axis(part, xp.argsort(xp.take_along_axis(D, part, axis=1), axis=1), axis=1)
+        parts.append(pool[_to_host(part)])
+    # last resort: random reachable nodes (a row with room always exists among them)
+    parts.append(rs.choice(reach, size=(un.size, 8)))
+    src = np.concatenate(parts, axis=1).astype(np.int64)
+    return int(_insert_links(gh, parent, touched, repair_links, cap, src, un.astype(np.int64)))
+
+
 def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, max_rounds=64, copy=True):
     """Make every node of a search graph reachable from the entry points.
 
@@ -423,8 +543,11 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
        its ``links_per_component`` nearest other components (centroid distances by one GEMM,
        ``O(c^2 d)``), in both directions, between the node of A nearest B's centroid and the node of B
        nearest that node (exact distances). Every round at least halves the number of components.
-    2. **Reachability**: breadth-first from ``entry_ids``; every unreachable node ``u`` with an edge
-       to a reachable node ``r`` gets the reverse link ``r -> u``, until nothing is unreachable.
+    2. **Reachability** (host Numba, also for a GPU graph): a breadth-first tree from
+       ``entry_ids``; every unreachable node ``u`` with an edge to a reachable node ``r`` gets the
+       reverse link ``r -> u`` (all of them in one pass); a part with no such edge is linked from
+       the nearest reachable nodes of a sample (one GEMM); repeated until nothing is unreachable.
+       A link never replaces a BFS-tree edge, so a node reachable before a round stays reachable.
 
     A link goes into an empty slot if the row has one, otherwise it replaces the last slot whose
     target has another in-link (rows of a pruned graph end with their farthest neighbours) and that
@@ -506,39 +629,28 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
         rounds += 1
     stats["component_rounds"] = rounds
 
+    # phase 2 on the host copy: BFS tree from the entries, then reverse links into the unreachable
+    # part, never removing a tree edge (so nothing reachable is lost), a few rounds in Numba
     rounds = 0
+    parent = np.empty(n, np.int64)
+    queue = np.empty(n, np.int64)
+    touched = np.zeros(gh.shape, np.bool_)
+    repair_links = np.zeros(n, np.int32)
+    cap = max(1, gh.shape[1] // 2)
     while rounds < max_rounds:
-        reach = reachable_from(g, entry)
-        un = xp.flatnonzero(~reach)
-        if un.size == 0:
+        if _bfs_tree(gh, entry, parent, queue) == n:
             break
-        rows = g[un]
-        ok = (rows >= 0) & (rows < n)
-        ok[ok] = reach[rows[ok]]
-        has = ok.any(axis=1)
-        reach_h = _to_host(reach)
-        added = 0
-        if bool(has.any()):
-            # u unreachable with an out-edge to reachable r: add r -> u (or from a reachable node
-            # near r when r's row already holds its share of repair links)
-            first = xp.argmax(ok, axis=1)
-            u = _to_host(un[has]).tolist()
-            r = _to_host(rows[xp.flatnonzero(has), first[has]]).tolist()
-            for rr, uu in zip(r, u):
-                src = ins.source_near(rr, reach_h)
-                if src is not None:
-                    added += ins.insert(src, uu)
+        touched[:] = False
+        added = _link_unreachable(gh, parent, touched, repair_links, cap)
+        logger.debug("repair_connectivity: reach round %d, %d unreachable, %d linked from a neighbour",
+                     rounds, int((parent == -2).sum()), added)
         if added == 0:
-            # nothing links the unreachable part to the reachable one (phase 1 hit its cap) or
-            # every nearby row is full: link the first unreachable node with its nearest entry
-            u0 = int(un[0])
-            ent = xp.asarray(entry)
-            e = int(entry[int(xp.argmin(_dist_to(xp, X[ent], X[u0], metric)))])
-            added = ins.insert(e, u0) + ins.insert(u0, e)
+            added = _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry)
             if added == 0:
                 break
-        g = dev()
+        ins.added += added
         rounds += 1
+    g = dev()
     stats["reach_rounds"] = rounds
     labels, c = components(g)
     stats["components_after"] = c
