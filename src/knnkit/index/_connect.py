@@ -620,7 +620,10 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     # fraction of a second, where CuPy label propagation took seconds); X stays on its device
     labels, c = components(gh)
     stats["components_before"] = c
-    stats["unreachable_before"] = int(n - int(reachable_from(gh, entry).sum()))
+    parent = np.empty(n, np.int64)
+    queue = np.empty(n, np.int64)
+    reached = _bfs_tree(gh, entry, parent, queue)
+    stats["unreachable_before"] = int(n - reached)
     rounds = 0
     while c > 1 and rounds < max_rounds:
         L = int(min(links_per_component, c - 1))
@@ -629,32 +632,33 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
         labels, c = components(gh)
         rounds += 1
     stats["component_rounds"] = rounds
+    if rounds:
+        reached = _bfs_tree(gh, entry, parent, queue)
 
     # phase 2 on the host copy: BFS tree from the entries, then reverse links into the unreachable
     # part, never removing a tree edge (so nothing reachable is lost), a few rounds in Numba
     rounds = 0
-    parent = np.empty(n, np.int64)
-    queue = np.empty(n, np.int64)
-    touched = np.zeros(gh.shape, np.bool_)
+    touched = np.zeros(gh.shape, np.bool_) if reached < n else None
     repair_links = np.zeros(n, np.int32)
     cap = max(1, gh.shape[1] // 2)
-    while rounds < max_rounds:
-        if _bfs_tree(gh, entry, parent, queue) == n:
-            break
+    while reached < n and rounds < max_rounds:
         touched[:] = False
         added = _link_unreachable(gh, parent, touched, repair_links, cap)
         logger.debug("repair_connectivity: reach round %d, %d unreachable, %d linked from a neighbour",
-                     rounds, int((parent == -2).sum()), added)
+                     rounds, n - reached, added)
         if added == 0:
             added = _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry)
             if added == 0:
                 break
         ins.added += added
         rounds += 1
+        reached = _bfs_tree(gh, entry, parent, queue)
     stats["reach_rounds"] = rounds
-    labels, c = components(gh)
+    # links only ever merge components: recount only when some were left after phase 1
+    if c > 1:
+        labels, c = components(gh)
     stats["components_after"] = c
-    stats["unreachable_after"] = int(n - int(reachable_from(gh, entry).sum()))
+    stats["unreachable_after"] = int(n - reached)
     g = dev()
     stats["links_added"] = ins.added
     stats["seconds"] = round(time.perf_counter() - t0, 4)
