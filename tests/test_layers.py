@@ -11,7 +11,7 @@ import knnkit
 
 ROOT = os.path.dirname(knnkit.__file__)
 LAYERS = {"_core": 0, "exact": 1, "graph": 1, "index": 1, "api": 2, "io": 2, "datasets": 2, "cli": 2,
-          "evaluate": 2, "__init__": 3, "__main__": 3}
+          "evaluate": 2, "sklearn": 2, "__init__": 3, "__main__": 3}
 # within the algorithm layer: exact <- graph <- index (an index builds on graphs, graphs on exact search)
 ALGO_ORDER = {"exact": 0, "graph": 1, "index": 2}
 PUBLIC = {"knn", "knn_graph", "merge_graphs", "knn_graph_out_of_core", "load", "GraphIndex"}
