@@ -195,7 +195,9 @@ def test_include_self_and_csr():
         row = m.indices[m.indptr[i]:m.indptr[i + 1]]
         assert (np.diff(row) > 0).all()
         np.testing.assert_array_equal(row, np.sort(I[i]))
-        np.testing.assert_allclose(m[i, I[i]].toarray().ravel(), D[i])
+        # scikit-learn's default metric: Euclidean values; squared=True keeps the graph's own
+        np.testing.assert_allclose(m[i, I[i]].toarray().ravel(), np.sqrt(D[i]), rtol=1e-6)
+        np.testing.assert_allclose(g.to_csr(squared=True)[i, I[i]].toarray().ravel(), D[i])
     # the self entry is an explicit stored zero (sklearn's include_self=True graph keeps it)
     assert m[5, 5] == 0 and 5 in m.indices[m.indptr[5]:m.indptr[6]]
 

@@ -119,3 +119,28 @@ def test_import_knnkit_does_not_import_sklearn():
     code = "import sys, knnkit; print('sklearn' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_umap_knn_format_and_embedding_quality():
+    """``umap_knn`` gives UMAP's own layout of neighbours (self first, Euclidean distances) and an
+    embedding as trustworthy as UMAP with its own neighbour search."""
+    import knnkit
+
+    X = np.random.default_rng(3).standard_normal((800, 12)).astype(np.float32)
+    ind, dist = knnkit.umap_knn(X, 10, device="cpu", random_state=0)
+    assert ind.shape == dist.shape == (800, 10) and ind.dtype == np.int64
+    assert (ind[:, 0] == np.arange(800)).all() and (dist[:, 0] == 0).all()
+    d_true, i_true = knnkit.knn(X, k=9, metric="euclidean", device="cpu")
+    np.testing.assert_allclose(dist[:, 1:], d_true, rtol=1e-4, atol=1e-5)  # small n: exact graph
+    with pytest.raises(ValueError, match="metric"):
+        knnkit.umap_knn(X, 10, metric="inner_product")
+    umap = pytest.importorskip("umap")
+    from sklearn.manifold import trustworthiness
+
+    from sklearn.datasets import load_digits
+
+    D = load_digits().data[:1000].astype(np.float32)
+    ind, dist = knnkit.umap_knn(D, 15, device="cpu", random_state=0)
+    ours = umap.UMAP(n_neighbors=15, precomputed_knn=(ind, dist, None), random_state=0, n_epochs=100).fit_transform(D)
+    ref = umap.UMAP(n_neighbors=15, random_state=0, n_epochs=100).fit_transform(D)
+    assert trustworthiness(D, ours, n_neighbors=10) > trustworthiness(D, ref, n_neighbors=10) - 0.02

@@ -11,7 +11,7 @@ kernel cache, parameter objects, registry, file container) <- algorithms (``exac
 from ._core.config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
 from ._core.backend import gpu_available
 from .api.exact import knn
-from .api.graph import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core
+from .api.graph import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core, umap_knn
 from .api.index import GraphIndex
 from .api.load import load, methods
 from .exact import ExactParams
@@ -23,7 +23,7 @@ from . import io, datasets, evaluate
 __version__ = "0.2.0"
 
 __all__ = [
-    "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "GraphIndex", "load", "methods",
+    "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "umap_knn", "GraphIndex", "load", "methods",
     "ExactParams", "NNDescentParams", "RSFKParams", "IndexParams", "SearchParams",
     "set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress",
     "gpu_available", "io", "datasets", "evaluate", "__version__",

@@ -11,7 +11,7 @@ from ..graph.nndescent import NNDescentParams
 from ._graphops import build_graph, merge_prepared
 from .knngraph import KnnGraph
 
-__all__ = ["knn_graph", "merge_graphs", "knn_graph_out_of_core", "KnnGraph"]
+__all__ = ["umap_knn", "knn_graph", "merge_graphs", "knn_graph_out_of_core", "KnnGraph"]
 
 _NND_SHORTCUTS = ("n_neighbors_internal", "sample", "max_iters", "delta", "update", "refine_hubs", "verbose")
 
@@ -105,6 +105,42 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
     return KnnGraph(**build_graph(P, k, method=method, random_state=random_state, init_graph=init_graph,
                                   include_self=include_self, params=params, shortcuts=shortcuts, data=data,
                                   device_arg=device))
+
+
+def umap_knn(data, n_neighbors=15, *, metric="euclidean", method="auto", device="auto", random_state=None):
+    """Nearest neighbours in the form ``umap.UMAP(precomputed_knn=...)`` takes.
+
+    Parameters
+    ----------
+    data : array-like (n, d)
+    n_neighbors : int, default 15
+        UMAP's ``n_neighbors``: columns per row, the point itself (distance 0) first.
+    metric : {"euclidean", "cosine"}
+        The metric the UMAP model is given (distances are returned in it).
+    method, device, random_state
+        As in :func:`knn_graph` (the graph is built with ``include_self=True``).
+
+    Returns
+    -------
+    knn_indices : int64 (n, n_neighbors)
+    knn_dists : float32 (n, n_neighbors)
+
+    Examples
+    --------
+    >>> import numpy as np, knnkit
+    >>> X = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> ind, dist = knnkit.umap_knn(X, 10, device="cpu", random_state=0)
+    >>> ind.shape, bool((ind[:, 0] == np.arange(500)).all())
+    ((500, 10), True)
+
+    With umap-learn: ``umap.UMAP(n_neighbors=10, precomputed_knn=(ind, dist, None)).fit(X)``.
+    """
+    if metric not in ("euclidean", "cosine"):
+        raise ValueError(f"metric must be 'euclidean' or 'cosine' (UMAP metrics knnkit computes), got {metric!r}")
+    P = prepare(data, metric="sqeuclidean" if metric == "euclidean" else metric, device=device, metrics=GRAPH_METRICS)
+    g = KnnGraph(**build_graph(P, n_neighbors, method=method, random_state=random_state, include_self=True,
+                               data=data, device_arg=device))
+    return g.to_umap()
 
 
 def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,

@@ -133,17 +133,46 @@ class KnnGraph:
         return _recall_rows(ind[:, :m].astype(np.int64), t[:, :m].astype(np.int64))
 
     # ------------------------------------------------------------------ conversions
-    def to_csr(self):
+    def to_csr(self, *, mode="distance", squared=None):
         """The graph as a scipy ``csr_matrix`` of shape (n, n).
 
-        Same conventions as ``sklearn.neighbors.kneighbors_graph(mode="distance")``: entry
-        ``(i, j)`` holds the distance from ``i`` to neighbour ``j`` (explicit zeros kept, e.g. for
-        duplicates and for the self column of ``include_self=True``); rows have sorted column
-        indices; ``-1`` slots are left out.
+        Same conventions as ``sklearn.neighbors.kneighbors_graph``: entry ``(i, j)`` holds the
+        distance from ``i`` to neighbour ``j`` (explicit zeros kept, e.g. for duplicates and for the
+        self column of ``include_self=True``), or 1 with ``mode="connectivity"``; rows have sorted
+        column indices; ``-1`` slots are left out.
+
+        Parameters
+        ----------
+        mode : {"distance", "connectivity"}
+        squared : bool, optional
+            For a ``"sqeuclidean"`` graph: ``False`` (default) stores Euclidean distances, the
+            values of scikit-learn's default metric, so the matrix can be handed to estimators
+            with ``metric="precomputed"``; ``True`` keeps the squared values. Other metrics store
+            their own values (``squared`` must then be None).
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> X = np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]], np.float32)
+        >>> g = knnkit.knn_graph(X, k=1, device="cpu")
+        >>> g.to_csr().toarray().tolist()
+        [[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 5.0, 0.0]]
+        >>> g.to_csr(squared=True)[0, 1], g.to_csr(mode="connectivity")[0, 1]
+        (np.float32(25.0), np.float32(1.0))
         """
         import scipy.sparse as sp
 
+        if mode not in ("distance", "connectivity"):
+            raise ValueError(f"mode must be 'distance' or 'connectivity', got {mode!r}")
+        if squared is not None and not isinstance(squared, bool):
+            raise TypeError(f"squared must be a bool or None, got {type(squared).__name__}")
+        if squared is not None and self.metric != "sqeuclidean":
+            raise ValueError(f"squared applies to 'sqeuclidean' graphs, this one is {self.metric!r}")
         ind, dist = self.host_arrays()
+        if mode == "connectivity":
+            dist = np.ones_like(dist, dtype=np.float32)
+        elif self.metric == "sqeuclidean" and not squared:
+            dist = np.sqrt(np.maximum(dist, 0))
         n, k = ind.shape
         valid = ind >= 0
         counts = valid.sum(axis=1)
@@ -159,6 +188,46 @@ class KnnGraph:
                           shape=(n, n))
         m.has_sorted_indices = True
         return m
+
+    def to_umap(self):
+        """``(knn_indices, knn_dists)`` as ``umap.UMAP(precomputed_knn=...)`` takes them.
+
+        Each row starts with the point itself at distance 0 (UMAP's own nearest-neighbour
+        output does), followed by its neighbours; ``n_neighbors`` of the UMAP model must equal
+        the number of columns. Distances are in UMAP's metric: Euclidean (not squared) for
+        ``"sqeuclidean"``/``"euclidean"`` graphs (use ``metric="euclidean"`` in UMAP), ``1 - cos``
+        for ``"cosine"``. ``inner_product`` graphs have no UMAP metric and raise ``ValueError``.
+
+        Returns
+        -------
+        knn_indices : int64 (n, m)
+        knn_dists : float32 (n, m)
+            ``m = k + 1`` when the graph excludes self, ``k`` when it already includes it.
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> X = np.random.default_rng(0).random((300, 4), dtype=np.float32)
+        >>> ind, dist = knnkit.knn_graph(X, k=14, device="cpu", random_state=0).to_umap()
+        >>> ind.shape, bool((ind[:, 0] == np.arange(300)).all()), float(dist[:, 0].max())
+        ((300, 15), True, 0.0)
+        """
+        if self.metric not in ("sqeuclidean", "euclidean", "cosine"):
+            raise ValueError(f"a {self.metric!r} graph has no UMAP metric (use euclidean or cosine)")
+        ind, dist = self.host_arrays()
+        ind = ind.astype(np.int64)
+        dist = dist.astype(np.float32)
+        if self.metric == "sqeuclidean":
+            dist = np.sqrt(np.maximum(dist, 0))
+        if not self.include_self:
+            n = ind.shape[0]
+            ind = np.concatenate([np.arange(n, dtype=np.int64)[:, None], ind], axis=1)
+            dist = np.concatenate([np.zeros((n, 1), np.float32), dist], axis=1)
+        else:
+            dist[:, 0] = 0.0
+        if bool((ind < 0).any()):
+            raise ValueError("the graph has empty (-1) slots; UMAP needs full rows (build with a smaller k)")
+        return ind, dist
 
     # ------------------------------------------------------------------ persistence
     def save(self, path):
