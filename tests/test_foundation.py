@@ -132,3 +132,21 @@ def test_load_rejects_unknown_file(tmp_path):
     p.write_bytes(b"NOTKNNKT" + b"\0" * 10)
     with pytest.raises(ValueError, match="not a knnkit file"):
         knnkit.load(p)
+
+
+def test_import_is_light():
+    """``import knnkit`` loads neither Numba, scipy nor CuPy; a first CPU call loads what it needs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, knnkit; print(sorted(m for m in ('numba', 'scipy', 'cupy', 'sklearn', 'h5py') if m in sys.modules));"
+            "import numpy as np; knnkit.knn(np.eye(3, dtype='f4'), k=1, device='cpu'); print('numba' in sys.modules)")
+    import os
+
+    import knnkit
+
+    # the knnkit these tests import (the source tree), not another installed copy
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(knnkit.__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=env).stdout.split("\n")
+    assert out[0] == "[]" and out[1] == "True", out

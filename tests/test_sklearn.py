@@ -117,7 +117,12 @@ def test_import_knnkit_does_not_import_sklearn():
     import sys
 
     code = "import sys, knnkit; print('sklearn' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import os
+
+    import knnkit
+
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(knnkit.__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "False"
 
 

@@ -8,19 +8,22 @@ kernel cache, parameter objects, registry, file container) <- algorithms (``exac
 ``index``) <- facades (``api``, ``io``, ``cli``, ``datasets``, ``evaluate``).
 """
 
+import importlib
+
 from ._core.config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
 from ._core.backend import gpu_available
-from .api.exact import knn
-from .api.graph import KnnGraph, knn_graph, merge_graphs, knn_graph_out_of_core, umap_knn
-from .api.index import GraphIndex
-from .api.load import load, methods
-from .exact import ExactParams
-from .graph.nndescent import NNDescentParams
-from .graph.rsfk import RSFKParams
-from .index import IndexParams, SearchParams
-from . import io, datasets, evaluate
 
 __version__ = "0.2.0"
+
+# The rest of the face is imported on first use (PEP 562): ``import knnkit`` then costs numpy and
+# the core only, not Numba's ~0.3 s (or scipy, CuPy) before the first call needs them.
+_LAZY = {
+    "knn": ".api.exact", "KnnGraph": ".api.graph", "knn_graph": ".api.graph", "merge_graphs": ".api.graph",
+    "knn_graph_out_of_core": ".api.graph", "umap_knn": ".api.graph", "GraphIndex": ".api.index",
+    "load": ".api.load", "methods": ".api.load", "ExactParams": ".exact", "NNDescentParams": ".graph.nndescent",
+    "RSFKParams": ".graph.rsfk", "IndexParams": ".index", "SearchParams": ".index",
+}
+_SUBMODULES = ("io", "datasets", "evaluate")
 
 __all__ = [
     "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "umap_knn", "GraphIndex", "load", "methods",
@@ -28,3 +31,18 @@ __all__ = [
     "set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress",
     "gpu_available", "io", "datasets", "evaluate", "__version__",
 ]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module("." + name, __name__)
+    else:
+        raise AttributeError(f"module 'knnkit' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
