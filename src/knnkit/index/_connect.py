@@ -457,6 +457,20 @@ def _free_slot(graph, parent, touched, r):
 
 
 @numba.njit(cache=True)
+def _put_link(graph, parent, touched, repair_links, cap, r, u):
+    """Write the link r -> u if ``r`` is a reachable node with room (see :func:`_free_slot`)."""
+    if r < 0 or parent[r] == -2 or repair_links[r] >= cap:
+        return False
+    s = _free_slot(graph, parent, touched, r)
+    if s < 0:
+        return False
+    graph[r, s] = u
+    touched[r, s] = True
+    repair_links[r] += 1
+    return True
+
+
+@numba.njit(cache=True)
 def _link_unreachable(graph, parent, touched, repair_links, cap):
     """Every unreachable node u with a reachable out-neighbour r (the nearest first: rows are in
     distance order) gets the reverse link r -> u. Tree edges are never replaced, so every node
@@ -468,16 +482,9 @@ def _link_unreachable(graph, parent, touched, repair_links, cap):
             continue
         for j in range(R):
             r = graph[u, j]
-            if r < 0 or r >= n or parent[r] == -2 or repair_links[r] >= cap:
-                continue
-            s = _free_slot(graph, parent, touched, r)
-            if s < 0:
-                continue
-            graph[r, s] = u
-            touched[r, s] = True
-            repair_links[r] += 1
-            added += 1
-            break
+            if r < n and _put_link(graph, parent, touched, repair_links, cap, r, u):
+                added += 1
+                break
     return added
 
 
@@ -488,17 +495,9 @@ def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst):
     for i in range(dst.shape[0]):
         u = dst[i]
         for c in range(src_cand.shape[1]):
-            r = src_cand[i, c]
-            if r < 0 or parent[r] == -2 or repair_links[r] >= cap:
-                continue
-            s = _free_slot(graph, parent, touched, r)
-            if s < 0:
-                continue
-            graph[r, s] = u
-            touched[r, s] = True
-            repair_links[r] += 1
-            added += 1
-            break
+            if _put_link(graph, parent, touched, repair_links, cap, src_cand[i, c], u):
+                added += 1
+                break
     return added
 
 
