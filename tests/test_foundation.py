@@ -150,3 +150,23 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=env).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True", out
+
+
+def test_verbose_prints_without_logging_setup(capsys):
+    """``verbose=True`` shows the build's progress on stderr with no logging configured."""
+    import logging
+
+    import numpy as np
+
+    import knnkit
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers[:] = []  # an application that configured nothing (pytest adds its own handlers)
+    try:
+        X = np.random.default_rng(0).random((2000, 8), dtype=np.float32)
+        knnkit.knn_graph(X, k=5, method="nndescent", device="cpu", verbose=True, random_state=0)
+    finally:
+        root.handlers[:] = saved
+    err = capsys.readouterr().err
+    assert "NN-Descent" in err and "iteration 0" in err

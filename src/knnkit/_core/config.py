@@ -3,10 +3,46 @@
 import logging
 import threading
 
-__all__ = ["set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress", "progress"]
+__all__ = ["set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress", "progress",
+           "verbose_logging"]
 
 logger = logging.getLogger("knnkit")
 logger.addHandler(logging.NullHandler())
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (notebooks and test runners replace it)."""
+
+    @property
+    def stream(self):
+        import sys
+
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+_verbose_handler = None
+
+
+def verbose_logging():
+    """``verbose=True`` must print by itself: when the application configured no logging (no
+    handler on the knnkit logger or the root logger), attach one stderr handler at INFO, once."""
+    global _verbose_handler
+    if _verbose_handler is not None:
+        return
+    real = [h for h in logger.handlers if not isinstance(h, logging.NullHandler)]
+    if real or logging.getLogger().handlers:
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        return
+    _verbose_handler = _StderrHandler()
+    _verbose_handler.setFormatter(logging.Formatter("knnkit: %(message)s"))
+    logger.addHandler(_verbose_handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
 
 _OUTPUTS = ("input", "numpy", "cupy", "torch")
 _state = threading.local()

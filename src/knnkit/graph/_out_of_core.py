@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from .._core.config import logger, progress, get_memory_budget
+from .._core.config import logger, progress, get_memory_budget, verbose_logging
 from .._core.metrics import finalize_distances, to_internal
 from .._core.prepare import prepare
 from .._core.random import seed_from
@@ -90,6 +90,8 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
     Returns ``("graph", I, D, stats)`` (global ids, user metric) or ``("paths", paths)`` with the
     paths of ``knn_indices.ibin`` / ``knn_distances.fbin`` / ``manifest.json``.
     """
+    if verbose:
+        verbose_logging()
     hook = _fault_hook or (lambda name: None)
     io = _io()
     path = os.fspath(path)

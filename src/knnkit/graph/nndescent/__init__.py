@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..._core.backend import device_of, twin
-from ..._core.config import logger
+from ..._core.config import logger, verbose_logging
 from ..._core.params import Params, check_bool, check_choice, check_float, check_int
 
 __all__ = ["NNDescentParams", "nndescent_graph", "run_nndescent", "default_parameters", "default_update",
@@ -307,6 +307,7 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
     phase["prepare"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if params.verbose:
+        verbose_logging()
         logger.info("knn_graph: NN-Descent on %s, n=%d K=%d p=%d max_iters=%d update=%s",
                     device, n, K, p, iters, params.update)
     I, D, st = run_nndescent(Xw, K, sample=p, max_iters=iters, delta=params.delta, metric=metric,
