@@ -297,6 +297,9 @@ def _dist_to(xp, A, b, metric):
     return (A * A).sum(axis=1) - 2 * dots + float((b * b).sum())
 
 
+_HOST_COPY_MAX_BYTES = 2 << 30
+
+
 # ---------------------------------------------------------------------------------- link insertion
 class _Inserter:
     """Puts links into the rows of a host (numpy) graph: an empty slot if the row has one,
@@ -395,6 +398,11 @@ def _link_components(xp, X, labels, c, metric, L, ins):
     starts = np.searchsorted(lab_host[order_all], np.arange(c + 1))
     seen_pairs = set()
     added = 0
+    # the per-pair nearest-member searches are tiny: on a GPU each costs a launch and a sync
+    # (1,500 pairs took seconds at 1M points), so they run on a host copy when it is affordable
+    xq, Xq = xp, X
+    if xp is not np and X.nbytes <= _HOST_COPY_MAX_BYTES:
+        xq, Xq = np, _to_host(X)
     for a in range(c):
         for j in range(L):
             b = int(T_host[a, j])
@@ -404,8 +412,8 @@ def _link_components(xp, X, labels, c, metric, L, ins):
             seen_pairs.add(key)
             u = int(u_host[a, j])
             members = order_all[starts[b]:starts[b + 1]]
-            mem = xp.asarray(members)
-            v = int(members[int(xp.argmin(_dist_to(xp, X[mem], X[u], metric)))])
+            mem = xq.asarray(members)
+            v = int(members[int(xq.argmin(_dist_to(xq, Xq[mem], Xq[u], metric)))])
             # a full row hands the link to a nearby node of the same component
             su = ins.source_near(u, lab_host == a)
             sv = ins.source_near(v, lab_host == b)
