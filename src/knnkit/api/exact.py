@@ -14,7 +14,7 @@ __all__ = ["knn"]
 
 
 def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device="auto", precision=None,
-        batch_size=None, params=None, random_state=None):
+        batch_size=None, params=None, random_state=None, filter=None):
     """Exact k nearest neighbours by brute force (the library's ground truth).
 
     Parameters
@@ -55,6 +55,14 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device
         ``ExactParams``).
     random_state : None or int
         Seed of the methods' random choices (Sweet KNN's landmarks); results do not depend on it.
+    filter : array-like, optional
+        Only points that pass are returned (needs ``queries``). One for all queries: a boolean
+        mask of length n, or a packed bitset (uint8 or uint32 words, bit ``j % w`` of word
+        ``j // w`` set for point ``j``, little-endian as cuVS's bitset). One per query: a boolean
+        array (m, n), a bitset (m, words), or a list of m arrays of point ids. The search runs
+        exactly over the passing points (per distinct filter row), so results are exact; a query
+        with fewer than ``k`` passing points gets index ``-1`` and distance ``inf`` (``-inf`` for
+        ``inner_product``) in the remaining slots: there, no point exists.
 
     Returns
     -------
@@ -77,8 +85,101 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device
     True
     """
     shortcuts = dict(precision=precision, batch_size=batch_size)
+    if filter is not None:
+        return _filtered(data, queries, k, filter, metric=metric, method=method, device=device, params=params,
+                         shortcuts=shortcuts, random_state=random_state)
     return exact_arrays(data, queries, k, metric=metric, method=method, device=device, params=params,
                         shortcuts=shortcuts, random_state=random_state)
+
+
+def filter_rows(filt, n, m):
+    """A validated ``filter`` as ``(shared, rows)``: ``shared`` True with one sorted int64 id array
+    (numpy) passing for every query, or False with a list of m such arrays (one per query)."""
+    import numpy as np
+
+    from .._core.backend import as_host
+
+    if isinstance(filt, (list, tuple)):
+        if len(filt) != m:
+            raise ValueError(f"filter: a list needs one id array per query ({m}), got {len(filt)}")
+        rows = []
+        for r in filt:
+            ids = np.asarray(as_host(r) if hasattr(r, "__cuda_array_interface__") else r)
+            if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+                raise TypeError("filter: each list entry must be a 1-D array of integer point ids")
+            ids = np.unique(ids.astype(np.int64))
+            if ids.size and (ids[0] < 0 or ids[-1] >= n):
+                raise ValueError(f"filter: point ids must be in [0, {n})")
+            rows.append(ids)
+        return False, rows
+    a = filt
+    if hasattr(a, "__cuda_array_interface__") or type(a).__module__.startswith("torch"):
+        a = as_host(a)
+    a = np.asarray(a)
+    if a.dtype == bool:
+        mask = a
+    elif a.dtype in (np.uint8, np.uint32):
+        w = 8 * a.dtype.itemsize
+        words = -(-n // w)
+        if a.shape[-1] != words or a.ndim not in (1, 2):
+            raise ValueError(f"filter: a {a.dtype} bitset over n={n} points has {words} words per row, "
+                             f"got shape {a.shape}")
+        bits = np.unpackbits(a.view(np.uint8).reshape(a.shape[:-1] + (-1,)), axis=-1, bitorder="little")
+        mask = bits[..., :n].astype(bool)
+    else:
+        raise TypeError(f"filter must be a boolean mask, a uint8/uint32 bitset or a list of id arrays, "
+                        f"got dtype {a.dtype}")
+    if mask.ndim == 1:
+        if mask.shape[0] != n:
+            raise ValueError(f"filter: mask length must be n={n}, got {mask.shape[0]}")
+        return True, np.flatnonzero(mask).astype(np.int64)
+    if mask.ndim == 2 and mask.shape == (m, n):
+        return False, [np.flatnonzero(r).astype(np.int64) for r in mask]
+    raise ValueError(f"filter: a mask must have shape ({n},) or ({m}, {n}), got {mask.shape}")
+
+
+def _filtered(data, queries, k, filt, *, metric, method, device, params, shortcuts, random_state):
+    """knn over the points that pass ``filt``: one exact search per distinct filter row."""
+    import dataclasses
+
+    import numpy as np
+
+    if queries is None:
+        raise ValueError("filter needs queries (give the points themselves as queries for an all-points search)")
+    P = prepare(data, metric=metric, device=device)
+    Q = prepare_queries(queries, P)
+    P = rescaled(P, Q.scale)
+    k = check_k(k, P.n)
+    m = Q.n
+    shared, rows = filter_rows(filt, P.n, m)
+    xp = get_array_module(P.X)
+    fill = -np.inf if P.metric == "inner_product" else np.inf
+    out_d = xp.full((m, k), fill, dtype=xp.float32)
+    out_i = xp.full((m, k), -1, dtype=xp.int64)
+    groups = [(np.arange(m), rows)] if shared else _group_rows(rows)
+    for qrows, ids in groups:
+        kk = min(k, int(ids.size))
+        if kk == 0:
+            continue
+        sel = xp.asarray(ids)
+        Psub = dataclasses.replace(P, raw=P.raw[sel], X=P.X[sel])
+        qsel = xp.asarray(qrows)
+        Qsub = Q if shared else dataclasses.replace(Q, raw=Q.raw[qsel], X=Q.X[qsel])
+        d, i, _stats = exact_search(Psub, Qsub, kk, method=method, params=params, shortcuts=shortcuts,
+                                    random_state=random_state)
+        out_d[qsel, :kk] = d
+        out_i[qsel, :kk] = sel[i]
+    return wrap_output(out_d, Q.info), wrap_output(out_i, Q.info)
+
+
+def _group_rows(rows):
+    """``[(query rows, ids)]``: queries with identical filters searched together."""
+    import numpy as np
+
+    groups = {}
+    for q, ids in enumerate(rows):
+        groups.setdefault(ids.tobytes(), (ids, []))[1].append(q)
+    return [(np.asarray(qs, dtype=np.int64), ids) for ids, qs in groups.values()]
 
 
 def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", device="auto", params=None,
