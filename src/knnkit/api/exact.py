@@ -156,7 +156,7 @@ def _filtered(data, queries, k, filt, *, metric, method, device, params, shortcu
     fill = -np.inf if P.metric == "inner_product" else np.inf
     out_d = xp.full((m, k), fill, dtype=xp.float32)
     out_i = xp.full((m, k), -1, dtype=xp.int64)
-    groups = [(np.arange(m), rows)] if shared else _group_rows(rows)
+    groups = [(np.arange(m), rows)] if shared else group_filter_rows(rows)
     for qrows, ids in groups:
         kk = min(k, int(ids.size))
         if kk == 0:
@@ -172,7 +172,7 @@ def _filtered(data, queries, k, filt, *, metric, method, device, params, shortcu
     return wrap_output(out_d, Q.info), wrap_output(out_i, Q.info)
 
 
-def _group_rows(rows):
+def group_filter_rows(rows):
     """``[(query rows, ids)]``: queries with identical filters searched together."""
     import numpy as np
 

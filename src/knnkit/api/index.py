@@ -21,6 +21,8 @@ from ..index._calibrate import beam_for, calibrate, raised_default_beam
 __all__ = ["GraphIndex"]
 
 MAX_K = 1024
+#: filtered search: at most this many passing points are searched exactly (no graph walk)
+FILTER_EXACT_MAX = 2048
 
 
 class GraphIndex:
@@ -216,7 +218,7 @@ class GraphIndex:
 
     # ------------------------------------------------------------------ search
     def search(self, queries, k=10, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None,
-               batch_size=None, traversal=None, params=None, target_recall=None):
+               batch_size=None, traversal=None, params=None, target_recall=None, filter=None):
         """Approximate k nearest neighbours of each query.
 
         Parameters
@@ -253,6 +255,13 @@ class GraphIndex:
             distances (BANG section 4.9): returned distances are exact, the neighbour set can
             differ slightly from an fp32 walk. ``"auto"`` (default) uses fp16 when every
             vector component fits float16's range; ``"fp32"`` never does.
+        filter : array-like, optional
+            Only points that pass are returned; the forms of :func:`knnkit.knn`'s ``filter`` (a
+            mask or bitset for all queries, or one per query). Where many points pass, the walk
+            fetches ``ceil(2 k / selectivity)`` candidates (at most 1024) and keeps the passing
+            ones; where few pass (at most 2048 points, or more than 1024 candidates needed), and
+            for any query left with fewer than ``k``, the search is exact over the passing points.
+            ``-1`` / ``inf`` only where fewer than ``k`` points pass.
 
         Returns
         -------
@@ -274,6 +283,11 @@ class GraphIndex:
         q, info = check_matrix(queries, "queries")
         check_pair(self._engine.data, q)
         k = check_k(k, self.n, max_k=MAX_K)
+        if filter is not None:
+            return self._search_filtered(queries, k, filter, dict(beam=beam, tau=tau, max_iters=max_iters,
+                                                                   n_seeds=n_seeds, device=device, batch_size=batch_size,
+                                                                   traversal=traversal, params=params,
+                                                                   target_recall=target_recall))
         if target_recall is not None:
             if beam is not None:
                 raise ValueError("give beam or target_recall, not both")
@@ -294,6 +308,52 @@ class GraphIndex:
                                    batch_size=checked.batch_size, traversal=checked.traversal)
         d = finalize_distances(d, self.metric, self._engine.scale)
         return wrap_output(d, info), wrap_output(i, info)
+
+    def _search_filtered(self, queries, k, filt, kw):
+        """search(filter=...): over-fetch and keep the passing points, or exact over them."""
+        from .exact import exact_search, filter_rows, group_filter_rows
+        from .._core.prepare import prepare_queries, rescaled
+
+        qh = np.asarray(as_host(queries) if not isinstance(queries, np.ndarray) else queries)
+        _q, info = check_matrix(queries, "queries")
+        n, m = self.n, qh.shape[0]
+        shared, rows = filter_rows(filt, n, m)
+        groups = [(np.arange(m), rows)] if shared else group_filter_rows(rows)
+        fill = -np.inf if self.metric == "inner_product" else np.inf
+        D = np.full((m, k), fill, np.float32)
+        I = np.full((m, k), -1, np.int64)
+        data = as_host(self._engine.data)
+
+        def exact(qrows, ids):
+            kk = min(k, ids.size)
+            if kk == 0:
+                return
+            P = prepare(data[ids], metric=self.metric, device="cpu" if self.device == "cpu" else "auto")
+            Q = prepare_queries(qh[qrows], P)
+            d, i, _ = exact_search(rescaled(P, Q.scale), Q, kk)
+            D[qrows, :kk] = as_host(d)
+            I[qrows, :kk] = ids[as_host(i)]
+
+        for qrows, ids in groups:
+            fetch = int(np.ceil(2 * k * n / max(1, ids.size)))
+            if ids.size <= FILTER_EXACT_MAX or fetch > MAX_K:
+                exact(qrows, ids)
+                continue
+            fetch = min(fetch, n)
+            call = dict(kw, beam=max(kw.get("beam") or 0, fetch) if kw.get("target_recall") is None else None)
+            d, i = self.search(qh[qrows], fetch, **call)
+            d, i = as_host(d), as_host(i)
+            passing = np.zeros(n, bool)
+            passing[ids] = True
+            ok = (i >= 0) & passing[np.maximum(i, 0)]
+            order = np.argsort(~ok, axis=1, kind="stable")[:, :k]  # passing ones first, in rank order
+            got = np.take_along_axis(ok, order, axis=1)
+            D[qrows] = np.where(got, np.take_along_axis(d, order, axis=1), fill)
+            I[qrows] = np.where(got, np.take_along_axis(i, order, axis=1), -1)
+            short = qrows[got.sum(axis=1) < k]
+            if short.size:  # too few passing candidates fetched: exact for those queries
+                exact(short, ids)
+        return wrap_output(D, info), wrap_output(I, info)
 
     # ------------------------------------------------------------------ extend
     def extend(self, new_data, *, batch_size=None, beam=None):
@@ -406,3 +466,4 @@ class GraphIndex:
         engine = SearchGraph.from_arrays(meta, arrays, dev, dev_id)
         sp = {k: v for k, v in (meta.get("search_params") or {}).items() if k in SearchParams.field_names()}
         return cls(engine, SearchParams(**sp))
+
