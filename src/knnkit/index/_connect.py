@@ -160,23 +160,6 @@ def components(graph, *, method=None):
 
 
 # ---------------------------------------------------------------------------------- reachability
-@numba.njit(cache=True)
-def _bfs(graph, seen, queue, tail):
-    n, R = graph.shape
-    head = 0
-    while head < tail:
-        u = queue[head]
-        head += 1
-        for j in range(R):
-            v = graph[u, j]
-            if v < 0 or v >= n or seen[v]:
-                continue
-            seen[v] = True
-            queue[tail] = v
-            tail += 1
-    return tail
-
-
 def _frontier(xp, graph, seen, frontier):
     n = graph.shape[0]
     while frontier.size:
@@ -230,11 +213,9 @@ def reachable_from(graph, sources, *, method=None):
     if method == "bfs":
         if xp is not np:
             raise ValueError("method='bfs' needs a numpy graph")
-        queue = np.empty(n, np.int64)
-        first = np.unique(src)
-        queue[:first.size] = first
-        _bfs(np.ascontiguousarray(graph), seen, queue, first.size)
-        return seen
+        parent = np.empty(n, np.int64)
+        _bfs_tree(np.ascontiguousarray(graph), np.unique(src), parent, np.empty(n, np.int64))
+        return parent != -2
     if method == "frontier":
         return _frontier(xp, graph, seen, xp.unique(src))
     raise ValueError(f"method must be None, 'bfs' or 'frontier', got {method!r}")
