@@ -518,3 +518,19 @@ def test_calibration_holds_out_its_queries_and_restores_the_graph():
         if beam in (16, 32, 64):
             got = recall(a.search(Q, k=10, beam=beam)[1], T)
             assert abs(got - r) < 0.05, (beam, got, r)
+
+
+def test_candidate_stall_detector():
+    """The index build's candidate check: exact lists pass, random lists are flagged (and then
+    built exactly), small sets are not estimated."""
+    from knnkit.index._build import _candidates_stalled, exact_knn_cpu
+
+    rng = np.random.default_rng(2)
+    X = rng.random((5000, 16), dtype=np.float32)
+    _, exact_ids = exact_knn_cpu(X, X, 12, "l2", exclude_self=True)
+    est, stalled = _candidates_stalled(X, exact_ids, "l2", 0)
+    assert est >= 0.999 and not stalled
+    random_ids = rng.integers(0, 5000, size=(5000, 12))
+    est, stalled = _candidates_stalled(X, random_ids, "l2", 0)
+    assert est < 0.1 and stalled
+    assert _candidates_stalled(X[:3000], exact_ids[:3000] % 3000, "l2", 0) == (None, False)

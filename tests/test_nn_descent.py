@@ -403,3 +403,20 @@ def test_knn_graph_target_recall_keyword(rng):
     assert knnkit.knn_graph(X, 10, method="brute", device="cpu", target_recall=0.5).recall(truth) == 1.0
     with pytest.raises(ValueError, match="target_recall"):
         knnkit.knn_graph(X, 10, device="cpu", target_recall=1.5)
+
+
+def test_target_recall_exact_fallback_when_descent_stalls():
+    """Where NN-Descent stalls far below the target (uniform 64-d with short lists and two
+    iterations), the build switches to the exact graph and meets the target; the statistics say
+    so. A cheap target keeps the descent's lists."""
+    rng = np.random.default_rng(11)
+    X = rng.random((5000, 64), dtype=np.float32)
+    stalled = dict(n_neighbors_internal=12, max_iters=1, sample=4)
+    g = knnkit.knn_graph(X, k=10, method="nndescent", device="cpu", random_state=0, **stalled)
+    fb = g.stats["exact_fallback"]
+    assert fb["descent_estimate"] < 0.91
+    true = knnkit.evaluate.graph_recall(X, g, sample=5000, random_state=0, device="cpu")
+    assert true >= 0.999 and g.stats["recall_estimate"] >= 0.999
+    low = knnkit.knn_graph(X, k=10, method="nndescent", device="cpu", random_state=0, target_recall=0.2, **stalled)
+    assert "exact_fallback" not in low.stats
+    assert knnkit.evaluate.graph_recall(X, low, sample=5000, random_state=0, device="cpu") < 0.95

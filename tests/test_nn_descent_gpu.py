@@ -132,10 +132,12 @@ def test_float16_input(rng):
     cp = _cp()
     from knnkit.graph.nndescent._gpu import nndescent_gpu
 
-    idx, dist, _ = nndescent_gpu(cp.asarray(X.astype(np.float16)), 10, sample=8, max_iters=30, delta=0.0005,
+    # 20-long internal lists, recall of the first 10 (10-long lists alone sit at ~0.95 on this data,
+    # for float32 input as well: the test is about the float16 path, not the list length)
+    idx, dist, _ = nndescent_gpu(cp.asarray(X.astype(np.float16)), 20, sample=8, max_iters=30, delta=0.0005,
                                  metric="l2")
     true_idx, _ = _exact(X.astype(np.float16).astype(np.float32), 10, "l2")
-    assert _recall(cp.asnumpy(idx), true_idx, 10) >= 0.95
+    assert _recall(cp.asnumpy(idx)[:, :10], true_idx, 10) >= 0.97
 
 
 def test_split_merge(rng):
