@@ -1,0 +1,16 @@
+"""knnkit on Dask: exact k-NN, k-NN graphs and a sharded, replicated search index over the
+workers of a ``dask.distributed`` cluster (``dask_cuda.LocalCUDACluster`` gives one worker per
+GPU; a ``LocalCluster`` of CPU workers runs the same code).
+
+Install with ``pip install 'knnkit[dask]'``. Papers: GGNN section 5.5 (sharding, replication),
+GNND section 5 (GGM merges of partition graphs).
+
+>>> import knnkit.dask
+>>> sorted(knnkit.dask.__all__)
+['ShardedIndex', 'knn', 'knn_graph']
+"""
+
+from ._api import knn, knn_graph
+from ._index import ShardedIndex
+
+__all__ = ["knn", "knn_graph", "ShardedIndex"]

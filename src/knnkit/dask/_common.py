@@ -1,0 +1,108 @@
+"""Client, partitions and reductions shared by the distributed facades."""
+
+import numbers
+
+import numpy as np
+
+__all__ = ["dask_modules", "get_client", "partitions", "tree_reduce", "check_parts", "worker_addresses"]
+
+
+def dask_modules():
+    """``(dask.array, distributed)``, or an ImportError naming the extra that installs them."""
+    try:
+        import dask.array as da
+        import distributed
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError("knnkit.dask needs dask and distributed: pip install 'knnkit[dask]' "
+                          "(and dask-cuda for one worker per GPU)") from e
+    return da, distributed
+
+
+def get_client(client):
+    """The given client, or the current default one; a clear error when there is none."""
+    _, distributed = dask_modules()
+    if client is not None:
+        if not isinstance(client, distributed.Client):
+            raise TypeError(f"client must be a distributed.Client, got {type(client).__name__}")
+        return client
+    try:
+        return distributed.get_client()
+    except ValueError:
+        raise ValueError("knnkit.dask needs a dask.distributed Client: pass client=, or create one first "
+                         "(distributed.Client(), or dask_cuda.LocalCUDACluster() for one worker per GPU)") from None
+
+
+def worker_addresses(client):
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise RuntimeError("the Dask cluster has no workers")
+    return workers
+
+
+def check_parts(value, name, n):
+    """``None`` or an int in [1, n]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= int(value) <= n:
+        raise ValueError(f"{name} must be in [1, {n}], got {int(value)}")
+    return int(value)
+
+
+def _is_dask_array(a):
+    return type(a).__module__.startswith("dask.array") or hasattr(a, "to_delayed") and hasattr(a, "chunks")
+
+
+def partitions(client, data, n_parts, name="data"):
+    """Row partitions of ``data`` as futures on the workers: ``(parts, shape, dtype, kind)`` where
+    ``parts`` is a list of ``(offset, rows, future)``.
+
+    A dask array keeps its row chunks (columns are merged into one chunk) and is computed on the
+    workers; numpy / cupy / torch arrays are split into ``n_parts`` equal row blocks scattered one
+    per worker, round-robin (the data crosses from the client once)."""
+    if _is_dask_array(data):
+        if data.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got {data.ndim}-D")
+        if any(c != c for c in data.chunks[0]):  # unknown chunk sizes (nan)
+            raise ValueError(f"{name} has unknown chunk sizes: call compute_chunk_sizes() first")
+        arr = data.rechunk({1: -1})
+        blocks = arr.to_delayed().ravel().tolist()
+        futures = client.compute(blocks)
+        sizes = [int(c) for c in arr.chunks[0]]
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        parts = [(int(o), s, f) for o, s, f in zip(offsets, sizes, futures) if s > 0]
+        return parts, tuple(int(v) for v in data.shape), np.dtype(data.dtype), "numpy"
+    kind = "numpy"
+    if hasattr(data, "__cuda_array_interface__") and type(data).__module__.startswith("cupy"):
+        kind = "cupy"
+    if type(data).__module__.startswith("torch"):
+        data = data.detach().cpu().numpy()
+    if kind == "cupy":
+        data = data.get()  # workers place it on their own GPU
+    a = np.asarray(data)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
+    n = a.shape[0]
+    if n == 0:
+        raise ValueError(f"{name} is empty")
+    workers = worker_addresses(client)
+    n_parts = min(n_parts or len(workers), n)
+    bounds = np.linspace(0, n, n_parts + 1).astype(np.int64)
+    parts = []
+    for p in range(n_parts):
+        lo, hi = int(bounds[p]), int(bounds[p + 1])
+        fut = client.scatter(np.ascontiguousarray(a[lo:hi]), workers=[workers[p % len(workers)]], hash=False)
+        parts.append((lo, hi - lo, fut))
+    return parts, a.shape, a.dtype, kind
+
+
+def tree_reduce(client, items, fn, *args):
+    """Pairwise reduction of futures ``items`` by the task ``fn(a, b, *args)`` (log2 depth)."""
+    items = list(items)
+    while len(items) > 1:
+        nxt = [client.submit(fn, items[i], items[i + 1], *args, pure=False) for i in range(0, len(items) - 1, 2)]
+        if len(items) % 2:
+            nxt.append(items[-1])
+        items = nxt
+    return items[0]

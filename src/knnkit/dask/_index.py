@@ -1,0 +1,222 @@
+"""The sharded search index on a Dask cluster (GGNN section 5.5: sharding and replication)."""
+
+import json
+import os
+
+import numpy as np
+
+from .._core.validation import METRICS, check_k, check_metric
+from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info
+from ._api import _check_device, _output, _query_blocks
+from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
+
+__all__ = ["ShardedIndex"]
+
+MANIFEST = "manifest.json"
+FORMAT = "knnkit-sharded-index"
+VERSION = 1
+
+
+class ShardedIndex:
+    """A search index split into shards (one ``GraphIndex`` each, built on and kept by a Dask
+    worker), each shard held by ``replicas`` workers.
+
+    Sharding (GGNN 5.5) holds more points than one device; replication serves more queries: a
+    query batch goes to every shard once, to one of its replicas, chosen round-robin; the
+    per-shard top-k lists are merged. Build with :meth:`build`, or :meth:`load` a saved one.
+
+    Attributes
+    ----------
+    n, dim, metric : int, int, str
+    shards : list of dict
+        ``offset`` (first global id) and ``n`` of every shard.
+    replicas : int
+    """
+
+    def __init__(self, client, futures, shards, metric, dim, replicas, device):
+        self._client = client
+        self._futures = futures
+        self.shards = shards
+        self.metric = metric
+        self.dim = int(dim)
+        self.replicas = int(replicas)
+        self.device = device
+        self._turn = 0
+
+    @property
+    def n(self):
+        return int(sum(s["n"] for s in self.shards))
+
+    def __len__(self):
+        return self.n
+
+    def __repr__(self):
+        return (f"ShardedIndex(n={self.n}, dim={self.dim}, metric={self.metric!r}, shards={len(self.shards)}, "
+                f"replicas={self.replicas})")
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, data, *, shards=None, replicas=1, metric="sqeuclidean", device="auto", client=None,
+              random_state=0, **build_params):
+        """Build one ``GraphIndex`` per shard, each on a worker, then replicate.
+
+        Parameters
+        ----------
+        data : dask.array or array-like, shape (n, d)
+            A dask array's row chunks are the shards (``shards`` must then be None); an in-memory
+            array is split into ``shards`` equal row blocks.
+        shards : int, optional
+            Default: workers // replicas (at least 1).
+        replicas : int, default 1
+            Workers holding each shard (at most the number of workers). A query batch is served
+            by one replica per shard; when a worker is lost, its shards' other replicas serve.
+        metric, device, random_state :
+            As :meth:`knnkit.GraphIndex.build` (``device``: where each worker builds, "auto": its GPU).
+        **build_params :
+            Other keywords of :meth:`knnkit.GraphIndex.build` (``graph_degree``, ``entry``...).
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit.dask
+        >>> from distributed import Client, LocalCluster
+        >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, Client(cluster) as c:
+        ...     X = np.random.default_rng(0).random((2000, 8), dtype=np.float32)
+        ...     index = knnkit.dask.ShardedIndex.build(X, shards=2, client=c, device="cpu")
+        ...     d, i = index.search(X[:3], k=1)
+        >>> i.ravel().tolist()
+        [0, 1, 2]
+        """
+        client = get_client(client)
+        metric = check_metric(metric, METRICS)
+        device = _check_device(device)
+        workers = worker_addresses(client)
+        replicas = check_parts(replicas, "replicas", len(workers))
+        from ._common import _is_dask_array
+
+        if _is_dask_array(data) and shards is not None:
+            raise ValueError("shards: a dask array is sharded by its row chunks; rechunk it instead")
+        shards = check_parts(shards, "shards", 1 << 31) or max(1, len(workers) // replicas)
+        parts, shape, _dtype, _kind = partitions(client, data, shards)
+        if min(r for _o, r, _f in parts) < 2:
+            raise ValueError("every shard needs at least 2 points; use fewer shards")
+        futures = []
+        for s, (_o, _r, f) in enumerate(parts):
+            futures.append(client.submit(build_shard, f, metric, device, build_params,
+                                         int(random_state) + 7919 * s, pure=False,
+                                         workers=[workers[s % len(workers)]], allow_other_workers=True))
+        client.gather(futures)  # raise build errors here, not at the first search
+        if replicas > 1:
+            client.replicate(futures, n=replicas)
+        info = [{"offset": o, "n": r} for o, r, _f in parts]
+        return cls(client, futures, info, metric, shape[1], replicas, device)
+
+    # ------------------------------------------------------------------ search
+    def _holders(self):
+        """Workers holding each shard now; a clear error names a shard no worker holds."""
+        lost = [s for s, f in enumerate(self._futures) if f.status in ("lost", "error", "cancelled")]
+        who = {} if lost else self._client.who_has(self._futures)
+        out = []
+        for s, f in enumerate(self._futures):
+            held = sorted(who.get(f.key, ()))
+            if s in lost or not held:
+                sh = self.shards[s]
+                raise RuntimeError(f"ShardedIndex: shard {s} (points {sh['offset']}..{sh['offset'] + sh['n'] - 1}) "
+                                   f"was lost with its worker(s) and has no replica left; rebuild it or load the "
+                                   f"index again (replicas > 1 survives the loss of a worker)")
+            out.append(held)
+        return out
+
+    def search(self, queries, k=10, *, query_block=65536, **search_params):
+        """k nearest neighbours of each query over all shards.
+
+        Parameters
+        ----------
+        queries : dask.array or array-like, shape (m, d)
+        k : int, default 10
+        query_block : int, default 65536
+            Queries per task; blocks are spread over the replicas.
+        **search_params :
+            Keywords of :meth:`knnkit.GraphIndex.search` (``beam``, ``target_recall``...), given
+            to every shard.
+
+        Returns
+        -------
+        distances, indices : (m, k) arrays, best first, global ids.
+        """
+        k = check_k(k, self.n, max_k=1024)
+        query_block = check_parts(query_block, "query_block", 1 << 40)
+        blocks, _m, kind = _query_blocks(self._client, queries, self.dim, query_block)
+        holders = self._holders()
+        results = []
+        for _qo, _qr, qf in blocks:
+            lists = []
+            for s, f in enumerate(self._futures):
+                w = holders[s][self._turn % len(holders[s])]
+                lists.append(self._client.submit(search_shard, f, qf, k, search_params, self.shards[s]["offset"],
+                                                 pure=False, workers=[w], allow_other_workers=True))
+            self._turn += 1
+            results.append(tree_reduce(self._client, lists, merge_topk, k, self.metric))
+        try:
+            out = self._client.gather(results)
+        except Exception as e:
+            self._holders()  # a lost shard: say which
+            raise RuntimeError(f"ShardedIndex.search failed on a worker: {type(e).__name__}: {e}") from e
+        D = np.concatenate([o[0] for o in out])
+        I = np.concatenate([o[1] for o in out])
+        return _output(D, kind), _output(I, kind)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path):
+        """Write the index to the directory ``path``: one container file per shard (written by the
+        worker holding it: ``path`` must be visible to the workers, e.g. a shared file system) and
+        ``manifest.json`` (written last, atomically) with the shards' id ranges and SHA-256 sums."""
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        holders = self._holders()
+        files = [f"shard_{s:05d}.knnkit" for s in range(len(self._futures))]
+        sums = self._client.gather([
+            self._client.submit(save_shard, f, os.path.join(os.path.abspath(path), name), pure=False,
+                                workers=[holders[s][0]], allow_other_workers=True)
+            for s, (f, name) in enumerate(zip(self._futures, files))])
+        manifest = {"format": FORMAT, "version": VERSION, "metric": self.metric, "dim": self.dim, "n": self.n,
+                    "replicas": self.replicas,
+                    "shards": [dict(sh, file=name, sha256=h) for sh, name, h in zip(self.shards, files, sums)]}
+        tmp = os.path.join(path, MANIFEST + ".tmp")
+        with open(tmp, "w") as fh:
+            json.dump(manifest, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(path, MANIFEST))
+
+    @classmethod
+    def load(cls, path, *, client=None, device="auto", replicas=None):
+        """Read an index written by :meth:`save`; each shard is read by a worker (``path`` visible
+        to them). ``replicas`` defaults to the saved one (capped at the number of workers)."""
+        client = get_client(client)
+        device = _check_device(device)
+        path = os.path.abspath(os.fspath(path))
+        try:
+            with open(os.path.join(path, MANIFEST)) as fh:
+                man = json.load(fh)
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no {MANIFEST} (not a saved ShardedIndex, or an interrupted save)") from None
+        if man.get("format") != FORMAT or man.get("version") != VERSION:
+            raise ValueError(f"{path}: not a knnkit sharded index of version {VERSION}")
+        shards = man["shards"]
+        offs = [s["offset"] for s in shards]
+        if offs != sorted(offs) or any(a["offset"] + a["n"] != b["offset"] for a, b in zip(shards, shards[1:])):
+            raise ValueError(f"{path}: the manifest's shards do not tile the id range")
+        workers = worker_addresses(client)
+        futures = [client.submit(load_shard, os.path.join(path, s["file"]), s["sha256"], device, pure=False,
+                                 workers=[workers[i % len(workers)]], allow_other_workers=True)
+                   for i, s in enumerate(shards)]
+        infos = client.gather([client.submit(shard_info, f, pure=False) for f in futures])
+        for s, inf in zip(shards, infos):
+            if inf["n"] != s["n"] or inf["dim"] != man["dim"] or inf["metric"] != man["metric"]:
+                raise ValueError(f"{path}: shard {s['file']} disagrees with the manifest")
+        reps = min(int(man.get("replicas", 1)) if replicas is None else check_parts(replicas, "replicas", len(workers)),
+                   len(workers))
+        if reps > 1:
+            client.replicate(futures, n=reps)
+        return cls(client, futures, [{"offset": s["offset"], "n": s["n"]} for s in shards], man["metric"],
+                   man["dim"], reps, device)
