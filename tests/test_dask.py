@@ -98,6 +98,7 @@ def test_knn_graph_recall_matches_single_process(client):
     assert not (g.indices == np.arange(8000)[:, None]).any()
     assert r >= r0 - 0.01, (r, r0)
     assert g.stats.extra["merges"] == 3
+    assert abs(g.stats.extra["recall_estimate"] - r) <= 0.01, (g.stats.extra, r)
     d = ((X[:, None, :] - X[g.indices[:, :3]]) ** 2).sum(-1)  # distances are the points' own
     np.testing.assert_allclose(np.asarray(g.distances)[:, :3], d, rtol=1e-4, atol=1e-4)
 

@@ -12,12 +12,17 @@ from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
 __all__ = ["exact_part", "merge_topk", "part_graph", "globalize", "pair_merge", "merge_running", "build_shard",
-           "search_shard", "save_shard", "load_shard", "shard_info", "take"]
+           "search_shard", "save_shard", "load_shard", "shard_info", "take", "rows_of"]
 
 
 def _host(a, dtype=None):
     a = np.asarray(as_host(a))
     return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def rows_of(X, rows):
+    """Rows ``rows`` (local ids) of a partition, host float32."""
+    return np.ascontiguousarray(_host(X)[np.asarray(rows, dtype=np.int64)])
 
 
 def take(pair, i):

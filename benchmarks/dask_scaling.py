@@ -1,0 +1,147 @@
+"""Scaling of knnkit.dask over the GPUs of one host (issue 17): 1 worker vs W workers
+(dask_cuda.LocalCUDACluster, one worker per GPU, TCP between them).
+
+* knn_graph, strong scaling: the same N x d clustered data on 1 and W workers (partitions = workers,
+  and 2 x workers), recall@10 on 2,000 sampled rows against exact neighbours, seconds (the data is
+  already in the workers' memory when the clock starts);
+* ShardedIndex search throughput with replication: one shard on 1 worker vs the same shard
+  replicated on W workers, query blocks split between replicas; recall@10 and QPS;
+* exact knn of 100k queries: data partitioned over 1 and W workers.
+
+The GPU machine has no network: install the wheels staged by ``benchmarks/stage_dask.sh`` first.
+
+    pip install -q --no-index --no-deps .wheels/dask/*.whl
+    PYTHONPATH=src python benchmarks/dask_scaling.py --n 4000000 > $OUT/dask_scaling.json
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+DEVICE = "gpu"
+
+
+def sampled_recall(X, I, rows, k=10):
+    import knnkit
+
+    D_true, _ = knnkit.knn(X, X[rows], k=k + 1, device=DEVICE)
+    D_true = np.asarray(D_true.get() if hasattr(D_true, "get") else D_true)
+    hits = 0
+    for j, r in enumerate(rows):
+        d = ((X[I[r, :k]].astype(np.float64) - X[r]) ** 2).sum(1)
+        hits += int(np.sum(d <= D_true[j, k] * (1 + 1e-5) + 1e-12))
+    return hits / (len(rows) * k)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=4_000_000)
+    ap.add_argument("--d", type=int, default=96)
+    ap.add_argument("--queries", type=int, default=1_000_000)
+    ap.add_argument("--workers", type=int, default=0, help="0: every GPU")
+    ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
+    args = ap.parse_args()
+    import dask.array as da
+    from distributed import Client, LocalCluster, wait
+
+    import knnkit
+    import knnkit.dask
+    from knnkit.datasets import make_clustered
+    from knnkit.evaluate import recall
+
+    global DEVICE
+    dev = DEVICE = "cpu" if args.cpu else "gpu"
+    if args.cpu:
+        n_gpus, name = 0, "cpu"
+        W = args.workers or 2
+
+        def cluster_of(w):
+            return LocalCluster(n_workers=w, threads_per_worker=1, processes=False, dashboard_address=None)
+    else:
+        import cupy as cp
+        from dask_cuda import LocalCUDACluster
+
+        n_gpus = cp.cuda.runtime.getDeviceCount()
+        name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        W = args.workers or n_gpus
+
+        def cluster_of(w):
+            return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(str(i) for i in range(w)), n_workers=w,
+                                    threads_per_worker=1, dashboard_address=None)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"commit": commit, "gpu": name, "gpus": n_gpus,
+           "n": args.n, "d": args.d, "k": 10, "runs": []}
+    t0 = time.perf_counter()
+    X, Q = make_clustered(args.n, args.d, n_queries=args.queries, n_clusters=1000, random_state=0, device=dev)
+    X = np.ascontiguousarray(X.get() if hasattr(X, "get") else X, dtype=np.float32)
+    Q = np.ascontiguousarray(Q.get() if hasattr(Q, "get") else Q, dtype=np.float32)
+    rows = np.sort(np.random.default_rng(0).choice(args.n, 2000, replace=False))
+    log(f"data {time.perf_counter() - t0:.1f} s")
+    _, Tq = knnkit.knn(X, Q[:10_000], k=10, device=dev)
+    Tq = np.asarray(Tq.get() if hasattr(Tq, "get") else Tq)
+
+    for w in sorted({1, W}):
+        with cluster_of(w) as cluster, Client(cluster) as c:
+            for parts in sorted({w, 2 * w}):
+                dX = c.persist(da.from_array(X, chunks=(-(-args.n // parts), args.d)))
+                c.wait_for_workers(w)
+                wait(dX)
+                # warm the kernels on every worker (first calls compile)
+                warm = min(200_000, args.n // (2 * w))
+                knnkit.dask.knn_graph(dX[:warm * w].rechunk((warm, args.d)), k=10, client=c, device=dev)
+                t = time.perf_counter()
+                g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev)
+                s = time.perf_counter() - t
+                r = {"bench": "knn_graph", "workers": w, "partitions": parts, "seconds": round(s, 3),
+                     "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4), **g.stats.extra}
+                out["runs"].append(r)
+                log(json.dumps(r))
+                del dX
+            # exact knn of 100k queries
+            dX = c.persist(da.from_array(X, chunks=(-(-args.n // w), args.d)))
+            knnkit.dask.knn(dX, Q[:1000], k=10, client=c, device=dev)
+            t = time.perf_counter()
+            _, I = knnkit.dask.knn(dX, Q[:100_000], k=10, client=c, device=dev, query_block=25_000)
+            s = time.perf_counter() - t
+            r = {"bench": "exact_knn", "workers": w, "queries": 100_000, "seconds": round(s, 3),
+                 "recall_vs_single": round(float(recall(I[:10_000], Tq)), 5)}
+            out["runs"].append(r)
+            log(json.dumps(r))
+            # replicated index: one shard of the whole data, replicated on every worker
+            t = time.perf_counter()
+            ix = knnkit.dask.ShardedIndex.build(dX.rechunk((args.n, args.d)), replicas=w, client=c, device=dev,
+                                                random_state=0)
+            build_s = time.perf_counter() - t
+            for beam in (32, 64, 128):
+                ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
+                t = time.perf_counter()
+                _, I = ix.search(Q, k=10, beam=beam, query_block=50_000)
+                s = time.perf_counter() - t
+                r = {"bench": "replicated_search", "workers": w, "replicas": w, "beam": beam, "build_s": round(build_s, 2),
+                     "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
+                     "recall": round(float(recall(I[:10_000], Tq)), 4)}
+                out["runs"].append(r)
+                log(json.dumps(r))
+    # single process reference
+    Xd = X if args.cpu else cp.asarray(X)
+    knnkit.knn_graph(Xd[:200_000], k=10, device=dev)
+    t = time.perf_counter()
+    g = knnkit.knn_graph(Xd, k=10, device=dev, random_state=0)
+    s = time.perf_counter() - t
+    ind = g.indices.get() if hasattr(g.indices, "get") else g.indices
+    out["runs"].append({"bench": "knn_graph_single_process", "seconds": round(s, 3),
+                        "recall": round(sampled_recall(X, np.asarray(ind), rows), 4)})
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
