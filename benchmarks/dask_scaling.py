@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--d", type=int, default=96)
     ap.add_argument("--queries", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=0, help="0: every GPU")
+    ap.add_argument("--part-factors", default="1,2", help="partitions per worker to try for knn_graph")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
     args = ap.parse_args()
     import dask.array as da
@@ -68,7 +69,18 @@ def main():
             return LocalCluster(n_workers=w, threads_per_worker=1, processes=False, dashboard_address=None)
     else:
         import cupy as cp
-        from dask_cuda import LocalCUDACluster
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:  # what LocalCUDACluster does: one Nanny per GPU, each seeing only its own
+            from distributed import Nanny, Scheduler, SpecCluster
+
+            def LocalCUDACluster(CUDA_VISIBLE_DEVICES, n_workers, threads_per_worker, dashboard_address):
+                gpus = CUDA_VISIBLE_DEVICES.split(",")
+                spec = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": threads_per_worker, "memory_limit": 0,
+                                                              "env": {"CUDA_VISIBLE_DEVICES": g}}}
+                        for g in gpus[:n_workers]}
+                return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": dashboard_address}},
+                                   workers=spec)
 
         n_gpus = cp.cuda.runtime.getDeviceCount()
         name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
@@ -91,7 +103,7 @@ def main():
 
     for w in sorted({1, W}):
         with cluster_of(w) as cluster, Client(cluster) as c:
-            for parts in sorted({w, 2 * w}):
+            for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}):
                 dX = c.persist(da.from_array(X, chunks=(-(-args.n // parts), args.d)))
                 c.wait_for_workers(w)
                 wait(dX)
