@@ -32,7 +32,7 @@ def _output(a, kind):
     return a
 
 
-def _query_blocks(client, queries, dim, query_block):
+def _query_blocks(client, queries, dim, query_block, targets=None):
     """Queries as ``[(offset, rows, future)]`` blocks of at most ``query_block`` rows: a dask array's
     blocks are computed on the workers; an in-memory array is scattered to every worker."""
     from ._common import _is_dask_array
@@ -55,9 +55,13 @@ def _query_blocks(client, queries, dim, query_block):
     if Q.shape[0] == 0:
         raise ValueError("queries is empty")
     blocks = []
-    for lo in range(0, Q.shape[0], query_block):
+    for b, lo in enumerate(range(0, Q.shape[0], query_block)):
         blk = np.ascontiguousarray(Q[lo:lo + query_block])
-        blocks.append((lo, blk.shape[0], client.scatter(blk, broadcast=True, hash=False)))
+        if targets is None:  # every worker needs every block
+            fut = client.scatter(blk, broadcast=True, hash=False)
+        else:  # the block goes to the worker that serves it (others fetch it from there if needed)
+            fut = client.scatter(blk, workers=[targets[b % len(targets)]], hash=False)
+        blocks.append((lo, blk.shape[0], fut))
     return blocks, Q.shape[0], kind
 
 

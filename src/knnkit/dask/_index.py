@@ -145,8 +145,11 @@ class ShardedIndex:
         """
         k = check_k(k, self.n, max_k=1024)
         query_block = check_parts(query_block, "query_block", 1 << 40)
-        blocks, _m, kind = _query_blocks(self._client, queries, self.dim, query_block)
         holders = self._holders()
+        # block b is served by replica (turn + b) of every shard; it is sent to shard 0's replica only
+        turn = self._turn
+        blocks, _m, kind = _query_blocks(self._client, queries, self.dim, query_block,
+                                         targets=holders[0][turn % len(holders[0]):] + holders[0][:turn % len(holders[0])])
         results = []
         for _qo, _qr, qf in blocks:
             lists = []
