@@ -28,6 +28,7 @@ _NAMES = ("sweet_level2<32,0>", "sweet_level2<128,0>", "sweet_level2<0,0>", "swe
           "sweet_level2<1,2>")
 _BLOCK = 256
 _ASSIGN_ELEMS = 1 << 26          # GEMM tile of the assignment (elements)
+_ASSIGN_FUSED_MAX_D = 32         # up to this dimension the fused assignment kernel replaces the GEMM
 _NEAREST_FOR_UB = 64             # data clusters pooled for the level-1 upper bound (any subset is valid)
 _CACHE_CONFLICT_R = 0.25         # paper section IV-D3: r * max concurrent threads
 _PAD_KEY = np.uint64((0x7F800000 << 32) | 0x7FFFFFFF)
@@ -66,10 +67,15 @@ class _Clusters:
         self.L = cp.ascontiguousarray(P[cp.asarray(ids)])
         ln = (self.L * self.L).sum(axis=1)
         labels = cp.empty(n, cp.int32)
-        step = max(1, _ASSIGN_ELEMS // count)
-        for s in range(0, n, step):
-            G = P[s:s + step] @ self.L.T
-            labels[s:s + step] = cp.argmin(ln[None, :] - 2.0 * G, axis=1)
+        if dim <= _ASSIGN_FUSED_MAX_D:
+            # one pass over the points, landmarks through shared memory (no n x count matrix)
+            _k("sweet_assign_lowdim")(((n + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
+                                      (P, self.L, np.int64(n), np.int32(count), np.int32(dim), labels))
+        else:
+            step = max(1, _ASSIGN_ELEMS // count)
+            for s in range(0, n, step):
+                G = P[s:s + step] @ self.L.T
+                labels[s:s + step] = cp.argmin(ln[None, :] - 2.0 * G, axis=1)
         dist = cp.empty(n, cp.float64)
         _k("sweet_point_centre_dist")(_grid(n), (_BLOCK,), (P, self.L, labels, np.int64(n), np.int32(dim), dist))
         d32 = _round_up_f32(cp, dist)

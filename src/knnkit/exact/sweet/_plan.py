@@ -105,20 +105,20 @@ def choose_landmarks(points, count, trials, rng, xp=np, spread_fn=None):
     and the GPU engine pick the same landmarks for the same seed (up to float rounding of the
     spread sums). ``spread_fn(L)`` may replace the GEMM-based sum of pairwise distances."""
     n = points.shape[0]
-    best, best_spread = None, -1.0
+    picks, spreads = [], []
     for _ in range(trials):
         pick = np.sort(rng.choice(n, size=count, replace=False))
         if trials == 1:
             return pick
         L = points[xp.asarray(pick)].astype(xp.float32)
+        picks.append(pick)
         if spread_fn is not None:
-            spread = float(spread_fn(L))
-            if spread > best_spread:
-                best, best_spread = pick, spread
+            spreads.append(float(spread_fn(L)))
             continue
         sq = xp.einsum("ij,ij->i", L, L)
         d2 = sq[:, None] + sq[None, :] - 2.0 * (L @ L.T)
-        spread = float(xp.sqrt(xp.maximum(d2, 0.0)).sum())
-        if spread > best_spread:
-            best, best_spread = pick, spread
-    return best
+        spreads.append(xp.sqrt(xp.maximum(d2, 0.0)).sum())  # stays on the device: one sync below
+    if spread_fn is None:
+        spreads = [float(v) for v in (xp.stack(spreads).get() if xp is not np else spreads)]
+    best = int(np.argmax(spreads))  # the first of equal spreads, as a running maximum would keep
+    return picks[best]

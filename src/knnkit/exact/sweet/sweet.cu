@@ -68,6 +68,41 @@ extern "C" __global__ void sweet_point_centre_dist(const float* __restrict__ P, 
         out[i] = sweet_centre_distance(P + i * dim, L + (long long)labels[i] * dim, dim);
 }
 
+// Step 1's assignment for low dimensions (section III-A): each thread keeps its point's nearest
+// landmark while the block streams the landmarks through shared memory in tiles. For d <= 32
+// this replaces a GEMM of inner dimension d, whose (n x landmarks) output is pure memory
+// traffic. Ties go to the smaller landmark index (as argmin); the assignment only has to be
+// good, not exact: every bound uses the exact distance to the landmark actually assigned.
+#define SWEET_ASSIGN_TILE 256
+extern "C" __global__ void sweet_assign_lowdim(const float* __restrict__ P, const float* __restrict__ L,
+                                               long long n, int count, int dim, int* __restrict__ labels)
+{
+    __shared__ float tile[SWEET_ASSIGN_TILE * 32];
+    float p[32];
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = i < n;
+    for (int c = 0; c < dim; ++c) p[c] = active ? P[i * dim + c] : 0.f;
+    float best = SWEET_INF;
+    int best_j = 0;
+    for (int t0 = 0; t0 < count; t0 += SWEET_ASSIGN_TILE) {
+        const int m = min(SWEET_ASSIGN_TILE, count - t0);
+        __syncthreads();
+        for (int e = threadIdx.x; e < m * dim; e += blockDim.x) tile[e] = L[(long long)t0 * dim + e];
+        __syncthreads();
+        if (active) {
+            for (int j = 0; j < m; ++j) {
+                float s = 0.f;
+                for (int c = 0; c < dim; ++c) {
+                    const float diff = p[c] - tile[j * dim + c];
+                    s = fmaf(diff, diff, s);
+                }
+                if (s < best) { best = s; best_j = t0 + j; }
+            }
+        }
+    }
+    if (active) labels[i] = best_j;
+}
+
 // distance between every query landmark and every data landmark, (mq, mt) row-major
 extern "C" __global__ void sweet_centre_dist(const float* __restrict__ Lq, const float* __restrict__ Lt,
                                              int mq, int mt, int dim, double* __restrict__ out)
