@@ -102,7 +102,8 @@ class GraphIndex:
         sp = self.search_params
         return (f"GraphIndex(n={self.n}, dim={self.dim}, metric={self.metric!r}, dtype={self.dtype.name}, "
                 f"graph_degree={self.graph_degree}, device={self.device!r}, {bp}, "
-                f"search=(beam={sp.beam!r}, tau={sp.tau!r}, max_iters={sp.max_iters!r}, n_seeds={sp.n_seeds!r}))")
+                f"search=(beam={sp.beam!r}, tau={sp.tau!r}, max_iters={sp.max_iters!r}, n_seeds={sp.n_seeds!r})"
+                + (f", n_deleted={self.n_deleted}" if self.n_deleted else "") + ")")
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -283,11 +284,24 @@ class GraphIndex:
         q, info = check_matrix(queries, "queries")
         check_pair(self._engine.data, q)
         k = check_k(k, self.n, max_k=MAX_K)
+        kw = dict(beam=beam, tau=tau, max_iters=max_iters, n_seeds=n_seeds, device=device, batch_size=batch_size,
+                  traversal=traversal, params=params, target_recall=target_recall)
+        if self._engine.n_deleted:
+            n_live = self.n - self._engine.n_deleted
+            if n_live == 0:
+                raise ValueError("every point of this index is deleted")
+            if k > n_live:
+                raise ValueError(f"k={k} is larger than the number of points not deleted ({n_live})")
+            # tombstones: the live points are a filter (deleted points are walked through, never returned)
+            return self._search_filtered(queries, k, ~self._engine.deleted if filter is None else filter, kw,
+                                         live=~self._engine.deleted)
         if filter is not None:
-            return self._search_filtered(queries, k, filter, dict(beam=beam, tau=tau, max_iters=max_iters,
-                                                                   n_seeds=n_seeds, device=device, batch_size=batch_size,
-                                                                   traversal=traversal, params=params,
-                                                                   target_recall=target_recall))
+            return self._search_filtered(queries, k, filter, kw)
+        return self._walk(q, info, k, **kw)
+
+    def _walk(self, q, info, k, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None, batch_size=None,
+              traversal=None, params=None, target_recall=None):
+        """The graph search itself (validated queries ``q``), tombstones and filters aside."""
         if target_recall is not None:
             if beam is not None:
                 raise ValueError("give beam or target_recall, not both")
@@ -309,8 +323,9 @@ class GraphIndex:
         d = finalize_distances(d, self.metric, self._engine.scale)
         return wrap_output(d, info), wrap_output(i, info)
 
-    def _search_filtered(self, queries, k, filt, kw):
-        """search(filter=...): over-fetch and keep the passing points, or exact over them."""
+    def _search_filtered(self, queries, k, filt, kw, live=None):
+        """search(filter=...): over-fetch and keep the passing points, or exact over them
+        (``live``: a tombstone mask's complement, intersected with the filter)."""
         from .exact import exact_search, filter_rows, group_filter_rows
         from .._core.prepare import prepare_queries, rescaled
 
@@ -318,6 +333,8 @@ class GraphIndex:
         _q, info = check_matrix(queries, "queries")
         n, m = self.n, qh.shape[0]
         shared, rows = filter_rows(filt, n, m)
+        if live is not None:
+            rows = rows[live[rows]] if shared else [r[live[r]] for r in rows]
         groups = [(np.arange(m), rows)] if shared else group_filter_rows(rows)
         fill = -np.inf if self.metric == "inner_product" else np.inf
         D = np.full((m, k), fill, np.float32)
@@ -340,8 +357,10 @@ class GraphIndex:
                 exact(qrows, ids)
                 continue
             fetch = min(fetch, n)
-            call = dict(kw, beam=max(kw.get("beam") or 0, fetch) if kw.get("target_recall") is None else None)
-            d, i = self.search(qh[qrows], fetch, **call)
+            call = dict(kw, beam=max(kw.get("beam") or self.search_params.beam or 0, fetch)
+                        if kw.get("target_recall") is None else None)
+            qq, qinfo = check_matrix(qh[qrows], "queries")
+            d, i = self._walk(qq, qinfo, fetch, **call)
             d, i = as_host(d), as_host(i)
             passing = np.zeros(n, bool)
             passing[ids] = True
@@ -406,6 +425,83 @@ class GraphIndex:
                 raise TypeError(f"new_data has dtype {a.dtype}, the index stores {dt}")
         self._engine.extend(a, batch_size=batch_size, beam=beam)
         return self
+
+    # ------------------------------------------------------------------ deletes
+    #: ``delete(compact=None)`` consolidates the graph once more than this fraction of the points
+    #: carries tombstones that still have links.
+    AUTO_COMPACT_FRACTION = 0.2
+
+    @property
+    def n_deleted(self):
+        """Number of deleted points (their ids stay reserved)."""
+        return self._engine.n_deleted
+
+    @property
+    def deleted(self):
+        """Sorted int64 ids of the deleted points."""
+        d = self._engine.deleted
+        return np.zeros(0, np.int64) if d is None else np.flatnonzero(d).astype(np.int64)
+
+    def delete(self, ids, *, compact=None):
+        """Delete points: from this call on no search returns them (tombstones).
+
+        Ids stay stable: live points keep theirs, deleted ids are never reused (:meth:`extend`
+        appends). Deleting an already deleted id is a no-op (as hnswlib's ``mark_deleted`` of a
+        marked point is refused, FAISS's ``remove_ids`` of an absent id is a no-op: knnkit takes
+        the forgiving side; ids outside ``[0, n)`` raise).
+
+        Until the graph is consolidated, deleted points keep their links and the search walks
+        through them; :meth:`compact` rewires their neighbours (FreshDiskANN-style).
+
+        Parameters
+        ----------
+        ids : int or array-like of int
+        compact : bool or None
+            True: consolidate now; False: not now; None (default): when more than
+            ``AUTO_COMPACT_FRACTION`` (20 %) of the points are deleted and not yet consolidated.
+
+        Returns
+        -------
+        int
+            Points newly deleted by this call.
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> X = np.random.default_rng(0).random((500, 4), dtype=np.float32)
+        >>> index = knnkit.GraphIndex.build(X, device="cpu")
+        >>> index.delete([0, 1, 2])
+        3
+        >>> int(index.search(X[:1], k=1)[1][0, 0]) in (0, 1, 2)
+        False
+        """
+        if compact is not None and not isinstance(compact, bool):
+            raise TypeError(f"compact must be True, False or None, got {type(compact).__name__}")
+        a = np.asarray(as_host(ids) if hasattr(ids, "__cuda_array_interface__") else ids)
+        if a.ndim == 0:
+            a = a.reshape(1)
+        if a.ndim != 1:
+            raise ValueError(f"ids must be an int or a 1-D array of ints, got shape {a.shape}")
+        if a.size and a.dtype.kind not in "iu":
+            raise TypeError(f"ids must be integers, got dtype {a.dtype}")
+        a = a.astype(np.int64)
+        if a.size and (a.min() < 0 or a.max() >= self.n):
+            raise ValueError(f"ids must be in [0, {self.n}), got values in [{a.min()}, {a.max()}]")
+        new = self._engine.mark_deleted(a)
+        stale = not self._engine.consolidated
+        if compact or (compact is None and stale and self._engine.n_deleted > self.AUTO_COMPACT_FRACTION * self.n):
+            self.compact()
+        return new
+
+    def compact(self):
+        """Consolidate the graph around deleted points without a rebuild: every live point that
+        linked to a deleted one gets a new RobustPrune'd list from its live neighbours and the
+        live neighbours of its deleted ones; deleted points lose all links; the connectivity
+        repair makes every live point reachable again; entry points move to live points.
+        Returns the statistics (also in ``build_params["compaction"]``)."""
+        if self._engine.n_deleted and self._engine.n_deleted == self.n:
+            raise ValueError("every point of this index is deleted; nothing to compact")
+        return self._engine.compact()
 
     # ------------------------------------------------------------------ persistence
     def save(self, path):

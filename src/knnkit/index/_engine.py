@@ -144,6 +144,8 @@ class SearchGraph:
         self._gpu = None  # device copies when a CPU index is searched on the GPU
         self._x16_cache = None  # (prepared vectors, their float16 copy or None) for fp16 traversal
         self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
+        self.deleted = None  # host bool (n,) tombstones, or None (see _delete.py)
+        self.consolidated = True  # False while deleted points still carry links (bridges)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -378,9 +380,54 @@ class SearchGraph:
         self._x16_cache = None
         self._xnorm_max = None
         self.nn1_max = nn1
+        if self.deleted is not None:
+            # the new points are live; the rebuilt entry structure and the repair may have used
+            # deleted points again: consolidate once more so that they carry no links
+            self.deleted = np.concatenate([self.deleted, np.zeros(a.shape[0], bool)])
+            if self.n_deleted:
+                self.consolidated = False
+                self.compact()
         return self
 
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ deletes
+    @property
+    def n_deleted(self):
+        return 0 if self.deleted is None else int(self.deleted.sum())
+
+    def mark_deleted(self, ids):
+        """Tombstone the (validated, host int64) ``ids``; returns how many were newly deleted."""
+        if self.deleted is None:
+            self.deleted = np.zeros(self.n, bool)
+        ids = np.unique(ids)
+        new = int((~self.deleted[ids]).sum())
+        self.deleted[ids] = True
+        if new:
+            self.consolidated = False
+        return new
+
+    def compact(self):
+        """Consolidate the graph around the deleted points (:func:`._delete.consolidate`)."""
+        from ._delete import consolidate
+
+        if self.n_deleted == 0 or self.consolidated:
+            return {}
+        X, graph, entry = self._host_arrays()
+        seed = self.build_params.get("random_state")
+        n_live = self.n - self.n_deleted
+        g, entry, st = consolidate(np.asarray(X), np.asarray(graph), entry, self.deleted, R=self.graph_degree,
+                                   alpha=self.build_params.get("alpha") or 1.2, metric=self._imetric,
+                                   n_entry=min(self.build_params.get("n_entry") or default_n_entry(n_live), n_live),
+                                   random_state=seed if isinstance(seed, int) else 0)
+        if self.device == "gpu":
+            cp = cupy_or_none()
+            self._graph, self._entry = cp.asarray(g), entry.to(cp)
+        else:
+            self._graph, self._entry = g, entry
+        self._host = None
+        self._gpu = None
+        self.consolidated = True
+        self.build_params["compaction"] = st
+        return st
 
     # ------------------------------------------------------------------ persistence
     def to_arrays(self):
@@ -403,6 +450,9 @@ class SearchGraph:
         if hier:
             arrays.update({k: as_host(v) for k, v in entry.to_arrays().items()})
             meta["entry"] = "hierarchy"
+        if self.n_deleted:
+            arrays["deleted_ids"] = np.flatnonzero(self.deleted).astype(np.int64)
+            meta["consolidated"] = bool(self.consolidated)
         return meta, arrays
 
     @classmethod
@@ -423,4 +473,11 @@ class SearchGraph:
             from ._hierarchy import HierarchicalEntry
 
             eng._entry = HierarchicalEntry.from_arrays(arrays, eng._imetric, X=eng._X)
+        if "deleted_ids" in arrays:
+            ids = np.asarray(arrays["deleted_ids"], dtype=np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= eng.n):
+                raise ValueError("the file's deleted ids are out of range")
+            eng.deleted = np.zeros(eng.n, bool)
+            eng.deleted[ids] = True
+            eng.consolidated = bool(meta.get("consolidated", False))
         return eng
