@@ -116,7 +116,7 @@ def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters):
 
 
 @numba.njit(parallel=True, cache=True)
-def _gather_rows(src, ids, out):
+def _gather_rows(src, ids, out, fill):
     for i in numba.prange(ids.shape[0]):
         r = ids[i]
         if r >= 0:
@@ -124,16 +124,16 @@ def _gather_rows(src, ids, out):
                 out[i, j] = src[r, j]
         else:
             for j in range(src.shape[1]):
-                out[i, j] = 0
+                out[i, j] = fill
 
 
-def gather_rows(src, ids, out=None):
-    """``out[i] = src[ids[i]]`` (zeros where ``ids[i] < 0``) by parallel host threads; ``src`` may be
-    a memory map (only the rows asked for are read), ``out`` a pinned buffer."""
+def gather_rows(src, ids, out=None, fill=0):
+    """``out[i] = src[ids[i]]`` (``fill`` where ``ids[i] < 0``) by parallel host threads; ``src`` may
+    be a memory map (only the rows asked for are read), ``out`` a pinned buffer."""
     ids = np.ascontiguousarray(ids.reshape(-1))
     if out is None:
         out = np.empty((ids.shape[0], src.shape[1]), src.dtype)
-    _gather_rows(np.asarray(src), ids, out.reshape(ids.shape[0], src.shape[1]))
+    _gather_rows(np.asarray(src), ids, out.reshape(ids.shape[0], src.shape[1]), fill)
     return out
 
 
