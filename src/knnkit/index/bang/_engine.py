@@ -16,7 +16,7 @@ from ..._core.config import logger
 from ..._core.metrics import internal_metric, prepare_vectors
 from .._engine import SearchGraph
 from .._entry import EntryPoints
-from . import _pq
+from ._pq import choose_m, encode, pq_tables, train_pq, TRAIN_SAMPLE
 from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
 
 __all__ = ["HostIndex", "host_bytes", "BANG_SEARCH_KEYS"]
@@ -119,17 +119,17 @@ class HostIndex:
             raise ValueError("placement='host' supports entry='kmeans' only")
         timings["graph_total"] = time.perf_counter() - t0
         n, d = a.shape
-        m = _pq.choose_m(n, d, pq_bytes=pq_bytes, budget=budget if device == "gpu" else 0)
+        m = choose_m(n, d, pq_bytes=pq_bytes, budget=budget if device == "gpu" else 0)
         t1 = time.perf_counter()
         seed = int(random_state) if isinstance(random_state, (int, np.integer)) else 0
-        rows = np.sort(np.random.default_rng([seed & 0xFFFFFFFF, 0x5A]).choice(n, min(n, _pq.TRAIN_SAMPLE),
+        rows = np.sort(np.random.default_rng([seed & 0xFFFFFFFF, 0x5A]).choice(n, min(n, TRAIN_SAMPLE),
                                                                              replace=False))
         sample = prepare_vectors(np.asarray(a[rows]), metric, scale)
         if device == "gpu":
             cp = cupy_or_none()
-            codebook = cp.asnumpy(_pq.train_pq(cp.asarray(sample), m, random_state=seed))
+            codebook = cp.asnumpy(train_pq(cp.asarray(sample), m, random_state=seed))
         else:
-            codebook = _pq.train_pq(sample, m, random_state=seed)
+            codebook = train_pq(sample, m, random_state=seed)
         timings["pq_train"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         codes = encode_all(a, codebook, metric, scale, device)
@@ -181,7 +181,7 @@ class HostIndex:
         I = np.empty((nq, k), np.int64)
         for s in range(0, nq, bs):
             qb = qh[s:s + bs]
-            T = _pq.pq_tables(qb, self._codebook, self._imetric)
+            T = pq_tables(qb, self._codebook, self._imetric)
             seeds = self._entry.seeds_for(qb, n_seeds)
             log_ids, log_d, _n = search_pq_cpu(self._graph, self._codes, T, seeds, L=L, max_iters=max_iters)
             cand = top_logged(log_ids, log_d, rr)
@@ -240,8 +240,8 @@ def encode_all(a, codebook, metric, scale, device):
         cb = cp.asarray(codebook)
         for s in range(0, n, ENCODE_BATCH):
             Xb = prepare_vectors(cp.asarray(np.asarray(a[s:s + ENCODE_BATCH])), metric, scale)
-            out[s:s + ENCODE_BATCH] = cp.asnumpy(_pq.encode(Xb, cb))
+            out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb, cb))
         return out
     for s in range(0, n, ENCODE_BATCH):
-        out[s:s + ENCODE_BATCH] = _pq.encode(prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale), codebook)
+        out[s:s + ENCODE_BATCH] = encode(prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale), codebook)
     return out

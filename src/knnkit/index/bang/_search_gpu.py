@@ -21,7 +21,7 @@ import numpy as np
 from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
-from . import _pq
+from ._pq import pq_tables, table_bytes
 from ._search_cpu import bloom_words_for, exact_topk, gather_rows
 
 __all__ = ["search_host_gpu", "last_stats"]
@@ -148,7 +148,7 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
     R = graph.shape[1]
     m = codes.shape[1]
     ksub = codebook.shape[1]
-    tbytes = _pq.table_bytes(m, ksub)
+    tbytes = table_bytes(m, ksub)
     use_smem = tbytes <= _SMEM_MAX
     if use_smem and tbytes > _SMEM_STATIC:
         _kernel("bang_distances").max_dynamic_shared_size_bytes = tbytes
@@ -157,7 +157,7 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
     batches = []
     for s in range(0, nq, pb):
         Qb = Q[s:s + pb]
-        T = _pq.pq_tables(Qb, codebook, engine._imetric)
+        T = pq_tables(Qb, codebook, engine._imetric)
         seeds = entry.seeds_for(Qb, n_seeds)
         batches.append(_Batch(cp, T, seeds, L, R, max_iters))
     cp.cuda.get_current_stream().synchronize()  # tables and seeds made on the current stream
