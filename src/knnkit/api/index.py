@@ -16,6 +16,7 @@ from .._core.persist_checks import read_legacy_index, validate_index
 from .._core.prepare import device_scope, prepare
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
+from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
 from ..index._calibrate import beam_for, calibrate, raised_default_beam
 
 __all__ = ["GraphIndex"]
@@ -57,7 +58,7 @@ class GraphIndex:
     """
 
     def __init__(self, engine, search_params=None):
-        if not isinstance(engine, SearchGraph):
+        if not isinstance(engine, (SearchGraph, HostIndex)):
             raise TypeError("GraphIndex objects are made by GraphIndex.build or GraphIndex.load")
         self._engine = engine
         self.search_params = search_params if search_params is not None else SearchParams()
@@ -100,6 +101,8 @@ class GraphIndex:
                        ("intermediate_degree", "alpha", "build_algo", "diversify", "n_entry")
                        if k in self.build_params)
         sp = self.search_params
+        if isinstance(self._engine, HostIndex):
+            bp = f"{self._engine.describe()}, {bp}"
         return (f"GraphIndex(n={self.n}, dim={self.dim}, metric={self.metric!r}, dtype={self.dtype.name}, "
                 f"graph_degree={self.graph_degree}, device={self.device!r}, {bp}, "
                 f"search=(beam={sp.beam!r}, tau={sp.tau!r}, max_iters={sp.max_iters!r}, n_seeds={sp.n_seeds!r})"
@@ -110,7 +113,7 @@ class GraphIndex:
     def build(cls, data, *, metric="sqeuclidean", graph_degree=None, intermediate_degree=None, alpha=None,
               build_algo=None, diversify=None, n_entry=None, device="auto", random_state=None,
               beam=None, tau=None, max_iters=None, n_seeds=None, connectivity=None, entry=None, params=None,
-              search_params=None, calibrate=True):
+              search_params=None, calibrate=True, placement="auto", compression=None, pq_bytes=None):
         """Build a graph search index over ``data``.
 
         Parameters
@@ -161,6 +164,21 @@ class GraphIndex:
             The build parameters as one object (the keywords above are shortcuts for its fields).
         search_params : SearchParams, optional
             The default search parameters as one object.
+        placement : {"auto", "device", "host"}, default "auto"
+            ``"device"``: graph and vectors live where the index is built (GPU memory on a GPU).
+            ``"host"`` (BANG): graph and full-precision vectors stay in host memory (``data`` may
+            be a memory map), the GPU holds PQ codes only; each search step gathers neighbour
+            lists on the host, and the final candidates are re-ranked with exact distances.
+            ``"auto"``: host when graph + vectors exceed the memory budget
+            (:func:`knnkit.set_memory_budget`; on a CPU-only machine only an explicit budget
+            counts); logged and shown in ``repr``. Host indexes are not calibrated and do not
+            support :meth:`extend`.
+        compression : {None, "pq"}
+            Vector compression for the GPU walk: ``"pq"`` (product quantisation, 256 centroids per
+            subspace) is what host placement uses (None picks it there); device placement has none.
+        pq_bytes : int, optional
+            PQ code bytes per vector (subspaces), ``1 <= pq_bytes <= d``; default ``ceil(d / 2)``
+            (at most 128), lowered so that the codes take at most half of the memory budget.
 
         Returns
         -------
@@ -179,6 +197,9 @@ class GraphIndex:
                           connectivity=connectivity, entry=entry)
         sp = merge_params(SearchParams, search_params, "search_params", beam=beam, tau=tau, max_iters=max_iters,
                           n_seeds=n_seeds)
+        host = _resolve_placement(data, device, placement, compression, pq_bytes, graph_degree=bp.graph_degree)
+        if host is not None:
+            return cls._build_host(host, metric, bp, sp, random_state, pq_bytes)
         P = prepare(data, metric=metric, device=device)
         if P.n < 2:
             raise ValueError("a GraphIndex needs at least 2 data points")
@@ -194,6 +215,27 @@ class GraphIndex:
             if calibrate:
                 index._calibrate()
         return index
+
+    @classmethod
+    def _build_host(cls, host, metric, bp, sp, random_state, pq_bytes):
+        """placement="host": the HostIndex engine (BANG) over host data, no calibration."""
+        from .._core.metrics import scale_for_max, scaled_absmax
+        from .._core.validation import check_metric
+
+        a, dev, dev_id, budget = host
+        metric = check_metric(metric)
+        if a.shape[0] < 2:
+            raise ValueError("a GraphIndex needs at least 2 data points")
+        build_params = dict(graph_degree=bp.graph_degree, intermediate_degree=bp.intermediate_degree,
+                            alpha=bp.alpha, build_algo=bp.build_algo, diversify=bp.diversify,
+                            n_entry=default_n_entry(a.shape[0]) if bp.n_entry is None else bp.n_entry,
+                            repair=bp.connectivity, entry=bp.entry,
+                            random_state=(int(random_state) if isinstance(random_state, numbers.Integral)
+                                          else None if random_state is None else repr(random_state)))
+        with device_scope(dev, dev_id):
+            engine = HostIndex.build(a, metric, build_params, random_state, device=dev,
+                                     scale=scale_for_max(scaled_absmax(a)), pq_bytes=pq_bytes, budget=budget)
+        return cls(engine, sp)
 
     # ------------------------------------------------------------------ calibration
     @property
@@ -307,7 +349,7 @@ class GraphIndex:
                 raise ValueError("give beam or target_recall, not both")
             beam = max(self.beam_for(target_recall), k)
         call = dict(beam=beam, tau=tau, max_iters=max_iters, n_seeds=n_seeds, batch_size=batch_size,
-                    traversal=traversal)
+                    traversal=traversal, **{f: None for f in BANG_SEARCH_KEYS})
         if params is not None:
             if not isinstance(params, SearchParams):
                 raise TypeError(f"params must be a SearchParams, got {type(params).__name__}")
@@ -318,8 +360,11 @@ class GraphIndex:
                              f"candidates (use beam >= k, or leave beam unset)")
         beam_, tau_, iters_, seeds_ = self.search_params.resolve(k, call, n_entry=len(self._engine._entry))
         dev = self.device if device is None else resolve_device(device, info)[0]
+        extra = {}
+        if isinstance(self._engine, HostIndex):  # BANG knobs: the call's value, else the index default
+            extra = {f: getattr(checked if call[f] is not None else self.search_params, f) for f in BANG_SEARCH_KEYS}
         d, i = self._engine.search(q, k, beam=beam_, tau=tau_, max_iters=iters_, n_seeds=seeds_, device=dev,
-                                   batch_size=checked.batch_size, traversal=checked.traversal)
+                                   batch_size=checked.batch_size, traversal=checked.traversal, **extra)
         d = finalize_distances(d, self.metric, self._engine.scale)
         return wrap_output(d, info), wrap_output(i, info)
 
@@ -559,7 +604,38 @@ class GraphIndex:
             meta, arrays = read_container(path, kind="index", mmap=mmap)
         validate_index(meta, arrays, path)
         dev, dev_id = resolve_device(device, None)
-        engine = SearchGraph.from_arrays(meta, arrays, dev, dev_id)
+        engine_cls = HostIndex if meta.get("placement") == "host" else SearchGraph
+        engine = engine_cls.from_arrays(meta, arrays, dev, dev_id)
         sp = {k: v for k, v in (meta.get("search_params") or {}).items() if k in SearchParams.field_names()}
         return cls(engine, SearchParams(**sp))
 
+
+
+def _resolve_placement(data, device, placement, compression, pq_bytes, *, graph_degree):
+    """None for device placement, else ``(host array, device, device id, budget)`` for host
+    placement (BANG); validates ``placement``, ``compression`` and ``pq_bytes``."""
+    from .._core.config import get_memory_budget, logger
+    from .._core.params import check_choice
+
+    check_choice(placement, "placement", ("auto", "device", "host"))
+    if compression is not None:
+        check_choice(compression, "compression", ("pq",))
+    pq_bytes = check_int(pq_bytes, "pq_bytes", minimum=1, allow_none=True)
+    if placement == "device":
+        if compression is not None or pq_bytes is not None:
+            raise ValueError("compression / pq_bytes apply to placement='host' (or 'auto') only")
+        return None
+    a, info = check_matrix(data, "data")
+    if pq_bytes is not None and pq_bytes > a.shape[1]:
+        raise ValueError(f"pq_bytes={pq_bytes} exceeds the dimension d={a.shape[1]}")
+    dev, dev_id = resolve_device(device, info)
+    budget = get_memory_budget()
+    if placement == "auto":
+        need = host_bytes(a.shape[0], a.shape[1], a.dtype.itemsize, graph_degree or 64)
+        if not budget or need <= budget:
+            if compression is not None or pq_bytes is not None:
+                logger.info("GraphIndex: placement='auto' resolved to device; compression/pq_bytes unused")
+            return None
+        logger.info("GraphIndex: graph + vectors need %d bytes, the memory budget is %d: placement='host' with PQ",
+                    need, budget)
+    return as_host(a), dev, dev_id, budget

@@ -69,6 +69,12 @@ class SearchParams(Params):
     n_seeds: int | None = 4
     traversal: str = "auto"
     batch_size: int | None = None
+    #: host placement (BANG) only: expanded candidates re-ranked exactly (default: beam; k = off)
+    rerank: int | None = None
+    #: host placement on the GPU only: choose the next candidate before the merge (BANG 4.6)
+    prefetch: bool = True
+    #: host placement on the GPU only: queries per pipelined batch (default: half of the call's)
+    pipeline_batch: int | None = None
 
     def _validate(self):
         tau = check_float(self.tau, "tau", minimum=0.0, allow_none=True, allow_inf=True)
@@ -77,7 +83,10 @@ class SearchParams(Params):
                 "max_iters": check_int(self.max_iters, "max_iters", minimum=1, allow_none=True),
                 "n_seeds": check_int(self.n_seeds, "n_seeds", minimum=1, allow_none=True),
                 "traversal": check_choice(self.traversal, "traversal", ("auto", "fp16", "fp32")),
-                "batch_size": check_int(self.batch_size, "batch_size", minimum=1, allow_none=True)}
+                "batch_size": check_int(self.batch_size, "batch_size", minimum=1, allow_none=True),
+                "rerank": check_int(self.rerank, "rerank", minimum=1, allow_none=True),
+                "prefetch": check_bool(self.prefetch, "prefetch"),
+                "pipeline_batch": check_int(self.pipeline_batch, "pipeline_batch", minimum=1, allow_none=True)}
 
     @classmethod
     def field_names(cls):

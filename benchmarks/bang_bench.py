@@ -1,0 +1,181 @@
+"""BANG host-placement benchmark (issue 16), for the GPU machine.
+
+Generates N x d float32 clustered vectors on the GPU in streamed batches into a host memory map
+under $TMPDIR, computes exact ground truth (knnkit.knn) for the queries, builds a
+``GraphIndex(placement="host")`` (graph on the GPU, then kept on the host; PQ trained and encoded on
+the GPU), sets the memory budget to 1/8 of graph + vectors, and sweeps the work-list size with
+prefetch on/off and re-rank on/off: recall@10 vs QPS, per-stage costs, GPU memory held by the
+search. Optional peers: the device-placed GraphIndex (--device-peer, when the data fits) and cuVS
+IVF-PQ with refinement (when ``cuvs`` imports). Rows are written to JSON as they come.
+
+    PYTHONPATH=src python benchmarks/bang_bench.py --n 2000000 --out $OUT/bang_2m.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+
+def _git_commit():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True, stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return None
+
+
+def generate(path, n, d, n_queries, seed, batch=1 << 20, n_clusters=1024):
+    """Gaussian mixture on a 24-dimensional latent subspace plus noise, made on the GPU batch by batch."""
+    import cupy as cp
+
+    rs = cp.random.RandomState(seed)
+    latent = min(24, d)
+    basis = rs.standard_normal((latent, d), dtype=cp.float32) / np.sqrt(latent)
+    centers = rs.standard_normal((n_clusters, latent), dtype=cp.float32) * 2.0
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+
+    def rows(m, rstate):
+        lab = rstate.randint(0, n_clusters, m)
+        z = centers[lab] + 0.5 * rstate.standard_normal((m, latent), dtype=cp.float32)
+        return (z @ basis + 0.05 * rstate.standard_normal((m, d), dtype=cp.float32)).astype(cp.float32)
+
+    for s in range(0, n, batch):
+        mm[s:s + batch] = cp.asnumpy(rows(min(batch, n - s), cp.random.RandomState(seed + 1 + s // batch)))
+    mm.flush()
+    Q = cp.asnumpy(rows(n_queries, cp.random.RandomState(seed + 10 ** 6)))
+    return np.load(path, mmap_mode="r"), Q
+
+
+def recall(found, gt_d, X, Q, k):
+    """recall@k with ties counted by distance (exact distances of the returned ids)."""
+    found = np.asarray(found)
+    kth = gt_d[:, k - 1]
+    rows = X[np.maximum(found, 0).ravel()].reshape(found.shape[0], found.shape[1], -1).astype(np.float32)
+    dist = ((rows - Q[:, None, :]) ** 2).sum(2)
+    ok = (found >= 0) & (dist <= kth[:, None] * (1 + 1e-5) + 1e-6)
+    return float(ok[:, :k].mean())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=20_000_000)
+    ap.add_argument("--d", type=int, default=96)
+    ap.add_argument("--queries", type=int, default=10_000)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--beams", default="16,32,48,64,96,128,192")
+    ap.add_argument("--graph-degree", type=int, default=32)
+    ap.add_argument("--pq-bytes", type=int, default=None)
+    ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
+    ap.add_argument("--no-cuvs", action="store_true")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_bench.json"))
+    a = ap.parse_args()
+
+    import cupy as cp
+
+    import knnkit
+    from knnkit.index.bang._search_gpu import last_stats
+
+    res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
+                       "cpus": os.cpu_count()},
+           "git_commit": _git_commit(), "params": vars(a), "stages": {}, "rows": []}
+
+    def dump():
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+    tmp = tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
+    t = time.perf_counter()
+    X, Q = generate(os.path.join(tmp, "base.npy"), a.n, a.d, a.queries, seed=1)
+    res["stages"]["generate_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    gt_d, _gt_i = knnkit.knn(X, cp.asarray(Q), k=a.k, device="gpu")  # X streamed from the memory map
+    gt_d = cp.asnumpy(gt_d)
+    res["stages"]["ground_truth_s"] = time.perf_counter() - t
+    dump()
+
+    t = time.perf_counter()
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0, graph_degree=a.graph_degree,
+                                    pq_bytes=a.pq_bytes)
+    res["stages"]["build_s"] = time.perf_counter() - t
+    res["stages"]["build_phases_s"] = index.build_timings
+    eng = index._engine
+    need = a.n * a.d * 4 + a.n * eng.graph_degree * 4
+    budget = need // 8
+    knnkit.set_memory_budget(budget)
+    res["memory"] = {"graph_plus_vectors_bytes": need, "budget_bytes": budget, "pq_bytes": eng.pq_bytes,
+                     "codes_bytes": a.n * eng.pq_bytes}
+    res["repr"] = repr(index)
+    dump()
+    pool = cp.get_default_memory_pool()
+    Qd = cp.asarray(Q)
+    for beam in [int(b) for b in a.beams.split(",")]:
+        for prefetch in (True, False):
+            for rr in ("on", "off"):
+                sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k)
+                index.search(Qd[:256], k=a.k, beam=beam, params=sp)  # warm-up (compilation, caches)
+                pool.free_all_blocks()
+                cp.cuda.Device().synchronize()
+                t = time.perf_counter()
+                _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
+                cp.cuda.Device().synchronize()
+                dt = time.perf_counter() - t
+                row = {"method": "knnkit-host", "beam": beam, "prefetch": prefetch, "rerank": rr,
+                       "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k), "qps": a.queries / dt, "seconds": dt,
+                       "gpu_pool_bytes": int(pool.total_bytes()), **last_stats()}
+                res["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                dump()
+    if a.device_peer:
+        try:
+            knnkit.set_memory_budget(None)
+            dev = knnkit.GraphIndex.build(cp.asarray(X), device="gpu", random_state=0, graph_degree=a.graph_degree,
+                                          calibrate=False)
+            for beam in [int(b) for b in a.beams.split(",")]:
+                dev.search(Qd[:256], k=a.k, beam=beam)
+                cp.cuda.Device().synchronize()
+                t = time.perf_counter()
+                _d, i = dev.search(Qd, k=a.k, beam=beam)
+                cp.cuda.Device().synchronize()
+                dt = time.perf_counter() - t
+                res["rows"].append({"method": "knnkit-device", "beam": beam, "qps": a.queries / dt,
+                                    "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k)})
+                dump()
+            del dev
+        except Exception as e:  # noqa: BLE001 - a peer's failure is a result, not a crash
+            res["device_peer_error"] = f"{type(e).__name__}: {e}"
+        pool.free_all_blocks()
+    if not a.no_cuvs:
+        try:
+            from cuvs.neighbors import ivf_pq, refine
+
+            t = time.perf_counter()
+            n_lists = int(min(65536, max(1024, 4 * np.sqrt(a.n))))
+            bp = ivf_pq.IndexParams(n_lists=n_lists, pq_dim=eng.pq_bytes, pq_bits=8, metric="sqeuclidean")
+            train = cp.asarray(X[np.sort(np.random.default_rng(0).choice(a.n, min(a.n, 1 << 20), replace=False))])
+            cv = ivf_pq.build(bp, train)
+            del train
+            for s in range(0, a.n, 1 << 20):  # the rest added in batches (the data may not fit)
+                cv = ivf_pq.extend(cv, cp.asarray(X[s:s + (1 << 20)]), cp.arange(s, min(a.n, s + (1 << 20)), dtype=cp.int64))
+            res["stages"]["cuvs_build_s"] = time.perf_counter() - t
+            for n_probes in (8, 16, 32, 64, 128, 256):
+                t = time.perf_counter()
+                _d, cand = ivf_pq.search(ivf_pq.SearchParams(n_probes=n_probes), cv, Qd, 4 * a.k)
+                _d, i = refine(X, Q, cp.asnumpy(cp.asarray(cand)), k=a.k)  # host refine: vectors stay on the host
+                cp.cuda.Device().synchronize()
+                dt = time.perf_counter() - t
+                res["rows"].append({"method": "cuvs-ivfpq+refine", "n_probes": n_probes, "qps": a.queries / dt,
+                                    "recall": recall(np.asarray(i), gt_d, X, Q, a.k)})
+                dump()
+        except Exception as e:  # noqa: BLE001
+            res["cuvs_error"] = f"{type(e).__name__}: {e}"
+    dump()
+    print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""``HostIndex``: the engine of a :class:`knnkit.GraphIndex` with ``placement="host"`` (BANG).
+
+What lives where: the search graph (n, R) int32 and the full-precision vectors stay in host memory
+(numpy arrays or memory maps); the GPU holds only the PQ codes (n, m) uint8, the codebook and, per
+query batch, the distance tables and the work lists. Same method names as
+:class:`knnkit.index.SearchGraph` (``search``, ``to_arrays``, ``from_arrays``, ``n``, ``dim``, ...),
+so the facade dispatches on the placement only.
+"""
+
+import time
+
+import numpy as np
+
+from ..._core.backend import as_host, cupy_or_none
+from ..._core.config import logger
+from ..._core.metrics import internal_metric, prepare_vectors
+from .._engine import SearchGraph
+from .._entry import EntryPoints
+from ._pq import choose_m, encode, pq_tables, train_pq, TRAIN_SAMPLE
+from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
+
+__all__ = ["HostIndex", "host_bytes", "BANG_SEARCH_KEYS"]
+
+#: the SearchParams fields only the host path reads
+BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch")
+ENCODE_BATCH = 1 << 18  # rows prepared and encoded per step (streamed from host memory or a memory map)
+
+
+def host_bytes(n, d, itemsize, R):
+    """Bytes a device-placed index needs on the GPU: vectors plus graph (what ``"auto"`` compares
+    with the memory budget)."""
+    return int(n) * int(d) * int(itemsize) + int(n) * int(R) * 4
+
+
+class HostIndex:
+    """Search graph and vectors in host memory, PQ codes on the GPU (BANG section 3).
+
+    Attributes
+    ----------
+    placement : str
+        Always ``"host"``.
+    pq_bytes : int
+        Code bytes per vector (PQ subspaces ``m``).
+    device : {"cpu", "gpu"}
+        Where searches run by default (the codes are copied to the GPU on first GPU search).
+    """
+
+    placement = "host"
+
+    def __init__(self, data, graph, entry, codebook, codes, *, metric, build_params, device="cpu", nn1_max=None,
+                 scale=1.0):
+        self.metric = metric
+        self._imetric = internal_metric(metric)
+        self._data = data
+        self._graph = graph
+        self._entry = entry
+        self._codebook = np.ascontiguousarray(codebook, dtype=np.float32)
+        self._codes = codes
+        self.build_params = dict(build_params)
+        self.device = device
+        self.scale = float(scale)
+        self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
+        self._gpu = None  # (codes, codebook, entry) on the GPU, made on first GPU search
+
+    # ------------------------------------------------------------------ properties
+    n = property(lambda self: int(self._data.shape[0]))
+    dim = property(lambda self: int(self._data.shape[1]))
+    dtype = property(lambda self: np.dtype(self._data.dtype))
+    graph_degree = property(lambda self: int(self._graph.shape[1]))
+    pq_bytes = property(lambda self: int(self._codebook.shape[0]))
+
+    @property
+    def graph(self):
+        """The search graph, int32 (n, R), ``-1`` in unused slots (the host array itself, read it only)."""
+        return np.asarray(self._graph)
+
+    @property
+    def data(self):
+        """The indexed vectors in their storage dtype (host array or memory map)."""
+        return self._data
+
+    @property
+    def codes(self):
+        """PQ codes (n, m) uint8 (host)."""
+        return self._codes
+
+    @property
+    def entry_points(self):
+        return np.array(as_host(self._entry.medoids), copy=True)
+
+    def __len__(self):
+        return self.n
+
+    def describe(self):
+        """A short text for ``repr``."""
+        return f"placement='host', compression='pq', pq_bytes={self.pq_bytes}"
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, a, metric, bp, random_state, *, device, scale=1.0, pq_bytes=None, budget=0):
+        """Build on validated host data ``a`` (storage dtype; a memory map is read in batches
+        for PQ). The graph is built by :meth:`SearchGraph.build` on ``device`` (the data is copied
+        there for the build only), then kept on the host; PQ is trained on a sample and every
+        point encoded in streamed batches on ``device``."""
+        t0 = time.perf_counter()
+        if device == "gpu":
+            cp = cupy_or_none()
+            eng = SearchGraph.build(cp.asarray(a), metric, bp, random_state, scale=scale)
+            graph = cp.asnumpy(eng._graph)
+            entry = eng._entry.to(np)
+            timings = dict(eng.build_timings)
+            del eng
+            cp.get_default_memory_pool().free_all_blocks()
+        else:
+            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale)
+            graph, entry, timings = np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
+            del eng
+        if not isinstance(entry, EntryPoints):
+            raise ValueError("placement='host' supports entry='kmeans' only")
+        timings["graph_total"] = time.perf_counter() - t0
+        n, d = a.shape
+        m = choose_m(n, d, pq_bytes=pq_bytes, budget=budget if device == "gpu" else 0)
+        t1 = time.perf_counter()
+        seed = int(random_state) if isinstance(random_state, (int, np.integer)) else 0
+        rows = np.sort(np.random.default_rng([seed & 0xFFFFFFFF, 0x5A]).choice(n, min(n, TRAIN_SAMPLE),
+                                                                             replace=False))
+        sample = prepare_vectors(np.asarray(a[rows]), metric, scale)
+        if device == "gpu":
+            cp = cupy_or_none()
+            codebook = cp.asnumpy(train_pq(cp.asarray(sample), m, random_state=seed))
+        else:
+            codebook = train_pq(sample, m, random_state=seed)
+        timings["pq_train"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        codes = encode_all(a, codebook, metric, scale, device)
+        timings["pq_encode"] = time.perf_counter() - t2
+        bp = dict(bp, placement="host", compression="pq", pq_bytes=int(m))
+        logger.info("GraphIndex: host placement, PQ %d bytes/vector; build phases (s): %s", m,
+                    {k: round(v, 3) for k, v in timings.items()})
+        nn1 = None
+        engine = cls(a, graph, entry, codebook, codes, metric=metric, build_params=bp, device=device, nn1_max=nn1,
+                     scale=scale)
+        engine.build_timings = timings
+        return engine
+
+    # ------------------------------------------------------------------ search
+    def _device_arrays(self):
+        if self._gpu is None:
+            cp = cupy_or_none()
+            if cp is None:
+                raise RuntimeError("GPU search asked for but no CUDA GPU is usable")
+            self._gpu = (cp.asarray(np.asarray(self._codes)), cp.asarray(self._codebook), self._entry.to(cp))
+        return self._gpu
+
+    def search(self, q, k, *, beam, tau=None, max_iters, n_seeds, device, batch_size=None, traversal=None,
+               rerank=None, prefetch=True, pipeline_batch=None):
+        """Search validated queries ``q``; INTERNAL distances and int64 ids (numpy or cupy by
+        ``device``). ``beam`` is the work-list size L; ``rerank`` (default L) the number of
+        expanded nodes re-ranked exactly (``k``: only the k PQ-best get exact distances); ``tau``
+        and ``traversal`` do not apply here (the walk stops when its work list is all expanded)."""
+        L = int(beam)
+        max_iters = max(int(max_iters), k)
+        rr = max(k, min(int(rerank) if rerank else L, max_iters))
+        nq = q.shape[0]
+        bs = int(batch_size) if batch_size else max(1, nq)
+        if device == "gpu":
+            from ._search_gpu import search_host_gpu
+
+            cp = cupy_or_none()
+            codes, codebook, entry = self._device_arrays()
+            qd = prepare_vectors(cp.asarray(q), self.metric, self.scale)
+            parts = [search_host_gpu(self, qd[s:s + bs], k, codes=codes, codebook=codebook, entry=entry, L=L,
+                                     max_iters=max_iters, n_seeds=n_seeds, rerank=rr, prefetch=bool(prefetch),
+                                     pipeline_batch=pipeline_batch)
+                     for s in range(0, nq, bs)]
+            if len(parts) == 1:
+                return parts[0]
+            return cp.concatenate([p[0] for p in parts]), cp.concatenate([p[1] for p in parts])
+        qh = prepare_vectors(np.ascontiguousarray(as_host(q)), self.metric, self.scale)
+        D = np.empty((nq, k), np.float32)
+        I = np.empty((nq, k), np.int64)
+        for s in range(0, nq, bs):
+            qb = qh[s:s + bs]
+            T = pq_tables(qb, self._codebook, self._imetric)
+            seeds = self._entry.seeds_for(qb, n_seeds)
+            log_ids, log_d, _n = search_pq_cpu(self._graph, self._codes, T, seeds, L=L, max_iters=max_iters)
+            cand = top_logged(log_ids, log_d, rr)
+            D[s:s + bs], I[s:s + bs] = rerank_cpu(self._data, qb, cand, k, metric=self._imetric,
+                                                  user_metric=self.metric, scale=self.scale)
+        return D, I
+
+    # deletes (``GraphIndex.delete``) are not implemented for host placement: refused, never ignored
+    deleted = None
+    consolidated = True
+    n_deleted = 0
+
+    def mark_deleted(self, ids):
+        raise ValueError("delete is not supported on a placement='host' index yet; rebuild without the points")
+
+    def compact(self):
+        return {}
+
+    def extend(self, a, **_kw):
+        raise ValueError("extend is not supported for placement='host' indexes (rebuild with the new points)")
+
+    # ------------------------------------------------------------------ persistence
+    def to_arrays(self):
+        """``(meta, arrays)`` for the container file (host arrays; memory maps are streamed)."""
+        meta = {"metric": self.metric, "dtype": self.dtype.name, "n": self.n, "dim": self.dim,
+                "graph_degree": self.graph_degree, "build_params": self.build_params,
+                "entry_metric": self._entry.metric, "scale": self.scale, "placement": "host",
+                "compression": "pq", "pq_bytes": self.pq_bytes,
+                "nn1_max": self.nn1_max if np.isfinite(self.nn1_max) else None}
+        arrays = {
+            "data": np.asarray(self._data),
+            "graph": np.asarray(self._graph, dtype=np.int32),
+            "entry_centroids": as_host(self._entry.centroids).astype(np.float32, copy=False),
+            "entry_medoids": as_host(self._entry.medoids).astype(np.int32, copy=False),
+            "pq_codebook": self._codebook,
+            "pq_codes": np.asarray(self._codes),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_arrays(cls, meta, arrays, device, dev_id=None):
+        """The engine of a loaded file: the arrays are kept as given (memory maps stay maps)."""
+        cb, codes = arrays.get("pq_codebook"), arrays.get("pq_codes")
+        n = arrays["data"].shape[0]
+        if cb is None or codes is None or cb.ndim != 3 or cb.dtype != np.float32 or codes.dtype != np.uint8 \
+                or codes.shape != (n, cb.shape[0]) or cb.shape[1] > 256:
+            raise ValueError("invalid knnkit host-placement index: PQ codebook/codes missing or of the wrong shape")
+        if cb.shape[0] * cb.shape[2] < arrays["data"].shape[1]:
+            raise ValueError("invalid knnkit host-placement index: PQ codebook narrower than the data")
+        if int(np.asarray(codes).max(initial=0)) >= cb.shape[1]:
+            raise ValueError("invalid knnkit host-placement index: PQ code out of range")
+        metric = meta["metric"]
+        entry = EntryPoints(np.asarray(arrays["entry_centroids"]), np.asarray(arrays["entry_medoids"]),
+                            meta.get("entry_metric", internal_metric(metric)))
+        return cls(arrays["data"], arrays["graph"], entry, cb, codes, metric=metric,
+                   build_params=meta.get("build_params", {}), device=device, nn1_max=meta.get("nn1_max"),
+                   scale=meta.get("scale", 1.0))
+
+
+def encode_all(a, codebook, metric, scale, device):
+    """PQ codes of every row of ``a`` (host array or memory map), prepared and encoded in batches
+    of :data:`ENCODE_BATCH` rows on ``device``; host uint8 (n, m)."""
+    n = a.shape[0]
+    out = np.empty((n, codebook.shape[0]), np.uint8)
+    if device == "gpu":
+        cp = cupy_or_none()
+        cb = cp.asarray(codebook)
+        for s in range(0, n, ENCODE_BATCH):
+            Xb = prepare_vectors(cp.asarray(np.asarray(a[s:s + ENCODE_BATCH])), metric, scale)
+            out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb, cb))
+        return out
+    for s in range(0, n, ENCODE_BATCH):
+        out[s:s + ENCODE_BATCH] = encode(prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale), codebook)
+    return out

@@ -1,0 +1,230 @@
+"""Product quantisation (Jegou et al.; BANG sections 2.3 and 4.2): k-means per subspace trained on a
+sample, uint8 codes, per-query distance tables. CPU (NumPy + Numba) and GPU (CuPy GEMMs) twins in
+one module: both run the same Lloyd iterations from the same initial centroids.
+
+The prepared float32 vectors (metric transform applied, see :func:`knnkit._core.metrics.prepare_vectors`)
+are zero-padded from ``d`` to ``m * dsub`` dimensions (``dsub = ceil(d / m)``): the padded
+coordinates are 0 in every vector and every centroid, so they add nothing to any distance.
+"""
+
+import math
+
+import numba
+import numpy as np
+
+from ..._core.backend import get_array_module
+from ..._core.config import logger
+
+__all__ = ["choose_m", "pad_dim", "train_pq", "encode", "pq_tables", "reconstruct", "KSUB"]
+
+KSUB = 256  #: centroids per subspace (codes are uint8)
+TRAIN_SAMPLE = 65536  #: points the k-means sees at most
+TRAIN_ITERS = 20
+
+
+def pad_dim(d, m):
+    """``(dsub, padded dimension)`` of ``m`` subspaces over ``d`` dimensions."""
+    dsub = -(-d // m)
+    return dsub, dsub * m
+
+
+def choose_m(n, d, *, pq_bytes=None, budget=0):
+    """Code bytes per vector: ``pq_bytes`` when given, else ``ceil(d / 2)`` (two dimensions per
+    subspace; BANG's 74 bytes for 128-d is close to this) capped at 128, lowered until the codes
+    take at most half of ``budget`` (bytes of GPU memory; 0 = no limit).
+
+    >>> choose_m(1000, 96), choose_m(10**6, 96, budget=40 * 10**6)
+    (48, 20)
+    """
+    if pq_bytes is not None:
+        return int(pq_bytes)
+    m = min(128, max(1, -(-d // 2)))
+    if budget and n * m > budget // 2:
+        fit = int(budget // 2 // max(1, n))
+        if fit < 1:
+            raise ValueError(f"PQ codes of {n} points need at least {n} bytes of GPU memory, the memory budget "
+                             f"is {budget} bytes: raise knnkit.set_memory_budget or search on the CPU")
+        logger.info("PQ: %d bytes per vector lowered to %d to fit the memory budget (%d bytes)", m, fit, budget)
+        m = fit
+    return m
+
+
+def _padded(X, m):
+    xp = get_array_module(X)
+    d = X.shape[1]
+    dsub, dp = pad_dim(d, m)
+    if dp != d:
+        X = xp.concatenate([X, xp.zeros((X.shape[0], dp - d), xp.float32)], axis=1)
+    return X.reshape(X.shape[0], m, dsub)
+
+
+# ---------------------------------------------------------------------------------------- CPU
+@numba.njit(parallel=True, cache=True)
+def _kmeans_cpu(S, C, iters):
+    """Lloyd iterations on every subspace (in place on ``C``: (m, ksub, dsub)); ``S``: (s, m, dsub).
+    An empty cluster takes the point that is farthest from its centroid (deterministic)."""
+    s, m, dsub = S.shape
+    ksub = C.shape[1]
+    for j in numba.prange(m):
+        lab = np.empty(s, np.int64)
+        dmin = np.empty(s, np.float32)
+        for _it in range(iters):
+            for i in range(s):
+                best, bi = np.inf, 0
+                for c in range(ksub):
+                    acc = np.float32(0.0)
+                    for t in range(dsub):
+                        diff = S[i, j, t] - C[j, c, t]
+                        acc += diff * diff
+                    if acc < best:
+                        best, bi = acc, c
+                lab[i] = bi
+                dmin[i] = best
+            sums = np.zeros((ksub, dsub), np.float64)
+            cnt = np.zeros(ksub, np.int64)
+            for i in range(s):
+                cnt[lab[i]] += 1
+                for t in range(dsub):
+                    sums[lab[i], t] += S[i, j, t]
+            for c in range(ksub):
+                if cnt[c] > 0:
+                    for t in range(dsub):
+                        C[j, c, t] = np.float32(sums[c, t] / cnt[c])
+                else:
+                    far = np.argmax(dmin)
+                    dmin[far] = -1.0
+                    for t in range(dsub):
+                        C[j, c, t] = S[far, j, t]
+
+
+@numba.njit(parallel=True, cache=True)
+def _encode_cpu(S, C, out):
+    n, m, dsub = S.shape
+    ksub = C.shape[1]
+    for i in numba.prange(n):
+        for j in range(m):
+            best, bi = np.inf, 0
+            for c in range(ksub):
+                acc = np.float32(0.0)
+                for t in range(dsub):
+                    diff = S[i, j, t] - C[j, c, t]
+                    acc += diff * diff
+                if acc < best:
+                    best, bi = acc, c
+            out[i, j] = bi
+
+
+# ---------------------------------------------------------------------------------------- GPU
+def _assign_gpu(cp, Sj, Cj):
+    """Nearest centroid of every row of ``Sj`` (s, dsub) among ``Cj`` (ksub, dsub) by one GEMM."""
+    d = (Cj * Cj).sum(axis=1)[None, :] - 2.0 * (Sj @ Cj.T)
+    lab = cp.argmin(d, axis=1)
+    rowmin = d[cp.arange(d.shape[0]), lab] + (Sj * Sj).sum(axis=1)
+    return lab, rowmin
+
+
+def _kmeans_gpu(S, C, iters):
+    """GPU Lloyd iterations (same rules as :func:`_kmeans_cpu`). Centroid sums are a one-hot GEMM,
+    not atomics: the result is the same on every run."""
+    import cupy as cp
+
+    s, m, _dsub = S.shape
+    ksub = C.shape[1]
+    ar = cp.arange(ksub, dtype=cp.int64)
+    for j in range(m):
+        Sj = cp.ascontiguousarray(S[:, j, :])
+        Cj = C[j]
+        for _it in range(iters):
+            lab, dmin = _assign_gpu(cp, Sj, Cj)
+            onehot = (lab[:, None] == ar[None, :]).astype(cp.float32)
+            cnt = onehot.sum(axis=0)
+            sums = onehot.T @ Sj
+            newC = sums / cp.maximum(cnt, 1.0)[:, None]
+            empty = cp.nonzero(cnt == 0)[0]
+            if empty.size:  # farthest points, as the CPU twin
+                far = cp.argsort(-dmin)[:empty.size]
+                newC[empty] = Sj[far]
+            Cj = newC.astype(cp.float32)
+        C[j] = Cj
+
+
+# ---------------------------------------------------------------------------------------- API
+def train_pq(sample, m, *, random_state=0, iters=TRAIN_ITERS):
+    """Codebook (m, ksub, dsub) float32 trained on ``sample`` (prepared float32 vectors, numpy or
+    cupy: the k-means runs where the sample lives). ``ksub = min(256, len(sample))``; initial
+    centroids are distinct sample rows drawn with ``random_state``.
+
+    >>> X = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    >>> train_pq(X, 4, random_state=0).shape
+    (4, 256, 2)
+    """
+    xp = get_array_module(sample)
+    s = sample.shape[0]
+    if s > TRAIN_SAMPLE:
+        rows = np.sort(np.random.default_rng(random_state).choice(s, TRAIN_SAMPLE, replace=False))
+        sample = sample[xp.asarray(rows)]
+        s = TRAIN_SAMPLE
+    S = _padded(xp.ascontiguousarray(sample, dtype=xp.float32), m)
+    ksub = min(KSUB, s)
+    init = np.random.default_rng([int(random_state) & 0xFFFFFFFF, 0x50C0]).choice(s, ksub, replace=False)
+    C = xp.ascontiguousarray(S[xp.asarray(init)].transpose(1, 0, 2))  # (m, ksub, dsub)
+    if xp is np:
+        _kmeans_cpu(S, C, int(iters))
+    else:
+        _kmeans_gpu(S, C, int(iters))
+    return C
+
+
+def encode(X, codebook, *, batch=None):
+    """uint8 codes (n, m) of prepared vectors ``X`` (numpy or cupy, like the codebook)."""
+    xp = get_array_module(X)
+    m, ksub, dsub = codebook.shape
+    S = _padded(xp.ascontiguousarray(X, dtype=xp.float32), m)
+    if xp is np:
+        out = np.empty((S.shape[0], m), np.uint8)
+        _encode_cpu(S, np.ascontiguousarray(codebook), out)
+        return out
+    n = S.shape[0]
+    out = xp.empty((n, m), xp.uint8)
+    cn = (codebook * codebook).sum(axis=2)  # (m, ksub)
+    # (m, b, ksub) float32 scores per batch: about 256 MB
+    b = batch or max(256, min(n, (1 << 26) // max(1, m * ksub)))
+    for s in range(0, n, b):
+        Sb = S[s:s + b].transpose(1, 0, 2)  # (m, b, dsub)
+        score = cn[:, None, :] - 2.0 * xp.matmul(Sb, codebook.transpose(0, 2, 1))
+        out[s:s + b] = xp.argmin(score, axis=2).T.astype(xp.uint8)
+    return out
+
+
+def reconstruct(codes, codebook, d):
+    """The vectors the codes stand for (n, d) float32 (padding dropped)."""
+    xp = get_array_module(codebook)
+    m = codebook.shape[0]
+    rec = codebook[xp.arange(m)[None, :], xp.asarray(codes).astype(xp.int64)]  # (n, m, dsub)
+    return rec.reshape(rec.shape[0], -1)[:, :d]
+
+
+def pq_tables(Q, codebook, metric):
+    """Per-query distance tables (nq, m, ksub) float32 (BANG 4.2): entry ``[q, j, c]`` is the
+    squared distance (``"l2"``) or the negative inner product (``"ip"``) between subvector ``j``
+    of query ``q`` and centroid ``c`` of subspace ``j``; a code's distance is the sum over ``j``.
+    One batched GEMM on the device of ``Q``."""
+    xp = get_array_module(Q)
+    m = codebook.shape[0]
+    Qs = _padded(xp.ascontiguousarray(Q, dtype=xp.float32), m).transpose(1, 0, 2)  # (m, nq, dsub)
+    dots = xp.matmul(Qs, codebook.transpose(0, 2, 1))  # (m, nq, ksub)
+    if metric == "ip":
+        T = -dots
+    else:
+        T = (Qs * Qs).sum(axis=2)[:, :, None] - 2.0 * dots + (codebook * codebook).sum(axis=2)[:, None, :]
+        T = xp.maximum(T, 0.0)
+    return xp.ascontiguousarray(T.transpose(1, 0, 2).astype(xp.float32))
+
+
+def table_bytes(m, ksub=KSUB):
+    """Bytes of one query's table (BANG keeps it in shared memory where it fits)."""
+    return int(m) * int(ksub) * 4
+
+
+def log2ceil(x):
+    return int(math.ceil(math.log2(max(1, x))))

@@ -1,0 +1,182 @@
+"""CPU twin of the host-placement search (BANG sections 3.2 and 4.1-4.9 on the CPU): the same
+algorithm as the GPU loop in ``_search_gpu.py``, one query per Numba thread. It is the reference
+that the GPU tests compare with.
+
+Per query: a work list of ``L`` entries sorted by PQ distance (ties by id: a total order, so the
+GPU's batched merge and this sequential insertion keep the same list), each flagged once expanded;
+a blocked Bloom filter (the hash of ``index/search.cu``) as the visited set, so a node's PQ distance
+is computed once; every expansion is logged with its PQ distance. The search stops when every
+entry is expanded or after ``max_iters`` expansions. Re-ranking (4.9): the ``rerank`` best logged
+nodes by PQ distance get exact distances from the full-precision vectors, the ``k`` best are kept.
+"""
+
+import numba
+import numpy as np
+
+from ..._core.metrics import prepare_vectors
+
+__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "bloom_words_for"]
+
+
+def bloom_words_for(max_iters, R, s):
+    """32-bit words of a query's Bloom filter: about 4 words per expected insertion / 3 bits each,
+    a power of two in [1024, 2^17] (the hash keeps word and bit fields apart below 2^17)."""
+    need = max(1024, (max_iters * R + s) // 2)
+    w = 1
+    while w < need:
+        w *= 2
+    return int(min(w, 1 << 17))
+
+
+@numba.njit(cache=True, inline="always")
+def _bloom_insert(words, base, wmask, node):
+    h = np.uint64(node) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    bits = ((np.uint64(1) << ((h >> np.uint64(17)) & np.uint64(31)))
+            | (np.uint64(1) << ((h >> np.uint64(22)) & np.uint64(31)))
+            | (np.uint64(1) << (h >> np.uint64(27))))
+    w = base + np.int64(h & np.uint64(wmask))
+    old = np.uint64(words[w])
+    words[w] = np.uint32(old | bits)
+    return (old & bits) != bits
+
+
+@numba.njit(cache=True, inline="always")
+def _pq_dist(codes, node, T, q, m):
+    acc = np.float32(0.0)
+    for j in range(m):
+        acc += T[q, j, codes[node, j]]
+    return acc
+
+
+@numba.njit(cache=True, inline="always")
+def _insert(ids, ds, fl, size, L, node, d):
+    """Insert (d, node) into the sorted list (order by distance, then id); returns the new size."""
+    if size == L and (d > ds[L - 1] or (d == ds[L - 1] and node > ids[L - 1])):
+        return size
+    pos = size if size < L else L - 1
+    while pos > 0 and (ds[pos - 1] > d or (ds[pos - 1] == d and ids[pos - 1] > node)):
+        if pos < L:
+            ids[pos], ds[pos], fl[pos] = ids[pos - 1], ds[pos - 1], fl[pos - 1]
+        pos -= 1
+    ids[pos], ds[pos], fl[pos] = node, d, 0
+    return min(size + 1, L)
+
+
+@numba.njit(parallel=True, cache=True)
+def _search(graph, codes, T, seeds, L, max_iters, bloom_words, log_ids, log_d, n_exp):
+    nq = T.shape[0]
+    m = codes.shape[1]
+    R = graph.shape[1]
+    wmask = bloom_words - 1
+    for q in numba.prange(nq):
+        ids = np.full(L, -1, np.int32)
+        ds = np.full(L, np.inf, np.float32)
+        fl = np.zeros(L, np.uint8)
+        words = np.zeros(bloom_words, np.uint32)
+        size = 0
+        for t in range(seeds.shape[1]):
+            s = seeds[q, t]
+            if s >= 0 and _bloom_insert(words, 0, wmask, s):
+                size = _insert(ids, ds, fl, size, L, s, _pq_dist(codes, s, T, q, m))
+        ne = 0
+        while ne < max_iters:
+            i = 0
+            while i < size and fl[i]:
+                i += 1
+            if i == size:
+                break
+            fl[i] = 1
+            node = ids[i]
+            log_ids[q, ne] = node
+            log_d[q, ne] = ds[i]
+            ne += 1
+            for r in range(R):
+                nb = graph[node, r]
+                if nb < 0 or not _bloom_insert(words, 0, wmask, nb):
+                    continue
+                size = _insert(ids, ds, fl, size, L, nb, _pq_dist(codes, nb, T, q, m))
+        n_exp[q] = ne
+
+
+def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters):
+    """Expansion logs ``(ids (nq, max_iters) int32, PQ distances float32, counts (nq,) int32)``."""
+    nq = tables.shape[0]
+    log_ids = np.full((nq, max_iters), -1, np.int32)
+    log_d = np.full((nq, max_iters), np.inf, np.float32)
+    n_exp = np.zeros(nq, np.int32)
+    W = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
+    _search(np.asarray(graph), np.asarray(codes), tables, np.ascontiguousarray(seeds, dtype=np.int32), int(L),
+            int(max_iters), W, log_ids, log_d, n_exp)
+    return log_ids, log_d, n_exp
+
+
+@numba.njit(parallel=True, cache=True)
+def _gather_rows(src, ids, out, fill):
+    for i in numba.prange(ids.shape[0]):
+        r = ids[i]
+        if r >= 0:
+            for j in range(src.shape[1]):
+                out[i, j] = src[r, j]
+        else:
+            for j in range(src.shape[1]):
+                out[i, j] = fill
+
+
+def gather_rows(src, ids, out=None, fill=0):
+    """``out[i] = src[ids[i]]`` (``fill`` where ``ids[i] < 0``) by parallel host threads; ``src`` may
+    be a memory map (only the rows asked for are read), ``out`` a pinned buffer."""
+    ids = np.ascontiguousarray(ids.reshape(-1))
+    if out is None:
+        out = np.empty((ids.shape[0], src.shape[1]), src.dtype)
+    _gather_rows(np.asarray(src), ids, out.reshape(ids.shape[0], src.shape[1]), fill)
+    return out
+
+
+def top_logged(log_ids, log_d, rerank):
+    """The ``rerank`` best logged nodes of each query by PQ distance (-1 padded), host arrays."""
+    rr = min(int(rerank), log_ids.shape[1])
+    order = np.argsort(log_d, axis=1, kind="stable")[:, :rr]
+    return np.take_along_axis(log_ids, order, axis=1)
+
+
+def exact_topk(Qp, Xc, cand, k, metric):
+    """Exact internal distances of prepared queries ``Qp`` (nq, d) to their candidates' prepared
+    vectors ``Xc`` (nq, c, d) (numpy or cupy); the ``k`` best, ``inf``/-1 where no candidate."""
+    from ..._core.backend import get_array_module
+
+    xp = get_array_module(Xc)
+    if metric == "ip":
+        dist = -xp.einsum("qcd,qd->qc", Xc, Qp)
+    else:
+        diff = Xc - Qp[:, None, :]
+        dist = xp.einsum("qcd,qcd->qc", diff, diff)
+    dist = xp.where(cand >= 0, dist, xp.float32(np.inf)).astype(xp.float32)
+    kk = min(k, cand.shape[1])
+    order = xp.argsort(dist, axis=1)[:, :kk]
+    d = xp.take_along_axis(dist, order, axis=1)
+    i = xp.take_along_axis(cand.astype(xp.int64), order, axis=1)
+    i = xp.where(xp.isfinite(d), i, -1)
+    if kk < k:
+        pad = k - kk
+        d = xp.concatenate([d, xp.full((d.shape[0], pad), np.inf, xp.float32)], axis=1)
+        i = xp.concatenate([i, xp.full((i.shape[0], pad), -1, xp.int64)], axis=1)
+    return d, i
+
+
+def rerank_cpu(data, Qp, cand, k, *, metric, user_metric, scale, chunk=2048):
+    """Exact re-ranking on the host: gathers the candidates' rows of ``data`` (storage dtype, any
+    array or memory map), prepares them like the index and keeps the ``k`` best of each query."""
+    nq = cand.shape[0]
+    D = np.empty((nq, k), np.float32)
+    I = np.empty((nq, k), np.int64)
+    for s in range(0, nq, chunk):
+        c = cand[s:s + chunk]
+        rows = gather_rows(data, c)
+        Xc = prepare_vectors(rows, user_metric, scale).reshape(c.shape[0], c.shape[1], -1)
+        D[s:s + chunk], I[s:s + chunk] = exact_topk(Qp[s:s + chunk], Xc, c, k, metric)
+    return D, I
