@@ -8,6 +8,8 @@ Subcommands:
 - ``knnkit knn DATA -k K -o OUT``: exact k-NN of vector files.
 - ``knnkit graph DATA -k K -o OUT``: k-NN graph of a vector file (in memory or out of core).
 - ``knnkit convert IN OUT``: change a vector file's format (or take its first rows).
+- ``knnkit index build DATA OUT`` / ``knnkit index search INDEX QUERIES``: a saved graph index.
+- ``knnkit demo --save DIR`` also writes sample files (data.fbin, queries.fbin, groundtruth.ivecs).
 
 Global options ``--quiet`` (no progress bars) and ``--verbose`` (debug log) go before or after the
 subcommand.
@@ -197,6 +199,51 @@ def cmd_graph(args):
     return 0
 
 
+# --------------------------------------------------------------------------- index
+
+def cmd_index_build(args):
+    import knnkit
+    from .evaluate import Timer
+
+    data, _ = _read_input(args.data)
+    with Timer("build") as t:
+        index = knnkit.GraphIndex.build(data, metric=args.metric, device=args.device, graph_degree=args.graph_degree,
+                                        entry=args.entry, random_state=args.seed)
+    index.save(args.output)
+    _say(f"index: {index.n} x {index.dim} ({args.metric}), graph degree {index.graph_degree}, default beam "
+         f"{index.search_params.beam}, built in {t.elapsed:.3f} s; wrote {args.output}")
+    return 0
+
+
+def cmd_index_search(args):
+    import knnkit
+    from . import io
+    from .evaluate import Timer, recall
+
+    index = knnkit.load(args.index, device=args.device)
+    queries, _ = _read_input(args.queries)
+    kw = {"target_recall": args.target_recall} if args.target_recall is not None else {"beam": args.beam}
+    index.search(queries[: min(len(queries), 100)], k=args.k, **kw)  # first call compiles: outside the timing
+    with Timer("search") as t:
+        d, i = index.search(queries, k=args.k, **kw)
+    from ._core.backend import as_host
+
+    d, i = np.asarray(as_host(d)), np.asarray(as_host(i))
+    line = f"search: {len(queries)} queries, k={args.k}, {len(queries) / max(t.elapsed, 1e-9):,.0f} queries/s"
+    if args.groundtruth:
+        gt = io.read(args.groundtruth)
+        if gt.shape[0] != i.shape[0] or gt.shape[1] < args.k:
+            raise ValueError(f"{args.groundtruth}: shape {gt.shape} does not match {i.shape[0]} queries x k={args.k}")
+        line += f", recall@{args.k} {recall(i, gt[:, :args.k], k=args.k):.4f}"
+    _say(line)
+    if args.output:
+        dist_out = distances_path(args.output)
+        io.write(args.output, i.astype(np.int64 if args.output.endswith(".npy") else np.int32))
+        io.write(dist_out, d.astype(np.float32))
+        _say(f"wrote indices to {args.output}, distances to {dist_out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- convert
 
 def _copy_vectors(src_path, dst_path, rows=None):
@@ -286,6 +333,16 @@ def cmd_demo(args):
         _true_d, true_i = knnkit.knn(data, queries, k=k, metric=args.metric, device=kind)
     _say(f"  exact knn   {t.elapsed:8.3f} s   {nq} queries x {n} points ({_rate(nq, t.elapsed, 'queries')}); "
          f"the ground truth below")
+    if args.save:
+        from . import io
+        from ._core.backend import as_host
+
+        os.makedirs(args.save, exist_ok=True)
+        files = {"data.fbin": as_host(data), "queries.fbin": as_host(queries),
+                 "groundtruth.ivecs": np.asarray(as_host(true_i), dtype=np.int32)}
+        for name, arr in files.items():
+            io.write(os.path.join(args.save, name), np.ascontiguousarray(arr))
+        _say(f"  wrote {', '.join(files)} to {args.save}")
 
     def graph_step():
         kw = {} if args.graph_method == "auto" else {"method": args.graph_method}
@@ -354,7 +411,35 @@ def build_parser():
     p.add_argument("--graph-method", default="auto", choices=["auto", "nndescent", "brute"],
                    help="knn_graph method (default auto: brute force for small n, NN-Descent above)")
     p.add_argument("--no-warmup", action="store_true", help="include compilation in the first timings")
+    p.add_argument("--save", metavar="DIR", default=None,
+                   help="also write the data set as DIR/data.fbin, DIR/queries.fbin and DIR/groundtruth.ivecs")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("index", parents=[common], help="build or search a graph index (knnkit.GraphIndex)")
+    isub = p.add_subparsers(dest="index_command", metavar="ACTION")
+    isub.required = True
+    q = isub.add_parser("build", parents=[common], help="build an index of a vector file and save it",
+                        description="GraphIndex.build on DATA (any vector file knnkit.io reads), saved to OUT "
+                        "(the knnkit container; load it with knnkit.load or `knnkit index search`).")
+    q.add_argument("data", metavar="DATA")
+    q.add_argument("output", metavar="OUT", help="index file to write (e.g. index.knnk)")
+    _add_metric_and_device(q)
+    q.add_argument("--graph-degree", type=_positive, default=None, help="out-degree (default: from the data)")
+    q.add_argument("--entry", choices=["kmeans", "hierarchy"], default="kmeans", help="entry structure")
+    q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    q.set_defaults(func=cmd_index_build)
+    q = isub.add_parser("search", parents=[common], help="search a saved index",
+                        description="k nearest neighbours of QUERIES in the saved index. Output convention as for "
+                        "`knnkit knn`: indices to OUT (.ibin, .ivecs or .npy), distances next to it.")
+    q.add_argument("index", metavar="INDEX")
+    q.add_argument("queries", metavar="QUERIES")
+    q.add_argument("-k", type=_positive, default=10, help="neighbours per query (default 10)")
+    q.add_argument("--beam", type=_positive, default=None, help="candidate list size (default: the index's)")
+    q.add_argument("--target-recall", type=float, default=None, help="pick the beam from the index's calibration")
+    q.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
+    q.add_argument("--groundtruth", metavar="GT", default=None, help="ground-truth indices file: report recall@k")
+    q.add_argument("-o", "--output", metavar="OUT", default=None, help="indices file (.ibin, .ivecs or .npy)")
+    q.set_defaults(func=cmd_index_search)
 
     p = sub.add_parser(
         "knn", parents=[common], help="exact k nearest neighbours of vector files",
