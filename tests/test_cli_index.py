@@ -31,7 +31,7 @@ def test_readme_command_line_block(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "recall@10" in out
     for f in ("sample/data.fbin", "sample/queries.fbin", "sample/groundtruth.ivecs", "index.knnk", "res.ibin",
-              "res.dist.fbin", "nn.ibin", "graph.ibin", "data.npy"):
+              "res.dist.fbin", "nn.ibin", "graph.ibin", "data.npy", "bench/bench.json"):
         assert (tmp_path / f).exists(), f
     from knnkit import io
 

@@ -8,8 +8,11 @@ Subcommands:
 - ``knnkit knn DATA -k K -o OUT``: exact k-NN of vector files.
 - ``knnkit graph DATA -k K -o OUT``: k-NN graph of a vector file (in memory or out of core).
 - ``knnkit convert IN OUT``: change a vector file's format (or take its first rows).
-- ``knnkit index build DATA OUT`` / ``knnkit index search INDEX QUERIES``: a saved graph index.
-- ``knnkit demo --save DIR`` also writes sample files (data.fbin, queries.fbin, groundtruth.ivecs).
+- ``knnkit index build DATA OUT.knn`` / ``knnkit index search OUT.knn QUERIES -k K -o RES``: a graph
+  search index (``knnkit.GraphIndex``) saved to a file, and searched from it.
+- ``knnkit bench DATA``: recall@k against queries per second of knnkit and the peers that import
+  (hnswlib, faiss, cuVS), as a table, a JSON file and a PNG plot (``knnkit.bench``).
+- ``knnkit demo --save DIR``: write sample files (data.fbin, queries.fbin, groundtruth.ivecs).
 
 Global options ``--quiet`` (no progress bars) and ``--verbose`` (debug log) go before or after the
 subcommand.
@@ -199,51 +202,6 @@ def cmd_graph(args):
     return 0
 
 
-# --------------------------------------------------------------------------- index
-
-def cmd_index_build(args):
-    import knnkit
-    from .evaluate import Timer
-
-    data, _ = _read_input(args.data)
-    with Timer("build") as t:
-        index = knnkit.GraphIndex.build(data, metric=args.metric, device=args.device, graph_degree=args.graph_degree,
-                                        entry=args.entry, random_state=args.seed)
-    index.save(args.output)
-    _say(f"index: {index.n} x {index.dim} ({args.metric}), graph degree {index.graph_degree}, default beam "
-         f"{index.search_params.beam}, built in {t.elapsed:.3f} s; wrote {args.output}")
-    return 0
-
-
-def cmd_index_search(args):
-    import knnkit
-    from . import io
-    from .evaluate import Timer, recall
-
-    index = knnkit.load(args.index, device=args.device)
-    queries, _ = _read_input(args.queries)
-    kw = {"target_recall": args.target_recall} if args.target_recall is not None else {"beam": args.beam}
-    index.search(queries[: min(len(queries), 100)], k=args.k, **kw)  # first call compiles: outside the timing
-    with Timer("search") as t:
-        d, i = index.search(queries, k=args.k, **kw)
-    from ._core.backend import as_host
-
-    d, i = np.asarray(as_host(d)), np.asarray(as_host(i))
-    line = f"search: {len(queries)} queries, k={args.k}, {len(queries) / max(t.elapsed, 1e-9):,.0f} queries/s"
-    if args.groundtruth:
-        gt = io.read(args.groundtruth)
-        if gt.shape[0] != i.shape[0] or gt.shape[1] < args.k:
-            raise ValueError(f"{args.groundtruth}: shape {gt.shape} does not match {i.shape[0]} queries x k={args.k}")
-        line += f", recall@{args.k} {recall(i, gt[:, :args.k], k=args.k):.4f}"
-    _say(line)
-    if args.output:
-        dist_out = distances_path(args.output)
-        io.write(args.output, i.astype(np.int64 if args.output.endswith(".npy") else np.int32))
-        io.write(dist_out, d.astype(np.float32))
-        _say(f"wrote indices to {args.output}, distances to {dist_out}")
-    return 0
-
-
 # --------------------------------------------------------------------------- convert
 
 def _copy_vectors(src_path, dst_path, rows=None):
@@ -269,6 +227,127 @@ def cmd_convert(args):
     return 0
 
 
+# --------------------------------------------------------------------------- index
+
+def _write_results(out, d, i):
+    """Search results to OUT: .npz holds both arrays; otherwise the knn convention (ids to OUT,
+    distances to OUT's stem + .dist.*)."""
+    from . import io
+
+    if os.fspath(out).lower().endswith(".npz"):
+        np.savez(out, distances=np.asarray(d), indices=np.asarray(i))
+        return f"distances and indices to {out}"
+    dist_out = distances_path(out)
+    io.write(out, np.asarray(i))
+    io.write(dist_out, np.asarray(d))
+    return f"indices to {out}, distances to {dist_out}"
+
+
+def cmd_index_build(args):
+    import knnkit
+    from .evaluate import Timer
+
+    data, _ = _read_input(args.data)
+    kw = {}
+    if args.graph_degree is not None:
+        kw["graph_degree"] = args.graph_degree
+    with Timer("build") as t:
+        index = knnkit.GraphIndex.build(data, metric=args.metric, device=args.device, random_state=args.seed, **kw)
+    index.save(args.output)
+    _say(f"index build: {data.shape[0]} points (d={data.shape[1]}, {data.dtype}, {args.metric}) in "
+         f"{t.elapsed:.3f} s; wrote {args.output}")
+    return 0
+
+
+def cmd_index_search(args):
+    import knnkit
+    from . import io
+    from .evaluate import Timer, recall
+
+    if args.output and not os.fspath(args.output).lower().endswith(".npz"):
+        distances_path(args.output)   # a bad extension is refused before any work
+    index = knnkit.GraphIndex.load(args.index, device=args.device)
+    queries = io.read(args.queries)
+    kw = {} if args.beam is None else {"beam": args.beam}
+    index.search(queries[: min(len(queries), 10)], k=args.k, **kw)   # first-call setup outside the timing
+    with Timer("search") as t:
+        d, i = index.search(queries, k=args.k, **kw)
+    _say(f"index search: {len(queries)} queries x k={args.k} in {t.elapsed:.3f} s "
+         f"({_rate(len(queries), t.elapsed, 'queries')})")
+    if args.groundtruth:
+        gt = io.read(args.groundtruth)
+        _say(f"recall@{args.k} {recall(i, gt[:, :args.k], k=args.k):.4f} against {args.groundtruth}")
+    if args.output:
+        _say("wrote " + _write_results(args.output, d, i))
+    return 0
+
+
+# --------------------------------------------------------------------------- bench
+
+def cmd_bench(args):
+    from . import bench
+
+    inputs = bench.load_bench_data(args.data, args.queries, args.groundtruth, n_queries=args.n_queries,
+                                   random_state=args.seed)
+    metric = args.metric or inputs["metric"] or "sqeuclidean"
+    x, q = inputs["data"], inputs["queries"]
+    held = f" ({inputs['held_out']} rows held out of the data as queries)" if inputs["held_out"] else ""
+    _say(f"bench: {x.shape[0]} x {x.shape[1]} {x.dtype}, {q.shape[0]} queries{held}, k={args.k}, {metric}")
+    out = bench.run_bench(x, q, k=args.k, metric=metric, methods=args.methods, groundtruth=inputs["groundtruth"],
+                          device=args.device, beams=args.beams, random_state=args.seed,
+                          log=lambda line: _say("  " + line))
+    _say(bench.format_table(out))
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "bench.json")
+    bench.save_json(out, json_path)
+    written = [json_path]
+    if not args.no_plot:
+        png = os.path.join(args.out, "bench.png")
+        bench.plot_bench(out, png)
+        written.append(png)
+    _say("wrote " + ", ".join(written))
+    return 0
+
+
+def _beams(text):
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        vals = []
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return vals
+
+
+def _methods(text):
+    from .bench import BENCH_METHODS
+
+    vals = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in vals if m not in BENCH_METHODS]
+    if bad or not vals:
+        raise argparse.ArgumentTypeError(f"methods are a comma-separated list of {','.join(BENCH_METHODS)}, "
+                                         f"got {text!r}")
+    return vals
+
+
+# --------------------------------------------------------------------------- demo --save
+
+def save_samples(folder, n, d, n_queries, k, metric, seed, device):
+    """Write the demo's data set as sample files: data.fbin, queries.fbin, groundtruth.ivecs (exact
+    ids, k columns) and groundtruth.dist.fvecs; returns the paths."""
+    import knnkit
+    from . import datasets, io
+
+    os.makedirs(folder, exist_ok=True)
+    data, queries = datasets.make_clustered(n, d, n_queries=n_queries, random_state=seed, device="cpu")
+    dist, ids = knnkit.knn(data, queries, k=min(k, n), metric=metric, device=device)
+    paths = [os.path.join(folder, f) for f in ("data.fbin", "queries.fbin", "groundtruth.ivecs",
+                                                "groundtruth.dist.fvecs")]
+    for path, arr in zip(paths, (data, queries, ids, dist)):
+        io.write(path, np.asarray(arr))
+    return paths
+
+
 # --------------------------------------------------------------------------- demo
 
 def _step(name, fn):
@@ -291,6 +370,14 @@ def cmd_demo(args):
     from .evaluate import Timer, recall, graph_recall
     from ._core.backend import resolve_device
 
+    if args.save:
+        n = args.n or 10_000
+        d = args.d or 32
+        paths = save_samples(args.save, n, d, min(args.queries, n), max(args.k, 100), args.metric, args.seed,
+                             args.device)
+        _say(f"wrote {n} x {d} data, {min(args.queries, n)} queries and exact ground truth "
+             f"(k={min(max(args.k, 100), n)}, {args.metric}): " + ", ".join(paths))
+        return 0
     kind, dev_id = resolve_device(args.device)
     on_gpu = kind == "gpu"
     if on_gpu:
@@ -333,16 +420,6 @@ def cmd_demo(args):
         _true_d, true_i = knnkit.knn(data, queries, k=k, metric=args.metric, device=kind)
     _say(f"  exact knn   {t.elapsed:8.3f} s   {nq} queries x {n} points ({_rate(nq, t.elapsed, 'queries')}); "
          f"the ground truth below")
-    if args.save:
-        from . import io
-        from ._core.backend import as_host
-
-        os.makedirs(args.save, exist_ok=True)
-        files = {"data.fbin": as_host(data), "queries.fbin": as_host(queries),
-                 "groundtruth.ivecs": np.asarray(as_host(true_i), dtype=np.int32)}
-        for name, arr in files.items():
-            io.write(os.path.join(args.save, name), np.ascontiguousarray(arr))
-        _say(f"  wrote {', '.join(files)} to {args.save}")
 
     def graph_step():
         kw = {} if args.graph_method == "auto" else {"method": args.graph_method}
@@ -412,34 +489,10 @@ def build_parser():
                    help="knn_graph method (default auto: brute force for small n, NN-Descent above)")
     p.add_argument("--no-warmup", action="store_true", help="include compilation in the first timings")
     p.add_argument("--save", metavar="DIR", default=None,
-                   help="also write the data set as DIR/data.fbin, DIR/queries.fbin and DIR/groundtruth.ivecs")
+                   help="only write sample files to DIR: data.fbin, queries.fbin (clustered float32, default "
+                   "10000 x 32 and 1000 queries), groundtruth.ivecs and groundtruth.dist.fvecs (exact, "
+                   "k = max(-k, 100)); every README command line runs on them")
     p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("index", parents=[common], help="build or search a graph index (knnkit.GraphIndex)")
-    isub = p.add_subparsers(dest="index_command", metavar="ACTION")
-    isub.required = True
-    q = isub.add_parser("build", parents=[common], help="build an index of a vector file and save it",
-                        description="GraphIndex.build on DATA (any vector file knnkit.io reads), saved to OUT "
-                        "(the knnkit container; load it with knnkit.load or `knnkit index search`).")
-    q.add_argument("data", metavar="DATA")
-    q.add_argument("output", metavar="OUT", help="index file to write (e.g. index.knnk)")
-    _add_metric_and_device(q)
-    q.add_argument("--graph-degree", type=_positive, default=None, help="out-degree (default: from the data)")
-    q.add_argument("--entry", choices=["kmeans", "hierarchy"], default="kmeans", help="entry structure")
-    q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    q.set_defaults(func=cmd_index_build)
-    q = isub.add_parser("search", parents=[common], help="search a saved index",
-                        description="k nearest neighbours of QUERIES in the saved index. Output convention as for "
-                        "`knnkit knn`: indices to OUT (.ibin, .ivecs or .npy), distances next to it.")
-    q.add_argument("index", metavar="INDEX")
-    q.add_argument("queries", metavar="QUERIES")
-    q.add_argument("-k", type=_positive, default=10, help="neighbours per query (default 10)")
-    q.add_argument("--beam", type=_positive, default=None, help="candidate list size (default: the index's)")
-    q.add_argument("--target-recall", type=float, default=None, help="pick the beam from the index's calibration")
-    q.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
-    q.add_argument("--groundtruth", metavar="GT", default=None, help="ground-truth indices file: report recall@k")
-    q.add_argument("-o", "--output", metavar="OUT", default=None, help="indices file (.ibin, .ivecs or .npy)")
-    q.set_defaults(func=cmd_index_search)
 
     p = sub.add_parser(
         "knn", parents=[common], help="exact k nearest neighbours of vector files",
@@ -489,6 +542,65 @@ def build_parser():
     p.add_argument("output", metavar="OUT")
     p.add_argument("--rows", type=_positive, default=None, help="keep only the first ROWS rows")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("index", help="build a graph search index into a file, or search one")
+    isub = p.add_subparsers(dest="index_command", metavar="{build,search}")
+    isub.required = True
+    p = isub.add_parser("build", parents=[common], help="build a knnkit.GraphIndex and save it",
+                        description="Build a graph search index (knnkit.GraphIndex.build) over DATA (any format "
+                        "knnkit.io reads; an ann-benchmarks .hdf5 file's 'train' set) and save it to OUT "
+                        "(the knnkit container; knnkit.load(OUT) reads it back).")
+    p.add_argument("data", metavar="DATA", help="data vectors file")
+    p.add_argument("output", metavar="OUT", help="index file to write (e.g. index.knn)")
+    _add_metric_and_device(p)
+    p.add_argument("--graph-degree", type=_positive, default=None,
+                   help="out-degree of the search graph (default: from the data's intrinsic dimension)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.set_defaults(func=cmd_index_build)
+    p = isub.add_parser("search", parents=[common], help="search a saved index",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="k nearest neighbours of QUERIES in a saved index.\n\n"
+                        "-o RES.npz writes distances and indices in one file; -o RES.ibin|.ivecs|.npy writes the\n"
+                        "indices there and the distances to RES's stem + .dist.fbin|.dist.fvecs|.dist.npy, as\n"
+                        "`knnkit knn` does. --groundtruth GT prints recall@k against true ids.")
+    p.add_argument("index", metavar="INDEX", help="index file written by `knnkit index build`")
+    p.add_argument("queries", metavar="QUERIES", help="query vectors file")
+    p.add_argument("-k", type=_positive, default=10, help="neighbours per query (default 10)")
+    p.add_argument("--beam", type=_positive, default=None, help="search beam (larger: higher recall, slower)")
+    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
+    p.add_argument("--groundtruth", metavar="GT", default=None, help="true neighbour ids (.ivecs/.ibin/.npy)")
+    p.add_argument("-o", "--output", metavar="RES", default=None, help="results file (.npz, .ibin, .ivecs or .npy)")
+    p.set_defaults(func=cmd_index_search)
+
+    p = sub.add_parser(
+        "bench", parents=[common], help="recall against speed of knnkit and its peers on your data",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Build each method on DATA, sweep its search parameter, and report recall@k, queries per\n"
+        "second and build time: a table on stdout, DIR/bench.json and DIR/bench.png (recall vs QPS).\n\n"
+        "DATA: any format knnkit.io reads, or an ann-benchmarks .hdf5 file (train = data, test =\n"
+        "queries, neighbors = ground truth, its metric as default). Without --queries (and no HDF5\n"
+        "test set), --n-queries random rows are held out of the data as queries. Without ground\n"
+        "truth, exact knnkit.knn computes it. Methods: exact, index (GraphIndex, sweeps beam), graph\n"
+        "(knn_graph of the data, recall on sampled nodes), hnswlib (ef), faiss (HNSW efSearch), cuvs\n"
+        "(CAGRA itopk_size, GPU); a peer that does not import is skipped with a note.")
+    p.add_argument("data", metavar="DATA", help="data vectors file")
+    p.add_argument("--queries", "-Q", metavar="Q", default=None, help="query vectors file")
+    p.add_argument("--groundtruth", metavar="GT", default=None, help="true neighbour ids (.ivecs/.ibin/.npy)")
+    p.add_argument("--metric", default=None, choices=list(METRICS),
+                   help="default: the HDF5 file's metric, else sqeuclidean")
+    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, gpu or a GPU number")
+    p.add_argument("--methods", type=_methods, default="exact,index,graph,hnswlib,faiss,cuvs",
+                   help="comma-separated (default: all)")
+    p.add_argument("-k", "--k", type=_positive, default=10, help="neighbours per query (default 10)")
+    p.add_argument("--beams", type=_beams, default=None,
+                   help="comma-separated beam / ef / efSearch sweep (default 10,16,24,32,48,64,96,128,192,256)")
+    p.add_argument("--n-queries", type=_positive, default=1000,
+                   help="queries held out of the data when no query set is given (default 1000, at most n/10)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", metavar="DIR", default="bench", help="folder for bench.json and bench.png "
+                   "(default ./bench)")
+    p.add_argument("--no-plot", action="store_true", help="do not write the PNG (no matplotlib needed)")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
