@@ -202,12 +202,18 @@ def test_gpu_matches_cpu_path(kind, rng):
 
 
 @pytest.mark.gpu
-def test_gpu_large_table_in_global_memory(rng):
-    X = rng.random((5000, 256), dtype=np.float32)  # m = 128: 128 KB tables (opt-in shared memory)
-    Q = rng.random((64, 256), dtype=np.float32)
+@pytest.mark.parametrize("d", [96, 256, 512])
+def test_gpu_table_placements(d, rng):
+    """d = 96: m = 48, a table of exactly 48 KB (the opt-in edge); d = 256: 128 KB (opt-in shared
+    memory); d = 512: 256 KB, over the shared-memory limit, so the tables stay in global memory."""
+    from knnkit.index.bang._search_gpu import last_stats
+
+    X = rng.random((5000, d), dtype=np.float32)
+    Q = rng.random((64, d), dtype=np.float32)
     index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0)
     _d, i = index.search(Q, k=10, beam=96)
-    i = np.asarray(i.get())
+    assert isinstance(i, np.ndarray)  # numpy in, numpy out
+    assert last_stats()["table_in_smem"] == (d < 512)
     _dc, ic = index.search(Q, k=10, beam=96, device="cpu")
     assert (i == ic).mean() >= 0.95
 

@@ -129,6 +129,23 @@ class _Batch:
         self.iters += 1
 
 
+def _table_fits_shared(tbytes):
+    """Whether one query's PQ table (``tbytes``) goes to shared memory; raises the kernel's dynamic
+    shared-memory limit when it does. The kernel's own static shared variables count against the
+    same per-block limit: a table of exactly 48 KB needs the opt-in too (a launch with 48 KB of
+    dynamic memory and a few static bytes is refused by the driver as an invalid argument)."""
+    import cupy as cp
+
+    kern = _kernel("bang_distances")
+    static = int(kern.attributes.get("shared_size_bytes", 0))
+    optin = int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_STATIC))
+    if tbytes > _SMEM_MAX or tbytes + static > optin:
+        return False
+    if tbytes + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < tbytes:
+        kern.max_dynamic_shared_size_bytes = tbytes
+    return True
+
+
 def _group_size(m):
     for gs in (1, 2, 4, 8, 16):
         if m <= 4 * gs:
@@ -149,9 +166,7 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
     m = codes.shape[1]
     ksub = codebook.shape[1]
     tbytes = table_bytes(m, ksub)
-    use_smem = tbytes <= _SMEM_MAX
-    if use_smem and tbytes > _SMEM_STATIC:
-        _kernel("bang_distances").max_dynamic_shared_size_bytes = tbytes
+    use_smem = _table_fits_shared(tbytes)
     GS = _group_size(m)
     pb = int(pipeline_batch) if pipeline_batch else max(1, -(-nq // 2))
     batches = []
