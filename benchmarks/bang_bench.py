@@ -103,6 +103,7 @@ def main():
                                     pq_bytes=a.pq_bytes)
     res["stages"]["build_s"] = time.perf_counter() - t
     res["stages"]["build_phases_s"] = index.build_timings
+    res["stages"]["connectivity"] = index._engine.build_params.get("connectivity")
     eng = index._engine
     need = a.n * a.d * 4 + a.n * eng.graph_degree * 4
     budget = need // 8

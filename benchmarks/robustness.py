@@ -118,6 +118,7 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed):
     res["index_components"] = int(components(G)[1])
     res["index_unreachable"] = int(G.shape[0] - reachable_from(G, index.entry_points).sum())
     res["index_build_stats"] = {k: v for k, v in index.build_params.items() if k not in ("random_state",)}
+    res["index_build_phases_s"] = {k: round(v, 4) for k, v in index.build_timings.items()}
     default_beam = index.search_params.beam or 64
     curve = []
     for b in sorted(set(BEAMS + [default_beam])):
