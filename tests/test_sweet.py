@@ -182,3 +182,25 @@ def test_validation():
         sweet_knn(X, X, 1, params={"filter": "full"})
     with pytest.raises(TypeError):
         SweetParams(1)  # keyword-only
+
+
+def test_public_cosine_through_normalisation(rng):
+    """method="sweet" with metric="cosine" runs on unit rows (squared Euclidean ranks as cosine
+    there) and returns cosine distances equal to the GEMM path's; inner product is refused."""
+    import knnkit
+
+    X = (rng.standard_normal((1500, 3)) + 2.0).astype(np.float32)
+    Q = (rng.standard_normal((200, 3)) + 2.0).astype(np.float32)
+    ds, is_ = knnkit.knn(X, Q, k=7, metric="cosine", method="sweet")
+    dg, ig = knnkit.knn(X, Q, k=7, metric="cosine", method="gemm")
+    np.testing.assert_allclose(ds, dg, atol=2e-6)
+    # ties aside, the same neighbours: compare the exact cosine distances of the returned ids
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+    cos_s = 1 - np.einsum("qd,qkd->qk", Qn, Xn[is_])
+    np.testing.assert_allclose(cos_s, dg, atol=2e-6)
+    assert (np.diff(ds, axis=1) >= 0).all()
+    _d, iself = knnkit.knn(X, k=5, metric="cosine", method="sweet")
+    assert not (iself == np.arange(X.shape[0])[:, None]).any()
+    with pytest.raises(ValueError, match="inner_product|metric"):
+        knnkit.knn(X, Q, k=5, metric="inner_product", method="sweet")

@@ -205,7 +205,7 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True):
     if method == "auto":
         method = "gemm"
         m = P.n if Q is None else Q.n
-        if (allow_sweet and P.internal == "l2" and P.metric != "cosine" and P.d <= SWEET_AUTO_MAX_D
+        if (allow_sweet and (P.internal == "l2" or P.metric == "cosine") and P.d <= SWEET_AUTO_MAX_D
                 and float(m) * P.n >= SWEET_AUTO_MIN_PAIRS[P.device] and k <= 128):
             from ..exact.sweet import estimate_savings
 
@@ -251,8 +251,14 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
                          f"exact: use precision='exact' or device='gpu'")
     with device_scope(P.device, P.device_id):
         X = P.X
-        d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric=P.internal,
+        # cosine through normalisation: the prepared rows are unit vectors, where the squared
+        # Euclidean distance 2 - 2cos ranks as cosine does and obeys the triangle inequality
+        # Sweet KNN's bounds need; it goes back to the internal form -cos below
+        via_l2 = m.name == "sweet" and P.metric == "cosine"
+        d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric="l2" if via_l2 else P.internal,
                                       exclude_self=self_excluded, params=params, seed=seed)
+        if via_l2:
+            d = d * 0.5 - 1.0
         d = finalize_distances(d, P.metric, P.scale)
         # an exact search has no missing neighbours, and unscaled data (|x| <= 2^50) cannot overflow
         # float32 distances: only a scaled result can hold inf (checked there alone: a device sync)
