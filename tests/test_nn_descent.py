@@ -335,7 +335,9 @@ def test_inner_product_hub_refinement(update):
     np.testing.assert_allclose(np.asarray(g.distances), (X[:, None, :] * X[np.asarray(g.indices)]).sum(-1),
                                rtol=1e-4, atol=1e-4)
     r, r_off = dist_recall(g, ref_d, "inner_product"), dist_recall(off, ref_d, "inner_product")
-    assert r >= 0.995 and r >= r_off, (r, r_off)
+    # parallel NN-Descent is not bit-repeatable across thread schedules: both runs can be at
+    # recall ~1.0, so the refinement must not lose more than one list entry in a thousand
+    assert r >= 0.995 and r >= r_off - 1e-3, (r, r_off)
 
 
 def test_hub_refinement_skipped_without_hubs():
