@@ -205,12 +205,14 @@ def test_gpu_matches_cpu_path(kind, rng):
 @pytest.mark.parametrize("d", [96, 256, 512])
 def test_gpu_table_placements(d, rng):
     """d = 96: m = 48, a table of exactly 48 KB (the opt-in edge); d = 256: 128 KB (opt-in shared
-    memory); d = 512: 256 KB, over the shared-memory limit, so the tables stay in global memory."""
+    memory); d = 512 with pq_bytes=256: 256 KB, over the shared-memory limit, so the tables stay in
+    global memory (the default m is capped at 128)."""
     from knnkit.index.bang._search_gpu import last_stats
 
     X = rng.random((5000, d), dtype=np.float32)
     Q = rng.random((64, d), dtype=np.float32)
-    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0)
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0,
+                                    pq_bytes=256 if d == 512 else None)
     _d, i = index.search(Q, k=10, beam=96)
     assert isinstance(i, np.ndarray)  # numpy in, numpy out
     assert last_stats()["table_in_smem"] == (d < 512)
