@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from .._core.backend import as_host, resolve_device, wrap_output
+from .._core.config import progress
 from .._core.metrics import finalize_distances
 from .._core.params import check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
@@ -209,11 +210,14 @@ class GraphIndex:
                             repair=bp.connectivity, entry=bp.entry,
                             random_state=(int(random_state) if isinstance(random_state, numbers.Integral)
                                           else None if random_state is None else repr(random_state)))
-        with device_scope(P.device, P.device_id):
-            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale)
+        # one bar over the build's stages (the engine adds its own; calibration is the last one)
+        with device_scope(P.device, P.device_id), \
+                progress(total=1 if calibrate else 0, desc="GraphIndex.build", unit="stage") as bar:
+            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale, bar=bar)
             index = cls(engine, sp)
             if calibrate:
                 index._calibrate()
+                bar.update()
         return index
 
     @classmethod
