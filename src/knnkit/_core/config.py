@@ -1,5 +1,7 @@
 """Process-wide settings: output framework, GPU memory budget, progress bars."""
 
+from __future__ import annotations
+
 import logging
 import threading
 
@@ -50,7 +52,7 @@ _globals = {"output": "input", "memory_budget": None, "memory_fraction": 0.5, "p
             "progress_delay": 2.0}
 
 
-def set_output(kind="input"):
+def set_output(kind: str = "input") -> None:
     """Choose where results go.
 
     Parameters
@@ -92,12 +94,12 @@ def set_output(kind="input"):
     _globals["output"] = kind
 
 
-def get_output():
+def get_output() -> str:
     """The current output framework set by :func:`set_output`."""
     return _globals["output"]
 
 
-def set_memory_budget(nbytes=None, *, fraction=None):
+def set_memory_budget(nbytes: int | None = None, *, fraction: float | None = None) -> None:
     """Limit the GPU memory a knnkit routine plans to use.
 
     Every GPU routine tiles its work so that its temporary buffers fit the budget.
@@ -122,7 +124,7 @@ def set_memory_budget(nbytes=None, *, fraction=None):
     _globals["memory_budget"] = nbytes
 
 
-def get_memory_budget():
+def get_memory_budget() -> int:
     """GPU memory budget in bytes for the next routine (0 when no GPU)."""
     if _globals["memory_budget"] is not None:
         return _globals["memory_budget"]
@@ -137,7 +139,7 @@ def get_memory_budget():
     return int(free * _globals["memory_fraction"])
 
 
-def set_progress(enabled=True, *, delay=None):
+def set_progress(enabled: bool = True, *, delay: float | None = None) -> None:
     """Enable or disable tqdm progress bars (the CLI's ``--quiet`` turns them off).
 
     Parameters
