@@ -155,3 +155,37 @@ def test_verbose_keeps_the_applications_handlers(monkeypatch):
         assert config.logger.getEffectiveLevel() <= logging.INFO
     finally:
         root.removeHandler(h)
+
+
+def _gpu():
+    return pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
+
+
+@_gpu()
+def test_exact_knn_gpu_bar_counts_every_query(bars):
+    import cupy as cp
+
+    X = cp.asarray(_data(4000))
+    Q = cp.asarray(_data(900, seed=1))
+    knnkit.knn(X, Q, k=5, device="gpu", batch_size=128)
+    (bar,) = _named(bars, "exact k-NN (GPU)")
+    assert bar.total == 900 and bar.n == 900
+
+
+@_gpu()
+def test_knn_graph_gpu_nndescent_bar_ends_full(bars):
+    import cupy as cp
+
+    knnkit.knn_graph(cp.asarray(_data(20000, 16)), 10, method="nndescent", device="gpu", random_state=0)
+    (bar,) = _named(bars, "NN-Descent (GPU)")
+    assert _full(bar)
+
+
+@_gpu()
+def test_graph_index_build_gpu_stage_bar(bars):
+    import cupy as cp
+
+    knnkit.GraphIndex.build(cp.asarray(_data(6000, 16)), graph_degree=16, device="gpu", random_state=0)
+    (bar,) = _named(bars, "GraphIndex.build")
+    # candidates, nn1_max, prune, reverse, entry points, connect, calibrate
+    assert bar.total == 7 and _full(bar)
