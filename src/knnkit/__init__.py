@@ -9,6 +9,7 @@ kernel cache, parameter objects, registry, file container) <- algorithms (``exac
 """
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._core.config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
 from ._core.backend import gpu_available
@@ -25,6 +26,17 @@ _LAZY = {
 }
 _SUBMODULES = ("io", "datasets", "evaluate")
 
+if TYPE_CHECKING:  # type checkers see the real signatures; at run time the names stay lazy
+    from . import datasets, evaluate, io
+    from .api.exact import knn
+    from .api.graph import KnnGraph, knn_graph, knn_graph_out_of_core, merge_graphs, umap_knn
+    from .api.index import GraphIndex
+    from .api.load import load, methods
+    from .exact import ExactParams
+    from .graph.nndescent import NNDescentParams
+    from .graph.rsfk import RSFKParams
+    from .index import IndexParams, SearchParams
+
 __all__ = [
     "knn", "knn_graph", "KnnGraph", "merge_graphs", "knn_graph_out_of_core", "umap_knn", "GraphIndex", "load", "methods",
     "ExactParams", "NNDescentParams", "RSFKParams", "IndexParams", "SearchParams",
@@ -33,7 +45,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     elif name in _SUBMODULES:
@@ -44,5 +56,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

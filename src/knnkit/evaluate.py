@@ -9,12 +9,15 @@ Examples
 0.6666666666666666
 """
 
+from __future__ import annotations
+
 import time
 
 import numpy as np
 
 from ._core.backend import inspect_array, as_host, cupy_or_none, get_array_module
 from ._core.config import logger
+from ._core.types import ArrayLike, Device, HostArray, Metric, NeighborPair, Seed
 
 __all__ = ["recall", "graph_recall", "ground_truth", "Timer"]
 
@@ -56,8 +59,9 @@ def _first_occurrence(f):
     return ~dup
 
 
-def recall(found_indices, true_indices, k=None, *, found_distances=None, true_distances=None,
-           similarity=False, eps=1e-3, average=True):
+def recall(found_indices: ArrayLike, true_indices: ArrayLike, k: int | None = None, *,
+           found_distances: ArrayLike | None = None, true_distances: ArrayLike | None = None,
+           similarity: bool = False, eps: float = 1e-3, average: bool = True) -> float | HostArray:
     """Recall@k: the fraction of the true k nearest neighbours found in the first k results.
 
     For every query, ``|found[:k] & true[:k]| / k`` (order within the k is ignored), averaged over the
@@ -173,8 +177,9 @@ def _distances_to(arr, rows, cols, metric):
     return out
 
 
-def graph_recall(data, graph_indices, *, sample=1000, metric=None, random_state=None, device="auto", k=None,
-                 ties=False, eps=1e-3):
+def graph_recall(data: ArrayLike, graph_indices: ArrayLike, *, sample: int | None = 1000, metric: str | None = None,
+                 random_state: Seed = None, device: Device = "auto", k: int | None = None, ties: bool = False,
+                 eps: float = 1e-3) -> float:
     """Recall of a k-NN graph, measured on a random sample of its nodes.
 
     The exact neighbours of the sampled nodes (themselves excluded, by index) are computed with
@@ -258,7 +263,8 @@ def graph_recall(data, graph_indices, *, sample=1000, metric=None, random_state=
     return r
 
 
-def ground_truth(data, queries, k, *, metric="sqeuclidean", device="auto"):
+def ground_truth(data: ArrayLike, queries: ArrayLike | None, k: int, *, metric: Metric = "sqeuclidean",
+                 device: Device = "auto") -> NeighborPair:
     """Exact ``(distances, indices)`` of the ``k`` nearest ``data`` rows of every query.
 
     A thin wrapper on :func:`knnkit.knn` (``queries=None``: every data point, itself excluded).
@@ -308,29 +314,29 @@ class Timer:
     True
     """
 
-    def __init__(self, name=None, *, sync=True):
+    def __init__(self, name: str | None = None, *, sync: bool = True) -> None:
         self.name, self.sync = name, sync
-        self.elapsed = None
-        self._start = None
+        self.elapsed: float | None = None
+        self._start: float = 0.0
 
-    def __enter__(self):
+    def __enter__(self) -> Timer:
         if self.sync:
             _synchronize()
         self.elapsed = None
         self._start = time.perf_counter()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         if self.sync:
             _synchronize()
         self.elapsed = time.perf_counter() - self._start
         logger.debug("%s: %.4f s", self.name or "timer", self.elapsed)
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         t = "running" if self.elapsed is None else f"{self.elapsed:.4f} s"
         return f"Timer({self.name!r}, {t})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         t = "running" if self.elapsed is None else f"{self.elapsed:.3f} s"
         return f"{self.name}: {t}" if self.name else t

@@ -1,6 +1,8 @@
 """Array plumbing: where an input lives, moving it to the chosen device, returning results
 on the input's device and framework."""
 
+from __future__ import annotations
+
 import functools
 
 import numpy as np
@@ -24,7 +26,7 @@ def cupy_or_none():
         return None
 
 
-def gpu_available():
+def gpu_available() -> bool:
     """True when CuPy is installed and a CUDA device is visible."""
     return cupy_or_none() is not None
 

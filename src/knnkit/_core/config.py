@@ -1,10 +1,12 @@
 """Process-wide settings: output framework, GPU memory budget, progress bars."""
 
+from __future__ import annotations
+
 import logging
 import threading
 
 __all__ = ["set_output", "get_output", "set_memory_budget", "get_memory_budget", "set_progress", "progress",
-           "verbose_logging"]
+           "finish", "verbose_logging"]
 
 logger = logging.getLogger("knnkit")
 logger.addHandler(logging.NullHandler())
@@ -46,10 +48,11 @@ def verbose_logging():
 
 _OUTPUTS = ("input", "numpy", "cupy", "torch")
 _state = threading.local()
-_globals = {"output": "input", "memory_budget": None, "memory_fraction": 0.5, "progress": True}
+_globals = {"output": "input", "memory_budget": None, "memory_fraction": 0.5, "progress": True,
+            "progress_delay": 2.0}
 
 
-def set_output(kind="input"):
+def set_output(kind: str = "input") -> None:
     """Choose where results go.
 
     Parameters
@@ -91,12 +94,12 @@ def set_output(kind="input"):
     _globals["output"] = kind
 
 
-def get_output():
+def get_output() -> str:
     """The current output framework set by :func:`set_output`."""
     return _globals["output"]
 
 
-def set_memory_budget(nbytes=None, *, fraction=None):
+def set_memory_budget(nbytes: int | None = None, *, fraction: float | None = None) -> None:
     """Limit the GPU memory a knnkit routine plans to use.
 
     Every GPU routine tiles its work so that its temporary buffers fit the budget.
@@ -121,7 +124,7 @@ def set_memory_budget(nbytes=None, *, fraction=None):
     _globals["memory_budget"] = nbytes
 
 
-def get_memory_budget():
+def get_memory_budget() -> int:
     """GPU memory budget in bytes for the next routine (0 when no GPU)."""
     if _globals["memory_budget"] is not None:
         return _globals["memory_budget"]
@@ -136,14 +139,39 @@ def get_memory_budget():
     return int(free * _globals["memory_fraction"])
 
 
-def set_progress(enabled=True):
-    """Enable or disable tqdm progress bars (the CLI's ``--quiet`` turns them off)."""
+def set_progress(enabled: bool = True, *, delay: float | None = None) -> None:
+    """Enable or disable tqdm progress bars (the CLI's ``--quiet`` turns them off).
+
+    Parameters
+    ----------
+    enabled : bool
+        Show bars for long jobs (exact k-NN, graph builds, index builds, file reading, ...).
+    delay : float, optional
+        Seconds a job must run before its bar appears (default 2; 0 shows every bar at once).
+        None keeps the current value.
+    """
+    from .params import check_float
+
+    delay = check_float(delay, "delay (seconds before a progress bar shows)", minimum=0.0, allow_none=True)
     _globals["progress"] = bool(enabled)
+    if delay is not None:
+        _globals["progress_delay"] = float(delay)
 
 
 def progress(total=None, desc=None, unit="it", enabled=True, **kw):
-    """A tqdm bar that shows only when progress is on and the work lasts over ~2 s."""
+    """A tqdm bar that shows only when progress is on and the work lasts over the delay (~2 s).
+
+    Updates are host-side counters: callers advance it once per block, tile, iteration or stage,
+    never from compiled code and never with a device synchronisation of their own."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, delay=2.0,
+    return tqdm(total=total, desc=desc, unit=unit, delay=_globals["progress_delay"],
                 disable=not (enabled and _globals["progress"]), leave=False, **kw)
+
+
+def finish(bar):
+    """Mark a bar complete when the job stopped early on purpose (convergence, target recall):
+    its total becomes the work actually done."""
+    if bar.total is not None and bar.n < bar.total:
+        bar.total = bar.n
+        bar.refresh()

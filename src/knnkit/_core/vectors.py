@@ -1,14 +1,18 @@
 """TEXMEX (``.fvecs/.ivecs/.bvecs``), big-ann (``.fbin/.ibin/.u8bin/.i8bin``) and ``.npy``
 vector files: whole-file and row-range reads, memory-mapped access, atomic writes."""
 
+from __future__ import annotations
+
 import contextlib
 import os
 import uuid
+from typing import IO, Any, Iterator
 
 import numpy as np
 
 from .backend import inspect_array, as_host
 from .config import progress
+from .types import ArrayLike, HostArray, PathLike
 
 __all__ = ["FORMATS", "format_of", "read", "write", "open_vectors", "VectorFile", "VectorWriter",
            "atomic_write"]
@@ -34,7 +38,7 @@ _WRITE_CHUNK_ROWS = 1 << 16
 _PROGRESS_BYTES = 256 << 20     # reads larger than this are copied in blocks under a progress bar
 
 
-def format_of(path):
+def format_of(path: PathLike) -> tuple[str, str, Any]:
     """``(extension, layout, dtype)`` of ``path``; ValueError for an unknown extension.
 
     ``layout`` is ``"vecs"``, ``"bin"`` or ``"npy"``; ``dtype`` is None for ``.npy``.
@@ -65,7 +69,7 @@ class VectorFile:
         skips the per-row headers (not C-contiguous).
     """
 
-    def __init__(self, path):
+    def __init__(self, path: PathLike) -> None:
         self.path = os.fspath(path)
         self.extension, self.layout, dtype = format_of(self.path)
         try:
@@ -153,11 +157,11 @@ class VectorFile:
     # -- access
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def __len__(self):
@@ -172,7 +176,7 @@ class VectorFile:
     def __exit__(self, *exc):
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         """Drop the memory map (views already handed out stay valid until they are freed)."""
         self.array = None
         self._headers = None
@@ -181,7 +185,7 @@ class VectorFile:
         if self.array is None:
             raise ValueError(f"{self.path}: file is closed")
 
-    def read_rows(self, start=0, stop=None):
+    def read_rows(self, start: int = 0, stop: int | None = None) -> HostArray:
         """Rows ``start:stop`` as a new C-contiguous array in memory."""
         self._check_open()
         n = self.shape[0]
@@ -204,7 +208,7 @@ class VectorFile:
                 bar.update(out[s:s + step].nbytes)
         return out
 
-    def iter_chunks(self, rows):
+    def iter_chunks(self, rows: int) -> Iterator[tuple[int, HostArray]]:
         """Yield ``(start, block)`` pairs covering the file in blocks of ``rows`` rows."""
         rows = int(rows)
         if rows < 1:
@@ -246,7 +250,7 @@ class VectorFile:
         return a if dtype is None else a.astype(dtype)
 
 
-def open_vectors(path):
+def open_vectors(path: PathLike) -> VectorFile:
     """Open a vector file for memory-mapped access without reading it.
 
     The returned :class:`VectorFile` has ``.shape``, ``.dtype``, ``len()``, ``read_rows(start, stop)``,
@@ -297,7 +301,7 @@ def _row_key(rows, n, path):
     return idx
 
 
-def read(path, *, rows=None, mmap=False):
+def read(path: PathLike, *, rows: Any = None, mmap: bool = False) -> HostArray:
     """Read a vector file, choosing the format by extension.
 
     Parameters
@@ -348,7 +352,7 @@ def read(path, *, rows=None, mmap=False):
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode="wb", *, fsync=False):
+def atomic_write(path: PathLike, mode: str = "wb", *, fsync: bool = False) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path`` and rename it to ``path`` when the block succeeds.
 
     On an exception the temporary file is removed and ``path`` is untouched, so readers never see a
@@ -429,7 +433,7 @@ def _write_rows(f, layout, a):
         _vecs_block(a[s:s + _WRITE_CHUNK_ROWS], a.dtype).tofile(f)
 
 
-def write(path, array, *, atomic=True):
+def write(path: PathLike, array: ArrayLike, *, atomic: bool = True) -> None:
     """Write an array to a vector file whose format is chosen by the extension.
 
     Parameters
@@ -502,7 +506,7 @@ class VectorWriter:
     [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
     """
 
-    def __init__(self, path, *, d=None, atomic=True):
+    def __init__(self, path: PathLike, *, d: int | None = None, atomic: bool = True) -> None:
         self.path = os.fspath(path)
         _ext, self.layout, self.dtype = format_of(self.path)
         if self.layout == "npy":
@@ -515,7 +519,7 @@ class VectorWriter:
         if self.layout == "bin":
             np.zeros(2, "<u4").tofile(self._f)   # placeholder header, rewritten on close
 
-    def append(self, rows):
+    def append(self, rows: ArrayLike) -> None:
         """Append a ``(m, d)`` block of rows (numpy, cupy or torch)."""
         if self._f is None:
             raise ValueError(f"{self.path}: writer is closed")
@@ -527,7 +531,7 @@ class VectorWriter:
         _write_rows(self._f, self.layout, a)
         self.n += a.shape[0]
 
-    def close(self):
+    def close(self) -> None:
         """Finish the header and move the file into place."""
         if self._f is None:
             return
@@ -547,7 +551,7 @@ class VectorWriter:
         else:
             f.close()
 
-    def abort(self):
+    def abort(self) -> None:
         """Discard what was written (the final path is left untouched when atomic)."""
         if self._f is None:
             return

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from .._core.backend import as_device, as_host
+from .._core.config import logger, verbose_logging
 from .._core.metrics import finalize_distances, to_internal
 from .._core.params import check_float, merge_params
 from .._core.prepare import device_scope
@@ -55,6 +56,11 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     m = choose_method(method, n, P.device, P.metric)
     prm = _graph_params(m, params, shortcuts or {})
+    verbose = bool((shortcuts or {}).get("verbose"))
+    if verbose:  # NN-Descent logs its own start and iterations; every method logs start and end here
+        verbose_logging()
+        if m.name != "nndescent":
+            logger.info("knn_graph: %s on %s, n=%d k=%d metric=%s", m.name, P.device, n, k, P.metric)
     seed = seed_from(random_state)
     with device_scope(P.device, P.device_id):
         xp = np if P.device == "cpu" else _cupy()
@@ -85,6 +91,8 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
         if P.metric != "manhattan" or P.scale != 1.0:
             D = finalize_distances(D, P.metric, P.scale)
     st.setdefault("phase_s", {})["total"] = time.perf_counter() - t_start
+    if verbose:
+        logger.info("knn_graph: %s done in %.3f s", m.name, st["phase_s"]["total"])
     return dict(indices=I, distances=D, metric=P.metric, include_self=include_self, stats=BuildStats.from_dict(st),
                 info=P.info, data=data, params={"device": device_arg, "seed": seed})
 

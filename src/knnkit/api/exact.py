@@ -1,5 +1,7 @@
 """Public exact search: :func:`knn`."""
 
+from __future__ import annotations
+
 import warnings
 
 from .._core.backend import get_array_module, wrap_output
@@ -7,14 +9,17 @@ from .._core.metrics import finalize_distances
 from .._core.params import merge_params
 from .._core.prepare import prepare, prepare_queries, rescaled
 from .._core.registry import REGISTRY
+from .._core.types import ArrayLike, Device, Metric, NeighborPair, Params, Seed
 from .._core.validation import check_k
 from ..exact import ExactParams
 
 __all__ = ["knn"]
 
 
-def knn(data, queries=None, k=10, *, metric="sqeuclidean", method="auto", device="auto", precision=None,
-        batch_size=None, params=None, random_state=None, filter=None):
+def knn(data: ArrayLike, queries: ArrayLike | None = None, k: int = 10, *, metric: Metric = "sqeuclidean",
+        method: str = "auto", device: Device = "auto", precision: str | None = None, batch_size: int | None = None,
+        params: Params | None = None, random_state: Seed = None,
+        filter: ArrayLike | None = None) -> NeighborPair:
     """Exact k nearest neighbours by brute force (the library's ground truth).
 
     Parameters

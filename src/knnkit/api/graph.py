@@ -1,10 +1,14 @@
 """Public graph functions: :func:`knn_graph`, :func:`merge_graphs`, :func:`knn_graph_out_of_core`."""
 
+from __future__ import annotations
+
 import time
+from typing import Any, Callable
 
 from .._core.params import merge_params
 from .._core.prepare import prepare
 from .._core.stats import BuildStats
+from .._core.types import ArrayLike, Device, HostArray, Metric, Params, PathLike, Seed
 from .._core.validation import check_metric
 from ..graph import GRAPH_METRICS
 from ..graph.nndescent import NNDescentParams
@@ -16,10 +20,12 @@ __all__ = ["umap_knn", "knn_graph", "merge_graphs", "knn_graph_out_of_core", "Kn
 _NND_SHORTCUTS = ("n_neighbors_internal", "sample", "max_iters", "delta", "update", "refine_hubs", "verbose")
 
 
-def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto", random_state=None,
-              n_neighbors_internal=None, sample=None, max_iters=None, delta=None, init_graph=None,
-              include_self=False, update=None, refine_hubs=None, init=None, target_recall=None, verbose=None,
-              params=None):
+def knn_graph(data: ArrayLike, k: int = 10, *, method: str = "auto", metric: Metric = "sqeuclidean",
+              device: Device = "auto", random_state: Seed = None, n_neighbors_internal: int | None = None,
+              sample: int | None = None, max_iters: int | None = None, delta: float | None = None,
+              init_graph: KnnGraph | ArrayLike | None = None, include_self: bool = False, update: str | None = None,
+              refine_hubs: bool | None = None, init: str | None = None, target_recall: float | None = None,
+              verbose: bool | None = None, params: Params | None = None) -> KnnGraph:
     """Build the k-nearest-neighbour graph of ``data``.
 
     NN-Descent (GNND on the GPU, a Numba version on the CPU) for large inputs, exact brute force
@@ -107,7 +113,8 @@ def knn_graph(data, k=10, *, method="auto", metric="sqeuclidean", device="auto",
                                   device_arg=device))
 
 
-def umap_knn(data, n_neighbors=15, *, metric="euclidean", method="auto", device="auto", random_state=None):
+def umap_knn(data: ArrayLike, n_neighbors: int = 15, *, metric: Metric = "euclidean", method: str = "auto",
+             device: Device = "auto", random_state: Seed = None) -> tuple[HostArray, HostArray]:
     """Nearest neighbours in the form ``umap.UMAP(precomputed_knn=...)`` takes.
 
     Parameters
@@ -143,8 +150,11 @@ def umap_knn(data, n_neighbors=15, *, metric="euclidean", method="auto", device=
     return g.to_umap()
 
 
-def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=None, n_neighbors_internal=None,
-                 sample=None, max_iters=None, delta=None, update=None, verbose=None, params=None):
+def merge_graphs(data1: ArrayLike, g1: KnnGraph, data2: ArrayLike, g2: KnnGraph, *, k: int | None = None,
+                 device: Device = "auto", random_state: Seed = None, n_neighbors_internal: int | None = None,
+                 sample: int | None = None, max_iters: int | None = None, delta: float | None = None,
+                 update: str | None = None, verbose: bool | None = None,
+                 params: NNDescentParams | None = None) -> KnnGraph:
     """Merge the k-NN graphs of two point sets into the graph of their union (GGM).
 
     Parameters
@@ -190,9 +200,11 @@ def merge_graphs(data1, g1, data2, g2, *, k=None, device="auto", random_state=No
                                      t0=t0))
 
 
-def knn_graph_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=None, metric="sqeuclidean",
-                          device="auto", random_state=None, n_neighbors_internal=None, return_graph="auto",
-                          verbose=False, _fault_hook=None):
+def knn_graph_out_of_core(path: PathLike, k: int = 10, *, workdir: PathLike, shard_size: int | None = None,
+                          memory_budget: int | None = None, metric: Metric = "sqeuclidean", device: Device = "auto",
+                          random_state: Seed = None, n_neighbors_internal: int | None = None,
+                          return_graph: bool | str = "auto", verbose: bool = False,
+                          _fault_hook: Callable[..., Any] | None = None) -> KnnGraph | dict[str, str]:
     """k-NN graph of a vector file larger than memory: shards, per-shard graphs, pairwise GGM merges.
 
     Parameters

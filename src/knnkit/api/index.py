@@ -4,16 +4,21 @@ It validates and prepares inputs once, resolves parameter objects, calls the
 :class:`~knnkit.index.SearchGraph` engine and converts results to the user's metric and framework.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import Any
 
 import numpy as np
 
 from .._core.backend import as_host, resolve_device, wrap_output
+from .._core.config import progress
 from .._core.metrics import finalize_distances
 from .._core.params import check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_index, validate_index
 from .._core.prepare import device_scope, prepare
+from .._core.types import Array, ArrayLike, Device, HostArray, Metric, NeighborPair, PathLike, Seed
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
@@ -57,46 +62,77 @@ class GraphIndex:
     [0, 1, 2, 3, 4]
     """
 
-    def __init__(self, engine, search_params=None):
+    def __init__(self, engine: SearchGraph | HostIndex, search_params: SearchParams | None = None) -> None:
         if not isinstance(engine, (SearchGraph, HostIndex)):
             raise TypeError("GraphIndex objects are made by GraphIndex.build or GraphIndex.load")
         self._engine = engine
         self.search_params = search_params if search_params is not None else SearchParams()
 
     # ------------------------------------------------------------------ properties
-    metric = property(lambda self: self._engine.metric, doc="User metric.")
-    n = property(lambda self: self._engine.n, doc="Number of indexed points.")
-    dim = property(lambda self: self._engine.dim, doc="Dimension of the points.")
-    dtype = property(lambda self: self._engine.dtype, doc="Storage dtype of the vectors.")
-    graph_degree = property(lambda self: self._engine.graph_degree, doc="Out-degree R of the search graph.")
-    device = property(lambda self: self._engine.device, doc="Where the index lives: 'cpu' or 'gpu'.")
-    build_params = property(lambda self: self._engine.build_params, doc="Resolved build parameters (dict).")
-    nn1_max = property(lambda self: self._engine.nn1_max, doc="GGNN's d_nn1+ (slack scale).")
+    @property
+    def metric(self) -> str:
+        """User metric."""
+        return self._engine.metric
 
     @property
-    def graph(self):
+    def n(self) -> int:
+        """Number of indexed points."""
+        return self._engine.n
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the points."""
+        return self._engine.dim
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage dtype of the vectors."""
+        return self._engine.dtype
+
+    @property
+    def graph_degree(self) -> int:
+        """Out-degree R of the search graph."""
+        return self._engine.graph_degree
+
+    @property
+    def device(self) -> str:
+        """Where the index lives: 'cpu' or 'gpu'."""
+        return self._engine.device
+
+    @property
+    def build_params(self) -> dict[str, Any]:
+        """Resolved build parameters (dict)."""
+        return self._engine.build_params
+
+    @property
+    def nn1_max(self) -> float:
+        """GGNN's d_nn1+ (slack scale)."""
+        return self._engine.nn1_max
+
+    @property
+    def graph(self) -> HostArray:
         """The search graph, int32 (n, R), ``-1`` in unused slots (a host numpy copy)."""
         return self._engine.graph
 
     @property
-    def data(self):
+    def data(self) -> Array:
         """The indexed vectors in their storage dtype (numpy or cupy, where the index lives)."""
         return self._engine.data
 
     @property
-    def entry_points(self):
+    def entry_points(self) -> HostArray:
         """Medoid ids of the coarse k-means centroids used as search seeds (host int32)."""
         return self._engine.entry_points
 
     @property
-    def build_timings(self):
+    def build_timings(self) -> dict[str, float]:
         """Seconds per phase of the build that made this object (empty after ``load``)."""
         return dict(getattr(self._engine, "build_timings", {}))
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.n
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         bp = ", ".join(f"{k}={self.build_params[k]!r}" for k in
                        ("intermediate_degree", "alpha", "build_algo", "diversify", "n_entry")
                        if k in self.build_params)
@@ -110,10 +146,14 @@ class GraphIndex:
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def build(cls, data, *, metric="sqeuclidean", graph_degree=None, intermediate_degree=None, alpha=None,
-              build_algo=None, diversify=None, n_entry=None, device="auto", random_state=None,
-              beam=None, tau=None, max_iters=None, n_seeds=None, connectivity=None, entry=None, params=None,
-              search_params=None, calibrate=True, placement="auto", compression=None, pq_bytes=None):
+    def build(cls, data: ArrayLike, *, metric: Metric = "sqeuclidean", graph_degree: int | None = None,
+              intermediate_degree: int | None = None, alpha: float | None = None, build_algo: str | None = None,
+              diversify: str | None = None, n_entry: int | None = None, device: Device = "auto",
+              random_state: Seed = None, beam: int | None = None, tau: float | None = None,
+              max_iters: int | None = None, n_seeds: int | None = None, connectivity: bool | None = None,
+              entry: str | None = None, params: IndexParams | None = None, search_params: SearchParams | None = None,
+              calibrate: bool = True, placement: str = "auto", compression: str | None = None,
+              pq_bytes: int | None = None) -> GraphIndex:
         """Build a graph search index over ``data``.
 
         Parameters
@@ -209,11 +249,14 @@ class GraphIndex:
                             repair=bp.connectivity, entry=bp.entry,
                             random_state=(int(random_state) if isinstance(random_state, numbers.Integral)
                                           else None if random_state is None else repr(random_state)))
-        with device_scope(P.device, P.device_id):
-            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale)
+        # one bar over the build's stages (the engine adds its own; calibration is the last one)
+        with device_scope(P.device, P.device_id), \
+                progress(total=1 if calibrate else 0, desc="GraphIndex.build", unit="stage") as bar:
+            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale, bar=bar)
             index = cls(engine, sp)
             if calibrate:
                 index._calibrate()
+                bar.update()
         return index
 
     @classmethod
@@ -239,7 +282,7 @@ class GraphIndex:
 
     # ------------------------------------------------------------------ calibration
     @property
-    def calibration(self):
+    def calibration(self) -> dict[str, Any] | None:
         """The recall-vs-beam curve measured at build (dict with ``k``, ``beams``, ``recall``), or
         None (see :mod:`knnkit.index._calibrate`)."""
         return self.build_params.get("calibration")
@@ -252,7 +295,7 @@ class GraphIndex:
             if better:
                 self.search_params = self.search_params.replace(beam=better)
 
-    def beam_for(self, target_recall):
+    def beam_for(self, target_recall: float) -> int:
         """The smallest calibrated beam whose measured recall reaches ``target_recall`` + 0.005
         (the largest calibrated beam when none does); see :func:`knnkit.index._calibrate.beam_for`."""
         if not self.calibration:
@@ -260,8 +303,10 @@ class GraphIndex:
         return beam_for(self.calibration, target_recall)
 
     # ------------------------------------------------------------------ search
-    def search(self, queries, k=10, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None,
-               batch_size=None, traversal=None, params=None, target_recall=None, filter=None):
+    def search(self, queries: ArrayLike, k: int = 10, *, beam: int | None = None, tau: float | None = None,
+               max_iters: int | None = None, n_seeds: int | None = None, device: Device | None = None,
+               batch_size: int | None = None, traversal: str | None = None, params: SearchParams | None = None,
+               target_recall: float | None = None, filter: ArrayLike | None = None) -> NeighborPair:
         """Approximate k nearest neighbours of each query.
 
         Parameters
@@ -420,7 +465,7 @@ class GraphIndex:
         return wrap_output(D, info), wrap_output(I, info)
 
     # ------------------------------------------------------------------ extend
-    def extend(self, new_data, *, batch_size=None, beam=None):
+    def extend(self, new_data: ArrayLike, *, batch_size: int | None = None, beam: int | None = None) -> GraphIndex:
         """Insert new points (ids ``n, n+1, ...``); the index stays searchable with high recall.
 
         Each batch of new points searches its neighbours in the current index, adds exact
@@ -477,17 +522,17 @@ class GraphIndex:
     AUTO_COMPACT_FRACTION = 0.2
 
     @property
-    def n_deleted(self):
+    def n_deleted(self) -> int:
         """Number of deleted points (their ids stay reserved)."""
         return self._engine.n_deleted
 
     @property
-    def deleted(self):
+    def deleted(self) -> HostArray:
         """Sorted int64 ids of the deleted points."""
         d = self._engine.deleted
         return np.zeros(0, np.int64) if d is None else np.flatnonzero(d).astype(np.int64)
 
-    def delete(self, ids, *, compact=None):
+    def delete(self, ids: ArrayLike, *, compact: bool | None = None) -> int:
         """Delete points: from this call on no search returns them (tombstones).
 
         Ids stay stable: live points keep theirs, deleted ids are never reused (:meth:`extend`
@@ -538,7 +583,7 @@ class GraphIndex:
             self.compact()
         return new
 
-    def compact(self):
+    def compact(self) -> dict[str, Any]:
         """Consolidate the graph around deleted points without a rebuild: every live point that
         linked to a deleted one gets a new RobustPrune'd list from its live neighbours and the
         live neighbours of its deleted ones; deleted points lose all links; the connectivity
@@ -549,7 +594,7 @@ class GraphIndex:
         return self._engine.compact()
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path):
+    def save(self, path: PathLike) -> None:
         """Write the index to ``path`` (the knnkit container, kind "index"; atomic).
 
         Examples
@@ -569,7 +614,7 @@ class GraphIndex:
         write_container(path, "index", meta, arrays)
 
     @classmethod
-    def load(cls, path, *, device="auto", mmap=False):
+    def load(cls, path: PathLike, *, device: Device = "auto", mmap: bool = False) -> GraphIndex:
         """Read an index written by :meth:`save` (CPU-only machines load GPU-built indexes).
 
         Parameters

@@ -10,12 +10,17 @@ Files: the knnkit container (:mod:`knnkit._core.persist`, kind ``"graph"``: arra
 release (``KNNKGRPH``) still load. Loading validates content, not only the checksum.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 
 from .._core.backend import ArrayInfo, as_host, resolve_device, wrap_output
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_graph, validate_graph
 from .._core.stats import BuildStats
+from .._core.types import Array, ArrayLike, Device, HostArray, Metric, PathLike
 from ._graphops import index_dtype_for
 
 __all__ = ["KnnGraph", "index_dtype_for"]
@@ -60,8 +65,9 @@ class KnnGraph:
     ((300, 5), 5)
     """
 
-    def __init__(self, indices, distances, *, metric="sqeuclidean", include_self=False, stats=None,
-                 info=None, data=None, params=None):
+    def __init__(self, indices: Array, distances: Array, *, metric: Metric = "sqeuclidean", include_self: bool = False,
+                 stats: BuildStats | dict[str, Any] | None = None, info: ArrayInfo | None = None,
+                 data: ArrayLike | None = None, params: dict[str, Any] | None = None) -> None:
         if indices.shape != distances.shape or indices.ndim != 2:
             raise ValueError(f"indices {indices.shape} and distances {distances.shape} must be equal 2-D shapes")
         self._ind = indices
@@ -75,38 +81,38 @@ class KnnGraph:
 
     # ------------------------------------------------------------------ basic properties
     @property
-    def indices(self):
+    def indices(self) -> Array:
         return wrap_output(self._ind, self._info)
 
     @property
-    def distances(self):
+    def distances(self) -> Array:
         return wrap_output(self._dist, self._info)
 
     @property
-    def n(self):
+    def n(self) -> int:
         return int(self._ind.shape[0])
 
     @property
-    def k(self):
+    def k(self) -> int:
         return int(self._ind.shape[1])
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, int]:
         return (self.n, self.k)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.n
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"KnnGraph(n={self.n}, k={self.k}, metric={self.metric!r}, include_self={self.include_self}, "
                 f"method={self.stats.get('method')!r})")
 
-    def host_arrays(self):
+    def host_arrays(self) -> tuple[HostArray, HostArray]:
         """``(indices, distances)`` as numpy arrays."""
         return as_host(self._ind), as_host(self._dist)
 
     # ------------------------------------------------------------------ quality
-    def recall(self, truth_indices):
+    def recall(self, truth_indices: ArrayLike) -> float:
         """Fraction of true neighbours found (the paper's Recall@k, eq. 4).
 
         Parameters
@@ -133,7 +139,7 @@ class KnnGraph:
         return _recall_rows(ind[:, :m].astype(np.int64), t[:, :m].astype(np.int64))
 
     # ------------------------------------------------------------------ conversions
-    def to_csr(self, *, mode="distance", squared=None):
+    def to_csr(self, *, mode: str = "distance", squared: bool | None = None) -> Any:
         """The graph as a scipy ``csr_matrix`` of shape (n, n).
 
         Same conventions as ``sklearn.neighbors.kneighbors_graph``: entry ``(i, j)`` holds the
@@ -189,7 +195,7 @@ class KnnGraph:
         m.has_sorted_indices = True
         return m
 
-    def to_umap(self):
+    def to_umap(self) -> tuple[HostArray, HostArray]:
         """``(knn_indices, knn_dists)`` as ``umap.UMAP(precomputed_knn=...)`` takes them.
 
         Each row starts with the point itself at distance 0 (UMAP's own nearest-neighbour
@@ -230,7 +236,7 @@ class KnnGraph:
         return ind, dist
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path):
+    def save(self, path: PathLike) -> None:
         """Write the graph to ``path`` (format in the module docstring); atomic (tmp + rename).
 
         Examples
@@ -250,7 +256,7 @@ class KnnGraph:
                                               "distances": np.ascontiguousarray(dist, dtype=np.float32)})
 
     @classmethod
-    def load(cls, path, *, device="cpu", mmap=False):
+    def load(cls, path: PathLike, *, device: Device = "cpu", mmap: bool = False) -> KnnGraph:
         """Read a graph written by :meth:`save` (or by knnkit's first release).
 
         Parameters
@@ -286,7 +292,7 @@ class KnnGraph:
                    stats=meta.get("stats", {}), info=info)
 
     # ------------------------------------------------------------------ incremental build
-    def extend(self, new_data, data=None, **kwargs):
+    def extend(self, new_data: ArrayLike, data: ArrayLike | None = None, **kwargs: Any) -> KnnGraph:
         """Add points: build a graph on ``new_data`` and merge it in (paper section 5, GGM).
 
         Parameters

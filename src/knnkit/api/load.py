@@ -1,12 +1,21 @@
 """``knnkit.load`` and ``knnkit.methods``."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .._core.persist import container_kind, sniff
 from .._core.registry import REGISTRY
+from .._core.types import PathLike
+
+if TYPE_CHECKING:
+    from .index import GraphIndex
+    from .knngraph import KnnGraph
 
 __all__ = ["load", "methods"]
 
 
-def load(path, **kwargs):
+def load(path: PathLike, **kwargs: Any) -> KnnGraph | GraphIndex:
     """Load a :class:`KnnGraph` or :class:`GraphIndex` written by its ``save`` method.
 
     Parameters
@@ -39,7 +48,7 @@ def load(path, **kwargs):
     raise ValueError(f"{path}: not a knnkit file (unknown magic bytes)")
 
 
-def methods(task=None):
+def methods(task: str | None = None) -> list[dict[str, Any]]:
     """The registered methods: a list of dicts (name, task, devices, metrics, dtypes, exact, summary).
 
     Parameters

@@ -21,7 +21,7 @@ Memory stays bounded: one ``G`` block (``_BLOCK_BYTES``) plus the heaps of one q
 import numpy as np
 from numba import njit, prange
 
-from .._core.config import logger
+from .._core.config import logger, progress
 
 __all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 
@@ -296,6 +296,7 @@ def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
     else:
         qb, nb = _blocks(n, m, kc, batch_size)
         G = np.empty(qb * nb, np.float32)
+        bar = progress(total=m, desc="exact k-NN (CPU)", unit="query")
         for q0 in range(0, m, qb):
             q1 = min(m, q0 + qb)
             heap_d = np.full((q1 - q0, kc), np.inf, np.float32)
@@ -309,6 +310,8 @@ def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
                 _select_block(g, xn, c0, q0, heap_d, heap_i, use_l2, bool(exclude_self))
             _approx_bounds(heap_d, k, approx[q0:q1])
             _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, cand_d, cand_i)
+            bar.update(q1 - q0)
+        bar.close()
     out_d = np.ascontiguousarray(cand_d[:, :k])
     out_i = np.ascontiguousarray(cand_i[:, :k])
     if kc < avail and not exact_keys:
@@ -398,6 +401,9 @@ def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
     heap_d = np.full((n, k), np.inf, np.float32)
     heap_i = np.full((n, k), -1, np.int64)
     G = np.empty(B * B, np.float32)
+    nblk = -(-n // B)
+    # one step per block pair (i0 <= j0): the pairs of a row block shrink along the way
+    bar = progress(total=nblk * (nblk + 1) // 2, desc="exact k-NN graph (CPU)", unit="block")
     for i0 in range(0, n, B):
         i1 = min(n, i0 + B)
         for j0 in range(i0, n, B):
@@ -407,6 +413,8 @@ def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
             _select_block(g, xn, j0, i0, heap_d[i0:i1], heap_i[i0:i1], use_l2, True)
             if j0 > i0:
                 _select_block_transposed(g, xn, i0, heap_d[j0:j1], heap_i[j0:j1], use_l2)
+            bar.update()
+    bar.close()
     _approx_bounds(heap_d, k_final, approx)
     _refine_and_sort(X, X, 0, heap_d, heap_i, use_l2, out_d, out_i)
     return out_d, out_i

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from .._core.config import logger, get_memory_budget
+from .._core.config import logger, get_memory_budget, progress
 from .._core.cuda import get_kernel, kernel_path, retry_on_oom
 
 _KERNEL = kernel_path(__file__, "topk.cu")
@@ -636,6 +636,13 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
         nonlocal n_fallback
         n_fallback = 0
         ntile = nt  # halving the query tile on OOM halves the distance tile
+        # a host-side counter per query tile: no synchronisation is added for it
+        with progress(total=m, desc="exact k-NN (GPU)", unit="query") as bar:
+            _run_tiles(mq, ntile, bar)
+        return None
+
+    def _run_tiles(mq, ntile, bar):
+        nonlocal n_fallback
         for q0 in range(0, m, mq):
             q1 = min(m, q0 + mq)
             sid = self_ids[q0:q1] if self_ids is not None else None
@@ -653,7 +660,7 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
                 i[bad] = i2.astype(cp.int32)
             out_d[q0:q1] = d
             out_i[q0:q1] = i
-        return None
+            bar.update(q1 - q0)
 
     retry_on_oom(run, mq0, min_tile=1, what="brute-force k-NN")
     if n_fallback:

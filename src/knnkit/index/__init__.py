@@ -89,10 +89,10 @@ class SearchParams(Params):
                 "pipeline_batch": check_int(self.pipeline_batch, "pipeline_batch", minimum=1, allow_none=True)}
 
     @classmethod
-    def field_names(cls):
+    def field_names(cls) -> "tuple[str, ...]":
         return tuple(f.name for f in dataclasses.fields(cls))
 
-    def resolve(self, k, call, n_entry):
+    def resolve(self, k: int, call: "dict[str, object]", n_entry: int) -> "tuple[int, float, int, int]":
         """``(beam, tau, max_iters, n_seeds)`` of one search: ``call`` holds the values given to the
         call (None: this object's default; ``tau=inf``: slack stop off for this call)."""
         beam = max(call.get("beam") or self.beam or 64, k)

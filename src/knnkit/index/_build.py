@@ -250,7 +250,7 @@ def candidate_lists(X, K, user_metric, random_state, params, with_stats=False):
 
 
 def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", random_state=None,
-                    reverse_cap=None, timings=None, knn_params=None, stats=None):
+                    reverse_cap=None, timings=None, knn_params=None, stats=None, on_stage=None):
     """The RobustPrune search graph of ``X`` built entirely on the GPU.
 
     NN-Descent candidates (K per node, with distances) -> RobustPrune to ``R`` with fill ->
@@ -270,6 +270,9 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
     build_algo : {"nndescent", "brute"}
     random_state : None or int
     reverse_cap : int, optional
+    on_stage : callable, optional
+        Called with each stage's name ("candidates", "nn1_max", "prune", "reverse") once it is done
+        (after the stage's synchronisation, which the timings take anyway).
     timings : dict, optional
         Filled with the seconds of each phase (GPU-synchronised).
     knn_params, stats : dict, optional
@@ -300,6 +303,8 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
         t = time.perf_counter()
         timings[name] = timings.get(name, 0.0) + t - t0[0]
         t0[0] = t
+        if on_stage is not None:
+            on_stage(name)
 
     n = X.shape[0]
     cand, cand_d = candidate_graph_gpu(X, K, metric, build_algo=build_algo, random_state=random_state,

@@ -111,6 +111,24 @@ def _connect(X, g, entry, im):
     return g, entry, conn
 
 
+class _StageBar:
+    """Steps of a progress bar over named build stages; the bar's postfix names the next stage."""
+
+    def __init__(self, bar, stages):
+        self.bar = bar
+        self.stages = list(stages)
+        if bar is not None:
+            bar.total = (bar.total or 0) + len(self.stages)
+            bar.set_postfix_str(self.stages[0] if self.stages else "", refresh=False)
+            bar.refresh()
+
+    def done(self, name):
+        if self.bar is None:
+            return
+        nxt = self.stages.index(name) + 1 if name in self.stages else len(self.stages)
+        self.bar.set_postfix_str(self.stages[nxt] if nxt < len(self.stages) else "", refresh=False)
+        self.bar.update()
+
 class SearchGraph:
     """A built search index's arrays and the operations on them (the engine behind
     :class:`knnkit.GraphIndex`).
@@ -183,10 +201,11 @@ class SearchGraph:
         return self.n
 
     @classmethod
-    def build(cls, a, metric, bp, random_state, scale=1.0):
+    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None):
         """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
         parameters (None entries chosen from the data, in place). Returns the engine; its
-        ``build_timings`` holds seconds per phase."""
+        ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
+        bar) gets this build's stages added to its total and one step per finished stage."""
         import time
 
         from ._build import build_graph_gpu
@@ -203,22 +222,28 @@ class SearchGraph:
         K = min(bp["intermediate_degree"], n - 1)
         algo = bp["build_algo"] if n > 4096 else "brute"
         logger.info("GraphIndex: %s candidate graph (n=%d, K=%d) on %s", algo, n, K, dev)
+        gpu_prune = dev == "gpu" and bp["diversify"] == "prune"
+        stages = ((["candidates", "nn1_max", "prune", "reverse"] if gpu_prune else ["candidates", "diversify"])
+                  + ["entry points"] + (["connect"] if bp.get("repair", True) else []))
+        stage = _StageBar(bar, stages)
         t0 = time.perf_counter()
-        if dev == "gpu" and bp["diversify"] == "prune":
+        if gpu_prune:
             # all on the device: candidates with their distances, prune, reverse edges (_build.py)
             # NN-Descent runs on the internal metric ('ip' for cosine's unit rows), but its update
             # rule is the one of the user's metric (default_update: cosine has no hubs)
             g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
                                      random_state=random_state, timings=timings,
-                                     knn_params={"update": default_update("gpu", metric)})
+                                     knn_params={"update": default_update("gpu", metric)}, on_stage=stage.done)
         else:
             cand, cand_dist = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
                                               user_metric=metric)
             nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
+            stage.done("candidates")
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
             g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
                           cand_dist=cand_dist)
             g = xp.asarray(g) if xp is not np else g
+            stage.done("diversify")
             timings["graph"] = time.perf_counter() - t0
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
             g = xp.concatenate([g, xp.full((n, bp["graph_degree"] - g.shape[1]), -1, xp.int32)], axis=1)
@@ -227,11 +252,13 @@ class SearchGraph:
         if dev == "gpu":
             xp.cuda.get_current_stream().synchronize()
         timings["entry_points"] = time.perf_counter() - t1
+        stage.done("entry points")
         if bp.get("repair", True):
             g, entry, bp["connectivity"] = _connect(X, g, entry, im)
             if dev == "gpu":
                 xp.cuda.get_current_stream().synchronize()
             timings["connectivity"] = time.perf_counter() - t1 - timings["entry_points"]
+            stage.done("connect")
         logger.info("GraphIndex: build phases (s): %s", {k: round(v, 3) for k, v in timings.items()})
         engine = cls(a, g, entry, metric=metric, build_params=bp, device=dev, nn1_max=nn1, scale=scale)
         engine.build_timings = timings  # seconds per phase of this build (not saved with the index)

@@ -1,8 +1,13 @@
 """ann-benchmarks HDF5 files (``train``, ``test``, ``neighbors``, ``distances`` datasets)."""
 
+from __future__ import annotations
+
 import os
+from typing import Any
 
 import numpy as np
+
+from .._core.types import PathLike
 
 __all__ = ["read_hdf5"]
 
@@ -11,7 +16,7 @@ _METRIC_NAMES = {"euclidean": "euclidean", "angular": "cosine", "cosine": "cosin
                  "ip": "inner_product", "inner_product": "inner_product", "sqeuclidean": "sqeuclidean"}
 
 
-def read_hdf5(path):
+def read_hdf5(path: PathLike) -> dict[str, Any]:
     """Read an ann-benchmarks HDF5 file (e.g. ``fashion-mnist-784-euclidean.hdf5``).
 
     Parameters

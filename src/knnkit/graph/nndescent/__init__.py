@@ -90,7 +90,7 @@ class NNDescentParams(Params):
             "verbose": check_bool(self.verbose, "verbose"),
         }
 
-    def resolve(self, *, k, n, device, metric):
+    def resolve(self, *, k: int, n: int, device: str, metric: str) -> "NNDescentParams":
         """A copy with every ``None`` chosen for ``k`` neighbours of ``n`` points on ``device``
         under the user ``metric``; ``ValueError`` when ``n_neighbors_internal < k``."""
         K0, p0, it0 = default_parameters(k, n, device=device)

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from ..._core.config import logger
+from ..._core.config import finish, logger, progress
 
 __all__ = [
     "nndescent_cpu",
@@ -553,6 +553,7 @@ def nndescent_cpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     T = numba.get_num_threads()
     nchunks = 4 * T
     threshold = delta * n * K
+    bar = progress(total=int(max_iters), desc="NN-Descent (CPU)", unit="iter")
     for it in range(int(max_iters)):
         t0 = time.perf_counter()
         _sample_forward(ind, flag, p, new_c, new_n, old_c, old_n)
@@ -573,8 +574,12 @@ def nndescent_cpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         if callback is not None:
             callback(it, ind, dist)
         logger.debug("nndescent_cpu iteration %d: %d updates in %.3f s", it, total, stats["time_s"][-1])
+        bar.update()
+        bar.set_postfix(updates=total, refresh=False)
         if total < threshold:
             break
+    finish(bar)  # converged before max_iters: the bar ends full
+    bar.close()
     return ind, dist, stats
 
 

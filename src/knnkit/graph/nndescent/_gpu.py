@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..._core.config import logger
+from ..._core.config import finish, logger, progress
 from ..._core.cuda import kernel_path
 
 _KERNEL = kernel_path(__file__, "gnnd.cu")
@@ -264,6 +264,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     stats = dict(iterations=0, updates=[], time_s=[])
     join_threads = 128 if maxs == 32 else 256
     cp.cuda.get_current_stream().synchronize()
+    # advanced after each iteration's update count is read back (that read is the iteration's only sync)
+    bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
     for it in range(int(max_iters)):
         t0 = time.perf_counter()
         counter.fill(0)
@@ -287,10 +289,14 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         stats["updates"].append(upd)
         stats["time_s"].append(dt)
         logger.debug("gnnd iteration %d: %d updates, %.4f s", it, upd, dt)
+        bar.update()
+        bar.set_postfix(updates=upd, refresh=False)
         if callback is not None:
             callback(it, g_idx, g_dist)
         if upd < threshold:
             break
+    finish(bar)
+    bar.close()
 
     out_idx = cp.empty((n, K), cp.int32)
     out_dist = cp.empty((n, K), cp.float32)

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ..._core.config import logger
+from ..._core.config import finish, logger, progress
 from ..._core.params import Params, check_bool, check_choice, check_float, check_int
 from .._estimate import RecallProbe, _distinct_valid, _row_distances, _xp, estimate_recall  # noqa: F401
 
@@ -284,6 +284,8 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
     first_perm = None
     t = 0
     done = False
+    # one step per tree (updated after the host reads each tree's leaf sizes) and per NNE round
+    bar = progress(total=n_trees + (params.nne_iters if params.nne else 0), desc="RSFK", unit="step")
     while t < n_trees and not done:
         t0 = time.perf_counter()
         count = min(batch, n_trees - t)
@@ -314,6 +316,7 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
                                     "mean": float(sizes.astype(xp.float64).mean()), "max": int(sizes.max())})
             stats["levels"].append(levels)
             built += 1
+            bar.update()
             if probe is not None:
                 r = probe.recall(X, idx, nne=params.nne)
                 stats["recall_per_tree"].append(r)
@@ -324,12 +327,16 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
                     break
         t += count
     stats["trees"] = built
+    if built < n_trees and bar.total is not None:  # target recall reached early: fewer tree steps
+        bar.total -= n_trees - built
+        bar.refresh()
     if leaf_order:
         stats["leaf_order"] = first_perm if first_perm is not None else xp.arange(n, dtype=xp.int32)
     if params.nne:
         t0 = time.perf_counter()
         for _ in range(params.nne_iters):
             be.nne(X, mcode, idx, dist)
+            bar.update()
         be.sync()
         T["nne"] += time.perf_counter() - t0
     k_avail = min(K, n - 1)
@@ -344,6 +351,8 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
         t0 = time.perf_counter()
         stats["recall_estimate"] = probe.recall(X, idx)
         T["recall"] += time.perf_counter() - t0
+    finish(bar)
+    bar.close()
     T["total"] = time.perf_counter() - t_start
     logger.debug("rsfk_lists n=%d K=%d: %d trees, %s", n, K, built, {k: round(v, 4) for k, v in T.items()})
     return idx, dist, stats
