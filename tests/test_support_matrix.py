@@ -15,10 +15,9 @@ METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan")
 METHODS = knnkit.methods()
 #: declared by the registry, refused by the API; the sweet package is owned elsewhere, so the
 #: mismatch is recorded here (strict: the test starts failing once it is fixed, then drop the entry)
-KNOWN_MISMATCHES = {
-    ("sweet", "cosine"): "registry declares cosine for 'sweet' but the engine refuses the internal 'ip' "
-                         "metric (ValueError: sweet supports only the l2 metric)",
-}
+# (method, metric) pairs where the registry and the engine disagree, each an xfail(strict=True)
+# until fixed (sweet/cosine was one: fixed by running Sweet KNN on unit rows)
+KNOWN_MISMATCHES = {}
 
 
 def _call(m, metric, dtype="float32", n=200, d=6):

@@ -233,10 +233,17 @@ def _component_sums(xp, X, labels, c):
                           shape=(c, labels.shape[0]))
         sums = np.asarray(S @ X, dtype=np.float32)
     else:
-        import cupyx
+        # a sparse (c, n) one-hot matrix times X (cuSPARSE SpMM): scatter_add's atomics all land
+        # on the few rows of the big components and serialise (20M x 96 points in ~1000
+        # components: about a minute)
+        import cupyx.scipy.sparse as csp
 
-        sums = xp.zeros((c, d), xp.float32)
-        cupyx.scatter_add(sums, labels, X)
+        n = labels.shape[0]
+        S = csp.coo_matrix((xp.ones(n, xp.float32), (labels.astype(xp.int32), xp.arange(n, dtype=xp.int32))),
+                           shape=(c, n)).tocsr()
+        sums = xp.ascontiguousarray(S @ X, dtype=xp.float32)
+        if d and sums.shape != (c, d):
+            raise RuntimeError(f"component sums have shape {sums.shape}, expected {(c, d)}")
     return sums, cnt
 
 
@@ -715,7 +722,10 @@ def entry_points_per_component(labels, X, *, metric="l2", max_entries=16384):
     X = X.astype(xp.float32, copy=False)
     c = int(labels.max()) + 1
     C, cnt = _centroids(xp, X, labels, c)
-    d = _dist_rows(xp, X, C[labels], "l2")
+    d = xp.empty(labels.shape[0], xp.float32)
+    step = 1 << 20  # C[labels] in row blocks: a full (n, d) copy is as large as X
+    for s in range(0, labels.shape[0], step):
+        d[s:s + step] = _dist_rows(xp, X[s:s + step], C[labels[s:s + step]], "l2")
     order = xp.lexsort(xp.stack([d.astype(xp.float64), labels.astype(xp.float64)]))
     first = xp.ones(labels.shape[0], dtype=bool)
     ls = labels[order]
