@@ -163,8 +163,13 @@ def progress(total=None, desc=None, unit="it", enabled=True, **kw):
 
     Updates are host-side counters: callers advance it once per block, tile, iteration or stage,
     never from compiled code and never with a device synchronisation of their own."""
+    import sys
+
     from tqdm.auto import tqdm
 
+    if not getattr(sys.stderr, "isatty", lambda: False)():
+        # a log file or a pipe: a line every 30 s, not a carriage-return redraw every 0.1 s
+        kw.setdefault("mininterval", 30.0)
     return tqdm(total=total, desc=desc, unit=unit, delay=_globals["progress_delay"],
                 disable=not (enabled and _globals["progress"]), leave=False, **kw)
 
