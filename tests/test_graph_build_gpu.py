@@ -53,6 +53,24 @@ def test_reverse_candidates_numpy_then_prune_equals_cpu_add_reverse_edges(metric
     assert _same_sets(got, ref).mean() >= 0.99
 
 
+def test_reverse_candidates_rows_and_counts():
+    X, g, gd = _pruned(800, 8, 24, 8, "l2", seed=5)
+    ri, rd, counts = reverse_candidates(g, gd, 64, return_counts=True)
+    n, R = g.shape
+    # counts: every edge u -> v whose reverse is new, per target v
+    ref = np.zeros(n, np.int64)
+    for u in range(n):
+        for v in g[u]:
+            if v >= 0 and v != u and u not in g[v]:
+                ref[v] += 1
+    assert np.array_equal(counts, ref)
+    rows = np.array([int(np.argmax(counts)), 3, 0, 77])
+    ri2, rd2 = reverse_candidates(g, gd, 64, rows=rows)
+    assert np.array_equal(ri2, ri[rows]) and np.array_equal(rd2, rd[rows])
+    ri3, _ = reverse_candidates(g, gd, 2, rows=rows)  # the nearest 2 of the same lists
+    assert np.array_equal(ri3, ri[rows, :2])
+
+
 # ------------------------------------------------------------------------------ GPU
 @pytest.mark.gpu
 @needs_gpu
@@ -160,3 +178,34 @@ def test_gpu_build_tiny_and_duplicates(n):
     # every point reaches itself: a search for each point finds it (or its duplicate) first
     d, i = index.search(cp.asarray(X), k=1, beam=16)
     assert np.allclose(cp.asnumpy(d)[:, 0], 0, atol=1e-5)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_reverse_hubs_match_uncapped_cpu_merge():
+    """Tight clusters of ~10 points: many nodes get more new reverse edges than R. The hub pass
+    offers them up to 8 R (the CPU offers all): the edge sets agree with the CPU merge, and a
+    subset prune with node_ids equals the same rows of a whole prune."""
+    import cupy as cp
+
+    from knnkit.index._prune_gpu import prune_gpu
+    from knnkit.index._reverse_gpu import add_reverse_edges_gpu
+
+    rng = np.random.default_rng(2)
+    centres = rng.standard_normal((600, 16)).astype(np.float32)
+    X = (centres[rng.integers(0, 600, 6000)] + 0.01 * rng.standard_normal((6000, 16))).astype(np.float32)
+    _cd, ci = exact_knn_cpu(X, X, 48, "l2", exclude_self=True)
+    cd = pair_distances(X, ci, "l2")
+    g = prune_cpu(X, ci, cd, 16, 1.0, "l2")
+    gd = pair_distances(X, g, "l2")
+    _ri, _rd, counts = reverse_candidates(g, gd, 16, return_counts=True)
+    assert (counts > 16).sum() > 0  # the data has hubs
+    ref = add_reverse_edges(X, g, 16, 1.0, "l2")
+    got = cp.asnumpy(add_reverse_edges_gpu(cp.asarray(X), cp.asarray(g), cp.asarray(gd), 16, 1.0, "l2"))
+    assert _same_sets(got, ref).mean() >= 0.98
+    hubs = np.flatnonzero(counts > 16)
+    assert _same_sets(got[hubs], ref[hubs]).mean() >= 0.95
+    full = cp.asnumpy(prune_gpu(cp.asarray(X), cp.asarray(ci), cp.asarray(cd), 16, 1.0, "l2"))
+    sub = cp.asnumpy(prune_gpu(cp.asarray(X), cp.asarray(ci[hubs]), cp.asarray(cd[hubs]), 16, 1.0, "l2",
+                               node_ids=cp.asarray(hubs)))
+    assert np.array_equal(sub, full[hubs])

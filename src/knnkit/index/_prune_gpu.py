@@ -38,7 +38,8 @@ def prune_shift(X, metric):
     return float((X * X).sum(axis=1).max())
 
 
-def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None, return_distances=False):
+def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None, return_distances=False,
+              node_ids=None):
     """RobustPrune every node's candidate list in parallel (same rule as ``prune_cpu``).
 
     Candidates of node ``v`` are taken in increasing ``(distance, index)`` order (invalid entries
@@ -67,6 +68,9 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
         ``s`` of the rule when already known (:func:`prune_shift`); computed from ``X`` otherwise.
     return_distances : bool
         Also return the distance of every kept edge (``+inf`` in the ``-1`` slots).
+    node_ids : cupy.ndarray, int32 (m,), optional
+        The node each row of ``cand_idx`` belongs to (default: row ``i`` is node ``i``), to prune
+        a subset of the nodes.
 
     Returns
     -------
@@ -97,6 +101,12 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
     R = int(R)
     if R < 1:
         raise ValueError(f"R must be >= 1, got {R}")
+    if node_ids is None:
+        node_ids = cp.arange(m, dtype=cp.int32)
+    else:
+        node_ids = cp.ascontiguousarray(node_ids, dtype=cp.int32)
+        if node_ids.shape != (m,):
+            raise ValueError(f"node_ids must have shape ({m},), got {node_ids.shape}")
     out = cp.full((m, R), -1, dtype=cp.int32)
     out_d = cp.full((m, R), cp.inf, dtype=cp.float32)
     if m == 0 or C == 0:
@@ -111,7 +121,8 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
     grid = int(min(m, 65535 * 8))
     logger.debug("prune_gpu: %d nodes, C=%d, R=%d, smem=%d", m, C, R, smem)
     kern((grid,), (_THREADS,), (X, np.int32(n), np.int32(d), cand_idx, cand_dist, np.int32(m), np.int32(C),
-                                np.int32(CP), np.int32(R), factor, shift, np.int32(bool(fill)), out, out_d),
+                                np.int32(CP), np.int32(R), factor, shift, np.int32(bool(fill)), out, out_d,
+                                node_ids),
          shared_mem=smem)
     return (out, out_d) if return_distances else out
 

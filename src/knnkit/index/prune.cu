@@ -18,6 +18,9 @@
 // so the reverse-edge step (Vamana's "add the reverse of every edge") needs no recomputation: the
 // internal metrics are symmetric, d(u, v) = d(v, u).
 //
+// node_ids[v]: the node whose candidates row v holds (the identity for a whole graph; the reverse-edge
+// step re-prunes a subset of rows, its hubs, with longer candidate lists).
+//
 // new_reverse_edges: marks the edges u -> v of a pruned graph whose reverse v -> u is not already in
 // v's list (the only ones the reverse-edge step adds); one thread per edge scans v's R entries.
 #include "search_common.cuh"
@@ -29,7 +32,7 @@ template <int METRIC>
 __global__ void __launch_bounds__(256) robust_prune(
     const float* __restrict__ X, int n, int d, const int* __restrict__ cand_idx,
     const float* __restrict__ cand_dist, int n_nodes, int C, int CP, int R, float factor, float shift,
-    int fill, int* __restrict__ out, float* __restrict__ out_d) {
+    int fill, int* __restrict__ out, float* __restrict__ out_d, const int* __restrict__ node_ids) {
     using kk::key_less;
     extern __shared__ float4 smem_raw[];
     __shared__ float A[PR_TILE][PR_DK + 1];
@@ -47,6 +50,7 @@ __global__ void __launch_bounds__(256) robust_prune(
     const int tx = tid % 16, ty = tid / 16;
 
     for (int v = blockIdx.x; v < n_nodes; v += gridDim.x) {
+        const int self = node_ids[v];  // row v holds the candidates of node self (a subset of rows)
         if (tid == 0) s_m = 0;
         for (int j = tid; j < CP; j += 256) {
             int id = -1;
@@ -54,7 +58,7 @@ __global__ void __launch_bounds__(256) robust_prune(
             if (j < C) {
                 id = cand_idx[(long long)v * C + j];
                 dist = cand_dist[(long long)v * C + j];
-                if (id < 0 || id >= n || id == v || !(dist < KK_INF)) { id = -1; dist = KK_INF; }
+                if (id < 0 || id >= n || id == self || !(dist < KK_INF)) { id = -1; dist = KK_INF; }
             }
             ci[j] = id; cd[j] = dist;
         }
