@@ -189,3 +189,13 @@ def test_repair_reaches_everything_on_hard_sets(kind):
     D, T = knnkit.knn(X, Q, k=10, metric=metric, device="cpu")
     d, i = index.search(Q, k=10)
     assert recall(i, T, found_distances=d, true_distances=D, similarity=metric == "inner_product") >= 0.95
+
+
+def test_argmin_per_label_host(rng):
+    from knnkit.index._connect import _argmin_per_label
+
+    labels = rng.integers(0, 50, 5000)
+    d = rng.integers(0, 7, 5000).astype(np.float32)
+    got = _argmin_per_label(np, labels, d)
+    want = [min(np.flatnonzero(labels == c), key=lambda i: (d[i], i)) for c in np.unique(labels)]
+    assert got.tolist() == want

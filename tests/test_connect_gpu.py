@@ -29,9 +29,14 @@ def test_components_and_reach_match_cpu(data, rng):
     assert np.array_equal(reachable_from(cp.asarray(g), src).get(), reachable_from(g, src))
 
 
-def test_repair_gpu(data):
+@pytest.mark.parametrize("host_copy", [True, False])
+def test_repair_gpu(data, host_copy, monkeypatch):
     import cupy as cp
 
+    import knnkit.index._connect as conn
+
+    if not host_copy:  # the path of data larger than the host-copy limit: everything on the GPU
+        monkeypatch.setattr(conn, "_HOST_COPY_MAX_BYTES", 0)
     X, g = data
     _, st_c = repair_connectivity(X, g, metric="l2", entry_ids=[0])
     g2, st_g = repair_connectivity(cp.asarray(X), cp.asarray(g), metric="l2", entry_ids=[0])
@@ -46,3 +51,15 @@ def test_repair_gpu(data):
     # reductions in another order may pick the other one)
     assert med_g.shape == med_c.shape and (med_g.get() == med_c).mean() >= 0.98
     np.testing.assert_allclose(cen_g.get(), cen_c, rtol=1e-4, atol=1e-5)
+
+
+def test_argmin_per_label_gpu_equals_host(rng):
+    import cupy as cp
+
+    from knnkit.index._connect import _argmin_per_label
+
+    labels = rng.integers(0, 300, 50_000)
+    d = rng.integers(0, 40, 50_000).astype(np.float32)  # many ties: the smaller index wins
+    ref = _argmin_per_label(np, labels, d)
+    got = _argmin_per_label(cp, cp.asarray(labels), cp.asarray(d)).get()
+    assert np.array_equal(got, ref)
