@@ -14,6 +14,12 @@ is a terminal, printed to stderr: ``knnkit: compiling CPU kernels for RSFK fores
 ~3 s)...``. Cache hits stay silent. The seconds spent compiling are recorded per family
 (:func:`compile_times`), for the cold-start benchmark and ``--verbose`` logs.
 
+:func:`parallel_for` runs a ``nogil`` kernel over chunks of work on Numba's thread count, with Python
+threads: the kernels that do not need ``parallel=True`` (a prange loop whose iterations are
+independent) are compiled as plain functions, which costs a third to a half of the compile time of
+Numba's parallel lowering (that compiles the loop body again as a gufunc and re-generates machine
+code for every callee it links); the run time of such a loop is the same.
+
 Numba itself is imported by the first ``Family.njit`` call, i.e. when a kernel module is imported,
 never by ``import knnkit``. This module imports no algorithm package (layers: ``_core`` is the base).
 """
@@ -23,7 +29,7 @@ import sys
 import threading
 import time
 
-__all__ = ["Family", "compile_times", "announced"]
+__all__ = ["Family", "compile_times", "announced", "num_threads", "parallel_for", "chunks"]
 
 _log = logging.getLogger("knnkit")
 _lock = threading.Lock()
@@ -100,22 +106,29 @@ class Family:
             depth = getattr(_depth, "n", 0)
             if depth == 0 and family.name not in _announced and _cached(dispatcher, sig) is False:
                 family.announce()
-            _depth.n = depth + 1
-            t0 = time.perf_counter()
-            try:
-                return original(sig)
-            finally:
-                _depth.n = depth
-                if depth == 0:
+            from numba.core.compiler_lock import global_compiler_lock
+
+            # under Numba's (re-entrant) compiler lock: a thread that waits for another's compile of
+            # the same kernel (parallel_for tasks) does not count the wait
+            with global_compiler_lock:
+                _depth.n = depth + 1
+                t0 = time.perf_counter()
+                try:
+                    return original(sig)
+                finally:
+                    _depth.n = depth
                     dt = time.perf_counter() - t0
-                    with _lock:
-                        _times[family.name] = _times.get(family.name, 0.0) + dt
-                    if dt > 0.5:
-                        _log.debug("compiled %s.%s%s in %.2f s", family.name,
-                                   dispatcher.py_func.__name__, sig, dt)
+                    if depth == 0:
+                        family._record(dispatcher, sig, dt)
 
         dispatcher.compile = compile
         return dispatcher
+
+    def _record(self, dispatcher, sig, dt):
+        with _lock:
+            _times[self.name] = _times.get(self.name, 0.0) + dt
+        if dt > 0.5:
+            _log.debug("compiled %s.%s%s in %.2f s", self.name, dispatcher.py_func.__name__, sig, dt)
 
     def njit(self, *args, **kwargs):
         """``numba.njit`` with the announcement hook (same arguments, bare or called)."""
@@ -128,3 +141,70 @@ class Family:
             return self._hook(numba.njit(*args, **kwargs)(fn))
 
         return wrap
+
+
+# ------------------------------------------------------------------------------ threads
+
+_pool = None
+_pool_size = 0
+
+
+def num_threads():
+    """Numba's thread count for the calling thread (``numba.set_num_threads`` / NUMBA_NUM_THREADS)."""
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def chunks(n, parts):
+    """``parts`` contiguous ``(lo, hi)`` ranges covering ``0 .. n`` (none empty; fewer when n < parts)."""
+    parts = max(1, min(int(parts), int(n)))
+    return [(c * n // parts, (c + 1) * n // parts) for c in range(parts)]
+
+
+def parallel_for(fn, tasks, threads=None):
+    """``[fn(t) for t in range(tasks)]``, run on up to ``threads`` threads (default
+    :func:`num_threads`; the calling thread is one of them), tasks handed out in order as threads
+    free up. ``fn`` should spend its time in ``nogil`` Numba kernels. The first exception raised by a
+    task is raised here, after every started task has finished."""
+    global _pool, _pool_size
+    tasks = int(tasks)
+    threads = num_threads() if threads is None else max(1, int(threads))
+    threads = min(threads, tasks)
+    if threads <= 1:
+        return [fn(t) for t in range(tasks)]
+    with _lock:
+        if _pool is None or _pool_size < threads - 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="knnkit")
+            _pool_size = threads - 1
+        pool = _pool
+    out = [None] * tasks
+    state = {"next": 0, "error": None}
+    take = threading.Lock()
+
+    def worker():
+        while True:
+            with take:
+                t = state["next"]
+                if t >= tasks or state["error"] is not None:
+                    return
+                state["next"] = t + 1
+            try:
+                out[t] = fn(t)
+            except BaseException as e:  # stop handing out tasks; re-raised by the caller
+                with take:
+                    if state["error"] is None:
+                        state["error"] = e
+                return
+
+    futures = [pool.submit(worker) for _ in range(threads - 1)]
+    worker()
+    for f in futures:
+        f.result()
+    if state["error"] is not None:
+        raise state["error"]
+    return out

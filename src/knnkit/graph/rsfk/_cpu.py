@@ -9,7 +9,12 @@ the result, which is the top K of everything offered, ordered by (distance, id))
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..._core.jit import Family, chunks, parallel_for
+
+# one announcement line for the family's first cold compile (seconds: measured on two cores)
+njit = Family("rsfk", "the RSFK forest", seconds=4).njit
 
 __all__ = ["CpuBackend"]
 
@@ -203,6 +208,67 @@ def _fill(X, metric, idx, dist):
 # tree breadth first (serial per tree, parallel over trees) until there are enough subtrees to keep
 # every core busy, then every subtree depth first (parallel over subtrees), all in one Numba call.
 
+@njit(cache=True)
+def _stable_sort_by_key(key, val):
+    """Sort ``val`` by ``key`` (both in place, equal keys keep their order): the order of
+    ``np.argsort(key, kind="stable")``, written out because Numba's generic mergesort costs about a
+    second of compile per key type. Insertion-sorted runs of 16, then bottom-up merges."""
+    m = key.shape[0]
+    for s0 in range(0, m, 16):
+        e = min(s0 + 16, m)
+        for i in range(s0 + 1, e):
+            kk = key[i]
+            vv = val[i]
+            j = i - 1
+            while j >= s0 and key[j] > kk:
+                key[j + 1] = key[j]
+                val[j + 1] = val[j]
+                j -= 1
+            key[j + 1] = kk
+            val[j + 1] = vv
+    if m <= 16:
+        return
+    k2 = np.empty_like(key)
+    v2 = np.empty_like(val)
+    src_k, src_v, dst_k, dst_v = key, val, k2, v2
+    swapped = False
+    width = 16
+    while width < m:
+        for s0 in range(0, m, 2 * width):
+            mid = min(s0 + width, m)
+            e = min(s0 + 2 * width, m)
+            i = s0
+            j = mid
+            o = s0
+            while i < mid and j < e:
+                if src_k[j] < src_k[i]:
+                    dst_k[o] = src_k[j]
+                    dst_v[o] = src_v[j]
+                    j += 1
+                else:
+                    dst_k[o] = src_k[i]
+                    dst_v[o] = src_v[i]
+                    i += 1
+                o += 1
+            while i < mid:
+                dst_k[o] = src_k[i]
+                dst_v[o] = src_v[i]
+                i += 1
+                o += 1
+            while j < e:
+                dst_k[o] = src_k[j]
+                dst_v[o] = src_v[j]
+                j += 1
+                o += 1
+        src_k, src_v, dst_k, dst_v = dst_k, dst_v, src_k, src_v
+        swapped = not swapped
+        width *= 2
+    if swapped:
+        for t in range(m):
+            key[t] = k2[t]
+            val[t] = v2[t]
+
+
 @njit(cache=True, fastmath=_FM)
 def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_child, split, force, seed, tree):
     """Split ``perm[lo:hi]`` in place; returns the first position of the right child, or -1 when the
@@ -233,11 +299,7 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
             # the driver's _orderable key: the unsigned order of the flipped bits is the float order
             u = keys[pos]
             keys[pos] = u ^ (np.uint32(0xFFFFFFFF) if (u >> np.uint32(31)) == 1 else np.uint32(0x80000000))
-        order = np.argsort(keys[lo:hi], kind="mergesort")
-        for t in range(m):
-            scratch[lo + t] = perm[lo + order[t]]
-        for t in range(m):
-            perm[lo + t] = scratch[lo + t]
+        _stable_sort_by_key(keys[lo:hi], perm[lo:hi])
         return lo + m // 2
     r1 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo))
     r2 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo + 1))
@@ -330,119 +392,133 @@ def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, l
     return deepest
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
-def _grow_trees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
-                scratch, keys, levels, frontier_target):
-    """Trees ``tree0 .. tree0 + B - 1`` into ``perms[b]`` (points grouped by leaf) and ``heads[b]``
-    (``heads[b, lo] = hi`` for each leaf ``perm[lo:hi]``, -1 elsewhere)."""
-    B, n = perms.shape
-    fr = np.empty((B, frontier_target + 2, 3), np.int64)
-    nfr = np.zeros(B, np.int64)
-    deep = np.zeros(B, np.int64)
-    for b in prange(B):
-        tree = tree0 + b
-        for i in range(n):
-            perms[b, i] = i
-            heads[b, i] = -1
-        # breadth first until the frontier holds frontier_target nodes (each split adds at most one)
-        q = np.empty((2 * frontier_target + 4, 3), np.int64)
-        q[0, 0] = 0
-        q[0, 1] = n
-        q[0, 2] = 0
-        qh = 0
-        qt = 1
-        while qh < qt and qt - qh < frontier_target:
-            lo = q[qh, 0]
-            hi = q[qh, 1]
-            level = q[qh, 2]
-            qh += 1
-            if hi - lo <= leaf_size:
-                heads[b, lo] = hi
-                deep[b] = max(deep[b], level)
-                continue
-            mid = _split_node(X, metric, inv_norm, perms[b], scratch[b], keys[b], lo, hi, level, min_child,
-                              split, level >= force_depth, seed, tree)
-            if qt + 2 > q.shape[0]:  # compact the queue (its head part is consumed)
-                for t in range(qt - qh):
-                    q[t, 0] = q[qh + t, 0]
-                    q[t, 1] = q[qh + t, 1]
-                    q[t, 2] = q[qh + t, 2]
-                qt -= qh
-                qh = 0
-            if mid < 0:
-                q[qt, 0] = lo
-                q[qt, 1] = hi
-                q[qt, 2] = level + 1
-                qt += 1
-            else:
-                q[qt, 0] = lo
-                q[qt, 1] = mid
-                q[qt, 2] = level + 1
-                q[qt + 1, 0] = mid
-                q[qt + 1, 1] = hi
-                q[qt + 1, 2] = level + 1
-                qt += 2
-        c = 0
-        for t in range(qh, qt):
-            fr[b, c, 0] = q[t, 0]
-            fr[b, c, 1] = q[t, 1]
-            fr[b, c, 2] = q[t, 2]
-            c += 1
-        nfr[b] = c
-    total = 0
-    for b in range(B):
-        total += nfr[b]
-    flat = np.empty((total, 2), np.int64)
+@njit(cache=True, fastmath=_FM, nogil=True)
+def _grow_top(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
+              scratch, keys, frontier_target, b, fr, nfr, deep):
+    """The top of tree ``tree0 + b`` breadth first, into the frontier ``fr[b, :nfr[b]]`` (one task of
+    :func:`_grow_trees`)."""
+    n = perms.shape[1]
+    tree = tree0 + b
+    for i in range(n):
+        perms[b, i] = i
+        heads[b, i] = -1
+    # breadth first until the frontier holds frontier_target nodes (each split adds at most one)
+    q = np.empty((2 * frontier_target + 4, 3), np.int64)
+    q[0, 0] = 0
+    q[0, 1] = n
+    q[0, 2] = 0
+    qh = 0
+    qt = 1
+    while qh < qt and qt - qh < frontier_target:
+        lo = q[qh, 0]
+        hi = q[qh, 1]
+        level = q[qh, 2]
+        qh += 1
+        if hi - lo <= leaf_size:
+            heads[b, lo] = hi
+            deep[b] = max(deep[b], level)
+            continue
+        mid = _split_node(X, metric, inv_norm, perms[b], scratch[b], keys[b], lo, hi, level, min_child,
+                          split, level >= force_depth, seed, tree)
+        if qt + 2 > q.shape[0]:  # compact the queue (its head part is consumed)
+            for t in range(qt - qh):
+                q[t, 0] = q[qh + t, 0]
+                q[t, 1] = q[qh + t, 1]
+                q[t, 2] = q[qh + t, 2]
+            qt -= qh
+            qh = 0
+        if mid < 0:
+            q[qt, 0] = lo
+            q[qt, 1] = hi
+            q[qt, 2] = level + 1
+            qt += 1
+        else:
+            q[qt, 0] = lo
+            q[qt, 1] = mid
+            q[qt, 2] = level + 1
+            q[qt + 1, 0] = mid
+            q[qt + 1, 1] = hi
+            q[qt + 1, 2] = level + 1
+            qt += 2
     c = 0
-    for b in range(B):
-        for t in range(nfr[b]):
-            flat[c, 0] = b
-            flat[c, 1] = t
-            c += 1
-    sub_deep = np.zeros(total, np.int64)
-    for f in prange(total):
+    for t in range(qh, qt):
+        fr[b, c, 0] = q[t, 0]
+        fr[b, c, 1] = q[t, 1]
+        fr[b, c, 2] = q[t, 2]
+        c += 1
+    nfr[b] = c
+
+
+@njit(cache=True, fastmath=_FM, nogil=True)
+def _subtrees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
+              scratch, keys, fr, flat, f0, f1, sub_deep):
+    """Subtrees ``flat[f0:f1]`` (tree ``b``, frontier entry ``t``) depth first."""
+    for f in range(f0, f1):
         b = flat[f, 0]
         t = flat[f, 1]
         sub_deep[f] = _subtree(X, metric, inv_norm, perms[b], scratch[b], keys[b], heads[b], fr[b, t, 0],
                                fr[b, t, 1], fr[b, t, 2], leaf_size, min_child, split, force_depth, seed,
                                tree0 + b)
+
+
+def _grow_trees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
+                scratch, keys, levels, frontier_target):
+    """Trees ``tree0 .. tree0 + B - 1`` into ``perms[b]`` (points grouped by leaf) and ``heads[b]``
+    (``heads[b, lo] = hi`` for each leaf ``perm[lo:hi]``, -1 elsewhere): the tops of the trees in
+    parallel over trees, then every frontier subtree in parallel over subtrees."""
+    B, n = perms.shape
+    fr = np.empty((B, frontier_target + 2, 3), np.int64)
+    nfr = np.zeros(B, np.int64)
+    deep = np.zeros(B, np.int64)
+    parallel_for(lambda b: _grow_top(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0,
+                                     perms, heads, scratch, keys, frontier_target, b, fr, nfr, deep), B)
+    flat = np.array([(b, t) for b in range(B) for t in range(nfr[b])], np.int64).reshape(-1, 2)
+    total = flat.shape[0]
+    sub_deep = np.zeros(total, np.int64)
+    parts = chunks(total, total)   # one subtree per task: they differ in size, tasks balance them
+    parallel_for(lambda c: _subtrees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0,
+                                     perms, heads, scratch, keys, fr, flat, parts[c][0], parts[c][1], sub_deep),
+                 len(parts))
     for f in range(total):
         b = flat[f, 0]
         deep[b] = max(deep[b], sub_deep[f])
-    for b in range(B):
-        levels[b] = deep[b]
+    levels[:B] = deep
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
 def _leaf_tiles(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, nchunks):
     """The k-NN set update of one tree with the tiles scheme of w-KNNG reduced to one tile per leaf:
     the leaf's upper-triangle distances into a small block (each pair once), then every row owner
     offers its candidates to its own list. A point is in one leaf per tree, so leaves in parallel
     never touch the same list; the result is the top K by (distance, id) of everything offered, as
     for every GPU variant."""
+    parts = chunks(leaf_lo.shape[0], nchunks)
+    parallel_for(lambda c: _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, parts[c][0], parts[c][1]),
+                 len(parts))
+
+
+@njit(cache=True, fastmath=_FM, nogil=True)
+def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, leaf1):
+    """Leaves ``leaf0 .. leaf1 - 1`` of :func:`_leaf_tiles` (one task)."""
     K = idx.shape[1]
-    L = leaf_lo.shape[0]
-    nchunks = max(1, min(L, nchunks))
-    for c in prange(nchunks):
-        block = np.empty((leaf_size, leaf_size), np.float32)
-        for leaf in range(c * L // nchunks, (c + 1) * L // nchunks):
-            lo = leaf_lo[leaf]
-            hi = head[lo]
-            m = hi - lo
-            for i in range(m):
-                a = perm[lo + i]
-                block[i, i] = np.inf
-                for j in range(i + 1, m):
-                    dd = _dist(X, a, perm[lo + j], metric)
-                    block[i, j] = dd
-                    block[j, i] = dd
-            for i in range(m):
-                a = perm[lo + i]
-                for j in range(m):
-                    dd = block[i, j]
-                    # strictly below the worst entry, or a tie that _offer settles by id
-                    if dd <= dist[a, K - 1] and j != i:
-                        _offer(idx, dist, a, perm[lo + j], dd)
+    block = np.empty((leaf_size, leaf_size), np.float32)
+    for leaf in range(leaf0, leaf1):
+        lo = leaf_lo[leaf]
+        hi = head[lo]
+        m = hi - lo
+        for i in range(m):
+            a = perm[lo + i]
+            block[i, i] = np.inf
+            for j in range(i + 1, m):
+                dd = _dist(X, a, perm[lo + j], metric)
+                block[i, j] = dd
+                block[j, i] = dd
+        for i in range(m):
+            a = perm[lo + i]
+            for j in range(m):
+                dd = block[i, j]
+                # strictly below the worst entry, or a tie that _offer settles by id
+                if dd <= dist[a, K - 1] and j != i:
+                    _offer(idx, dist, a, perm[lo + j], dd)
 
 
 @njit(parallel=True, cache=True, fastmath=_FM)
