@@ -12,6 +12,7 @@ import numpy as np
 from numba import prange
 
 from ..._core.jit import Family, chunks, parallel_for
+from ...exact._sort_cpu import stable_sort_by_key
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
 njit = Family("rsfk", "the RSFK forest", seconds=4).njit
@@ -208,67 +209,6 @@ def _fill(X, metric, idx, dist):
 # tree breadth first (serial per tree, parallel over trees) until there are enough subtrees to keep
 # every core busy, then every subtree depth first (parallel over subtrees), all in one Numba call.
 
-@njit(cache=True)
-def _stable_sort_by_key(key, val):
-    """Sort ``val`` by ``key`` (both in place, equal keys keep their order): the order of
-    ``np.argsort(key, kind="stable")``, written out because Numba's generic mergesort costs about a
-    second of compile per key type. Insertion-sorted runs of 16, then bottom-up merges."""
-    m = key.shape[0]
-    for s0 in range(0, m, 16):
-        e = min(s0 + 16, m)
-        for i in range(s0 + 1, e):
-            kk = key[i]
-            vv = val[i]
-            j = i - 1
-            while j >= s0 and key[j] > kk:
-                key[j + 1] = key[j]
-                val[j + 1] = val[j]
-                j -= 1
-            key[j + 1] = kk
-            val[j + 1] = vv
-    if m <= 16:
-        return
-    k2 = np.empty_like(key)
-    v2 = np.empty_like(val)
-    src_k, src_v, dst_k, dst_v = key, val, k2, v2
-    swapped = False
-    width = 16
-    while width < m:
-        for s0 in range(0, m, 2 * width):
-            mid = min(s0 + width, m)
-            e = min(s0 + 2 * width, m)
-            i = s0
-            j = mid
-            o = s0
-            while i < mid and j < e:
-                if src_k[j] < src_k[i]:
-                    dst_k[o] = src_k[j]
-                    dst_v[o] = src_v[j]
-                    j += 1
-                else:
-                    dst_k[o] = src_k[i]
-                    dst_v[o] = src_v[i]
-                    i += 1
-                o += 1
-            while i < mid:
-                dst_k[o] = src_k[i]
-                dst_v[o] = src_v[i]
-                i += 1
-                o += 1
-            while j < e:
-                dst_k[o] = src_k[j]
-                dst_v[o] = src_v[j]
-                j += 1
-                o += 1
-        src_k, src_v, dst_k, dst_v = dst_k, dst_v, src_k, src_v
-        swapped = not swapped
-        width *= 2
-    if swapped:
-        for t in range(m):
-            key[t] = k2[t]
-            val[t] = v2[t]
-
-
 @njit(cache=True, fastmath=_FM)
 def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_child, split, force, seed, tree):
     """Split ``perm[lo:hi]`` in place; returns the first position of the right child, or -1 when the
@@ -299,7 +239,7 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
             # the driver's _orderable key: the unsigned order of the flipped bits is the float order
             u = keys[pos]
             keys[pos] = u ^ (np.uint32(0xFFFFFFFF) if (u >> np.uint32(31)) == 1 else np.uint32(0x80000000))
-        _stable_sort_by_key(keys[lo:hi], perm[lo:hi])
+        stable_sort_by_key(keys[lo:hi], perm[lo:hi])
         return lo + m // 2
     r1 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo))
     r2 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo + 1))
