@@ -135,7 +135,7 @@ def _insert(cd, ci, ce, size, beam, dv, v):
     return size, lo
 
 
-@njit(inline="always", fastmath=True)
+@njit(cache=True, fastmath=True)
 def _crit(d, shift):
     x = d + shift
     return np.sqrt(x) if x > 0 else np.float32(0.0)

@@ -147,7 +147,7 @@ def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed,
             dist[s, j] = np.inf
             flag[s, j] = 1
         for j in range(K0):
-            v = init_ind[s, j]
+            v = np.int64(init_ind[s, j])
             if v < 0 or v >= n or v == s:
                 continue
             if have_dist:
@@ -252,134 +252,156 @@ def _join_block(X, metric, s0, s1, new_c, new_n, old_c, old_n, dist, split, sele
         lo = s0 + c * chunk
         hi = min(s1, lo + chunk)
         if lo < hi:
-            _join_rows(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, selective, cap, upd_a, upd_b,
-                       upd_d, upd_cnt, lo, hi)
+            (_join_rows_selective if selective else _join_rows_basic)(
+                X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d, upd_cnt, lo, hi)
 
     parallel_for(task, nchunks)
 
 
+@njit(cache=True, nogil=True)
+def _distinct(s, new_c, new_n, old_c, old_n, nn, oo):
+    """Node ``s``'s distinct NEW samples into ``nn``, its OLD samples that are not also NEW into
+    ``oo``; returns their counts."""
+    # distinct NEW samples; OLD samples that are not also NEW
+    cn = 0
+    for i in range(new_n[s]):
+        v = new_c[s, i]
+        dup = False
+        for j in range(cn):
+            if nn[j] == v:
+                dup = True
+                break
+        if not dup:
+            nn[cn] = v
+            cn += 1
+    co = 0
+    for i in range(old_n[s]):
+        v = old_c[s, i]
+        dup = False
+        for j in range(cn):
+            if nn[j] == v:
+                dup = True
+                break
+        if not dup:
+            for j in range(co):
+                if oo[j] == v:
+                    dup = True
+                    break
+        if not dup:
+            oo[co] = v
+            co += 1
+    return cn, co
+
+
 @njit(cache=True, fastmath=_FM, nogil=True)
-def _join_rows(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, selective, cap, upd_a, upd_b, upd_d,
-               upd_cnt, lo, hi):
-    """Nodes ``lo .. hi - 1`` of :func:`_join_block`."""
+def _join_rows_basic(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d,
+                     upd_cnt, lo, hi):
+    """Nodes ``lo .. hi - 1`` of :func:`_join_block`, ``update="basic"`` (a function per update rule:
+    a run compiles only the one it uses)."""
     K = dist.shape[1]
     P = new_c.shape[1]
-    nn = np.empty(P, np.int32)
-    oo = np.empty(P, np.int32)
-    bnd = np.empty(P, np.float32)  # nearest other NEW, per NEW sample
-    bni = np.empty(P, np.int32)
-    bod = np.empty(P, np.float32)  # nearest OLD, per NEW sample
-    boi = np.empty(P, np.int32)
-    bxd = np.empty(P, np.float32)  # nearest NEW, per OLD sample
-    bxi = np.empty(P, np.int32)
+    nn = np.empty(P, np.int64)   # int64 ids: one specialisation of _dist for the whole module
+    oo = np.empty(P, np.int64)
     for s in range(lo, hi):
-        # distinct NEW samples; OLD samples that are not also NEW
-        cn = 0
-        for i in range(new_n[s]):
-            v = new_c[s, i]
-            dup = False
-            for j in range(cn):
-                if nn[j] == v:
-                    dup = True
-                    break
-            if not dup:
-                nn[cn] = v
-                cn += 1
-        co = 0
-        for i in range(old_n[s]):
-            v = old_c[s, i]
-            dup = False
-            for j in range(cn):
-                if nn[j] == v:
-                    dup = True
-                    break
-            if not dup:
-                for j in range(co):
-                    if oo[j] == v:
-                        dup = True
-                        break
-            if not dup:
-                oo[co] = v
-                co += 1
+        cn, co = _distinct(s, new_c, new_n, old_c, old_n, nn, oo)
         base = (s - s0) * cap
         m = 0
-        if not selective:
-            for i in range(cn):
-                a = nn[i]
-                sa = a < split
-                for j in range(i + 1, cn):
-                    b = nn[j]
-                    if split > 0 and (b < split) == sa:
-                        continue
-                    d = _dist(X, a, b, metric)
-                    if d < dist[a, K - 1] or d < dist[b, K - 1]:
-                        upd_a[base + m] = a
-                        upd_b[base + m] = b
-                        upd_d[base + m] = d
-                        m += 1
-                for j in range(co):
-                    b = oo[j]
-                    if split > 0 and (b < split) == sa:
-                        continue
-                    d = _dist(X, a, b, metric)
-                    if d < dist[a, K - 1] or d < dist[b, K - 1]:
-                        upd_a[base + m] = a
-                        upd_b[base + m] = b
-                        upd_d[base + m] = d
-                        m += 1
-        else:
-            for i in range(cn):
-                bnd[i] = np.inf
-                bni[i] = -1
-                bod[i] = np.inf
-                boi[i] = -1
-            for j in range(co):
-                bxd[j] = np.inf
-                bxi[j] = -1
-            for i in range(cn):
-                a = nn[i]
-                sa = a < split
-                for j in range(i + 1, cn):
-                    b = nn[j]
-                    if split > 0 and (b < split) == sa:
-                        continue
-                    d = _dist(X, a, b, metric)
-                    if d < bnd[i]:
-                        bnd[i] = d
-                        bni[i] = b
-                    if d < bnd[j]:
-                        bnd[j] = d
-                        bni[j] = a
-                for j in range(co):
-                    b = oo[j]
-                    if split > 0 and (b < split) == sa:
-                        continue
-                    d = _dist(X, a, b, metric)
-                    if d < bod[i]:
-                        bod[i] = d
-                        boi[i] = b
-                    if d < bxd[j]:
-                        bxd[j] = d
-                        bxi[j] = a
-            for i in range(cn):
-                a = nn[i]
-                if bni[i] >= 0 and bnd[i] < dist[a, K - 1]:
+        for i in range(cn):
+            a = nn[i]
+            sa = a < split
+            for j in range(i + 1, cn):
+                b = nn[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < dist[a, K - 1] or d < dist[b, K - 1]:
                     upd_a[base + m] = a
-                    upd_b[base + m] = bni[i]
-                    upd_d[base + m] = bnd[i]
-                    m += 1
-                if boi[i] >= 0 and bod[i] < dist[a, K - 1]:
-                    upd_a[base + m] = a
-                    upd_b[base + m] = boi[i]
-                    upd_d[base + m] = bod[i]
+                    upd_b[base + m] = b
+                    upd_d[base + m] = d
                     m += 1
             for j in range(co):
-                a = oo[j]
-                if bxi[j] >= 0 and bxd[j] < dist[a, K - 1]:
+                b = oo[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < dist[a, K - 1] or d < dist[b, K - 1]:
                     upd_a[base + m] = a
-                    upd_b[base + m] = bxi[j]
-                    upd_d[base + m] = bxd[j]
+                    upd_b[base + m] = b
+                    upd_d[base + m] = d
                     m += 1
+        upd_cnt[s - s0] = m
+
+
+@njit(cache=True, fastmath=_FM, nogil=True)
+def _join_rows_selective(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d,
+                         upd_cnt, lo, hi):
+    """Nodes ``lo .. hi - 1`` of :func:`_join_block`, ``update="selective"``."""
+    K = dist.shape[1]
+    P = new_c.shape[1]
+    nn = np.empty(P, np.int64)
+    oo = np.empty(P, np.int64)
+    bnd = np.empty(P, np.float32)  # nearest other NEW, per NEW sample
+    bni = np.empty(P, np.int64)
+    bod = np.empty(P, np.float32)  # nearest OLD, per NEW sample
+    boi = np.empty(P, np.int64)
+    bxd = np.empty(P, np.float32)  # nearest NEW, per OLD sample
+    bxi = np.empty(P, np.int64)
+    for s in range(lo, hi):
+        cn, co = _distinct(s, new_c, new_n, old_c, old_n, nn, oo)
+        base = (s - s0) * cap
+        m = 0
+        for i in range(cn):
+            bnd[i] = np.inf
+            bni[i] = -1
+            bod[i] = np.inf
+            boi[i] = -1
+        for j in range(co):
+            bxd[j] = np.inf
+            bxi[j] = -1
+        for i in range(cn):
+            a = nn[i]
+            sa = a < split
+            for j in range(i + 1, cn):
+                b = nn[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < bnd[i]:
+                    bnd[i] = d
+                    bni[i] = b
+                if d < bnd[j]:
+                    bnd[j] = d
+                    bni[j] = a
+            for j in range(co):
+                b = oo[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < bod[i]:
+                    bod[i] = d
+                    boi[i] = b
+                if d < bxd[j]:
+                    bxd[j] = d
+                    bxi[j] = a
+        for i in range(cn):
+            a = nn[i]
+            if bni[i] >= 0 and bnd[i] < dist[a, K - 1]:
+                upd_a[base + m] = a
+                upd_b[base + m] = bni[i]
+                upd_d[base + m] = bnd[i]
+                m += 1
+            if boi[i] >= 0 and bod[i] < dist[a, K - 1]:
+                upd_a[base + m] = a
+                upd_b[base + m] = boi[i]
+                upd_d[base + m] = bod[i]
+                m += 1
+        for j in range(co):
+            a = oo[j]
+            if bxi[j] >= 0 and bxd[j] < dist[a, K - 1]:
+                upd_a[base + m] = a
+                upd_b[base + m] = bxi[j]
+                upd_d[base + m] = bxd[j]
+                m += 1
         upd_cnt[s - s0] = m
 
 

@@ -27,9 +27,10 @@ _G = np.uint64(0x9E3779B97F4A7C15)
 from ..nndescent._cpu import _mix  # noqa: E402
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _hash(seed, salt, tree, level, x):
-    """rsfk_hash of rsfk.cu (every argument a uint64)."""
+    """rsfk_hash of rsfk.cu (every argument a uint64). A plain call (LLVM inlines it): inlined in
+    Numba's IR at each of its call sites it cost half a second of compile."""
     h = _mix(seed + _G)
     h = _mix(h + salt + _G)
     h = _mix(h + tree + _G)
@@ -294,7 +295,7 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
     return lo + nleft
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, fastmath=_FM, nogil=True)
 def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, leaf_size, min_child, split,
              force_depth, seed, tree):
     """Grow the subtree of node (lo0, hi0, level0) depth first; marks each leaf's first position in
@@ -389,18 +390,6 @@ def _grow_top(X, metric, inv_norm, leaf_size, min_child, split, force_depth, see
     nfr[b] = c
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
-def _subtrees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
-              scratch, keys, fr, flat, f0, f1, sub_deep):
-    """Subtrees ``flat[f0:f1]`` (tree ``b``, frontier entry ``t``) depth first."""
-    for f in range(f0, f1):
-        b = flat[f, 0]
-        t = flat[f, 1]
-        sub_deep[f] = _subtree(X, metric, inv_norm, perms[b], scratch[b], keys[b], heads[b], fr[b, t, 0],
-                               fr[b, t, 1], fr[b, t, 2], leaf_size, min_child, split, force_depth, seed,
-                               tree0 + b)
-
-
 def _grow_trees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
                 scratch, keys, levels, frontier_target):
     """Trees ``tree0 .. tree0 + B - 1`` into ``perms[b]`` (points grouped by leaf) and ``heads[b]``
@@ -415,10 +404,13 @@ def _grow_trees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, s
     flat = np.array([(b, t) for b in range(B) for t in range(nfr[b])], np.int64).reshape(-1, 2)
     total = flat.shape[0]
     sub_deep = np.zeros(total, np.int64)
-    parts = chunks(total, total)   # one subtree per task: they differ in size, tasks balance them
-    parallel_for(lambda c: _subtrees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0,
-                                     perms, heads, scratch, keys, fr, flat, parts[c][0], parts[c][1], sub_deep),
-                 len(parts))
+
+    def task(f):   # one subtree per task: they differ in size, tasks balance them
+        b, t = int(flat[f, 0]), int(flat[f, 1])
+        sub_deep[f] = _subtree(X, metric, inv_norm, perms[b], scratch[b], keys[b], heads[b], fr[b, t, 0], fr[b, t, 1],
+                               fr[b, t, 2], leaf_size, min_child, split, force_depth, seed, tree0 + b)
+
+    parallel_for(task, total)
     for f in range(total):
         b = flat[f, 0]
         deep[b] = max(deep[b], sub_deep[f])
