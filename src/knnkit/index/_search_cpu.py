@@ -135,6 +135,12 @@ def _insert(cd, ci, ce, size, beam, dv, v):
     return size, lo
 
 
+@njit(cache=True)
+def _insert_call(cd, ci, ce, size, beam, dv, v):
+    """:func:`_insert` as a plain call: one copy for the search's two insert sites (compile time)."""
+    return _insert(cd, ci, ce, size, beam, dv, v)
+
+
 @njit(cache=True, fastmath=True)
 def _crit(d, shift):
     x = d + shift
@@ -196,7 +202,7 @@ def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max,
             mark[v] = epoch
             dv = _dist(q, X, v, is_ip)
             ndist += 1
-            size, pos = _insert(cd, ci, ce, size, beam, dv, v)
+            size, pos = _insert_call(cd, ci, ce, size, beam, dv, np.int64(v))
         cur = 0
         it = 0
         while it < max_iters:
@@ -233,7 +239,7 @@ def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max,
                 ndist += 1
                 if size == beam and dv >= cd[beam - 1]:
                     continue
-                size, pos = _insert(cd, ci, ce, size, beam, dv, v)
+                size, pos = _insert_call(cd, ci, ce, size, beam, dv, np.int64(v))
                 if pos < newcur:
                     newcur = pos
             cur = newcur

@@ -124,6 +124,13 @@ def _insert(ind, dist, flag, a, b, d):
     return 1
 
 
+@njit(cache=True)
+def _insert_call(ind, dist, flag, a, b, d):
+    """:func:`_insert` as a plain call (int64 ids): the kernels with several insert sites call this
+    one copy instead of inlining ``_insert`` in Numba's IR at each (compile time)."""
+    return _insert(ind, dist, flag, a, b, d)
+
+
 # ----------------------------------------------------------------------------- initialisation
 
 def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed, split):
@@ -156,7 +163,7 @@ def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed,
                     d = _dist(X, s, v, metric)
             else:
                 d = _dist(X, s, v, metric)
-            _insert(ind, dist, flag, s, v, d)
+            _insert_call(ind, dist, flag, s, v, d)
         # top up with random distinct ids (n - 1 >= K is guaranteed by the caller; otherwise
         # the list keeps -1 tails)
         filled = 0
@@ -172,12 +179,12 @@ def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed,
                 tries += 1
                 if v == s:
                     continue
-                filled += _insert(ind, dist, flag, s, v, _dist(X, s, v, metric))
+                filled += _insert_call(ind, dist, flag, s, v, _dist(X, s, v, metric))
             if filled < K:  # unlucky or nearly full: deterministic sweep
                 v = 0
                 while filled < K and v < n:
                     if v != s:
-                        filled += _insert(ind, dist, flag, s, v, _dist(X, s, v, metric))
+                        filled += _insert_call(ind, dist, flag, s, v, _dist(X, s, v, metric))
                     v += 1
         for j in range(K):
             if split > 0 and (ind[s, j] < split) == (s < split):
@@ -422,9 +429,9 @@ def _apply_owner(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetr
             b = upd_b[base + e]
             d = upd_d[base + e]
             if a % T == t:
-                c += _insert(ind, dist, flag, a, b, d)
+                c += _insert_call(ind, dist, flag, np.int64(a), np.int64(b), d)
             if symmetric and b % T == t:
-                c += _insert(ind, dist, flag, b, a, d)
+                c += _insert_call(ind, dist, flag, np.int64(b), np.int64(a), d)
     return c
 
 
