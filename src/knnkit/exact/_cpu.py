@@ -26,7 +26,7 @@ from .._core.jit import Family, chunks, num_threads, parallel_for
 from ._sort_cpu import sort_pairs
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("exact", "exact k-NN", seconds=2).njit
+njit = Family("exact", "exact k-NN", seconds=1.5).njit
 
 __all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 

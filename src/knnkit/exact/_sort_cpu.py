@@ -13,7 +13,7 @@ import numpy as np
 
 from .._core.jit import Family
 
-njit = Family("sort", "sorting", seconds=1).njit
+njit = Family("sort", "sorting", seconds=0.5).njit
 
 __all__ = ["stable_sort_by_key", "sort_pairs"]
 

@@ -36,7 +36,7 @@ from ..._core.config import logger
 from ..._core.jit import Family, chunks, num_threads, parallel_for
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("nndescent", "NN-Descent", seconds=3).njit
+njit = Family("nndescent", "NN-Descent", seconds=2).njit
 
 __all__ = [
     "nndescent_cpu",

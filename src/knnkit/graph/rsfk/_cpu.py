@@ -15,7 +15,7 @@ from ..._core.jit import Family, chunks, parallel_for
 from ...exact._sort_cpu import stable_sort_by_key
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("rsfk", "the RSFK forest", seconds=4).njit
+njit = Family("rsfk", "the RSFK forest", seconds=3).njit
 
 __all__ = ["CpuBackend"]
 
@@ -453,35 +453,40 @@ def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, lea
                     _offer(idx, dist, a, perm[lo + j], dd)
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
 def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
     """NNE as ``_nne`` (neighbours of neighbours from the snapshot offered to each point's own list),
     computing each distinct candidate of a row once: a per-chunk stamp array marks the ids already
     listed or already offered for the row (a repeat would be refused by ``_offer`` anyway: the list
     only improves)."""
-    n, K = idx.shape
-    nchunks = max(1, min(n, nchunks))
-    for c in prange(nchunks):
-        seen = np.full(n, -1, np.int32)
-        for i in range(c * n // nchunks, (c + 1) * n // nchunks):
-            seen[i] = i
-            for a in range(K):
-                j = idx[i, a]
-                if j >= 0:
-                    seen[j] = i
-            for a in range(K):
-                j = idx_old[i, a]
-                if j < 0:
-                    break
-                for b in range(K):
-                    cc = idx_old[j, b]
-                    if cc < 0 or seen[cc] == i:
-                        continue
-                    seen[cc] = i
-                    dd = _dist(X, i, cc, metric)
-                    if dd <= dist[i, K - 1]:
-                        _offer(idx, dist, i, cc, dd)
+    parts = chunks(idx.shape[0], nchunks)
+    parallel_for(lambda c: _nne_rows(X, metric, idx_old, idx, dist, parts[c][0], parts[c][1]), len(parts))
 
+
+@njit(cache=True, fastmath=_FM, nogil=True)
+def _nne_rows(X, metric, idx_old, idx, dist, lo, hi):
+    """Rows ``lo .. hi - 1`` of :func:`_nne_seen` (one task)."""
+    n, K = idx.shape
+    seen = np.empty(n, np.int32)
+    for i in range(n):
+        seen[i] = -1
+    for i in range(lo, hi):
+        seen[i] = i
+        for a in range(K):
+            j = idx[i, a]
+            if j >= 0:
+                seen[j] = i
+        for a in range(K):
+            j = idx_old[i, a]
+            if j < 0:
+                break
+            for b in range(K):
+                cc = idx_old[j, b]
+                if cc < 0 or seen[cc] == i:
+                    continue
+                seen[cc] = i
+                dd = _dist(X, i, cc, metric)
+                if dd <= dist[i, K - 1]:
+                    _offer(idx, dist, i, cc, dd)
 
 
 class CpuBackend:
