@@ -26,7 +26,9 @@ from .._core.jit import Family, chunks, num_threads, parallel_for
 from ._sort_cpu import sort_pairs
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("exact", "exact k-NN", seconds=1.5).njit
+_family = Family("exact", "exact k-NN", seconds=1.5)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 
@@ -68,7 +70,7 @@ def _select_block(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self):
                                         parts[c][1]), len(parts))
 
 
-@njit(cache=True, fastmath=False, nogil=True)
+@kernel(fastmath=False)
 def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_select_block`."""
     nb = G.shape[1]
@@ -107,7 +109,7 @@ def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
                  len(parts))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
     """Column groups ``g0 .. g1 - 1`` of :func:`_select_block_transposed`."""
     mi, mc = G.shape
@@ -164,7 +166,7 @@ def _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, out_d, out_i):
                  len(parts))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _refine_rows(X, Q, q0, heap_d, heap_i, use_l2, out_d, out_i, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_refine_and_sort`."""
     k = heap_d.shape[1]

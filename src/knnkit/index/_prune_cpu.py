@@ -21,7 +21,7 @@ from numba import prange
 
 from .._core.jit import chunks, num_threads, parallel_for
 from ..exact._sort_cpu import sort_pairs
-from ._search_cpu import _dist, njit
+from ._search_cpu import _dist, kernel, njit
 
 __all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances"]
 
@@ -106,7 +106,7 @@ def _prune_all(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill, 
                                        parts[c][0], parts[c][1]), len(parts))
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@kernel(fastmath=True)
 def _prune_rows(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill, out, lo, hi):
     C = cand_idx.shape[1]
     kept = np.empty(R, np.int64)
@@ -202,7 +202,7 @@ def _merge_reverse(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, o
                                                parts[c][0], parts[c][1]), len(parts))
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@kernel(fastmath=True)
 def _merge_reverse_rows(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, out, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_merge_reverse`."""
     for r in range(lo, hi):

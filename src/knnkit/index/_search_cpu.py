@@ -36,7 +36,9 @@ from .._core.config import logger
 from .._core.jit import Family, parallel_for
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("index", "the graph index", seconds=3).njit
+_family = Family("index", "the graph index", seconds=3)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = ["search_cpu"]
 
@@ -163,7 +165,7 @@ def _search_kernel(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max
     parallel_for(task, n_chunks)
 
 
-@njit(cache=True, fastmath=True, nogil=True)
+@kernel(fastmath=True)
 def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, lo, hi,
                   out_d, out_i, stats):
     """Queries ``lo .. hi - 1`` (one task of :func:`_search_kernel`)."""
@@ -172,7 +174,9 @@ def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max,
     R = graph.shape[1]
     use_tau = tau < np.inf
     # one scratch set per chunk: an epoch-stamped visited array avoids clearing per query
-    mark = np.zeros(n, np.uint16)
+    mark = np.empty(n, np.uint16)
+    for v in range(n):
+        mark[v] = 0
     epoch = 0
     cd = np.empty(beam, np.float32)
     ci = np.empty(beam, np.int64)

@@ -36,7 +36,9 @@ from ..._core.config import logger
 from ..._core.jit import Family, chunks, num_threads, parallel_for
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("nndescent", "NN-Descent", seconds=2).njit
+_family = Family("nndescent", "NN-Descent", seconds=2)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = [
     "nndescent_cpu",
@@ -143,7 +145,7 @@ def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed
                                       parts[c][0], parts[c][1]), len(parts))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed, split, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_init_lists`."""
     n, K = ind.shape
@@ -201,7 +203,7 @@ def _sample_forward(ind, flag, p, new_c, new_n, old_c, old_n):
                  len(parts))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _sample_forward_rows(ind, flag, p, new_c, new_n, old_c, old_n, lo, hi):
     K = ind.shape[1]
     for s in range(lo, hi):
@@ -265,7 +267,7 @@ def _join_block(X, metric, s0, s1, new_c, new_n, old_c, old_n, dist, split, sele
     parallel_for(task, nchunks)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, inline="always")
 def _distinct(s, new_c, new_n, old_c, old_n, nn, oo):
     """Node ``s``'s distinct NEW samples into ``nn``, its OLD samples that are not also NEW into
     ``oo``; returns their counts."""
@@ -300,7 +302,7 @@ def _distinct(s, new_c, new_n, old_c, old_n, nn, oo):
     return cn, co
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
+@kernel(fastmath=_FM)
 def _join_rows_basic(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d,
                      upd_cnt, lo, hi):
     """Nodes ``lo .. hi - 1`` of :func:`_join_block`, ``update="basic"`` (a function per update rule:
@@ -339,7 +341,7 @@ def _join_rows_basic(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap
         upd_cnt[s - s0] = m
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
+@kernel(fastmath=_FM)
 def _join_rows_selective(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d,
                          upd_cnt, lo, hi):
     """Nodes ``lo .. hi - 1`` of :func:`_join_block`, ``update="selective"``."""
@@ -418,7 +420,7 @@ def _apply_block(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetr
                                                        symmetric, T, t), T, threads=T)))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _apply_owner(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetric, T, t):
     """The updates of the lists ``v % T == t`` (their order in the buffer kept); the count applied."""
     c = 0
@@ -429,9 +431,9 @@ def _apply_owner(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetr
             b = upd_b[base + e]
             d = upd_d[base + e]
             if a % T == t:
-                c += _insert_call(ind, dist, flag, np.int64(a), np.int64(b), d)
+                c += _insert(ind, dist, flag, a, b, d)
             if symmetric and b % T == t:
-                c += _insert_call(ind, dist, flag, np.int64(b), np.int64(a), d)
+                c += _insert(ind, dist, flag, b, a, d)
     return c
 
 

@@ -15,7 +15,9 @@ from ..._core.jit import Family, chunks, parallel_for
 from ...exact._sort_cpu import stable_sort_by_key
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
-njit = Family("rsfk", "the RSFK forest", seconds=3).njit
+_family = Family("rsfk", "the RSFK forest", seconds=3)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = ["CpuBackend"]
 
@@ -295,7 +297,7 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
     return lo + nleft
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
+@kernel(fastmath=_FM)
 def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, leaf_size, min_child, split,
              force_depth, seed, tree):
     """Grow the subtree of node (lo0, hi0, level0) depth first; marks each leaf's first position in
@@ -333,7 +335,7 @@ def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, l
     return deepest
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
+@kernel(fastmath=_FM)
 def _grow_top(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
               scratch, keys, frontier_target, b, fr, nfr, deep):
     """The top of tree ``tree0 + b`` breadth first, into the frontier ``fr[b, :nfr[b]]`` (one task of
@@ -428,7 +430,7 @@ def _leaf_tiles(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, nchunks):
                  len(parts))
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
+@kernel(fastmath=_FM)
 def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, leaf1):
     """Leaves ``leaf0 .. leaf1 - 1`` of :func:`_leaf_tiles` (one task)."""
     K = idx.shape[1]
@@ -462,7 +464,7 @@ def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
     parallel_for(lambda c: _nne_rows(X, metric, idx_old, idx, dist, parts[c][0], parts[c][1]), len(parts))
 
 
-@njit(cache=True, fastmath=_FM, nogil=True)
+@kernel(fastmath=_FM)
 def _nne_rows(X, metric, idx_old, idx, dist, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_nne_seen` (one task)."""
     n, K = idx.shape
