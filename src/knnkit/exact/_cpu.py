@@ -72,30 +72,40 @@ def _select_block(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self):
 
 @kernel(fastmath=False)
 def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
-    """Rows ``lo .. hi - 1`` of :func:`_select_block`."""
+    """Rows ``lo .. hi - 1`` of :func:`_select_block`. The metric test sits outside the inner loop
+    (one loop per metric): inside it, this loop ran 1.5x slower than the same code in a prange body."""
     nb = G.shape[1]
     k = heap_d.shape[1]
     for r in range(lo, hi):
         hd = heap_d[r]
-        hi = heap_i[r]
+        hx = heap_i[r]
         g = G[r]
         self_col = (q0 + r - col0) if exclude_self else -1
         top = hd[0]
-        topi = hi[0]
-        for j in range(nb):
-            if use_l2:
+        topi = hx[0]
+        if use_l2:
+            for j in range(nb):
                 v = xn[col0 + j] - 2.0 * g[j]
-            else:
+                # strict '<' is enough for the tie rule because indices only grow along a row
+                if v < top or (v == top and col0 + j < topi):
+                    if j == self_col:
+                        continue
+                    hd[0] = v
+                    hx[0] = col0 + j
+                    _sift_down(hd, hx, 0, k)
+                    top = hd[0]
+                    topi = hx[0]
+        else:
+            for j in range(nb):
                 v = -g[j]
-            # strict '<' is enough for the tie rule because indices only grow along a row
-            if v < top or (v == top and col0 + j < topi):
-                if j == self_col:
-                    continue
-                hd[0] = v
-                hi[0] = col0 + j
-                _sift_down(hd, hi, 0, k)
-                top = hd[0]
-                topi = hi[0]
+                if v < top or (v == top and col0 + j < topi):
+                    if j == self_col:
+                        continue
+                    hd[0] = v
+                    hx[0] = col0 + j
+                    _sift_down(hd, hx, 0, k)
+                    top = hd[0]
+                    topi = hx[0]
 
 
 def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
@@ -124,18 +134,26 @@ def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
         for i in range(mi):
             g = G[i]
             xi = xn[col0 + i]
-            for t in range(w):
-                if use_l2:
+            if use_l2:   # the metric test outside the inner loop, as in _select_rows
+                for t in range(w):
                     v = xi - np.float32(2.0) * g[c0 + t]
-                else:
+                    if v < tops[t]:
+                        _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, col0 + i, k)
+                        tops[t] = heap_d[c0 + t, 0]
+            else:
+                for t in range(w):
                     v = -g[c0 + t]
-                if v < tops[t]:
-                    hd = heap_d[c0 + t]
-                    hi = heap_i[c0 + t]
-                    hd[0] = v
-                    hi[0] = col0 + i
-                    _sift_down(hd, hi, 0, k)
-                    tops[t] = hd[0]
+                    if v < tops[t]:
+                        _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, col0 + i, k)
+                        tops[t] = heap_d[c0 + t, 0]
+
+
+@njit(inline="always")
+def _offer_root(hd, hx, v, j, k):
+    """Replace the heap's root by ``(v, j)`` and restore the heap."""
+    hd[0] = v
+    hx[0] = j
+    _sift_down(hd, hx, 0, k)
 
 
 @njit(parallel=True, cache=True)
