@@ -59,3 +59,22 @@ def test_kernel_decorator_runs_without_warnings(recwarn):
     a = np.arange(10, dtype=np.float64)
     assert sum(parallel_for(lambda c: total(a, c * 5, c * 5 + 5), 2, threads=2)) == 45.0
     assert not [w for w in recwarn if "parallel" in str(w.message)]
+
+
+def test_parallel_for_in_a_forked_child():
+    """A child forked after the pool started (multiprocessing's fork start method) gets its own pool
+    instead of waiting forever on the parent's threads."""
+    import multiprocessing as mp
+    import os
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    parallel_for(lambda t: t, 4, threads=2)   # the pool exists in the parent
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        out = pool.apply_async(_child_sum).get(timeout=60)
+    assert out == sum(range(16))
+
+
+def _child_sum():
+    return sum(parallel_for(lambda t: t, 16, threads=2))

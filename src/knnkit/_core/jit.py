@@ -25,6 +25,7 @@ never by ``import knnkit``. This module imports no algorithm package (layers: ``
 """
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -169,6 +170,7 @@ class Family:
 
 _pool = None
 _pool_size = 0
+_pool_pid = None   # a forked child inherits the pool object but not its threads: it makes its own
 
 
 def num_threads():
@@ -189,20 +191,21 @@ def parallel_for(fn, tasks, threads=None):
     :func:`num_threads`; the calling thread is one of them), tasks handed out in order as threads
     free up. ``fn`` should spend its time in ``nogil`` Numba kernels. The first exception raised by a
     task is raised here, after every started task has finished."""
-    global _pool, _pool_size
+    global _pool, _pool_size, _pool_pid
     tasks = int(tasks)
     threads = num_threads() if threads is None else max(1, int(threads))
     threads = min(threads, tasks)
     if threads <= 1:
         return [fn(t) for t in range(tasks)]
     with _lock:
-        if _pool is None or _pool_size < threads - 1:
+        if _pool is None or _pool_size < threads - 1 or _pool_pid != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
-            if _pool is not None:
+            if _pool is not None and _pool_pid == os.getpid():
                 _pool.shutdown(wait=False)
             _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="knnkit")
             _pool_size = threads - 1
+            _pool_pid = os.getpid()
         pool = _pool
     out = [None] * tasks
     state = {"next": 0, "error": None}

@@ -60,25 +60,27 @@ _U2 = np.uint64(0xBF58476D1CE4E5B9)
 _U3 = np.uint64(0x94D049BB133111EB)
 
 
-@njit(cache=True, inline="always")
+# The counter-based hash helpers are plain calls (LLVM inlines them): inlined in Numba's IR at each
+# call site they cost compile time at every kernel that draws random numbers.
+@njit(cache=True)
 def _mix(x):
     x = (x ^ (x >> np.uint64(30))) * _U2
     x = (x ^ (x >> np.uint64(27))) * _U3
     return x ^ (x >> np.uint64(31))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _seed3(seed, a, b):
     return _mix(_mix(_mix(np.uint64(seed) + _U1) + np.uint64(a) + _U1) + np.uint64(b))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _next(state):
     state = state + _U1
     return state, _mix(state)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _below(r, m):
     """Uniform-ish integer in [0, m) from a 64-bit random word."""
     return np.int64((r >> np.uint64(11)) % np.uint64(m))
