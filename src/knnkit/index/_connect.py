@@ -15,11 +15,11 @@ ones: ``"l2"`` (squared Euclidean) and ``"ip"`` (negative inner product).
 
 import time
 
-import numba
 import numpy as np
 
 from .._core.backend import get_array_module
 from .._core.config import logger
+from ._search_cpu import njit as _njit
 
 __all__ = ["components", "reachable_from", "repair_connectivity", "entry_points_per_component",
            "combine_entry_points"]
@@ -51,7 +51,7 @@ def _scatter_min(xp, a, idx, val):
 
 
 # ---------------------------------------------------------------------------------- components
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _find(parent, x):
     while parent[x] != x:
         parent[x] = parent[parent[x]]  # path halving
@@ -59,12 +59,14 @@ def _find(parent, x):
     return x
 
 
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _union_find_roots(graph):
     """Root of each node's weak component; the root is the smallest id in the component
     (union by smaller root). Ids outside [0, n) are ignored."""
     n, R = graph.shape
-    parent = np.arange(n).astype(np.int64)
+    parent = np.empty(n, np.int64)
+    for i in range(n):
+        parent[i] = i
     for i in range(n):
         for j in range(R):
             v = graph[i, j]
@@ -428,12 +430,13 @@ def _link_components(xp, X, labels, c, metric, L, ins):
     return added
 
 
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _bfs_tree(graph, entry, parent, queue):
     """Breadth-first tree from ``entry``: ``parent[v]`` = the node that first reached v, -1 for an
     entry, -2 for an unreachable node. Returns the number of reachable nodes."""
     n, R = graph.shape
-    parent[:] = -2
+    for v in range(parent.shape[0]):
+        parent[v] = -2
     tail = 0
     for e in entry:
         if parent[e] == -2:
@@ -454,7 +457,7 @@ def _bfs_tree(graph, entry, parent, queue):
     return tail
 
 
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _free_slot(graph, parent, touched, r):
     """A slot of row ``r`` that can take a new link without losing reachability: an empty one,
     else the last one whose edge is not a BFS-tree edge (its target has another parent) and was not
@@ -470,7 +473,7 @@ def _free_slot(graph, parent, touched, r):
     return -1
 
 
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _put_link(graph, parent, touched, repair_links, cap, r, u):
     """Write the link r -> u if ``r`` is a reachable node with room (see :func:`_free_slot`)."""
     if r < 0 or parent[r] == -2 or repair_links[r] >= cap:
@@ -484,7 +487,7 @@ def _put_link(graph, parent, touched, repair_links, cap, r, u):
     return True
 
 
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _link_unreachable(graph, parent, touched, repair_links, cap):
     """Every unreachable node u with a reachable out-neighbour r (the nearest first: rows are in
     distance order) gets the reverse link r -> u. Tree edges are never replaced, so every node
@@ -502,7 +505,7 @@ def _link_unreachable(graph, parent, touched, repair_links, cap):
     return added
 
 
-@numba.njit(cache=True)
+@_njit(cache=True)
 def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst):
     """For each ``dst[i]`` the first candidate source of ``src_cand[i]`` with room gets dst[i]."""
     added = 0

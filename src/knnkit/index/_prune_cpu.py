@@ -17,9 +17,11 @@ edges raise recall.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from ._search_cpu import _dist
+from .._core.jit import chunks, num_threads, parallel_for
+from ..exact._sort_cpu import sort_pairs
+from ._search_cpu import _dist, kernel, njit
 
 __all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances"]
 
@@ -98,14 +100,19 @@ def _prune_one(X, u, cidx, cdist, R, alpha2, is_ip, shift, fill, out_row, kept, 
         out_row[j] = -1
 
 
-@njit(parallel=True, cache=True, fastmath=True)
 def _prune_all(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill, out):
-    n, C = cand_idx.shape
-    for r in prange(n):
-        u = node_ids[r]
-        kept = np.empty(R, np.int64)
-        pruned = np.empty(C, np.int64)
-        _prune_one(X, u, cand_idx[r], cand_dist[r], R, alpha2, is_ip, shift, fill, out[r], kept, pruned)
+    parts = chunks(cand_idx.shape[0], 4 * num_threads())
+    parallel_for(lambda c: _prune_rows(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill, out,
+                                       parts[c][0], parts[c][1]), len(parts))
+
+
+@kernel(fastmath=True)
+def _prune_rows(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill, out, lo, hi):
+    C = cand_idx.shape[1]
+    kept = np.empty(R, np.int64)
+    pruned = np.empty(C, np.int64)
+    for r in range(lo, hi):
+        _prune_one(X, node_ids[r], cand_idx[r], cand_dist[r], R, alpha2, is_ip, shift, fill, out[r], kept, pruned)
 
 
 def _shift(X, metric):
@@ -175,7 +182,9 @@ def _reverse_csr(graph, n_rows, offset):
                 counts[v + 1] += 1
     for v in range(n_rows):
         counts[v + 1] += counts[v]
-    fill = counts[:-1].copy()
+    fill = np.empty(n_rows, np.int64)
+    for v in range(n_rows):
+        fill[v] = counts[v]
     rev = np.empty(counts[-1], np.int64)
     for u in range(m):
         for j in range(R):
@@ -186,10 +195,17 @@ def _reverse_csr(graph, n_rows, offset):
     return counts, rev
 
 
-@njit(parallel=True, cache=True, fastmath=True)
 def _merge_reverse(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, out):
     """For node rows[r]: union of its list and its reverse edges, re-pruned when over R."""
-    for r in prange(rows.shape[0]):
+    parts = chunks(rows.shape[0], 4 * num_threads())
+    parallel_for(lambda c: _merge_reverse_rows(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, out,
+                                               parts[c][0], parts[c][1]), len(parts))
+
+
+@kernel(fastmath=True)
+def _merge_reverse_rows(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, out, lo, hi):
+    """Rows ``lo .. hi - 1`` of :func:`_merge_reverse`."""
+    for r in range(lo, hi):
         u = rows[r]
         nrev = counts[r + 1] - counts[r]
         cap = R + nrev
@@ -217,12 +233,16 @@ def _merge_reverse(X, graph, counts, rev, rows, R, alpha2, is_ip, shift, fill, o
         cdv = np.empty(m, np.float32)
         for j in range(m):
             cdv[j] = _pd(X, u, ci[j], is_ip)
-        order = np.argsort(cdv[:m], kind="mergesort")  # ci holds distinct ids; ties are rare here
+        # stable order by distance (ci holds distinct ids; ties are rare here): by (distance, position)
+        pos = np.empty(m, np.int64)
+        for j in range(m):
+            pos[j] = j
+        sort_pairs(cdv, pos)
         cs = np.empty(m, np.int64)
         ds = np.empty(m, np.float32)
         for j in range(m):
-            cs[j] = ci[order[j]]
-            ds[j] = cdv[order[j]]
+            cs[j] = ci[pos[j]]
+            ds[j] = cdv[j]
         kept = np.empty(R, np.int64)
         pruned = np.empty(m, np.int64)
         _prune_one(X, u, cs, ds, R, alpha2, is_ip, shift, fill, out[r], kept, pruned)

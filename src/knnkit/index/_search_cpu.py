@@ -28,11 +28,17 @@ This is the reference the GPU search (``_search_gpu.py``) follows. Semantics, sh
 import numpy as np
 import numba
 from llvmlite import binding as _llvm, ir
-from numba import njit, prange, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._core.config import logger
+from .._core.jit import Family, parallel_for
+
+# one announcement line for the family's first cold compile (seconds: measured on two cores)
+_family = Family("index", "the graph index", seconds=3)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = ["search_cpu"]
 
@@ -131,106 +137,125 @@ def _insert(cd, ci, ce, size, beam, dv, v):
     return size, lo
 
 
-@njit(inline="always", fastmath=True)
+@njit(cache=True)
+def _insert_call(cd, ci, ce, size, beam, dv, v):
+    """:func:`_insert` as a plain call: one copy for the search's two insert sites (compile time)."""
+    return _insert(cd, ci, ce, size, beam, dv, v)
+
+
+@njit(cache=True, fastmath=True)
 def _crit(d, shift):
     x = d + shift
     return np.sqrt(x) if x > 0 else np.float32(0.0)
 
 
-@njit(parallel=True, cache=True, fastmath=True)
 def _search_kernel(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, n_chunks,
                    out_d, out_i, stats):
+    """All queries, ``n_chunks`` contiguous query ranges handed to Numba's thread count of threads."""
+    nq = Q.shape[0]
+    per = (nq + n_chunks - 1) // n_chunks
+
+    def task(c):
+        lo = c * per
+        hi = min(nq, lo + per)
+        if lo < hi:
+            _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, lo, hi,
+                          out_d, out_i, stats)
+
+    parallel_for(task, n_chunks)
+
+
+@kernel(fastmath=True)
+def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, lo, hi,
+                  out_d, out_i, stats):
+    """Queries ``lo .. hi - 1`` (one task of :func:`_search_kernel`)."""
     n = X.shape[0]
     dim = X.shape[1]
     R = graph.shape[1]
-    nq = Q.shape[0]
-    per = (nq + n_chunks - 1) // n_chunks
     use_tau = tau < np.inf
-    for c in prange(n_chunks):
-        lo = c * per
-        hi = min(nq, lo + per)
-        if lo >= hi:
-            continue
-        # one scratch set per chunk: an epoch-stamped visited array avoids clearing per query
-        mark = np.zeros(n, np.uint16)
-        epoch = 0
-        cd = np.empty(beam, np.float32)
-        ci = np.empty(beam, np.int64)
-        ce = np.empty(beam, np.uint8)
-        nb = np.empty(R, np.int64)
-        for qi in range(lo, hi):
-            epoch += 1
-            if epoch == 65535:
-                mark[:] = 0
-                epoch = 1
-            q = Q[qi]
-            shift = np.float32(0.0)
-            if is_ip:
-                qn = np.float32(0.0)
-                for t in range(q.shape[0]):
-                    qn += q[t] * q[t]
-                shift = np.float32(np.sqrt(qn) * xnorm_max)
-            size = 0
-            ndist = 0
-            for s in range(seeds.shape[1]):
-                v = seeds[qi, s]
-                if v < 0 or v >= n:
+    # one scratch set per chunk: an epoch-stamped visited array avoids clearing per query
+    mark = np.empty(n, np.uint16)
+    for v in range(n):
+        mark[v] = 0
+    epoch = 0
+    cd = np.empty(beam, np.float32)
+    ci = np.empty(beam, np.int64)
+    ce = np.empty(beam, np.uint8)
+    nb = np.empty(R, np.int64)
+    for qi in range(lo, hi):
+        epoch += 1
+        if epoch == 65535:
+            for v in range(n):
+                mark[v] = 0
+            epoch = 1
+        q = Q[qi]
+        shift = np.float32(0.0)
+        if is_ip:
+            qn = np.float32(0.0)
+            for t in range(q.shape[0]):
+                qn += q[t] * q[t]
+            shift = np.float32(np.sqrt(qn) * xnorm_max)
+        size = 0
+        ndist = 0
+        for s in range(seeds.shape[1]):
+            v = seeds[qi, s]
+            if v < 0 or v >= n:
+                continue
+            if mark[v] == epoch:
+                continue
+            mark[v] = epoch
+            dv = _dist(q, X, v, is_ip)
+            ndist += 1
+            size, pos = _insert_call(cd, ci, ce, size, beam, dv, np.int64(v))
+        cur = 0
+        it = 0
+        while it < max_iters:
+            while cur < size and ce[cur] != 0:
+                cur += 1
+            if cur >= size:
+                break
+            if use_tau and cur >= k:
+                # entries before k are always expanded first; the slack test matters past k
+                xi = tau * min(_crit(cd[0], shift), nn1_max)
+                if _crit(cd[cur], shift) > _crit(cd[k - 1], shift) + xi:
+                    break
+            ce[cur] = 1
+            node = ci[cur]
+            it += 1
+            newcur = cur + 1
+            # pass 1: unseen neighbours, their vectors prefetched (one request per cache line)
+            cnt = 0
+            for j in range(R):
+                v = graph[node, j]
+                if v < 0:
                     continue
                 if mark[v] == epoch:
                     continue
                 mark[v] = epoch
+                nb[cnt] = v
+                cnt += 1
+                for off in range(0, dim, 16):
+                    _prefetch(X, v, off)
+            # pass 2: their distances
+            for j in range(cnt):
+                v = nb[j]
                 dv = _dist(q, X, v, is_ip)
                 ndist += 1
-                size, pos = _insert(cd, ci, ce, size, beam, dv, v)
-            cur = 0
-            it = 0
-            while it < max_iters:
-                while cur < size and ce[cur] != 0:
-                    cur += 1
-                if cur >= size:
-                    break
-                if use_tau and cur >= k:
-                    # entries before k are always expanded first; the slack test matters past k
-                    xi = tau * min(_crit(cd[0], shift), nn1_max)
-                    if _crit(cd[cur], shift) > _crit(cd[k - 1], shift) + xi:
-                        break
-                ce[cur] = 1
-                node = ci[cur]
-                it += 1
-                newcur = cur + 1
-                # pass 1: unseen neighbours, their vectors prefetched (one request per cache line)
-                cnt = 0
-                for j in range(R):
-                    v = graph[node, j]
-                    if v < 0:
-                        continue
-                    if mark[v] == epoch:
-                        continue
-                    mark[v] = epoch
-                    nb[cnt] = v
-                    cnt += 1
-                    for off in range(0, dim, 16):
-                        _prefetch(X, v, off)
-                # pass 2: their distances
-                for j in range(cnt):
-                    v = nb[j]
-                    dv = _dist(q, X, v, is_ip)
-                    ndist += 1
-                    if size == beam and dv >= cd[beam - 1]:
-                        continue
-                    size, pos = _insert(cd, ci, ce, size, beam, dv, v)
-                    if pos < newcur:
-                        newcur = pos
-                cur = newcur
-            stats[qi, 0] = it
-            stats[qi, 1] = ndist
-            m = min(k, size)
-            for j in range(m):
-                out_d[qi, j] = cd[j]
-                out_i[qi, j] = ci[j]
-            for j in range(m, k):
-                out_d[qi, j] = np.inf
-                out_i[qi, j] = -1
+                if size == beam and dv >= cd[beam - 1]:
+                    continue
+                size, pos = _insert_call(cd, ci, ce, size, beam, dv, np.int64(v))
+                if pos < newcur:
+                    newcur = pos
+            cur = newcur
+        stats[qi, 0] = it
+        stats[qi, 1] = ndist
+        m = min(k, size)
+        for j in range(m):
+            out_d[qi, j] = cd[j]
+            out_i[qi, j] = ci[j]
+        for j in range(m, k):
+            out_d[qi, j] = np.inf
+            out_i[qi, j] = -1
 
 
 def search_cpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, xnorm_max=None, nn1_max=None,

@@ -30,9 +30,15 @@ import time
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..._core.config import finish, logger, progress
+from ..._core.jit import Family, chunks, num_threads, parallel_for
+
+# one announcement line for the family's first cold compile (seconds: measured on two cores)
+_family = Family("nndescent", "NN-Descent", seconds=2)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = [
     "nndescent_cpu",
@@ -54,25 +60,27 @@ _U2 = np.uint64(0xBF58476D1CE4E5B9)
 _U3 = np.uint64(0x94D049BB133111EB)
 
 
-@njit(cache=True, inline="always")
+# The counter-based hash helpers are plain calls (LLVM inlines them): inlined in Numba's IR at each
+# call site they cost compile time at every kernel that draws random numbers.
+@njit(cache=True)
 def _mix(x):
     x = (x ^ (x >> np.uint64(30))) * _U2
     x = (x ^ (x >> np.uint64(27))) * _U3
     return x ^ (x >> np.uint64(31))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _seed3(seed, a, b):
     return _mix(_mix(_mix(np.uint64(seed) + _U1) + np.uint64(a) + _U1) + np.uint64(b))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _next(state):
     state = state + _U1
     return state, _mix(state)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _below(r, m):
     """Uniform-ish integer in [0, m) from a 64-bit random word."""
     return np.int64((r >> np.uint64(11)) % np.uint64(m))
@@ -120,23 +128,37 @@ def _insert(ind, dist, flag, a, b, d):
     return 1
 
 
+@njit(cache=True)
+def _insert_call(ind, dist, flag, a, b, d):
+    """:func:`_insert` as a plain call (int64 ids): the kernels with several insert sites call this
+    one copy instead of inlining ``_insert`` in Numba's IR at each (compile time)."""
+    return _insert(ind, dist, flag, a, b, d)
+
+
 # ----------------------------------------------------------------------------- initialisation
 
-@njit(parallel=True, cache=True)
 def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed, split):
     """Lists from a (possibly partial, unsorted, duplicated) init graph, topped up with random
     ids; all entries NEW (Algorithm 1 lines 1-5). With ``split`` (graph merge) only the
     cross-subset entries start NEW, same-subset ones OLD (section 5.1: the sub-graphs are
     already refined; "the last k/2 objects of each list are marked as NEW")."""
+    parts = chunks(ind.shape[0], 4 * num_threads())
+    parallel_for(lambda c: _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed, split,
+                                      parts[c][0], parts[c][1]), len(parts))
+
+
+@kernel()
+def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed, split, lo, hi):
+    """Rows ``lo .. hi - 1`` of :func:`_init_lists`."""
     n, K = ind.shape
     K0 = init_ind.shape[1]
-    for s in prange(n):
+    for s in range(lo, hi):
         for j in range(K):
             ind[s, j] = -1
             dist[s, j] = np.inf
             flag[s, j] = 1
         for j in range(K0):
-            v = init_ind[s, j]
+            v = np.int64(init_ind[s, j])
             if v < 0 or v >= n or v == s:
                 continue
             if have_dist:
@@ -145,7 +167,7 @@ def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed
                     d = _dist(X, s, v, metric)
             else:
                 d = _dist(X, s, v, metric)
-            _insert(ind, dist, flag, s, v, d)
+            _insert_call(ind, dist, flag, s, v, d)
         # top up with random distinct ids (n - 1 >= K is guaranteed by the caller; otherwise
         # the list keeps -1 tails)
         filled = 0
@@ -161,12 +183,12 @@ def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed
                 tries += 1
                 if v == s:
                     continue
-                filled += _insert(ind, dist, flag, s, v, _dist(X, s, v, metric))
+                filled += _insert_call(ind, dist, flag, s, v, _dist(X, s, v, metric))
             if filled < K:  # unlucky or nearly full: deterministic sweep
                 v = 0
                 while filled < K and v < n:
                     if v != s:
-                        filled += _insert(ind, dist, flag, s, v, _dist(X, s, v, metric))
+                        filled += _insert_call(ind, dist, flag, s, v, _dist(X, s, v, metric))
                     v += 1
         for j in range(K):
             if split > 0 and (ind[s, j] < split) == (s < split):
@@ -177,10 +199,16 @@ def _init_lists(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed
 
 # ----------------------------------------------------------------------------- sampling (4.1)
 
-@njit(parallel=True, cache=True)
 def _sample_forward(ind, flag, p, new_c, new_n, old_c, old_n):
-    n, K = ind.shape
-    for s in prange(n):
+    parts = chunks(ind.shape[0], 4 * num_threads())
+    parallel_for(lambda c: _sample_forward_rows(ind, flag, p, new_c, new_n, old_c, old_n, parts[c][0], parts[c][1]),
+                 len(parts))
+
+
+@kernel()
+def _sample_forward_rows(ind, flag, p, new_c, new_n, old_c, old_n, lo, hi):
+    K = ind.shape[1]
+    for s in range(lo, hi):
         cn = 0
         co = 0
         for j in range(K):
@@ -224,155 +252,191 @@ def _sample_reverse(c, cnt, fwd, seed, it, salt):
 
 # ----------------------------------------------------------------------------- local join (4.2)
 
-@njit(parallel=True, cache=True, fastmath=_FM)
 def _join_block(X, metric, s0, s1, new_c, new_n, old_c, old_n, dist, split, selective,
                 cap, upd_a, upd_b, upd_d, upd_cnt, nchunks):
     """Cross-match NEW-NEW and NEW-OLD samples of nodes s0..s1-1; write candidate updates
     (target, neighbour, distance) into the block buffer. Reads the graph only."""
-    K = dist.shape[1]
-    P = new_c.shape[1]
     nb = s1 - s0
     chunk = (nb + nchunks - 1) // nchunks
-    for c in prange(nchunks):
+
+    def task(c):
         lo = s0 + c * chunk
         hi = min(s1, lo + chunk)
-        nn = np.empty(P, np.int32)
-        oo = np.empty(P, np.int32)
-        bnd = np.empty(P, np.float32)  # nearest other NEW, per NEW sample
-        bni = np.empty(P, np.int32)
-        bod = np.empty(P, np.float32)  # nearest OLD, per NEW sample
-        boi = np.empty(P, np.int32)
-        bxd = np.empty(P, np.float32)  # nearest NEW, per OLD sample
-        bxi = np.empty(P, np.int32)
-        for s in range(lo, hi):
-            # distinct NEW samples; OLD samples that are not also NEW
-            cn = 0
-            for i in range(new_n[s]):
-                v = new_c[s, i]
-                dup = False
-                for j in range(cn):
-                    if nn[j] == v:
-                        dup = True
-                        break
-                if not dup:
-                    nn[cn] = v
-                    cn += 1
-            co = 0
-            for i in range(old_n[s]):
-                v = old_c[s, i]
-                dup = False
-                for j in range(cn):
-                    if nn[j] == v:
-                        dup = True
-                        break
-                if not dup:
-                    for j in range(co):
-                        if oo[j] == v:
-                            dup = True
-                            break
-                if not dup:
-                    oo[co] = v
-                    co += 1
-            base = (s - s0) * cap
-            m = 0
-            if not selective:
-                for i in range(cn):
-                    a = nn[i]
-                    sa = a < split
-                    for j in range(i + 1, cn):
-                        b = nn[j]
-                        if split > 0 and (b < split) == sa:
-                            continue
-                        d = _dist(X, a, b, metric)
-                        if d < dist[a, K - 1] or d < dist[b, K - 1]:
-                            upd_a[base + m] = a
-                            upd_b[base + m] = b
-                            upd_d[base + m] = d
-                            m += 1
-                    for j in range(co):
-                        b = oo[j]
-                        if split > 0 and (b < split) == sa:
-                            continue
-                        d = _dist(X, a, b, metric)
-                        if d < dist[a, K - 1] or d < dist[b, K - 1]:
-                            upd_a[base + m] = a
-                            upd_b[base + m] = b
-                            upd_d[base + m] = d
-                            m += 1
-            else:
-                for i in range(cn):
-                    bnd[i] = np.inf
-                    bni[i] = -1
-                    bod[i] = np.inf
-                    boi[i] = -1
-                for j in range(co):
-                    bxd[j] = np.inf
-                    bxi[j] = -1
-                for i in range(cn):
-                    a = nn[i]
-                    sa = a < split
-                    for j in range(i + 1, cn):
-                        b = nn[j]
-                        if split > 0 and (b < split) == sa:
-                            continue
-                        d = _dist(X, a, b, metric)
-                        if d < bnd[i]:
-                            bnd[i] = d
-                            bni[i] = b
-                        if d < bnd[j]:
-                            bnd[j] = d
-                            bni[j] = a
-                    for j in range(co):
-                        b = oo[j]
-                        if split > 0 and (b < split) == sa:
-                            continue
-                        d = _dist(X, a, b, metric)
-                        if d < bod[i]:
-                            bod[i] = d
-                            boi[i] = b
-                        if d < bxd[j]:
-                            bxd[j] = d
-                            bxi[j] = a
-                for i in range(cn):
-                    a = nn[i]
-                    if bni[i] >= 0 and bnd[i] < dist[a, K - 1]:
-                        upd_a[base + m] = a
-                        upd_b[base + m] = bni[i]
-                        upd_d[base + m] = bnd[i]
-                        m += 1
-                    if boi[i] >= 0 and bod[i] < dist[a, K - 1]:
-                        upd_a[base + m] = a
-                        upd_b[base + m] = boi[i]
-                        upd_d[base + m] = bod[i]
-                        m += 1
-                for j in range(co):
-                    a = oo[j]
-                    if bxi[j] >= 0 and bxd[j] < dist[a, K - 1]:
-                        upd_a[base + m] = a
-                        upd_b[base + m] = bxi[j]
-                        upd_d[base + m] = bxd[j]
-                        m += 1
-            upd_cnt[s - s0] = m
+        if lo < hi:
+            (_join_rows_selective if selective else _join_rows_basic)(
+                X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d, upd_cnt, lo, hi)
+
+    parallel_for(task, nchunks)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, inline="always")
+def _distinct(s, new_c, new_n, old_c, old_n, nn, oo):
+    """Node ``s``'s distinct NEW samples into ``nn``, its OLD samples that are not also NEW into
+    ``oo``; returns their counts."""
+    # distinct NEW samples; OLD samples that are not also NEW
+    cn = 0
+    for i in range(new_n[s]):
+        v = new_c[s, i]
+        dup = False
+        for j in range(cn):
+            if nn[j] == v:
+                dup = True
+                break
+        if not dup:
+            nn[cn] = v
+            cn += 1
+    co = 0
+    for i in range(old_n[s]):
+        v = old_c[s, i]
+        dup = False
+        for j in range(cn):
+            if nn[j] == v:
+                dup = True
+                break
+        if not dup:
+            for j in range(co):
+                if oo[j] == v:
+                    dup = True
+                    break
+        if not dup:
+            oo[co] = v
+            co += 1
+    return cn, co
+
+
+@kernel(fastmath=_FM)
+def _join_rows_basic(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d,
+                     upd_cnt, lo, hi):
+    """Nodes ``lo .. hi - 1`` of :func:`_join_block`, ``update="basic"`` (a function per update rule:
+    a run compiles only the one it uses)."""
+    K = dist.shape[1]
+    P = new_c.shape[1]
+    nn = np.empty(P, np.int64)   # int64 ids: one specialisation of _dist for the whole module
+    oo = np.empty(P, np.int64)
+    for s in range(lo, hi):
+        cn, co = _distinct(s, new_c, new_n, old_c, old_n, nn, oo)
+        base = (s - s0) * cap
+        m = 0
+        for i in range(cn):
+            a = nn[i]
+            sa = a < split
+            for j in range(i + 1, cn):
+                b = nn[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < dist[a, K - 1] or d < dist[b, K - 1]:
+                    upd_a[base + m] = a
+                    upd_b[base + m] = b
+                    upd_d[base + m] = d
+                    m += 1
+            for j in range(co):
+                b = oo[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < dist[a, K - 1] or d < dist[b, K - 1]:
+                    upd_a[base + m] = a
+                    upd_b[base + m] = b
+                    upd_d[base + m] = d
+                    m += 1
+        upd_cnt[s - s0] = m
+
+
+@kernel(fastmath=_FM)
+def _join_rows_selective(X, metric, s0, new_c, new_n, old_c, old_n, dist, split, cap, upd_a, upd_b, upd_d,
+                         upd_cnt, lo, hi):
+    """Nodes ``lo .. hi - 1`` of :func:`_join_block`, ``update="selective"``."""
+    K = dist.shape[1]
+    P = new_c.shape[1]
+    nn = np.empty(P, np.int64)
+    oo = np.empty(P, np.int64)
+    bnd = np.empty(P, np.float32)  # nearest other NEW, per NEW sample
+    bni = np.empty(P, np.int64)
+    bod = np.empty(P, np.float32)  # nearest OLD, per NEW sample
+    boi = np.empty(P, np.int64)
+    bxd = np.empty(P, np.float32)  # nearest NEW, per OLD sample
+    bxi = np.empty(P, np.int64)
+    for s in range(lo, hi):
+        cn, co = _distinct(s, new_c, new_n, old_c, old_n, nn, oo)
+        base = (s - s0) * cap
+        m = 0
+        for i in range(cn):
+            bnd[i] = np.inf
+            bni[i] = -1
+            bod[i] = np.inf
+            boi[i] = -1
+        for j in range(co):
+            bxd[j] = np.inf
+            bxi[j] = -1
+        for i in range(cn):
+            a = nn[i]
+            sa = a < split
+            for j in range(i + 1, cn):
+                b = nn[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < bnd[i]:
+                    bnd[i] = d
+                    bni[i] = b
+                if d < bnd[j]:
+                    bnd[j] = d
+                    bni[j] = a
+            for j in range(co):
+                b = oo[j]
+                if split > 0 and (b < split) == sa:
+                    continue
+                d = _dist(X, a, b, metric)
+                if d < bod[i]:
+                    bod[i] = d
+                    boi[i] = b
+                if d < bxd[j]:
+                    bxd[j] = d
+                    bxi[j] = a
+        for i in range(cn):
+            a = nn[i]
+            if bni[i] >= 0 and bnd[i] < dist[a, K - 1]:
+                upd_a[base + m] = a
+                upd_b[base + m] = bni[i]
+                upd_d[base + m] = bnd[i]
+                m += 1
+            if boi[i] >= 0 and bod[i] < dist[a, K - 1]:
+                upd_a[base + m] = a
+                upd_b[base + m] = boi[i]
+                upd_d[base + m] = bod[i]
+                m += 1
+        for j in range(co):
+            a = oo[j]
+            if bxi[j] >= 0 and bxd[j] < dist[a, K - 1]:
+                upd_a[base + m] = a
+                upd_b[base + m] = bxi[j]
+                upd_d[base + m] = bxd[j]
+                m += 1
+        upd_cnt[s - s0] = m
+
+
 def _apply_block(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetric, T):
     """Apply the block's candidate updates (4.3); thread t owns the lists v % T == t."""
-    counts = np.zeros(T, np.int64)
-    for t in prange(T):
-        c = 0
-        for r in range(nb):
-            base = r * cap
-            for e in range(upd_cnt[r]):
-                a = upd_a[base + e]
-                b = upd_b[base + e]
-                d = upd_d[base + e]
-                if a % T == t:
-                    c += _insert(ind, dist, flag, a, b, d)
-                if symmetric and b % T == t:
-                    c += _insert(ind, dist, flag, b, a, d)
-        counts[t] = c
-    return counts.sum()
+    return int(sum(parallel_for(lambda t: _apply_owner(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag,
+                                                       symmetric, T, t), T, threads=T)))
+
+
+@kernel()
+def _apply_owner(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetric, T, t):
+    """The updates of the lists ``v % T == t`` (their order in the buffer kept); the count applied."""
+    c = 0
+    for r in range(nb):
+        base = r * cap
+        for e in range(upd_cnt[r]):
+            a = upd_a[base + e]
+            b = upd_b[base + e]
+            d = upd_d[base + e]
+            if a % T == t:
+                c += _insert(ind, dist, flag, a, b, d)
+            if symmetric and b % T == t:
+                c += _insert(ind, dist, flag, b, a, d)
+    return c
 
 
 # ----------------------------------------------------------------------------- helpers

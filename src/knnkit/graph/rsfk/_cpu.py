@@ -9,7 +9,15 @@ the result, which is the top K of everything offered, ordered by (distance, id))
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..._core.jit import Family, chunks, parallel_for
+from ...exact._sort_cpu import stable_sort_by_key
+
+# one announcement line for the family's first cold compile (seconds: measured on two cores)
+_family = Family("rsfk", "the RSFK forest", seconds=3)
+njit = _family.njit
+kernel = _family.kernel
 
 __all__ = ["CpuBackend"]
 
@@ -21,9 +29,10 @@ _G = np.uint64(0x9E3779B97F4A7C15)
 from ..nndescent._cpu import _mix  # noqa: E402
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _hash(seed, salt, tree, level, x):
-    """rsfk_hash of rsfk.cu (every argument a uint64)."""
+    """rsfk_hash of rsfk.cu (every argument a uint64). A plain call (LLVM inlines it): inlined in
+    Numba's IR at each of its call sites it cost half a second of compile."""
     h = _mix(seed + _G)
     h = _mix(h + salt + _G)
     h = _mix(h + tree + _G)
@@ -233,11 +242,7 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
             # the driver's _orderable key: the unsigned order of the flipped bits is the float order
             u = keys[pos]
             keys[pos] = u ^ (np.uint32(0xFFFFFFFF) if (u >> np.uint32(31)) == 1 else np.uint32(0x80000000))
-        order = np.argsort(keys[lo:hi], kind="mergesort")
-        for t in range(m):
-            scratch[lo + t] = perm[lo + order[t]]
-        for t in range(m):
-            perm[lo + t] = scratch[lo + t]
+        stable_sort_by_key(keys[lo:hi], perm[lo:hi])
         return lo + m // 2
     r1 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo))
     r2 = _hash(useed, np.uint64(1), utree, ulevel, np.uint64(2 * lo + 1))
@@ -292,7 +297,7 @@ def _split_node(X, metric, inv_norm, perm, scratch, keys, lo, hi, level, min_chi
     return lo + nleft
 
 
-@njit(cache=True, fastmath=_FM)
+@kernel(fastmath=_FM)
 def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, leaf_size, min_child, split,
              force_depth, seed, tree):
     """Grow the subtree of node (lo0, hi0, level0) depth first; marks each leaf's first position in
@@ -330,150 +335,160 @@ def _subtree(X, metric, inv_norm, perm, scratch, keys, head, lo0, hi0, level0, l
     return deepest
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
+@kernel(fastmath=_FM)
+def _grow_top(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
+              scratch, keys, frontier_target, b, fr, nfr, deep):
+    """The top of tree ``tree0 + b`` breadth first, into the frontier ``fr[b, :nfr[b]]`` (one task of
+    :func:`_grow_trees`)."""
+    n = perms.shape[1]
+    tree = tree0 + b
+    for i in range(n):
+        perms[b, i] = i
+        heads[b, i] = -1
+    # breadth first until the frontier holds frontier_target nodes (each split adds at most one)
+    q = np.empty((2 * frontier_target + 4, 3), np.int64)
+    q[0, 0] = 0
+    q[0, 1] = n
+    q[0, 2] = 0
+    qh = 0
+    qt = 1
+    while qh < qt and qt - qh < frontier_target:
+        lo = q[qh, 0]
+        hi = q[qh, 1]
+        level = q[qh, 2]
+        qh += 1
+        if hi - lo <= leaf_size:
+            heads[b, lo] = hi
+            deep[b] = max(deep[b], level)
+            continue
+        mid = _split_node(X, metric, inv_norm, perms[b], scratch[b], keys[b], lo, hi, level, min_child,
+                          split, level >= force_depth, seed, tree)
+        if qt + 2 > q.shape[0]:  # compact the queue (its head part is consumed)
+            for t in range(qt - qh):
+                q[t, 0] = q[qh + t, 0]
+                q[t, 1] = q[qh + t, 1]
+                q[t, 2] = q[qh + t, 2]
+            qt -= qh
+            qh = 0
+        if mid < 0:
+            q[qt, 0] = lo
+            q[qt, 1] = hi
+            q[qt, 2] = level + 1
+            qt += 1
+        else:
+            q[qt, 0] = lo
+            q[qt, 1] = mid
+            q[qt, 2] = level + 1
+            q[qt + 1, 0] = mid
+            q[qt + 1, 1] = hi
+            q[qt + 1, 2] = level + 1
+            qt += 2
+    c = 0
+    for t in range(qh, qt):
+        fr[b, c, 0] = q[t, 0]
+        fr[b, c, 1] = q[t, 1]
+        fr[b, c, 2] = q[t, 2]
+        c += 1
+    nfr[b] = c
+
+
 def _grow_trees(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0, perms, heads,
                 scratch, keys, levels, frontier_target):
     """Trees ``tree0 .. tree0 + B - 1`` into ``perms[b]`` (points grouped by leaf) and ``heads[b]``
-    (``heads[b, lo] = hi`` for each leaf ``perm[lo:hi]``, -1 elsewhere)."""
+    (``heads[b, lo] = hi`` for each leaf ``perm[lo:hi]``, -1 elsewhere): the tops of the trees in
+    parallel over trees, then every frontier subtree in parallel over subtrees."""
     B, n = perms.shape
     fr = np.empty((B, frontier_target + 2, 3), np.int64)
     nfr = np.zeros(B, np.int64)
     deep = np.zeros(B, np.int64)
-    for b in prange(B):
-        tree = tree0 + b
-        for i in range(n):
-            perms[b, i] = i
-            heads[b, i] = -1
-        # breadth first until the frontier holds frontier_target nodes (each split adds at most one)
-        q = np.empty((2 * frontier_target + 4, 3), np.int64)
-        q[0, 0] = 0
-        q[0, 1] = n
-        q[0, 2] = 0
-        qh = 0
-        qt = 1
-        while qh < qt and qt - qh < frontier_target:
-            lo = q[qh, 0]
-            hi = q[qh, 1]
-            level = q[qh, 2]
-            qh += 1
-            if hi - lo <= leaf_size:
-                heads[b, lo] = hi
-                deep[b] = max(deep[b], level)
-                continue
-            mid = _split_node(X, metric, inv_norm, perms[b], scratch[b], keys[b], lo, hi, level, min_child,
-                              split, level >= force_depth, seed, tree)
-            if qt + 2 > q.shape[0]:  # compact the queue (its head part is consumed)
-                for t in range(qt - qh):
-                    q[t, 0] = q[qh + t, 0]
-                    q[t, 1] = q[qh + t, 1]
-                    q[t, 2] = q[qh + t, 2]
-                qt -= qh
-                qh = 0
-            if mid < 0:
-                q[qt, 0] = lo
-                q[qt, 1] = hi
-                q[qt, 2] = level + 1
-                qt += 1
-            else:
-                q[qt, 0] = lo
-                q[qt, 1] = mid
-                q[qt, 2] = level + 1
-                q[qt + 1, 0] = mid
-                q[qt + 1, 1] = hi
-                q[qt + 1, 2] = level + 1
-                qt += 2
-        c = 0
-        for t in range(qh, qt):
-            fr[b, c, 0] = q[t, 0]
-            fr[b, c, 1] = q[t, 1]
-            fr[b, c, 2] = q[t, 2]
-            c += 1
-        nfr[b] = c
-    total = 0
-    for b in range(B):
-        total += nfr[b]
-    flat = np.empty((total, 2), np.int64)
-    c = 0
-    for b in range(B):
-        for t in range(nfr[b]):
-            flat[c, 0] = b
-            flat[c, 1] = t
-            c += 1
+    parallel_for(lambda b: _grow_top(X, metric, inv_norm, leaf_size, min_child, split, force_depth, seed, tree0,
+                                     perms, heads, scratch, keys, frontier_target, b, fr, nfr, deep), B)
+    flat = np.array([(b, t) for b in range(B) for t in range(nfr[b])], np.int64).reshape(-1, 2)
+    total = flat.shape[0]
     sub_deep = np.zeros(total, np.int64)
-    for f in prange(total):
-        b = flat[f, 0]
-        t = flat[f, 1]
-        sub_deep[f] = _subtree(X, metric, inv_norm, perms[b], scratch[b], keys[b], heads[b], fr[b, t, 0],
-                               fr[b, t, 1], fr[b, t, 2], leaf_size, min_child, split, force_depth, seed,
-                               tree0 + b)
+
+    def task(f):   # one subtree per task: they differ in size, tasks balance them
+        b, t = int(flat[f, 0]), int(flat[f, 1])
+        sub_deep[f] = _subtree(X, metric, inv_norm, perms[b], scratch[b], keys[b], heads[b], fr[b, t, 0], fr[b, t, 1],
+                               fr[b, t, 2], leaf_size, min_child, split, force_depth, seed, tree0 + b)
+
+    parallel_for(task, total)
     for f in range(total):
         b = flat[f, 0]
         deep[b] = max(deep[b], sub_deep[f])
-    for b in range(B):
-        levels[b] = deep[b]
+    levels[:B] = deep
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
 def _leaf_tiles(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, nchunks):
     """The k-NN set update of one tree with the tiles scheme of w-KNNG reduced to one tile per leaf:
     the leaf's upper-triangle distances into a small block (each pair once), then every row owner
     offers its candidates to its own list. A point is in one leaf per tree, so leaves in parallel
     never touch the same list; the result is the top K by (distance, id) of everything offered, as
     for every GPU variant."""
+    parts = chunks(leaf_lo.shape[0], nchunks)
+    parallel_for(lambda c: _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, parts[c][0], parts[c][1]),
+                 len(parts))
+
+
+@kernel(fastmath=_FM)
+def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, leaf1):
+    """Leaves ``leaf0 .. leaf1 - 1`` of :func:`_leaf_tiles` (one task)."""
     K = idx.shape[1]
-    L = leaf_lo.shape[0]
-    nchunks = max(1, min(L, nchunks))
-    for c in prange(nchunks):
-        block = np.empty((leaf_size, leaf_size), np.float32)
-        for leaf in range(c * L // nchunks, (c + 1) * L // nchunks):
-            lo = leaf_lo[leaf]
-            hi = head[lo]
-            m = hi - lo
-            for i in range(m):
-                a = perm[lo + i]
-                block[i, i] = np.inf
-                for j in range(i + 1, m):
-                    dd = _dist(X, a, perm[lo + j], metric)
-                    block[i, j] = dd
-                    block[j, i] = dd
-            for i in range(m):
-                a = perm[lo + i]
-                for j in range(m):
-                    dd = block[i, j]
-                    # strictly below the worst entry, or a tie that _offer settles by id
-                    if dd <= dist[a, K - 1] and j != i:
-                        _offer(idx, dist, a, perm[lo + j], dd)
+    block = np.empty((leaf_size, leaf_size), np.float32)
+    for leaf in range(leaf0, leaf1):
+        lo = leaf_lo[leaf]
+        hi = head[lo]
+        m = hi - lo
+        for i in range(m):
+            a = perm[lo + i]
+            block[i, i] = np.inf
+            for j in range(i + 1, m):
+                dd = _dist(X, a, perm[lo + j], metric)
+                block[i, j] = dd
+                block[j, i] = dd
+        for i in range(m):
+            a = perm[lo + i]
+            for j in range(m):
+                dd = block[i, j]
+                # strictly below the worst entry, or a tie that _offer settles by id
+                if dd <= dist[a, K - 1] and j != i:
+                    _offer(idx, dist, a, perm[lo + j], dd)
 
 
-@njit(parallel=True, cache=True, fastmath=_FM)
 def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
     """NNE as ``_nne`` (neighbours of neighbours from the snapshot offered to each point's own list),
     computing each distinct candidate of a row once: a per-chunk stamp array marks the ids already
     listed or already offered for the row (a repeat would be refused by ``_offer`` anyway: the list
     only improves)."""
-    n, K = idx.shape
-    nchunks = max(1, min(n, nchunks))
-    for c in prange(nchunks):
-        seen = np.full(n, -1, np.int32)
-        for i in range(c * n // nchunks, (c + 1) * n // nchunks):
-            seen[i] = i
-            for a in range(K):
-                j = idx[i, a]
-                if j >= 0:
-                    seen[j] = i
-            for a in range(K):
-                j = idx_old[i, a]
-                if j < 0:
-                    break
-                for b in range(K):
-                    cc = idx_old[j, b]
-                    if cc < 0 or seen[cc] == i:
-                        continue
-                    seen[cc] = i
-                    dd = _dist(X, i, cc, metric)
-                    if dd <= dist[i, K - 1]:
-                        _offer(idx, dist, i, cc, dd)
+    parts = chunks(idx.shape[0], nchunks)
+    parallel_for(lambda c: _nne_rows(X, metric, idx_old, idx, dist, parts[c][0], parts[c][1]), len(parts))
 
+
+@kernel(fastmath=_FM)
+def _nne_rows(X, metric, idx_old, idx, dist, lo, hi):
+    """Rows ``lo .. hi - 1`` of :func:`_nne_seen` (one task)."""
+    n, K = idx.shape
+    seen = np.empty(n, np.int32)
+    for i in range(n):
+        seen[i] = -1
+    for i in range(lo, hi):
+        seen[i] = i
+        for a in range(K):
+            j = idx[i, a]
+            if j >= 0:
+                seen[j] = i
+        for a in range(K):
+            j = idx_old[i, a]
+            if j < 0:
+                break
+            for b in range(K):
+                cc = idx_old[j, b]
+                if cc < 0 or seen[cc] == i:
+                    continue
+                seen[cc] = i
+                dd = _dist(X, i, cc, metric)
+                if dd <= dist[i, K - 1]:
+                    _offer(idx, dist, i, cc, dd)
 
 
 class CpuBackend:
