@@ -97,6 +97,8 @@ def test_host_placement_recall(kind, rng, tiny_budget):
     index = knnkit.GraphIndex.build(X, device="cpu", random_state=seed)  # auto -> host (tiny budget)
     assert isinstance(index._engine, HostIndex)
     assert "placement='host'" in repr(index)
+    # a graph build that does not fit the budget builds its candidate lists out of core
+    assert "candidates_out_of_core" in index.build_timings
     _d, i = index.search(Q, k=k, beam=64)
     assert _recall(X, Q, i, k) >= 0.9
     d_off, i_off = index.search(Q, k=k, beam=64, params=knnkit.index.SearchParams(rerank=k))  # re-rank of the k PQ-best only
@@ -151,6 +153,38 @@ def test_memmap_data_input(tmp_path, rng):
     index = knnkit.GraphIndex.build(mm, placement="host", device="cpu", random_state=0)
     _d, i = index.search(X[:30], k=5)
     assert _recall(X, X[:30], i, 5) >= 0.9
+
+
+def test_out_of_core_candidates_from_memmap(tmp_path, rng, tiny_budget, monkeypatch):
+    """A memory map of a whole .npy is read in place (no temporary copy); 7000 points under a tiny
+    budget: 4 shards of 2048, pairwise merges; the index still finds its neighbours."""
+    import knnkit.index.bang._engine as eng
+
+    X = _host(make_clustered(7000, 12, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    path = os.path.join(tmp_path, "x.npy")
+    np.save(path, X)
+    seen = []
+    real = eng._out_of_core_candidates
+
+    def spy(a, *args):
+        out = real(a, *args)
+        seen.append(out[0].shape)
+        return out
+
+    writes = []
+    real_open = np.lib.format.open_memmap
+    monkeypatch.setattr(eng, "_out_of_core_candidates", spy)
+    def open_spy(*a, **kw):
+        if kw.get("mode", a[1] if len(a) > 1 else "r+") == "w+":
+            writes.append(a)
+        return real_open(*a, **kw)
+
+    monkeypatch.setattr(np.lib.format, "open_memmap", open_spy)
+    index = knnkit.GraphIndex.build(np.load(path, mmap_mode="r"), device="cpu", random_state=1)
+    assert seen and seen[0][0] == 7000 and not writes  # no temporary copy of the data
+    Q = X[:60] + 0.01
+    _d, i = index.search(Q, k=10, beam=64)
+    assert _recall(X, Q, i, 10) >= 0.9
 
 
 def test_validation(rng):

@@ -19,7 +19,7 @@ from ..graph.nndescent import default_update
 from ._auto import auto_build_params, estimate_intrinsic_dim
 from ._build import candidate_graph, diversify, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
-from ._prune_cpu import add_reverse_edges, prune_cpu
+from ._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
 from ._search_cpu import search_cpu
 
 __all__ = ["SearchGraph", "default_n_entry"]
@@ -201,11 +201,13 @@ class SearchGraph:
         return self.n
 
     @classmethod
-    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None):
+    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None):
         """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
         parameters (None entries chosen from the data, in place). Returns the engine; its
         ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
-        bar) gets this build's stages added to its total and one step per finished stage."""
+        bar) gets this build's stages added to its total and one step per finished stage.
+        ``candidates``: precomputed candidate lists ``(ids (n, K), None)`` on the host (the
+        out-of-core graph of a host-placed index); ``a`` must then be host data."""
         import time
 
         from ._build import build_graph_gpu
@@ -222,6 +224,10 @@ class SearchGraph:
         K = min(bp["intermediate_degree"], n - 1)
         algo = bp["build_algo"] if n > 4096 else "brute"
         logger.info("GraphIndex: %s candidate graph (n=%d, K=%d) on %s", algo, n, K, dev)
+        if candidates is not None:
+            if dev != "cpu":
+                raise ValueError("precomputed candidates need host data")
+            K = int(candidates[0].shape[1])
         gpu_prune = dev == "gpu" and bp["diversify"] == "prune"
         stages = ((["candidates", "nn1_max", "prune", "reverse"] if gpu_prune else ["candidates", "diversify"])
                   + ["entry points"] + (["connect"] if bp.get("repair", True) else []))
@@ -235,8 +241,12 @@ class SearchGraph:
                                      random_state=random_state, timings=timings,
                                      knn_params={"update": default_update("gpu", metric)}, on_stage=stage.done)
         else:
-            cand, cand_dist = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
-                                              user_metric=metric)
+            if candidates is not None:
+                cand = np.ascontiguousarray(candidates[0], dtype=np.int64)
+                cand_dist = pair_distances(np.ascontiguousarray(X), cand, im)
+            else:
+                cand, cand_dist = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
+                                                  user_metric=metric)
             nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
             stage.done("candidates")
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)

@@ -19,7 +19,7 @@ from .._entry import EntryPoints
 from ._pq import choose_m, encode, pq_tables, train_pq, TRAIN_SAMPLE
 from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
 
-__all__ = ["HostIndex", "host_bytes", "BANG_SEARCH_KEYS"]
+__all__ = ["HostIndex", "host_bytes", "build_bytes", "BANG_SEARCH_KEYS"]
 
 #: the SearchParams fields only the host path reads
 BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch")
@@ -30,6 +30,69 @@ def host_bytes(n, d, itemsize, R):
     """Bytes a device-placed index needs on the GPU: vectors plus graph (what ``"auto"`` compares
     with the memory budget)."""
     return int(n) * int(d) * int(itemsize) + int(n) * int(R) * 4
+
+
+#: Out-of-core candidate graphs of host-placed indexes: shards of at least MIN_SHARD points and at
+#: most MAX_SHARDS shards (the merges grow as the square of the shard count)
+MIN_SHARD = 2048
+MAX_SHARDS = 64
+
+
+def build_bytes(n, d, K):
+    """Bytes of GPU memory an in-memory graph build of n x d points with K-long candidate lists
+    needs, roughly: float32 vectors, candidate ids and distances, and the same again in working
+    copies (sorts, pruning, reverse edges)."""
+    return int(n) * (int(d) * 4 + int(K) * 8) * 2
+
+
+def _out_of_core_candidates(a, metric, K, budget, device, random_state):
+    """Candidate lists ``(ids (n, K) int64, None)`` of host data ``a`` by
+    :func:`knnkit.graph._out_of_core.build_out_of_core` under ``budget`` bytes: ``a`` is used in
+    place when it is a memory map of a whole ``.npy`` file, else written to a temporary ``.npy``
+    (removed afterwards, as is the work folder)."""
+    import os
+    import shutil
+    import tempfile
+
+    from ...graph._out_of_core import _default_shard_size, build_out_of_core
+
+    n = int(a.shape[0])
+    K = int(min(K, n - 1))
+    tmp = tempfile.mkdtemp(prefix="knnkit-host-build-")
+    try:
+        path = None
+        fname = getattr(a, "filename", None)
+        if isinstance(a, np.memmap) and fname and str(fname).endswith(".npy"):
+            try:
+                whole = np.load(fname, mmap_mode="r")
+                if whole.shape == a.shape and whole.dtype == a.dtype:
+                    path = str(fname)
+            except (OSError, ValueError):
+                path = None
+        if path is None:
+            path = os.path.join(tmp, "data.npy")
+            out = np.lib.format.open_memmap(path, mode="w+", dtype=a.dtype, shape=a.shape)
+            step = max(1, (64 << 20) // max(1, a.shape[1] * a.dtype.itemsize))
+            for s in range(0, n, step):
+                out[s:s + step] = a[s:s + step]
+            out.flush()
+            del out
+        logger.info("GraphIndex: host placement, candidate graph (K=%d) built out of core under %d bytes", K, budget)
+        seed = int(random_state) if isinstance(random_state, (int, np.integer)) else None
+        # shards as large as the budget allows, but never so small that the pairwise merges
+        # (shards^2 / 2 of them) explode: a budget this low cannot be honoured anyway
+        d = int(a.shape[1])
+        kind = "gpu" if device == "gpu" else "cpu"
+        shard, _ = _default_shard_size(n, d, K, 16, kind, int(budget))
+        shard = min(n, max(shard, MIN_SHARD, 4 * (K + 1), -(-n // MAX_SHARDS)))
+        res = build_out_of_core(path, K, workdir=os.path.join(tmp, "work"), shard_size=shard,
+                                memory_budget=max(int(budget), 1 << 20), metric=metric, device=device,
+                                random_state=seed, return_graph=True)
+        if res[0] != "graph":
+            raise RuntimeError("the out-of-core candidate graph returned paths, not arrays")
+        return np.asarray(as_host(res[1]), dtype=np.int64), None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class HostIndex:
@@ -103,7 +166,19 @@ class HostIndex:
         there for the build only), then kept on the host; PQ is trained on a sample and every
         point encoded in streamed batches on ``device``."""
         t0 = time.perf_counter()
-        if device == "gpu":
+        cand = None
+        K = int(bp.get("intermediate_degree") or 96)
+        if budget and build_bytes(a.shape[0], a.shape[1], K) > budget:
+            # the in-memory build would not fit the budget: candidate lists out of core (shards
+            # and pairwise GGM merges under the budget), the rest of the build on the host
+            cand = _out_of_core_candidates(a, metric, K, budget, device, random_state)
+            timings_oc = time.perf_counter() - t0
+        if cand is not None:
+            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand)
+            graph, entry, timings = np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
+            timings["candidates_out_of_core"] = timings_oc
+            del eng
+        elif device == "gpu":
             cp = cupy_or_none()
             eng = SearchGraph.build(cp.asarray(a), metric, bp, random_state, scale=scale)
             graph = cp.asnumpy(eng._graph)
