@@ -87,7 +87,7 @@ class RSFKParams(Params):
     nne: bool = True
     nne_iters: int = 1
     target_recall: object = None
-    max_trees: int = 64
+    max_trees: int = 128
     recall_sample: int = 500
 
     def _validate(self):
