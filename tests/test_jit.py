@@ -78,3 +78,21 @@ def test_parallel_for_in_a_forked_child():
 
 def _child_sum():
     return sum(parallel_for(lambda t: t, 16, threads=2))
+
+
+def test_parallel_for_nested_does_not_deadlock():
+    """A task that calls parallel_for again (nested) finishes: the inner loop runs serially on
+    the pool thread instead of queueing behind the outer tasks."""
+    import concurrent.futures
+    import threading
+
+    from knnkit._core.jit import parallel_for
+
+    def outer(t):
+        return sum(parallel_for(lambda u: u + t, 5, threads=4))
+
+    ex = concurrent.futures.ThreadPoolExecutor(1)
+    fut = ex.submit(parallel_for, outer, 8, 4)
+    assert fut.result(timeout=60) == [sum(range(5)) + 5 * t for t in range(8)]
+    ex.shutdown()
+    assert threading.active_count() < 50

@@ -195,7 +195,9 @@ def parallel_for(fn, tasks, threads=None):
     tasks = int(tasks)
     threads = num_threads() if threads is None else max(1, int(threads))
     threads = min(threads, tasks)
-    if threads <= 1:
+    # a task that itself calls parallel_for runs its inner loop serially: its inner workers would
+    # queue behind the busy pool threads that wait for them (a deadlock)
+    if threads <= 1 or threading.current_thread().name.startswith("knnkit"):
         return [fn(t) for t in range(tasks)]
     with _lock:
         if _pool is None or _pool_size < threads - 1 or _pool_pid != os.getpid():
