@@ -199,3 +199,25 @@ def test_argmin_per_label_host(rng):
     got = _argmin_per_label(np, labels, d)
     want = [min(np.flatnonzero(labels == c), key=lambda i: (d[i], i)) for c in np.unique(labels)]
     assert got.tolist() == want
+
+
+def test_stray_links_do_not_hide_clusters(rng):
+    """Tight clusters joined by a few random links (as a GPU NN-Descent graph keeps some of its
+    random start) are one component; the short-edge components still give each cluster a door."""
+    from knnkit.index._connect import short_edge_components
+    from knnkit.index._engine import _connect
+
+    X = make_tight_clusters(20_000, 16, 1000, 0.01, random_state=int(rng.integers(1 << 30)))
+    _, idx = knnkit.knn(X, k=12, device="cpu")
+    g = idx.astype(np.int32)
+    clusters, n_clusters = components(g)
+    assert n_clusters >= 900
+    rows = rng.choice(len(g), 4000, replace=False)
+    g[rows, -1] = rng.integers(0, len(g), 4000)  # stray links, one in 60 edges
+    assert components(g)[1] < 50
+    assert short_edge_components(X, g)[1] >= 0.9 * n_clusters
+    entry = build_entry_points(X, 141, "l2", random_state=0)
+    _g2, entry2, conn = _connect(X, g, entry, "l2")
+    doors = np.unique(clusters[np.asarray(entry2.medoids)])
+    assert len(doors) >= 0.95 * n_clusters, (len(doors), n_clusters)
+    assert conn["components_after"] == 1 and conn["unreachable_after"] == 0

@@ -692,6 +692,55 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     return g, stats
 
 
+# ---------------------------------------------------------------------------------- soft components
+#: An edge is "long" when its squared distance exceeds this many times the larger of its two end
+#: rows' median edge (8x in Euclidean distance); rows whose median is 0 (duplicates) never call
+#: an edge long.
+LONG_EDGE_FACTOR = 64.0
+
+
+def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, block=8192):
+    """Weakly connected components of ``graph`` without its long edges (host labels, count).
+
+    Separated clusters joined only by a few stray links (a GPU NN-Descent graph keeps some of its
+    random start: 10,000 clusters of 1M x 128 were one component) are one component of the graph
+    but several here, so each can get its own entry point. ``X``: prepared vectors (numpy or
+    cupy, like ``graph``); ``metric``: internal (``"ip"``: unit rows are compared by squared
+    Euclidean distance too).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0, 0], [0, 1], [1, 0], [100, 0], [100, 1], [101, 0]], np.float32)
+    >>> g = np.array([[1, 2, 3], [0, 2, -1], [0, 1, -1], [4, 5, -1], [3, 5, -1], [3, 4, -1]], np.int32)
+    >>> components(g)[1], short_edge_components(X, g)[1]  # 0 -> 3 is a stray link
+    (1, 2)
+    """
+    xp = _xp_of(graph)
+    n, R = graph.shape
+    if xp is np:  # the Numba edge-distance kernel of the pruning step (squared l2, +inf at -1)
+        from ._prune_cpu import pair_distances
+
+        dist = pair_distances(np.ascontiguousarray(X, dtype=np.float32), np.where(graph < n, graph, -1), "l2")
+        dist[~np.isfinite(dist)] = np.nan
+    else:
+        dist = xp.empty((n, R), xp.float32)
+        for s0 in range(0, n, block):
+            g = graph[s0:s0 + block]
+            valid = (g >= 0) & (g < n)
+            nb = X[xp.where(valid, g, 0)]
+            d = ((nb - X[s0:s0 + block, None, :]) ** 2).sum(axis=2)
+            dist[s0:s0 + block] = xp.where(valid, d, xp.nan)
+    med = xp.nanmedian(dist, axis=1)
+    med = xp.where(xp.isnan(med), 0, med)
+    gi = xp.where((graph >= 0) & (graph < n), graph, 0)
+    scale = xp.maximum(med[:, None], med[gi])
+    long_ = (dist > factor * scale) & (med[:, None] > 0) & (med[gi] > 0)
+    keep = _to_host(~long_)
+    short = np.where(keep, _to_host(graph), -1).astype(np.int32)
+    return components(short)
+
+
 # ---------------------------------------------------------------------------------- entry points
 def entry_points_per_component(labels, X, *, metric="l2", max_entries=16384):
     """One entry point per component: its member nearest (squared l2) to the component centroid.
