@@ -221,3 +221,17 @@ def test_stray_links_do_not_hide_clusters(rng):
     doors = np.unique(clusters[np.asarray(entry2.medoids)])
     assert len(doors) >= 0.95 * n_clusters, (len(doors), n_clusters)
     assert conn["components_after"] == 1 and conn["unreachable_after"] == 0
+
+
+def test_short_edge_components_numba_and_numpy_paths_agree(rng, monkeypatch):
+    import knnkit.index._connect as conn
+
+    X = make_tight_clusters(3000, 8, 100, 0.01, random_state=int(rng.integers(1 << 30)))
+    _, idx = knnkit.knn(X, k=8, device="cpu")
+    g = idx.astype(np.int32)
+    g[rng.choice(3000, 300, replace=False), -1] = -1
+    g[rng.choice(3000, 300, replace=False), 0] = rng.integers(0, 3000, 300)
+    lab_np, c_np = conn.short_edge_components(X, g)
+    monkeypatch.setattr(conn, "NUMBA_EDGE_WORK", 0)
+    lab_nb, c_nb = conn.short_edge_components(X, g)
+    assert c_np == c_nb and np.array_equal(lab_np, lab_nb)

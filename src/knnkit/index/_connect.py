@@ -697,6 +697,8 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
 #: rows' median edge (8x in Euclidean distance); rows whose median is 0 (duplicates) never call
 #: an edge long.
 LONG_EDGE_FACTOR = 64.0
+#: n * R * d from which the host edge distances use the Numba kernel (below: NumPy, no compile)
+NUMBA_EDGE_WORK = 2e8
 
 
 def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, block=8192):
@@ -718,7 +720,9 @@ def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, blo
     """
     xp = _xp_of(graph)
     n, R = graph.shape
-    if xp is np:  # the Numba edge-distance kernel of the pruning step (squared l2, +inf at -1)
+    if xp is np and n * R * X.shape[1] > NUMBA_EDGE_WORK:
+        # large graphs: the Numba edge-distance kernel of the pruning step (squared l2, +inf at
+        # -1); small ones stay in NumPy, so a first run does not compile it for them
         from ._prune_cpu import pair_distances
 
         dist = pair_distances(np.ascontiguousarray(X, dtype=np.float32), np.where(graph < n, graph, -1), "l2")
