@@ -384,11 +384,6 @@ def _link_components(xp, X, labels, c, metric, L, ins):
     """One Boruvka-style round: each component to its L nearest components (centroid GEMM), both
     ways: u = the node of A nearest B's centroid, v = the node of B nearest u."""
     n = X.shape[0]
-    if xp is not np and X.nbytes <= _HOST_COPY_MAX_BYTES:
-        # the whole round on a host copy: this function is a few GEMVs and many tiny per-pair
-        # searches, each a launch and a sync on a GPU (5M x 96, 1000 components: 19.7 s on an
-        # H100 against ~4 s for the host path; 3M on 2 CPU cores: 2.3 s)
-        xp, X, labels = np, _to_host(X), _to_host(labels)
     C, _ = _centroids(xp, X, labels, c)
     T = _nearest_components(xp, C, L)                    # (c, L)
     lab64 = labels.astype(xp.int64)
@@ -406,11 +401,8 @@ def _link_components(xp, X, labels, c, metric, L, ins):
     starts = np.searchsorted(lab_host[order_all], np.arange(c + 1))
     seen_pairs = set()
     added = 0
-    # the per-pair nearest-member searches are tiny: on a GPU each costs a launch and a sync
-    # (1,500 pairs took seconds at 1M points), so they run on a host copy when it is affordable
-    xq, Xq = xp, X
-    if xp is not np and X.nbytes <= _HOST_COPY_MAX_BYTES:
-        xq, Xq = np, _to_host(X)
+    # (the caller runs this on a host copy when it is affordable: the per-pair searches below
+    # are tiny, and on a GPU each costs a launch and a sync)
     for a in range(c):
         for j in range(L):
             b = int(T_host[a, j])
@@ -420,8 +412,8 @@ def _link_components(xp, X, labels, c, metric, L, ins):
             seen_pairs.add(key)
             u = int(u_host[a, j])
             members = order_all[starts[b]:starts[b + 1]]
-            mem = xq.asarray(members)
-            v = int(members[int(xq.argmin(_dist_to(xq, Xq[mem], Xq[u], metric)))])
+            mem = xp.asarray(members)
+            v = int(members[int(xp.argmin(_dist_to(xp, X[mem], X[u], metric)))])
             # a full row hands the link to a nearby node of the same component
             su = ins.source_near(u, lab_host, a)
             sv = ins.source_near(v, lab_host, b)
@@ -642,9 +634,15 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     reached = _bfs_tree(gh, entry, parent, queue)
     stats["unreachable_before"] = int(n - reached)
     rounds = 0
+    # the component rounds on a host copy of X when it fits _HOST_COPY_MAX_BYTES, made once: a
+    # round is a few GEMVs and many tiny per-pair searches, each a launch and a sync on a GPU
+    # (5M x 96, 1000 components: 19.7 s on an H100 against ~4 s on the host; 3M on 2 CPU cores 2.3 s)
+    xl, Xl = xp, X
+    if c > 1 and xp is not np and X.nbytes <= _HOST_COPY_MAX_BYTES:
+        xl, Xl = np, _to_host(X)
     while c > 1 and rounds < max_rounds:
         L = int(min(links_per_component, c - 1))
-        if _link_components(xp, X, xp.asarray(labels), c, metric, L, ins) == 0:
+        if _link_components(xl, Xl, xl.asarray(labels), c, metric, L, ins) == 0:
             break
         labels, c = components(gh)
         rounds += 1
