@@ -119,8 +119,8 @@ def run_sweep(args, X, Q, index, doc):
     doc["unfiltered_default"] = {"recall": round(bar, 4), "qps": round(len(Q) / t_plain, 1),
                                  "beam": index.search_params.beam}
     log.info("unfiltered default beam: recall %.4f, %.0f QPS", bar, len(Q) / t_plain)
-    exact_max, f_default = filter_thresholds(dev)
-    doc["thresholds_in_force"] = {"exact_max": exact_max, "overfetch": f_default}
+    exact_max, f_default, fetch_max = filter_thresholds(dev)
+    doc["thresholds_in_force"] = {"exact_max": exact_max, "overfetch": f_default, "fetch_max": fetch_max}
     rng = np.random.default_rng(1)
     rows = []
     for sel in args.selectivities:
@@ -150,31 +150,36 @@ def run_sweep(args, X, Q, index, doc):
         log.info("sweep %s", json.dumps(row))
         doc["sweep"] = rows
         _write(args, doc, f"filter_sweep_{dev}.json")
-    doc["crossover"] = crossover(rows, bar)
+    doc["crossover"] = crossover(rows, bar, k=k, n=args.n, f=f_default)
     log.info("crossover %s", json.dumps(doc["crossover"]))
     _write(args, doc, f"filter_sweep_{dev}.json")
 
 
-def crossover(rows, bar):
+def crossover(rows, bar, *, k, n, f):
     """Read the thresholds from the sweep rows: per selectivity, the fastest over-fetch factor whose
-    recall reaches ``bar`` (the unfiltered default-beam recall), whether exact is faster than it, the
-    largest passing count where exact wins and the smallest where the walk does."""
+    recall reaches ``bar`` (the unfiltered default-beam recall), whether exact is faster than it,
+    and the walk's fetch at over-fetch ``f``; then the bracket of the switch in passing points and
+    in fetch (exact wins at and below ``largest_passing_exact_wins``, at and above
+    ``smallest_fetch_exact_wins``)."""
     per = []
     for r in rows:
         s = r["strategies"]
-        ok = {n: e for n, e in s.items() if n.startswith("graph_f") and e["recall"] >= bar}
-        best = max(ok, key=lambda n: ok[n]["qps"]) if ok else None
-        smallest_f = min((float(n[len("graph_f"):]) for n in ok), default=None)
-        per.append({"selectivity": r["selectivity"], "passing": r["passing"], "graph_best": best,
-                    "graph_best_qps": ok[best]["qps"] if best else None, "smallest_f_reaching_bar": smallest_f,
+        ok = {m: e for m, e in s.items() if m.startswith("graph_f") and e["recall"] >= bar}
+        best = max(ok, key=lambda m: ok[m]["qps"]) if ok else None
+        per.append({"selectivity": r["selectivity"], "passing": r["passing"],
+                    "fetch_at_f": math.ceil(f * k * n / r["passing"]), "graph_best": best,
+                    "graph_best_qps": ok[best]["qps"] if best else None,
+                    "smallest_f_reaching_bar": min((float(m[len("graph_f"):]) for m in ok), default=None),
                     "exact_qps": s["exact"]["qps"], "exact_wins": best is None or s["exact"]["qps"] >= ok[best]["qps"]})
-    exact_won = [p["passing"] for p in per if p["exact_wins"]]
-    graph_won = [p["passing"] for p in per if not p["exact_wins"]]
-    return {"recall_bar": round(bar, 4), "per_selectivity": per,
-            "largest_passing_exact_wins": max(exact_won, default=None),
-            "smallest_passing_graph_wins": min(graph_won, default=None),
+    ex = [p for p in per if p["exact_wins"]]
+    gr = [p for p in per if not p["exact_wins"]]
+    return {"recall_bar": round(bar, 4), "overfetch": f, "per_selectivity": per,
+            "largest_passing_exact_wins": max((p["passing"] for p in ex), default=None),
+            "smallest_passing_graph_wins": min((p["passing"] for p in gr), default=None),
+            "smallest_fetch_exact_wins": min((p["fetch_at_f"] for p in ex), default=None),
+            "largest_fetch_graph_wins": max((p["fetch_at_f"] for p in gr), default=None),
             # one crossing expected: exact wins below, the walk above; more than one is noise to re-measure
-            "monotone": not exact_won or not graph_won or max(exact_won) < min(graph_won)}
+            "monotone": not ex or not gr or max(p["passing"] for p in ex) < min(p["passing"] for p in gr)}
 
 
 def run_compare(args, X, Q, index, doc):

@@ -116,7 +116,7 @@ def _hits(i, I):
 def test_index_filter_strategies_forced(clustered_index):
     """The internal knob of the benchmarks: "exact" is exact, "graph" returns only passing points
     (fewer than k allowed: no fallback), both validated by name."""
-    from knnkit.api.index import FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU, filter_thresholds
+    from knnkit.api.index import FILTER_EXACT_MAX_CPU, FILTER_FETCH_MAX_CPU, FILTER_OVERFETCH_CPU, filter_thresholds
 
     X, Q, index = clustered_index
     mask = np.random.default_rng(5).random(len(X)) < 0.2
@@ -129,7 +129,7 @@ def test_index_filter_strategies_forced(clustered_index):
         assert np.isin(i[i >= 0], np.flatnonzero(mask)).all()
         assert (np.isinf(d) == (i < 0)).all()
     assert _hits(i, I) >= 0.95
-    assert filter_thresholds("cpu") == (FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU)
+    assert filter_thresholds("cpu") == (FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU, FILTER_FETCH_MAX_CPU)
     with pytest.raises(ValueError, match="strategy"):
         index._search_filtered(Q, 10, mask, {}, strategy="brute")
     with pytest.raises(ValueError, match="overfetch"):
@@ -202,7 +202,7 @@ def test_index_filter_gpu_matches_cpu(clustered_index, gpu_clustered_index, form
 def test_index_filter_gpu_edge_cases(clustered_index, gpu_clustered_index):
     """GPU index: nothing passing gives -1 / inf only; forced strategies; exact on a GPU index
     searched on the CPU; the GPU thresholds are the GPU constants."""
-    from knnkit.api.index import FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU, filter_thresholds
+    from knnkit.api.index import FILTER_EXACT_MAX_GPU, FILTER_FETCH_MAX_GPU, FILTER_OVERFETCH_GPU, filter_thresholds
 
     X, Q, index = gpu_clustered_index
     d, i = index.search(Q[:8], k=10, filter=np.zeros(len(X), bool))
@@ -222,4 +222,5 @@ def test_index_filter_gpu_edge_cases(clustered_index, gpu_clustered_index):
     assert np.isin(i[i >= 0], np.flatnonzero(mask)).all() and _hits(i, I) >= 0.95
     d, i = index.search(Q, k=10, filter=np.arange(len(X)) < 500, device="cpu")  # exact path, on the CPU
     np.testing.assert_array_equal(np.asarray(i), knnkit.knn(X[:500], Q, k=10, device="cpu")[1])
-    assert filter_thresholds("gpu") == (FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU)
+    assert filter_thresholds("gpu")[:2] == (FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU)
+    assert filter_thresholds("gpu")[2] == min(FILTER_FETCH_MAX_GPU, 1024)

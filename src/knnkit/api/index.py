@@ -27,26 +27,32 @@ from ..index._calibrate import beam_for, calibrate, raised_default_beam
 __all__ = ["GraphIndex"]
 
 MAX_K = 1024
-#: Filtered search, where the walk runs on the CPU: at most this many passing points are searched
-#: exactly (no graph walk). Measured: ``benchmarks/filter_bench.py --sweep``,
-#: benchmarks/results/filter/README.md.
-FILTER_EXACT_MAX_CPU = 2048
-#: The same on the GPU (set from the GPU sweep; until then the CPU's reasoning value).
-FILTER_EXACT_MAX_GPU = 2048
-#: Filtered search over-fetch on the CPU: the walk returns ``ceil(f * k / selectivity)``
-#: candidates (at most ``MAX_K``) and keeps the passing ones.
+# Filtered search thresholds, per device where the search runs. Measured with
+# ``benchmarks/filter_bench.py --mode sweep`` (benchmarks/results/filter/README.md): the walk
+# fetches ``ceil(f * k / selectivity)`` candidates and keeps the passing ones; exact search over the
+# passing points is used when at most ``EXACT_MAX`` points pass or the walk would fetch more than
+# ``FETCH_MAX`` candidates (the walk's cost grows with the fetch, exact search's with the passing count).
+#: CPU: at most this many passing points are searched exactly (no graph walk).
+FILTER_EXACT_MAX_CPU = 8192
+#: CPU: over-fetch factor ``f`` (the smallest measured one reaching the unfiltered default-beam recall).
 FILTER_OVERFETCH_CPU = 2.0
-#: The same on the GPU.
+#: CPU: a walk that would fetch more candidates than this is replaced by exact search.
+FILTER_FETCH_MAX_CPU = 64
+#: GPU: the same three, to be set from the GPU sweep (until then: the values reasoned before the
+#: CPU measurement).
+FILTER_EXACT_MAX_GPU = 2048
 FILTER_OVERFETCH_GPU = 2.0
+FILTER_FETCH_MAX_GPU = MAX_K
 #: ``strategy`` values of :meth:`GraphIndex._search_filtered` (an internal knob of the benchmarks).
 FILTER_STRATEGIES = ("auto", "exact", "graph")
 
 
-def filter_thresholds(device: str) -> tuple[int, float]:
-    """``(exact_max, overfetch)`` of filtered search where the walk runs on ``device``."""
+def filter_thresholds(device: str) -> tuple[int, float, int]:
+    """``(exact_max, overfetch, fetch_max)`` of filtered search where it runs on ``device``
+    (``"cpu"`` or ``"gpu"``)."""
     if device == "gpu":
-        return FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU
-    return FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU
+        return FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU, min(FILTER_FETCH_MAX_GPU, MAX_K)
+    return FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU, min(FILTER_FETCH_MAX_CPU, MAX_K)
 
 
 class GraphIndex:
@@ -364,12 +370,13 @@ class GraphIndex:
         filter : array-like, optional
             Only points that pass are returned; the forms of :func:`knnkit.knn`'s ``filter`` (a
             mask or bitset for all queries, or one per query). Where many points pass, the walk
-            fetches ``ceil(f k / selectivity)`` candidates (at most 1024) and keeps the passing
-            ones; where few pass (at most ``FILTER_EXACT_MAX_CPU`` / ``_GPU`` points, or more than
-            1024 candidates needed), and for any query left with fewer than ``k``, the search is
-            exact over the passing points (thresholds measured per device:
-            ``knnkit.api.index.filter_thresholds``). A query whose filter passes fewer than ``k``
-            points gets all of them, then ``-1`` / ``inf`` (``-inf`` for inner_product) in the
+            fetches ``ceil(2 k / selectivity)`` candidates and keeps the passing ones; where few
+            pass, and for any query the walk leaves with fewer than ``k``, the search is exact
+            over the passing points. The switch is measured per device: on the CPU, exact when at
+            most 8192 points pass or the walk would fetch more than 64 candidates (k = 10:
+            selectivity below about 30 %); see ``knnkit.api.index.filter_thresholds``. A query
+            whose filter passes fewer than ``k`` points gets all of them, then ``-1`` / ``inf``
+            (``-inf`` for inner_product) in the
             remaining slots; one that passes none gets only ``-1``. Nowhere else.
 
         Returns
@@ -468,7 +475,7 @@ class GraphIndex:
             rows = rows[live[rows]] if shared else [r[live[r]] for r in rows]
         groups = [(np.arange(m), rows)] if shared else group_filter_rows(rows)
         dev = self.device if kw.get("device") is None else resolve_device(kw["device"], info)[0]
-        exact_max, default_f = filter_thresholds(dev)
+        exact_max, default_f, fetch_max = filter_thresholds(dev)
         f = default_f if overfetch is None else overfetch
         fill = -np.inf if self.metric == "inner_product" else np.inf
         D = np.full((m, k), fill, np.float32)
@@ -489,7 +496,7 @@ class GraphIndex:
 
         for qrows, ids in groups:
             fetch = int(np.ceil(f * k * n / max(1, ids.size)))
-            if strategy == "exact" or (strategy == "auto" and (ids.size <= exact_max or fetch > MAX_K)):
+            if strategy == "exact" or (strategy == "auto" and (ids.size <= exact_max or fetch > fetch_max)):
                 exact(qrows, ids)
                 continue
             if ids.size == 0:  # "graph" with nothing passing: no walk can return anything
