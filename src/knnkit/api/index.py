@@ -37,7 +37,7 @@ FILTER_EXACT_MAX_CPU = 8192
 #: CPU: over-fetch factor ``f`` (the smallest measured one reaching the unfiltered default-beam recall).
 FILTER_OVERFETCH_CPU = 2.0
 #: CPU: a walk that would fetch more candidates than this is replaced by exact search.
-FILTER_FETCH_MAX_CPU = 64
+FILTER_FETCH_MAX_CPU = 96
 #: GPU: the same three, to be set from the GPU sweep (until then: the values reasoned before the
 #: CPU measurement).
 FILTER_EXACT_MAX_GPU = 2048
@@ -373,8 +373,8 @@ class GraphIndex:
             fetches ``ceil(2 k / selectivity)`` candidates and keeps the passing ones; where few
             pass, and for any query the walk leaves with fewer than ``k``, the search is exact
             over the passing points. The switch is measured per device: on the CPU, exact when at
-            most 8192 points pass or the walk would fetch more than 64 candidates (k = 10:
-            selectivity below about 30 %); see ``knnkit.api.index.filter_thresholds``. A query
+            most 8192 points pass or the walk would fetch more than 96 candidates (k = 10:
+            selectivity below about 21 %); see ``knnkit.api.index.filter_thresholds``. A query
             whose filter passes fewer than ``k`` points gets all of them, then ``-1`` / ``inf``
             (``-inf`` for inner_product) in the
             remaining slots; one that passes none gets only ``-1``. Nowhere else.
