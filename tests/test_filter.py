@@ -107,3 +107,120 @@ def test_index_search_with_filter(clustered_index, selectivity):
     # per-query id lists take the same path
     d2, i2 = index.search(Q[:5], k=10, filter=[np.flatnonzero(mask)] * 5)
     np.testing.assert_array_equal(i2, i[:5])
+
+
+def _hits(i, I):
+    return sum(len(set(a[a >= 0]) & set(b[b >= 0])) for a, b in zip(i, I)) / max(1, (I >= 0).sum())
+
+
+def test_index_filter_strategies_forced(clustered_index):
+    """The internal knob of the benchmarks: "exact" is exact, "graph" returns only passing points
+    (fewer than k allowed: no fallback), both validated by name."""
+    from knnkit.api.index import FILTER_EXACT_MAX_CPU, FILTER_FETCH_MAX_CPU, FILTER_OVERFETCH_CPU, filter_thresholds
+
+    X, Q, index = clustered_index
+    mask = np.random.default_rng(5).random(len(X)) < 0.2
+    D, I = knnkit.knn(X, Q, k=10, device="cpu", filter=mask)
+    d, i = index._search_filtered(Q, 10, mask, {}, strategy="exact")
+    np.testing.assert_array_equal(i, I)
+    np.testing.assert_allclose(d, D, rtol=1e-4, atol=1e-5)
+    for f in (1, 2.5, 8):
+        d, i = index._search_filtered(Q, 10, mask, {}, strategy="graph", overfetch=f)
+        assert np.isin(i[i >= 0], np.flatnonzero(mask)).all()
+        assert (np.isinf(d) == (i < 0)).all()
+    assert _hits(i, I) >= 0.95
+    assert filter_thresholds("cpu") == (FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU, FILTER_FETCH_MAX_CPU)
+    with pytest.raises(ValueError, match="strategy"):
+        index._search_filtered(Q, 10, mask, {}, strategy="brute")
+    with pytest.raises(ValueError, match="overfetch"):
+        index._search_filtered(Q, 10, mask, {}, overfetch=0.5)
+    with pytest.raises(TypeError, match="overfetch"):
+        index._search_filtered(Q, 10, mask, {}, overfetch="2")
+
+
+def test_index_filter_fewer_than_k_pass(clustered_index):
+    """Nothing passing: every slot -1 / inf (no garbage); 3 passing: those 3, then -1 / inf."""
+    X, Q, index = clustered_index
+    for strategy in ("auto", "exact", "graph"):
+        d, i = index._search_filtered(Q[:5], 10, np.zeros(len(X), bool), {}, strategy=strategy)
+        assert (i == -1).all() and np.isposinf(d).all()
+    d, i = index.search(Q[:5], k=10, filter=np.zeros(len(X), bool))
+    assert (i == -1).all() and np.isposinf(d).all()
+    ids = np.array([7, 70, 700])
+    d, i = index.search(Q[:5], k=10, filter=[ids, ids, np.array([], np.int64), ids, ids])
+    assert (np.sort(i[[0, 1, 3, 4], :3], axis=1) == ids).all() and (i[:, 3:] == -1).all()
+    assert (i[2] == -1).all() and np.isposinf(d[:, 3:]).all() and np.isfinite(d[[0, 1, 3, 4], :3]).all()
+
+
+@pytest.fixture(scope="module")
+def gpu_clustered_index(clustered_index):
+    X, Q, _ = clustered_index
+    return X, Q, knnkit.GraphIndex.build(X, device="gpu", random_state=0)
+
+
+def _filter_form(form, masks):
+    """``masks`` (m, n) bool in the given form (1-D forms use row 0)."""
+    if form == "mask":
+        return masks[0]
+    if form == "bitset32":
+        b = np.packbits(masks[0], bitorder="little")
+        return np.concatenate([b, np.zeros(-len(b) % 4, np.uint8)]).view(np.uint32)
+    if form == "mask2d":
+        return masks
+    return [np.flatnonzero(r) for r in masks]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["mask", "bitset32", "mask2d", "ids"])
+@pytest.mark.parametrize("selectivity", [0.5, 0.05, 0.001])
+def test_index_filter_gpu_matches_cpu(clustered_index, gpu_clustered_index, form, selectivity):
+    """GPU index: only passing points, exactly min(k, passing) of them, recall >= 0.95 against
+    exact search over the passing points and within 0.01 of the CPU index's, every filter form
+    (0.001 of 20k: 20 points, the exact path)."""
+    X, Q, cpu_index = clustered_index
+    _, _, gpu_index = gpu_clustered_index
+    Q = Q[:25]
+    rng = np.random.default_rng(int(selectivity * 1000) + 17)
+    masks = rng.random((len(Q), len(X))) < selectivity
+    if form in ("mask", "bitset32"):
+        masks[:] = masks[0]
+    filt = _filter_form(form, masks)
+    D, I = knnkit.knn(X, Q, k=10, device="cpu", filter=masks)
+    d, i = gpu_index.search(Q, k=10, filter=filt)
+    d, i = np.asarray(d), np.asarray(i)
+    for q in range(len(Q)):
+        got = i[q][i[q] >= 0]
+        assert np.isin(got, np.flatnonzero(masks[q])).all()
+        assert len(got) == min(10, masks[q].sum()) and len(set(got)) == len(got)
+    assert (np.isinf(d) == (i < 0)).all()
+    _dc, ic = cpu_index.search(Q, k=10, filter=filt)
+    r_gpu, r_cpu = _hits(i, I), _hits(ic, I)
+    assert r_gpu >= 0.95 and r_gpu >= r_cpu - 0.01, (r_gpu, r_cpu)
+
+
+@pytest.mark.gpu
+def test_index_filter_gpu_edge_cases(clustered_index, gpu_clustered_index):
+    """GPU index: nothing passing gives -1 / inf only; forced strategies; exact on a GPU index
+    searched on the CPU; the GPU thresholds are the GPU constants."""
+    from knnkit.api.index import FILTER_EXACT_MAX_GPU, FILTER_FETCH_MAX_GPU, FILTER_OVERFETCH_GPU, filter_thresholds
+
+    X, Q, index = gpu_clustered_index
+    d, i = index.search(Q[:8], k=10, filter=np.zeros(len(X), bool))
+    d, i = np.asarray(d), np.asarray(i)
+    assert (i == -1).all() and np.isposinf(d).all()
+    masks = np.random.default_rng(3).random((8, len(X))) < 0.3
+    masks[2] = False
+    d, i = index.search(Q[:8], k=10, filter=masks)
+    i = np.asarray(i)
+    assert (i[2] == -1).all() and (i[[0, 1, 3]] >= 0).all()
+    mask = masks[0]
+    D, I = knnkit.knn(X, Q, k=10, device="cpu", filter=mask)
+    d, i = index._search_filtered(Q, 10, mask, {}, strategy="exact")
+    np.testing.assert_array_equal(np.asarray(i), I)
+    d, i = index._search_filtered(Q, 10, mask, {}, strategy="graph", overfetch=2)
+    i = np.asarray(i)
+    assert np.isin(i[i >= 0], np.flatnonzero(mask)).all() and _hits(i, I) >= 0.95
+    d, i = index.search(Q, k=10, filter=np.arange(len(X)) < 500, device="cpu")  # exact path, on the CPU
+    np.testing.assert_array_equal(np.asarray(i), knnkit.knn(X[:500], Q, k=10, device="cpu")[1])
+    assert filter_thresholds("gpu")[:2] == (FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU)
+    assert filter_thresholds("gpu")[2] == min(FILTER_FETCH_MAX_GPU, 1024)

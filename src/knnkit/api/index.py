@@ -27,8 +27,32 @@ from ..index._calibrate import beam_for, calibrate, raised_default_beam
 __all__ = ["GraphIndex"]
 
 MAX_K = 1024
-#: filtered search: at most this many passing points are searched exactly (no graph walk)
-FILTER_EXACT_MAX = 2048
+# Filtered search thresholds, per device where the search runs. Measured with
+# ``benchmarks/filter_bench.py --mode sweep`` (benchmarks/results/filter/README.md): the walk
+# fetches ``ceil(f * k / selectivity)`` candidates and keeps the passing ones; exact search over the
+# passing points is used when at most ``EXACT_MAX`` points pass or the walk would fetch more than
+# ``FETCH_MAX`` candidates (the walk's cost grows with the fetch, exact search's with the passing count).
+#: CPU: at most this many passing points are searched exactly (no graph walk).
+FILTER_EXACT_MAX_CPU = 8192
+#: CPU: over-fetch factor ``f`` (the smallest measured one reaching the unfiltered default-beam recall).
+FILTER_OVERFETCH_CPU = 2.0
+#: CPU: a walk that would fetch more candidates than this is replaced by exact search.
+FILTER_FETCH_MAX_CPU = 96
+#: GPU: the same three, to be set from the GPU sweep (until then: the values reasoned before the
+#: CPU measurement).
+FILTER_EXACT_MAX_GPU = 2048
+FILTER_OVERFETCH_GPU = 2.0
+FILTER_FETCH_MAX_GPU = MAX_K
+#: ``strategy`` values of :meth:`GraphIndex._search_filtered` (an internal knob of the benchmarks).
+FILTER_STRATEGIES = ("auto", "exact", "graph")
+
+
+def filter_thresholds(device: str) -> tuple[int, float, int]:
+    """``(exact_max, overfetch, fetch_max)`` of filtered search where it runs on ``device``
+    (``"cpu"`` or ``"gpu"``)."""
+    if device == "gpu":
+        return FILTER_EXACT_MAX_GPU, FILTER_OVERFETCH_GPU, min(FILTER_FETCH_MAX_GPU, MAX_K)
+    return FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU, min(FILTER_FETCH_MAX_CPU, MAX_K)
 
 
 class GraphIndex:
@@ -346,10 +370,14 @@ class GraphIndex:
         filter : array-like, optional
             Only points that pass are returned; the forms of :func:`knnkit.knn`'s ``filter`` (a
             mask or bitset for all queries, or one per query). Where many points pass, the walk
-            fetches ``ceil(2 k / selectivity)`` candidates (at most 1024) and keeps the passing
-            ones; where few pass (at most 2048 points, or more than 1024 candidates needed), and
-            for any query left with fewer than ``k``, the search is exact over the passing points.
-            ``-1`` / ``inf`` only where fewer than ``k`` points pass.
+            fetches ``ceil(2 k / selectivity)`` candidates and keeps the passing ones; where few
+            pass, and for any query the walk leaves with fewer than ``k``, the search is exact
+            over the passing points. The switch is measured per device: on the CPU, exact when at
+            most 8192 points pass or the walk would fetch more than 96 candidates (k = 10:
+            selectivity below about 21 %); see ``knnkit.api.index.filter_thresholds``. A query
+            whose filter passes fewer than ``k`` points gets all of them, then ``-1`` / ``inf``
+            (``-inf`` for inner_product) in the
+            remaining slots; one that passes none gets only ``-1``. Nowhere else.
 
         Returns
         -------
@@ -413,12 +441,32 @@ class GraphIndex:
         d = finalize_distances(d, self.metric, self._engine.scale)
         return wrap_output(d, info), wrap_output(i, info)
 
-    def _search_filtered(self, queries, k, filt, kw, live=None):
-        """search(filter=...): over-fetch and keep the passing points, or exact over them
-        (``live``: a tombstone mask's complement, intersected with the filter)."""
-        from .exact import exact_search, filter_rows, group_filter_rows
-        from .._core.prepare import prepare_queries, rescaled
+    def _search_filtered(self, queries, k, filt, kw, live=None, *, strategy="auto", overfetch=None):
+        """search(filter=...): over-fetch and keep the passing points, or exact over them.
 
+        Parameters
+        ----------
+        queries, k, filt
+            As :meth:`search` (``k`` validated).
+        kw : dict
+            :meth:`search`'s walk keywords (``beam``, ``device``, ...).
+        live : numpy.ndarray of bool, optional
+            A tombstone mask's complement, intersected with the filter.
+        strategy : {"auto", "exact", "graph"}
+            ``"auto"``: by the device's thresholds (:func:`filter_thresholds`), exact for any query
+            the walk leaves with fewer than ``k``. ``"exact"``: exact over the passing points for
+            every query. ``"graph"``: the over-fetching walk for every query, at most ``MAX_K``
+            candidates, no exact fallback (a query may get fewer than ``k``): for measuring.
+        overfetch : float, optional
+            ``f >= 1`` of the ``ceil(f * k / selectivity)`` candidates fetched (default: the device's).
+        """
+        from .._core.backend import get_array_module
+        from .._core.params import check_choice, check_float
+        from .._core.prepare import prepare_queries, rescaled
+        from .exact import exact_search, filter_rows, group_filter_rows
+
+        strategy = check_choice(strategy, "strategy", FILTER_STRATEGIES)
+        overfetch = check_float(overfetch, "overfetch", minimum=1.0, allow_none=True)
         qh = np.asarray(as_host(queries) if not isinstance(queries, np.ndarray) else queries)
         _q, info = check_matrix(queries, "queries")
         n, m = self.n, qh.shape[0]
@@ -426,27 +474,34 @@ class GraphIndex:
         if live is not None:
             rows = rows[live[rows]] if shared else [r[live[r]] for r in rows]
         groups = [(np.arange(m), rows)] if shared else group_filter_rows(rows)
+        dev = self.device if kw.get("device") is None else resolve_device(kw["device"], info)[0]
+        exact_max, default_f, fetch_max = filter_thresholds(dev)
+        f = default_f if overfetch is None else overfetch
         fill = -np.inf if self.metric == "inner_product" else np.inf
         D = np.full((m, k), fill, np.float32)
         I = np.full((m, k), -1, np.int64)
-        data = as_host(self._engine.data)
+        data = self._engine.data
+        xp = get_array_module(data)
 
         def exact(qrows, ids):
             kk = min(k, ids.size)
-            if kk == 0:
+            if kk == 0:  # nothing passes: the -1 / fill the docstring promises
                 return
-            P = prepare(data[ids], metric=self.metric, device="cpu" if self.device == "cpu" else "auto")
+            sub = data[xp.asarray(ids)]  # gathered where the vectors live: only the subset moves
+            P = prepare(sub, metric=self.metric, device=dev)
             Q = prepare_queries(qh[qrows], P)
             d, i, _ = exact_search(rescaled(P, Q.scale), Q, kk)
             D[qrows, :kk] = as_host(d)
             I[qrows, :kk] = ids[as_host(i)]
 
         for qrows, ids in groups:
-            fetch = int(np.ceil(2 * k * n / max(1, ids.size)))
-            if ids.size <= FILTER_EXACT_MAX or fetch > MAX_K:
+            fetch = int(np.ceil(f * k * n / max(1, ids.size)))
+            if strategy == "exact" or (strategy == "auto" and (ids.size <= exact_max or fetch > fetch_max)):
                 exact(qrows, ids)
                 continue
-            fetch = min(fetch, n)
+            if ids.size == 0:  # "graph" with nothing passing: no walk can return anything
+                continue
+            fetch = max(k, min(fetch, MAX_K, n))
             call = dict(kw, beam=max(kw.get("beam") or self.search_params.beam or 0, fetch)
                         if kw.get("target_recall") is None else None)
             qq, qinfo = check_matrix(qh[qrows], "queries")
@@ -459,8 +514,8 @@ class GraphIndex:
             got = np.take_along_axis(ok, order, axis=1)
             D[qrows] = np.where(got, np.take_along_axis(d, order, axis=1), fill)
             I[qrows] = np.where(got, np.take_along_axis(i, order, axis=1), -1)
-            short = qrows[got.sum(axis=1) < k]
-            if short.size:  # too few passing candidates fetched: exact for those queries
+            short = qrows[got.sum(axis=1) < min(k, ids.size)]
+            if short.size and strategy == "auto":  # too few passing candidates fetched: exact for those
                 exact(short, ids)
         return wrap_output(D, info), wrap_output(I, info)
 
