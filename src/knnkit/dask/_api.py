@@ -355,7 +355,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, Client(cluster) as c:
     ...     X = np.random.default_rng(0).random((3000, 8), dtype=np.float32)
     ...     g = knnkit.dask.knn_graph(X, k=5, client=c, device="cpu")
-    >>> g.indices.shape, g.stats.extra["method"]
+    >>> g.indices.shape, g.stats.method
     ((3000, 5), 'dask-tree')
     """
     from .._core.stats import BuildStats

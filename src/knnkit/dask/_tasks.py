@@ -319,8 +319,8 @@ def slab_samples(leaf, lists, tree, leaf_index, P, k, metric, rule, cap, seed):
     Xu = _unit_rows(X) if metric == "cosine" else X
     a = np.repeat(rows, nb.shape[1])[ok.ravel()]
     b = pos.ravel()[ok.ravel()]
-    for lvl in range(margins.shape[1]):
-        u = U[path[lvl]]
+    for h in path:  # (a shallower leaf's path is shorter than the margins' columns)
+        u = U[h]
         diff = np.abs((Xu[a].astype(np.float64) - Xu[b]) @ u)
         out.append((int(diff.size), diff))
     return out
