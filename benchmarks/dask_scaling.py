@@ -8,6 +8,11 @@
   replicated on W workers, query blocks split between replicas; recall@10 and QPS;
 * exact knn of 100k queries: data partitioned over 1 and W workers.
 
+``--partition rows,tree`` runs knn_graph with each schedule (``knnkit.dask.knn_graph(partition=...)``);
+``--resident-queries`` times the replicated search with the queries already on the workers (a
+persisted dask array, blocks spread round-robin over the workers) and the results left there
+(``search(compute=False)`` + persist + wait: nothing passes through the client).
+
 The GPU machine has no network: install the wheels staged by ``benchmarks/stage_dask.sh`` first.
 
     pip install -q --no-index --no-deps .wheels/dask/*.whl
@@ -50,8 +55,15 @@ def main():
     ap.add_argument("--workers", type=int, default=0, help="0: every GPU")
     ap.add_argument("--benches", default="graph,exact,search")
     ap.add_argument("--part-factors", default="1,2", help="partitions per worker to try for knn_graph")
+    ap.add_argument("--partition", default="auto", help="knn_graph schedules to time, comma separated: auto, rows, tree")
+    ap.add_argument("--resident-queries", action="store_true",
+                    help="search: queries as a persisted dask array on the workers, results persisted there")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
     args = ap.parse_args()
+    schedules = args.partition.split(",")
+    for p in schedules:
+        if p not in ("auto", "rows", "tree"):
+            ap.error(f"--partition: {p!r} is not one of auto, rows, tree")
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
@@ -106,20 +118,23 @@ def main():
         with cluster_of(w) as cluster, Client(cluster) as c:
             benches = args.benches.split(",")
             for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}) if "graph" in benches else ():
-                dX = c.persist(da.from_array(X, chunks=(-(-args.n // parts), args.d)))
-                c.wait_for_workers(w)
-                wait(dX)
-                # warm the kernels on every worker (first calls compile)
-                warm = min(200_000, args.n // (2 * w))
-                knnkit.dask.knn_graph(dX[:warm * w].rechunk((warm, args.d)), k=10, client=c, device=dev)
-                t = time.perf_counter()
-                g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev)
-                s = time.perf_counter() - t
-                r = {"bench": "knn_graph", "workers": w, "partitions": parts, "seconds": round(s, 3),
-                     "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4), **g.stats.extra}
-                out["runs"].append(r)
-                log(json.dumps(r))
-                del dX
+                for sched in schedules:
+                    dX = c.persist(da.from_array(X, chunks=(-(-args.n // parts), args.d)))
+                    c.wait_for_workers(w)
+                    wait(dX)
+                    # warm the kernels on every worker (first calls compile)
+                    warm = min(200_000, args.n // (2 * w))
+                    knnkit.dask.knn_graph(dX[:warm * w].rechunk((warm, args.d)), k=10, client=c, device=dev,
+                                          partition=sched, n_parts=parts)
+                    t = time.perf_counter()
+                    g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts)
+                    s = time.perf_counter() - t
+                    r = {"bench": "knn_graph", "schedule": sched, "workers": w, "partitions": parts,
+                         "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
+                         "stats_method": g.stats.method, **g.stats.extra}
+                    out["runs"].append(r)
+                    log(json.dumps(r))
+                    del dX
             # exact knn of 100k queries
             dX = c.persist(da.from_array(X, chunks=(-(-args.n // w), args.d)))
             if "exact" in benches:
@@ -138,12 +153,27 @@ def main():
             ix = knnkit.dask.ShardedIndex.build(dX.rechunk((args.n, args.d)), replicas=w, client=c, device=dev,
                                                 random_state=0)
             build_s = time.perf_counter() - t
+            if args.resident_queries:
+                workers = sorted(c.scheduler_info()["workers"])
+                qb = 50_000
+                futs = [c.scatter(Q[lo:lo + qb], workers=[workers[b % w]])
+                        for b, lo in enumerate(range(0, args.queries, qb))]
+                dQ = da.concatenate([da.from_delayed(f, (min(qb, args.queries - lo), args.d), dtype=Q.dtype)
+                                     for f, lo in zip(futs, range(0, args.queries, qb))])
             for beam in (32, 64, 128):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
                 t = time.perf_counter()
-                _, I = ix.search(Q, k=10, beam=beam, query_block=50_000)
-                s = time.perf_counter() - t
+                if args.resident_queries:
+                    Dr, Ir = ix.search(dQ, k=10, beam=beam, compute=False)
+                    Dr, Ir = c.persist([Dr, Ir])
+                    wait([Dr, Ir])
+                    s = time.perf_counter() - t
+                    I = Ir[:10_000].compute()
+                else:
+                    _, I = ix.search(Q, k=10, beam=beam, query_block=50_000)
+                    s = time.perf_counter() - t
                 r = {"bench": "replicated_search", "workers": w, "replicas": w, "beam": beam, "build_s": round(build_s, 2),
+                     "resident_queries": bool(args.resident_queries),
                      "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
                      "recall": round(float(recall(I[:10_000], Tq)), 4)}
                 out["runs"].append(r)

@@ -91,7 +91,7 @@ def test_knn_graph_recall_matches_single_process(client):
 
     X = np.asarray(make_clustered(8000, 24, random_state=3), dtype=np.float32)
     _, T = knnkit.knn(X, k=10, device="cpu")
-    g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=3, random_state=1)
+    g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=3, random_state=1, partition="rows")
     g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=1)
     r, r0 = recall(g.indices, T), recall(g0.indices, T)
     assert g.indices.shape == (8000, 10) and (g.indices >= 0).all()
@@ -101,6 +101,101 @@ def test_knn_graph_recall_matches_single_process(client):
     assert abs(g.stats.extra["recall_estimate"] - r) <= 0.01, (g.stats.extra, r)
     d = ((X[:, None, :] - X[g.indices[:, :3]]) ** 2).sum(-1)  # distances are the points' own
     np.testing.assert_allclose(np.asarray(g.distances)[:, :3], d, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind, P, metric", [("clustered", 2, "sqeuclidean"), ("clustered", 3, "euclidean"),
+                                             ("uniform", 4, "sqeuclidean"), ("clustered", 2, "cosine")])
+def test_knn_graph_tree_recall_matches_single_process(client, kind, P, metric):
+    from knnkit.datasets import make_clustered, make_uniform
+
+    n = 10000
+    X = make_clustered(n, 16, random_state=5, device="cpu") if kind == "clustered" else \
+        make_uniform(n, 8, random_state=5, device="cpu")
+    X = np.asarray(X, dtype=np.float32)
+    _, T = knnkit.knn(X, k=10, metric=metric, device="cpu")
+    g = knnkit.dask.knn_graph(X, k=10, metric=metric, client=client, device="cpu", n_parts=P, random_state=1)
+    g0 = knnkit.knn_graph(X, k=10, metric=metric, device="cpu", random_state=1)
+    r, r0 = recall(g.indices, T), recall(g0.indices, T)
+    st = g.stats.extra
+    assert g.stats.method == "dask-tree" and st["partitions"] == P
+    assert sum(st["leaf_sizes"]) == n and max(st["leaf_sizes"]) - min(st["leaf_sizes"]) < 0.1 * n / P
+    assert len(st["slab_sizes"]) == P - 1 and 0 < st["slab_fraction"] < P
+    assert r >= r0 - 0.005, (r, r0, st)
+    assert not (g.indices == np.arange(n)[:, None]).any() and (g.indices >= 0).all()
+    assert all(len(set(row)) == 10 for row in g.indices[:500].tolist())
+
+
+def test_tree_leaves_cover_every_point_once(rng):
+    """The tree's routing: every global id in exactly one leaf, margins on the path's side."""
+    from knnkit.dask import _tasks as t
+
+    X = rng.standard_normal((3001, 6)).astype(np.float32)
+    parts = [(0, X[:1000]), (1000, X[1000:])]
+    for P, rule in [(3, "pca"), (5, "random"), (4, "pca")]:
+        tree = t.fit_tree(P, rule, 0, *[t.sample_rows(x, 500, 1, False) for _o, x in parts])
+        routed = [t.route(x, tree, P, False) for _o, x in parts]
+        leaves = [t.assemble(*[t.select_leaf(x, rt, o, L) for (o, x), rt in zip(parts, routed)]) for L in range(P)]
+        ids = np.concatenate([lf[0] for lf in leaves])
+        assert np.array_equal(np.sort(ids), np.arange(3001))
+        assert all(lf[0].size > 3001 / P * 0.6 for lf in leaves)
+        nodes = t.tree_nodes(P)
+        for L, lf in enumerate(leaves):  # left of a node: negative margin, right: >= 0
+            for lvl, h in enumerate(t.leaf_path(nodes, L)):
+                lo, mid, hi, _ = nodes[h]
+                m = lf[2][:, lvl]
+                assert ((m < 0) if L < mid else (m >= 0)).all()
+
+
+def test_knn_graph_partition_validation(client, rng):
+    X = rng.random((300, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="partition"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", partition="kd")
+    with pytest.raises(TypeError, match="partition"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", partition=2)
+    with pytest.raises(ValueError, match="partition='tree'"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", partition="tree", metric="inner_product")
+    with pytest.raises(ValueError, match="split"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", split="median")
+    with pytest.raises(ValueError, match="slab_width"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", slab_width="wide")
+    with pytest.raises(ValueError, match="slab_quantile"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", slab_quantile=0.0)
+    with pytest.raises(TypeError, match="slab_quantile"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", slab_quantile="high")
+    with pytest.raises(ValueError, match="tree_sample"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", tree_sample=0)
+    with pytest.raises(ValueError, match="n_parts"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", n_parts=60)
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", metric="inner_product")
+    assert g.stats.method == "dask-ggm"  # auto: no slab bound for inner products
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", slab_width="bound", split="random", n_parts=3)
+    _, T = knnkit.knn(X, k=5, device="cpu")
+    assert g.stats.extra["slab_width"] == "bound" and recall(g.indices, T) >= 0.99
+
+
+def test_sharded_search_resident_queries(client, rng):
+    """Queries as a dask array on the workers: searched where they live, results lazy."""
+    from knnkit.datasets.suite import make_tight_clusters
+
+    X, Q = make_tight_clusters(4000, 12, 40, n_queries=300, random_state=4)
+    ix = knnkit.dask.ShardedIndex.build(X, shards=1, replicas=2, client=client, device="cpu", random_state=0)
+    d0, i0 = ix.search(Q, k=8)
+    workers = sorted(client.scheduler_info()["workers"])
+    blocks = [client.scatter(Q[lo:lo + 100], workers=[workers[b % 2]]) for b, lo in enumerate(range(0, 300, 100))]
+    dQ = da.concatenate([da.from_delayed(f, (100, 12), dtype=Q.dtype) for f in blocks])
+    d, i = ix.search(dQ, k=8, compute=False)
+    assert isinstance(i, da.Array) and i.shape == (300, 8) and i.chunks[0] == (100, 100, 100)
+    d, i = client.persist([d, i])
+    assert (i.compute() == i0).all()
+    np.testing.assert_allclose(d.compute(), d0, rtol=1e-6)
+    d2, i2 = ix.search(dQ, k=8)  # gathered
+    assert (i2 == i0).all()
+    _, ia = ix.search(Q, k=8, compute=False, query_block=128)  # in-memory queries, lazy results
+    assert (ia.compute() == i0).all()
+    with pytest.raises(TypeError, match="compute"):
+        ix.search(Q, k=8, compute="no")
+    with pytest.raises(ValueError, match="dimension"):
+        ix.search(dQ[:, :5], k=8)
 
 
 def test_sharded_index_recall_save_load(client, tmp_path, rng):

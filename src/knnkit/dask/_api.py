@@ -7,12 +7,16 @@ engine; sorted top-k lists are merged by a tree of small tasks. Dask schedules e
 moves bytes between workers; knnkit has no scheduler of its own.
 """
 
+import numbers
+
 import numpy as np
 
 from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import exact_part, globalize, merge_running, merge_topk, pair_merge, part_graph, rows_of, take
+from ._tasks import (assemble, exact_part, fit_tree, globalize, leaf_graph, merge_leaf, merge_running, merge_topk,
+                     pair_merge, part_graph, route, rows_of, sample_rows, slab_samples, select_leaf, select_slab,
+                     size_of, slab_for_leaf, take, tree_nodes)
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
 
 __all__ = ["knn", "knn_graph"]
@@ -171,32 +175,178 @@ def _drop_self(D, I, k):
     return D[keep].reshape(-1, k), I[keep].reshape(-1, k)
 
 
+#: ``partition`` values of :func:`knn_graph`.
+PARTITIONS = ("auto", "rows", "tree")
+#: metrics whose neighbours lie within their Euclidean distance of a hyperplane (the slab bound);
+#: inner_product has no such bound and always uses row partitions and GGM merges.
+TREE_METRICS = ("sqeuclidean", "euclidean", "cosine", "manhattan")
+#: a warning (and ``stats["slab_fraction"]``) when the slabs hold more than this share of the points:
+#: the tree then saves little over one device (uniform high-dimensional data)
+SLAB_WARN_FRACTION = 0.5
+#: radii sampled per leaf and level to choose a slab width
+RADII_SAMPLE = 4096
+
+
+def _check_choice(value, name, choices):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {', '.join(map(repr, choices))}; got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _check_quantile(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float in (0, 1], got {type(value).__name__}")
+    if not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _weighted_quantile(pieces, q):
+    """The ``q`` quantile of the union of sampled pieces ``[(count, sample)]`` (each sample stands
+    for ``count`` values); 0 when there are none."""
+    vals = [v for c, v in pieces if c and v.size]
+    if not vals:
+        return 0.0
+    v = np.concatenate(vals)
+    w = np.concatenate([np.full(s.size, c / s.size) for c, s in pieces if c and s.size])
+    order = np.argsort(v, kind="stable")
+    cum = np.cumsum(w[order])
+    j = int(np.searchsorted(cum, q * cum[-1] - 1e-9 * cum[-1]))
+    return float(v[order][min(j, v.size - 1)])
+
+
+def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quantile, sample, seed):
+    """knn_graph(partition="tree"): leaves of a hyperplane tree, each graphed on its worker, then a
+    graph of every splitting hyperplane's boundary slab; each point keeps the k nearest of its
+    lists. Returns ``(I, D, stats)``."""
+    workers = worker_addresses(client)
+    W = len(workers)
+    unit = metric == "cosine"
+    nodes = tree_nodes(P)
+    home = [workers[L * W // P] for L in range(P)]  # consecutive leaves share a worker: child slabs stay local
+    # 1. the tree's hyperplanes from a sample of every partition (fitted on a worker)
+    samples = [client.submit(sample_rows, f, max(1, round(sample * r / n)), seed + 31 * p + 5, unit, pure=False)
+               for p, (_o, r, f) in enumerate(parts)]
+    tree = client.submit(fit_tree, P, split, seed, *samples, pure=False)
+    # 2. route every partition's rows (on its worker), assemble the leaves on their home workers
+    routed = [client.submit(route, f, tree, P, unit, pure=False) for _o, _r, f in parts]
+    leaves, lists = [], []
+    for L in range(P):
+        pieces = [client.submit(select_leaf, f, rt, o, L, pure=False) for (o, _r, f), rt in zip(parts, routed)]
+        leaves.append(client.submit(assemble, *pieces, pure=False, workers=[home[L]], allow_other_workers=True))
+        lists.append(client.submit(leaf_graph, leaves[L], k, metric, device, seed + 7919 * L + 1, pure=False,
+                                   workers=[home[L]], allow_other_workers=True))
+    # 3. slab widths: per node, a quantile of what its leaves' graphs say (see knn_graph, slab_width)
+    needs = client.gather([client.submit(slab_samples, leaves[L], lists[L], tree, L, P, k, metric, width_rule,
+                                         RADII_SAMPLE, seed + 13 * L + 7, pure=False, workers=[home[L]],
+                                         allow_other_workers=True) for L in range(P)])
+    leaf_sizes = client.gather([client.submit(size_of, lf, pure=False) for lf in leaves])
+    rows_of_leaf = [[] for _ in range(P)]
+    widths, needy, slabs = [], [], []
+    for h, (lo, _mid, hi, lvl) in enumerate(nodes):
+        pieces = [needs[L][lvl] for L in range(lo, hi)]
+        cnt = int(sum(c for c, _v in pieces))
+        w = _weighted_quantile(pieces, quantile)
+        widths.append(w)
+        needy.append(cnt)
+        if cnt == 0:
+            slabs.append(None)
+            continue
+        sel = [client.submit(select_slab, leaves[L], lists[L], lvl, w, k, metric, width_rule, pure=False,
+                             workers=[home[L]], allow_other_workers=True) for L in range(lo, hi)]
+        slab = client.submit(assemble, *sel, pure=False, workers=[home[lo]], allow_other_workers=True)
+        sl = client.submit(leaf_graph, slab, k, metric, device, seed + 104729 * h + 3, pure=False,
+                           workers=[home[lo]], allow_other_workers=True)
+        for j, L in enumerate(range(lo, hi)):
+            rows_of_leaf[L].append(client.submit(slab_for_leaf, slab, sl, j, pure=False))
+        slabs.append(slab)
+    finals = [client.submit(merge_leaf, leaves[L], lists[L], k, metric, *rows_of_leaf[L], pure=False,
+                            workers=[home[L]], allow_other_workers=True) for L in range(P)]
+    slab_sizes = client.gather([client.submit(size_of, s, pure=False) if s is not None else 0 for s in slabs])
+    I = np.full((n, k), -1, np.int64)
+    D = np.full((n, k), np.inf, np.float32)
+    for ids, Il, Dl in client.gather(finals):
+        I[ids] = Il
+        D[ids] = Dl
+    frac = float(sum(slab_sizes)) / n
+    stats = {"method": "dask-tree", "partitions": P, "split": split, "leaf_sizes": [int(v) for v in leaf_sizes],
+             "slab_sizes": [int(v) for v in slab_sizes], "slab_widths": [round(float(v), 6) for v in widths],
+             "slab_samples": needy, "slab_width": width_rule, "slab_quantile": quantile, "slab_fraction": round(frac, 4),
+             "workers": W}
+    if frac > SLAB_WARN_FRACTION:
+        logger.warning("knnkit.dask.knn_graph: the boundary slabs hold %.0f%% of the points (the tree's hyperplanes "
+                       "cut through dense regions, e.g. uniform high-dimensional data); the build does about %.1fx "
+                       "one device's work", 100 * frac, 1 + frac)
+    return I, D, stats
+
+
 def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n_parts=None,
-              n_neighbors_internal=None, random_state=0):
-    """Approximate k-NN graph on a Dask cluster: one NN-Descent graph per row partition on its
-    worker, then GGM (GNND section 5) merges every pair of partitions, the pairs running in
-    parallel on the workers; each point's lists from all its merges are united at the end.
+              n_neighbors_internal=None, random_state=0, partition="auto", split="pca", slab_width="projected",
+              slab_quantile=0.99, tree_sample=20000):
+    """Approximate k-NN graph on a Dask cluster.
+
+    Two schedules (``partition``):
+
+    * ``"tree"`` (spatial partitions): a balanced hyperplane tree over ``n_parts`` leaves (fitted
+      on a sample: each node splits its points at the quantile of their projections on the
+      sample's top principal direction that gives every leaf an equal share); every leaf's graph
+      is built by the single-device engine on its worker, the leaves in parallel. Then, for every
+      splitting hyperplane h, the *slab* of h's points within ``w_h`` of it gets its own graph
+      (slabs in parallel), and each point keeps the k nearest of its leaf list and slab lists.
+      Why the slabs suffice: if ``b`` is among ``a``'s true k nearest and the two lie on opposite
+      sides of h, then ``|m(a)| + |m(b)| = |u . (a - b)| <= |a - b| <= r(a)``, where ``m`` is the
+      signed distance to h and ``r(a)`` the Euclidean distance of ``a``'s k-th neighbour in its
+      leaf graph (an upper bound of the true one). So ``a`` (whenever ``|m(a)| <= r(a)``) and
+      ``b`` (whenever ``r(a) <= w_h``) are both in the slab. ``w_h`` is the ``slab_quantile``
+      quantile of ``r`` over the points with ``|m| <= r`` (those that can have a neighbour
+      across h; they join the slab whatever their radius); only the points beyond that quantile
+      can miss a neighbour. Cosine runs on unit rows (``|a - b| = sqrt(2 cosine distance)``);
+      manhattan uses ``r`` = the L1 distance (it bounds the L2 one).
+    * ``"rows"``: one NN-Descent graph per row partition, then GGM (GNND section 5) merges every
+      pair of partitions, the pairs in parallel; each point's lists from all its merges are
+      united at the end. Total work grows with the partitions (each merge costs about twice a
+      full build): it does not scale, but it serves every metric.
+
+    ``"auto"``: ``"tree"``, except for ``inner_product`` (no distance bound to a hyperplane),
+    which uses ``"rows"``.
 
     Parameters
     ----------
     data : dask.array or array-like, shape (n, d)
     k : int, default 10
         Neighbours per point, self excluded; ``1 <= k <= n - 1``.
-    metric : {"sqeuclidean", "euclidean", "inner_product", "cosine"}
+    metric : {"sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"}
     device : {"auto", "cpu", "gpu"}
     client : distributed.Client, optional
     n_parts : int, optional
-        Partitions of an in-memory ``data`` (default: one per worker). Every pair is merged once:
-        ``n_parts * (n_parts - 1) / 2`` merges.
+        ``"rows"``: row partitions of an in-memory ``data`` (a dask array keeps its chunks);
+        every pair is merged once: ``n_parts * (n_parts - 1) / 2`` merges. ``"tree"``: leaves of
+        the tree (any count; at most ``n // (k + 1)``), whatever the input's chunks. Default: one
+        per worker.
     n_neighbors_internal : int, optional
-        List length of the partition graphs and merges (default: knnkit.knn_graph's rule).
+        ``"rows"`` only: list length of the partition graphs and merges (default:
+        knnkit.knn_graph's rule). The tree's leaves and slabs use the single-device defaults.
     random_state : int, default 0
+    partition : {"auto", "rows", "tree"}, default "auto"
+        The schedule, see above.
+    split : {"pca", "random"}, default "pca"
+        ``"tree"``: each hyperplane's normal, the top principal direction of the node's sample
+        rows, or the direction between two random sample rows (RSFK's rule).
+    slab_quantile : float in (0, 1], default 0.99
+        ``"tree"``: quantile of the radii that sets each slab's width (1: the largest radius;
+        every neighbour found by the leaf graphs' bound, the widest slabs).
+    tree_sample : int, default 20000
+        ``"tree"``: sample rows (over all partitions) the hyperplanes are fitted on.
 
     Returns
     -------
     KnnGraph
         ``indices`` (n, k) int32 global ids, ``distances`` in the user metric; ``stats`` records
-        the partitions and merges.
+        the schedule: ``"dask-tree"`` (``partitions``, ``leaf_sizes``, ``slab_sizes`` per internal
+        node breadth-first, ``slab_widths``, ``slab_fraction`` = slab points / n) or
+        ``"dask-ggm"`` (``partitions``, ``merges``).
 
     Examples
     --------
@@ -205,21 +355,58 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, Client(cluster) as c:
     ...     X = np.random.default_rng(0).random((3000, 8), dtype=np.float32)
     ...     g = knnkit.dask.knn_graph(X, k=5, client=c, device="cpu")
-    >>> g.indices.shape
-    (3000, 5)
+    >>> g.indices.shape, g.stats.method
+    ((3000, 5), 'dask-tree')
     """
     from .._core.stats import BuildStats
     from ..api.knngraph import KnnGraph
-    from ..graph.nndescent import default_parameters
 
     client = get_client(client)
     metric = check_metric(metric, GRAPH_METRICS)
     device = _check_device(device)
-    parts, shape, _dtype, kind = partitions(client, data, check_parts(n_parts, "n_parts", 1 << 31))
+    partition = _check_choice(partition, "partition", PARTITIONS)
+    split = _check_choice(split, "split", ("pca", "random"))
+    slab_width = _check_choice(slab_width, "slab_width", ("projected", "bound"))
+    slab_quantile = _check_quantile(slab_quantile, "slab_quantile")
+    tree_sample = check_parts(tree_sample, "tree_sample", 1 << 31)
+    n_parts = check_parts(n_parts, "n_parts", 1 << 31)
+    if partition == "tree" and metric not in TREE_METRICS:
+        raise ValueError(f"partition='tree' needs a metric with a distance bound to a hyperplane "
+                         f"({', '.join(TREE_METRICS)}); metric={metric!r} uses partition='rows'")
+    if partition == "auto":
+        partition = "tree" if metric in TREE_METRICS else "rows"
+    parts, shape, _dtype, kind = partitions(client, data, None if partition == "tree" else n_parts)
     n = shape[0]
     if n >= 2 ** 31 - 1:
         raise ValueError("knnkit.dask.knn_graph: more than 2**31 - 2 points do not fit int32 ids")
     k = check_k(k, n, self_excluded=True)
+    seed = int(random_state)
+    if partition == "tree":
+        P = n_parts or len(worker_addresses(client))
+        if P > max(1, n // (k + 1)):
+            raise ValueError(f"n_parts={P} leaves of {n} points leave fewer than k + 1 = {k + 1} points per leaf; "
+                             f"use at most {max(1, n // (k + 1))}")
+        I, D, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
+                                tree_sample, seed)
+        I = I.astype(np.int32)
+    else:
+        I, D, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed)
+    if (I < 0).any():
+        raise RuntimeError("knnkit.dask.knn_graph: some lists are short of k neighbours (internal error)")
+    if n > 2 * ESTIMATE_ROWS and metric != "manhattan":
+        est = _estimate_recall(client, parts, I, D, k, metric, device, seed)
+        stats["recall_estimate"] = round(est, 5)
+        if est < 0.985:
+            logger.warning("knnkit.dask.knn_graph: estimated recall@%d is %.3f%s", k, est,
+                           f"; pass a larger n_neighbors_internal (now {stats['n_neighbors_internal']})"
+                           if partition == "rows" else f"; pass a larger slab_quantile (now {slab_quantile})")
+    return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
+
+
+def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed):
+    """knn_graph(partition="rows"): partition graphs, then a GGM merge of every pair. ``(I, D, stats)``."""
+    from ..graph.nndescent import default_parameters
+
     if len(parts) > 1 and min(r for _o, r, _f in parts) < 2:
         raise ValueError("every partition needs at least 2 points; use fewer partitions")
     K = default_parameters(k, n, device="gpu" if device == "gpu" else "cpu")[0] if n_neighbors_internal is None \
@@ -228,7 +415,6 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     # (20k x 96 on 2 partitions: K = 16 -> recall 0.950, 24 -> 0.999, single device 0.999)
     K = max(K, 2 * k + 4) if n_neighbors_internal is None else K
     K = min(max(K, k), n - 1)
-    seed = int(random_state)
     bases = [client.submit(part_graph, f, k, K, metric, device, seed + 7919 * p + 1, pure=False)
              for p, (_o, _r, f) in enumerate(parts)]
     pieces = [[client.submit(globalize, b, o, k, pure=False)] for b, (o, _r, _f) in zip(bases, parts)]
@@ -246,14 +432,6 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     out = client.gather(finals)
     I = np.concatenate([o[0] for o in out]).astype(np.int32)
     D = np.concatenate([o[1] for o in out]).astype(np.float32)
-    if (I < 0).any():
-        raise RuntimeError("knnkit.dask.knn_graph: some lists are short of k neighbours (internal error)")
     stats = {"method": "dask-ggm", "partitions": len(parts), "merges": n_merges, "n_neighbors_internal": int(K),
              "workers": len(worker_addresses(client))}
-    if n > 2 * ESTIMATE_ROWS and metric != "manhattan":
-        est = _estimate_recall(client, parts, I, D, k, metric, device, seed)
-        stats["recall_estimate"] = round(est, 5)
-        if est < 0.985:
-            logger.warning("knnkit.dask.knn_graph: estimated recall@%d is %.3f; pass a larger n_neighbors_internal "
-                           "(now %d)", k, est, K)
-    return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
+    return I, D, stats

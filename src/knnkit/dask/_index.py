@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from .._core.validation import METRICS, check_k, check_metric
-from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info
+from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info, take
 from ._api import _check_device, _output, _query_blocks
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
 
@@ -126,39 +126,104 @@ class ShardedIndex:
             out.append(held)
         return out
 
-    def search(self, queries, k=10, *, query_block=65536, **search_params):
+    def _resident_blocks(self, queries):
+        """A dask array's row blocks as futures where the cluster computes (or already holds)
+        them, with the worker holding each: ``[(offset, rows, future, worker)]``."""
+        from distributed import wait
+
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"queries must be 2-D with dimension {self.dim}, got shape {queries.shape}")
+        if any(c != c for c in queries.chunks[0]):
+            raise ValueError("queries has unknown chunk sizes: call compute_chunk_sizes() first")
+        if queries.shape[0] == 0:
+            raise ValueError("queries is empty")
+        arr = queries.rechunk({1: -1})  # one block per row chunk; rows stay where they are
+        futures = self._client.compute(arr.to_delayed().ravel().tolist())
+        wait(futures)
+        who = self._client.who_has(futures)
+        offsets = np.concatenate([[0], np.cumsum(arr.chunks[0])[:-1]]).astype(np.int64)
+        return [(int(o), int(r), f, (sorted(who.get(f.key, ())) or [None])[0])
+                for o, r, f in zip(offsets, arr.chunks[0], futures) if r > 0]
+
+    def search(self, queries, k=10, *, query_block=65536, compute=True, **search_params):
         """k nearest neighbours of each query over all shards.
 
         Parameters
         ----------
         queries : dask.array or array-like, shape (m, d)
+            A dask array stays on the workers: each of its row blocks is computed (or found, when
+            persisted) on a worker and searched there, by the replicas that worker holds (another
+            worker's replica, the least loaded, for the shards it does not hold); only the
+            results move. An in-memory array is split into blocks of ``query_block`` rows that
+            are sent from the client to the replicas serving them, round-robin.
         k : int, default 10
         query_block : int, default 65536
-            Queries per task; blocks are spread over the replicas.
+            Queries per task for an in-memory ``queries`` (a dask array keeps its row chunks).
+        compute : bool, default True
+            True: gather the results to the client (numpy, or cupy for cupy queries). False:
+            return lazy ``dask.array`` results whose blocks are futures on the workers (e.g.
+            ``client.persist`` them, or feed them to the next step of a dask pipeline); errors of
+            a worker then surface when they are computed.
         **search_params :
             Keywords of :meth:`knnkit.GraphIndex.search` (``beam``, ``target_recall``...), given
             to every shard.
 
         Returns
         -------
-        distances, indices : (m, k) arrays, best first, global ids.
+        distances, indices : (m, k) arrays, best first, global ids (float32, int64): numpy / cupy
+            arrays, or dask arrays with the queries' row chunks when ``compute=False``.
+
+        Examples
+        --------
+        >>> import numpy as np, dask.array as da, knnkit.dask
+        >>> from distributed import Client, LocalCluster
+        >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, Client(cluster) as c:
+        ...     X = np.random.default_rng(0).random((2000, 8), dtype=np.float32)
+        ...     index = knnkit.dask.ShardedIndex.build(X, replicas=2, client=c, device="cpu")
+        ...     Q = c.persist(da.from_array(X[:6], chunks=(3, 8)))
+        ...     d, i = index.search(Q, k=1, compute=False)
+        ...     ids = i.compute().ravel().tolist()
+        >>> ids
+        [0, 1, 2, 3, 4, 5]
         """
+        from ._common import _is_dask_array
+
         k = check_k(k, self.n, max_k=1024)
         query_block = check_parts(query_block, "query_block", 1 << 40)
+        if not isinstance(compute, bool):
+            raise TypeError(f"compute must be a bool, got {type(compute).__name__}")
         holders = self._holders()
-        # block b is served by replica (turn + b) of every shard; it is sent to shard 0's replica only
-        turn = self._turn
-        blocks, _m, kind = _query_blocks(self._client, queries, self.dim, query_block,
-                                         targets=holders[0][turn % len(holders[0]):] + holders[0][:turn % len(holders[0])])
+        if _is_dask_array(queries):
+            blocks, kind = self._resident_blocks(queries), "numpy"
+        else:
+            # block b is sent to shard 0's replica (turn + b), round-robin
+            turn = self._turn % len(holders[0])
+            targets = holders[0][turn:] + holders[0][:turn]
+            qb, _m, kind = _query_blocks(self._client, queries, self.dim, query_block, targets=targets)
+            blocks = [(o, r, f, targets[b % len(targets)]) for b, (o, r, f) in enumerate(qb)]
+        load = {}  # blocks given to each worker so far
         results = []
-        for _qo, _qr, qf in blocks:
+        for b, (_qo, _qr, qf, where) in enumerate(blocks):
             lists = []
             for s, f in enumerate(self._futures):
-                w = holders[s][self._turn % len(holders[s])]
+                reps = holders[s]
+                if where in reps:  # the block's own worker holds a replica: no transfer
+                    w = where
+                else:
+                    w = min(reps, key=lambda x, i=len(reps): (load.get(x, 0), (reps.index(x) - self._turn) % i))
+                load[w] = load.get(w, 0) + 1
                 lists.append(self._client.submit(search_shard, f, qf, k, search_params, self.shards[s]["offset"],
                                                  pure=False, workers=[w], allow_other_workers=True))
-            self._turn += 1
             results.append(tree_reduce(self._client, lists, merge_topk, k, self.metric))
+        self._turn += len(blocks)
+        if not compute:
+            import dask.array as da
+
+            Ds = [da.from_delayed(self._client.submit(take, f, 0, pure=False), (r, k), dtype=np.float32)
+                  for f, (_o, r, _f, _w) in zip(results, blocks)]
+            Is = [da.from_delayed(self._client.submit(take, f, 1, pure=False), (r, k), dtype=np.int64)
+                  for f, (_o, r, _f, _w) in zip(results, blocks)]
+            return da.concatenate(Ds), da.concatenate(Is)
         try:
             out = self._client.gather(results)
         except Exception as e:

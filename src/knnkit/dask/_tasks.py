@@ -12,7 +12,9 @@ from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
 __all__ = ["exact_part", "merge_topk", "part_graph", "globalize", "pair_merge", "merge_running", "build_shard",
-           "search_shard", "save_shard", "load_shard", "shard_info", "take", "rows_of"]
+           "search_shard", "save_shard", "load_shard", "shard_info", "take", "size_of", "rows_of", "tree_nodes", "leaf_path",
+           "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
+           "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf"]
 
 
 def _host(a, dtype=None):
@@ -23,6 +25,11 @@ def _host(a, dtype=None):
 def rows_of(X, rows):
     """Rows ``rows`` (local ids) of a partition, host float32."""
     return np.ascontiguousarray(_host(X)[np.asarray(rows, dtype=np.int64)])
+
+
+def size_of(t):
+    """Rows of a task's ``(ids, ...)`` tuple."""
+    return int(len(t[0]))
 
 
 def take(pair, i):
@@ -55,9 +62,13 @@ def merge_topk(a, b, k, metric):
 
 
 # --------------------------------------------------------------------------- k-NN graph
-def part_graph(X, k, K, metric, device, seed):
+def part_graph(X, k, K, metric, device, seed, final=False):
     """NN-Descent (or the exact graph, by the single-device rule) lists of one partition, ids local:
-    ``(I int32 (n, K'), D float32 user metric)``, ``K' = min(K, n - 1)``."""
+    ``(I int32 (n, K'), D float32 user metric)``, ``K' = min(K, n - 1)``.
+
+    ``final=False``: lists of length ``K`` without the recall target (GGM merges follow and set the
+    quality). ``final=True``: the single-device build as :func:`knnkit.knn_graph` runs it (its
+    default internal list length and recall target), ``K`` ignored, ``min(k, n - 1)`` columns."""
     from .._core.prepare import prepare
     from ..graph import GRAPH_METRICS, build_lists, choose_method
     from ..graph.nndescent import NNDescentParams
@@ -65,10 +76,16 @@ def part_graph(X, k, K, metric, device, seed):
     n = int(X.shape[0])
     P = prepare(X, metric=metric, device=device, metrics=GRAPH_METRICS)
     method = choose_method("auto", n, P.device, metric)
-    # partition graphs without the recall target: the pairwise merges set the final quality (as
-    # the out-of-core build does)
-    params = NNDescentParams(n_neighbors_internal=max(K, k), target_recall=None) if method.name == "nndescent" else None
-    I, D, _ = build_lists(P.X, min(K, n - 1), metric=metric, method=method, params=params, seed=int(seed))
+    if final:
+        params = NNDescentParams() if method.name == "nndescent" else None
+        cols = min(int(k), n - 1)
+    else:
+        # partition graphs without the recall target: the pairwise merges set the final quality
+        # (as the out-of-core build does)
+        params = NNDescentParams(n_neighbors_internal=max(K, k), target_recall=None) \
+            if method.name == "nndescent" else None
+        cols = min(K, n - 1)
+    I, D, _ = build_lists(P.X, cols, metric=metric, method=method, params=params, seed=int(seed))
     D = finalize_distances(D, metric, P.scale)
     return _host(I, np.int32), _host(D, np.float32)
 
@@ -115,6 +132,240 @@ def merge_running(a, b, k, metric):
 
     I, D = merge_lists(a[0], to_internal(a[1], metric), b[0], to_internal(b[1], metric), k)
     return I.astype(np.int64), finalize_distances(np.array(D, dtype=np.float32), metric)
+
+
+# --------------------------------------------------------------------------- spatial tree (knn_graph partition="tree")
+# A balanced hyperplane tree over P leaves: internal node (lo, mid, hi, level) sends leaves
+# [lo, mid) left and [mid, hi) right; its hyperplane splits at the (mid - lo) / (hi - lo) quantile
+# of the projections, so leaves get equal shares of the points (P need not be a power of two).
+# A point's "margin" at a node is its signed distance to the node's hyperplane (unit normal).
+
+def tree_nodes(P):
+    """Internal nodes of the tree over ``P`` leaves, breadth-first: ``[(lo, mid, hi, level)]``."""
+    nodes, level, depth = [], [(0, int(P))], 0
+    while level:
+        nxt = []
+        for lo, hi in level:
+            if hi - lo >= 2:
+                mid = lo + (hi - lo) // 2
+                nodes.append((lo, mid, hi, depth))
+                nxt += [(lo, mid), (mid, hi)]
+        level, depth = nxt, depth + 1
+    return nodes
+
+
+def leaf_path(nodes, leaf):
+    """Internal nodes from the root to ``leaf`` (indices into ``nodes``; position = level)."""
+    return [h for h, (lo, _mid, hi, _lvl) in enumerate(nodes) if lo <= leaf < hi]
+
+
+def _unit_rows(X):
+    """Rows scaled to unit length (cosine: the tree and the slabs live on the sphere); zero rows stay."""
+    X = np.asarray(X, dtype=np.float32)
+    nrm = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64)).astype(np.float32)
+    return X / np.where(nrm > 0, nrm, 1)[:, None]
+
+
+def sample_rows(X, m, seed, unit):
+    """``m`` random rows of a partition (host float32; unit rows when ``unit``)."""
+    X = _host(X, np.float32)
+    rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], min(int(m), X.shape[0]), replace=False))
+    S = np.ascontiguousarray(X[rows])
+    return _unit_rows(S) if unit else S
+
+
+def _top_direction(S, rule, rng):
+    """Unit normal of a node's hyperplane from its sample rows ``S``: the top principal direction
+    (power iteration on the centred rows) or, ``rule="random"``, the direction between two random
+    rows (RSFK's rule)."""
+    d = S.shape[1]
+    if rule == "random" and S.shape[0] >= 2:
+        for _ in range(8):  # two distinct rows (duplicates give a zero direction)
+            a, b = rng.choice(S.shape[0], 2, replace=False)
+            u = (S[a] - S[b]).astype(np.float64)
+            if np.linalg.norm(u) > 0:
+                return u / np.linalg.norm(u)
+    C = (S - S.mean(axis=0)).astype(np.float64)
+    u = rng.standard_normal(d)
+    for _ in range(30):
+        v = C.T @ (C @ u)
+        nv = np.linalg.norm(v)
+        if nv == 0:  # all rows equal: any direction
+            break
+        u = v / nv
+    return u / np.linalg.norm(u)
+
+
+def fit_tree(P, rule, seed, *samples):
+    """Hyperplanes of the tree over ``P`` leaves from the sample rows: ``(U (P-1, d) float64 unit
+    normals, t (P-1,) thresholds)``, node order of :func:`tree_nodes`."""
+    S = np.concatenate(samples) if len(samples) > 1 else samples[0]
+    nodes = tree_nodes(P)
+    U = np.zeros((len(nodes), S.shape[1]))
+    t = np.zeros(len(nodes))
+    rng = np.random.default_rng(seed)
+    members = {(0, int(P)): np.arange(S.shape[0])}
+    for h, (lo, mid, hi, _lvl) in enumerate(nodes):
+        rows = members.pop((lo, hi))
+        Sn = S[rows]
+        if Sn.shape[0] == 0:  # an empty sample node: any plane (its leaves will be near empty)
+            U[h, 0] = 1.0
+            members[(lo, mid)] = members[(mid, hi)] = rows
+            continue
+        U[h] = _top_direction(Sn, rule, rng)
+        p = Sn.astype(np.float64) @ U[h]
+        t[h] = np.quantile(p, (mid - lo) / (hi - lo))
+        members[(lo, mid)], members[(mid, hi)] = rows[p < t[h]], rows[p >= t[h]]
+    return U, t
+
+
+def route(X, tree, P, unit):
+    """Leaf of every row of a partition and its margins along its path: ``(leaf (n,) int32,
+    margins (n, depth) float32, NaN past a shallower leaf's path)``."""
+    U, t = tree
+    X = _host(X, np.float32)
+    Xu = _unit_rows(X) if unit else X
+    n = X.shape[0]
+    nodes = tree_nodes(P)
+    depth = max([lvl for *_r, lvl in nodes], default=-1) + 1
+    margins = np.full((n, depth), np.nan, np.float32)
+    lo = np.zeros(n, np.int64)
+    hi = np.full(n, int(P), np.int64)
+    for h, (nlo, mid, nhi, lvl) in enumerate(nodes):
+        sel = np.flatnonzero((lo == nlo) & (hi == nhi))
+        if sel.size == 0:
+            continue
+        m = (Xu[sel].astype(np.float64) @ U[h] - t[h]).astype(np.float32)
+        margins[sel, lvl] = m
+        right = m >= 0
+        lo[sel[right]] = mid
+        hi[sel[~right]] = mid
+    return lo.astype(np.int32), margins
+
+
+def select_leaf(X, routed, offset, leaf):
+    """The rows of one partition that fall in ``leaf``: ``(global ids, rows, margins)``."""
+    lf, margins = routed
+    sel = np.flatnonzero(lf == leaf)
+    return sel.astype(np.int64) + int(offset), np.ascontiguousarray(_host(X, np.float32)[sel]), margins[sel]
+
+
+def assemble(*pieces):
+    """Concatenate ``(ids, rows, extra...)`` pieces field by field; every piece's length is kept
+    last (``sizes``), so a result can be split back per piece."""
+    out = tuple(np.concatenate([p[f] for p in pieces]) for f in range(len(pieces[0])))
+    return out + (np.array([len(p[0]) for p in pieces], np.int64),)
+
+
+def _kth_radius(D, k, metric):
+    """Per row, the Euclidean radius (unit rows for cosine) that holds its k listed neighbours:
+    any true neighbour lies at most this far away (NaN-free; inf for a short list)."""
+    Dk = D[:, k - 1].astype(np.float64) if D.shape[1] >= k else np.full(D.shape[0], np.inf)
+    if metric == "sqeuclidean":
+        r = np.sqrt(np.maximum(Dk, 0))
+    elif metric == "cosine":  # |a - b|^2 = 2 (1 - cos) on unit rows
+        r = np.sqrt(np.maximum(2 * Dk, 0))
+    else:  # euclidean; manhattan: the L1 distance bounds the L2 one
+        r = Dk
+    return np.where(np.isfinite(r), r, np.inf)
+
+
+def leaf_graph(leaf, k, metric, device, seed):
+    """The single-device graph of one leaf (or slab), global ids: ``(I int64 (m, k), D float32 (m, k))``,
+    ``-1`` / ``inf`` where the set has at most ``k`` points."""
+    ids, X = leaf[0], leaf[1]
+    m = int(ids.shape[0])
+    I = np.full((m, int(k)), -1, np.int64)
+    D = np.full((m, int(k)), np.inf, np.float32)
+    if m >= 2:
+        Il, Dl = part_graph(X, k, None, metric, device, seed, final=True)
+        c = Il.shape[1]
+        I[:, :c] = np.where(Il >= 0, ids[np.maximum(Il, 0)], -1)
+        D[:, :c] = np.where(Il >= 0, Dl, np.inf)
+    return I, D
+
+
+slab_graph = leaf_graph
+
+
+def slab_samples(leaf, lists, tree, leaf_index, P, k, metric, rule, cap, seed):
+    """What sets the slab widths, for each level of the leaf's path: ``(count, sample)`` with at
+    most ``cap`` sampled values.
+
+    ``rule="bound"``: the k-th radii of the points that can have a neighbour across that level's
+    hyperplane (``|margin| <= radius``). ``rule="projected"``: ``|u . (a - b)|`` over the leaf
+    graph's neighbour pairs ``(a, b)`` (``u`` the hyperplane's unit normal), how far apart the
+    two ends of a neighbour pair lie across a plane of that direction."""
+    ids, X, margins = leaf[0], leaf[1], leaf[2]
+    I = lists[0]
+    rng = np.random.default_rng(seed)
+    out = []
+    if rule == "bound":
+        r = _kth_radius(lists[1], k, metric)
+        for lvl in range(margins.shape[1]):
+            m = margins[:, lvl]
+            need = r[np.abs(m) <= r]
+            cnt = int(need.size)
+            if cnt > cap:
+                need = rng.choice(need, int(cap), replace=False)
+            out.append((cnt, need.astype(np.float64)))
+        return out
+    U = tree[0]
+    path = leaf_path(tree_nodes(P), leaf_index)
+    rows = rng.choice(ids.shape[0], min(ids.shape[0], max(1, int(cap) // max(1, k))), replace=False)
+    nb = I[rows]
+    pos = np.searchsorted(ids, np.maximum(nb, 0))  # ids are ascending (assemble keeps partition order)
+    ok = (nb >= 0) & (pos < ids.shape[0]) & (ids[np.minimum(pos, ids.shape[0] - 1)] == nb)
+    Xu = _unit_rows(X) if metric == "cosine" else X
+    a = np.repeat(rows, nb.shape[1])[ok.ravel()]
+    b = pos.ravel()[ok.ravel()]
+    for h in path:  # (a shallower leaf's path is shorter than the margins' columns)
+        u = U[h]
+        diff = np.abs((Xu[a].astype(np.float64) - Xu[b]) @ u)
+        out.append((int(diff.size), diff))
+    return out
+
+
+def select_slab(leaf, lists, level, w, k, metric, rule):
+    """The leaf's rows in the slab of its ancestor at ``level``: within ``w`` of the hyperplane
+    (``rule="bound"``: or within their own k-th radius of it). ``(global ids, rows, positions in
+    the leaf)``."""
+    ids, X, margins = leaf[0], leaf[1], leaf[2]
+    m = np.abs(margins[:, level]).astype(np.float64)
+    keep = m <= w
+    if rule == "bound":
+        keep |= m <= _kth_radius(lists[1], k, metric)
+    sel = np.flatnonzero(keep)
+    return ids[sel], X[sel], sel.astype(np.int64)
+
+
+def slab_for_leaf(slab, lists, j):
+    """The slab graph's rows of the ``j``-th piece (one leaf's slab rows): ``(positions in that
+    leaf, I, D)``."""
+    sizes = slab[-1]
+    lo = int(sizes[:j].sum())
+    hi = lo + int(sizes[j])
+    return slab[2][lo:hi], lists[0][lo:hi], lists[1][lo:hi]
+
+
+def merge_leaf(leaf, lists, k, metric, *slab_rows):
+    """A leaf's final lists: its own graph's lists united with its rows of every slab graph
+    (duplicate ids kept once), top ``k``: ``(global ids, I, D)``."""
+    from ..graph._merge import merge_lists
+
+    I, D = lists
+    Ii = np.where(I >= 0, I, -1).astype(np.int32)
+    Di = np.where(I >= 0, to_internal(D, metric), np.inf).astype(np.float32)
+    for pos, SI, SD in slab_rows:
+        if pos.size == 0:
+            continue
+        AI = np.full(Ii.shape, -1, np.int32)
+        AD = np.full(Ii.shape, np.inf, np.float32)
+        AI[pos] = np.where(SI >= 0, SI, -1)
+        AD[pos] = np.where(SI >= 0, to_internal(SD, metric), np.inf)
+        Ii, Di = merge_lists(Ii, Di, AI, AD, k)
+    Do = finalize_distances(np.array(Di, dtype=np.float32), metric)
+    return leaf[0], Ii.astype(np.int64), np.where(Ii >= 0, Do, np.inf).astype(np.float32)
 
 
 # --------------------------------------------------------------------------- sharded index
