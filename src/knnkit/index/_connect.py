@@ -762,11 +762,14 @@ def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, blo
             nb = X[xp.where(valid, g, 0)]
             d = ((nb - X[s0:s0 + block, None, :]) ** 2).sum(axis=2)
             dist[s0:s0 + block] = xp.where(valid, d, xp.nan)
-    med = xp.nanmedian(dist, axis=1)
-    med = xp.where(xp.isnan(med), 0, med)
+    # a row's scale is its shortest positive edge: the median was itself a long edge in rows that
+    # the reverse-edge pass had filled with links to other clusters (1M x 128, 10,000 tight
+    # clusters: 7,708 components by the median, 9,942 by the shortest edge; recall 0.978 -> 1.0)
+    near = xp.where(dist > 0, dist, xp.inf).min(axis=1)
+    near = xp.where(xp.isfinite(near), near, 0)
     gi = xp.where((graph >= 0) & (graph < n), graph, 0)
-    scale = xp.maximum(med[:, None], med[gi])
-    long_ = (dist > factor * scale) & (med[:, None] > 0) & (med[gi] > 0)
+    scale = xp.maximum(near[:, None], near[gi])
+    long_ = (dist > factor * scale) & (near[:, None] > 0) & (near[gi] > 0)
     keep = _to_host(~long_)
     short = np.where(keep, _to_host(graph), -1).astype(np.int32)
     return components(short)
