@@ -47,6 +47,36 @@ def sampled_recall(X, I, rows, k=10):
     return hits / (len(rows) * k)
 
 
+def _busy(records, t0):
+    """Per worker and task prefix: tasks, summed compute seconds, first start and last stop
+    (seconds after the clock started): whether the workers' tasks overlap in time."""
+    out = {}
+    for rec in records:
+        from dask.utils import key_split
+
+        pre = key_split(rec.get("key", "?"))
+        for ss in rec.get("startstops", ()):
+            if ss.get("action") != "compute":
+                continue
+            w = out.setdefault(str(rec.get("worker")), {}).setdefault(pre, [0, 0.0, float("inf"), 0.0])
+            w[0] += 1
+            w[1] += ss["stop"] - ss["start"]
+            w[2] = min(w[2], ss["start"])
+            w[3] = max(w[3], ss["stop"])
+    base = min((v[2] for d in out.values() for v in d.values()), default=0.0)
+    return {w: {p: {"tasks": v[0], "compute_s": round(v[1], 3), "first_start_s": round(v[2] - base, 3),
+                    "last_stop_s": round(v[3] - base, 3)} for p, v in d.items()} for w, d in out.items()}
+
+
+def _worker_gpu():
+    import os
+
+    import cupy
+
+    return {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "pci_bus_id": cupy.cuda.Device(0).pci_bus_id}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4_000_000)
@@ -163,11 +193,16 @@ def main():
             for beam in (32, 64, 128):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
                 t = time.perf_counter()
+                busy = None
                 if args.resident_queries:
-                    Dr, Ir = ix.search(dQ, k=10, beam=beam, compute=False)
-                    Dr, Ir = c.persist([Dr, Ir])
-                    wait([Dr, Ir])
-                    s = time.perf_counter() - t
+                    from distributed import get_task_stream
+
+                    with get_task_stream(client=c) as ts:
+                        Dr, Ir = ix.search(dQ, k=10, beam=beam, compute=False)
+                        Dr, Ir = c.persist([Dr, Ir])
+                        wait([Dr, Ir])
+                        s = time.perf_counter() - t
+                    busy = _busy(ts.data, t)
                     I = Ir[:10_000].compute()
                 else:
                     _, I = ix.search(Q, k=10, beam=beam, query_block=50_000)
@@ -176,6 +211,10 @@ def main():
                      "resident_queries": bool(args.resident_queries),
                      "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
                      "recall": round(float(recall(I[:10_000], Tq)), 4)}
+                if busy is not None:
+                    r["tasks"] = busy
+                if beam == 32 and not args.cpu:
+                    r["worker_gpus"] = c.run(_worker_gpu)
                 out["runs"].append(r)
                 log(json.dumps(r))
     if "graph" not in args.benches.split(","):

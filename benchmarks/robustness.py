@@ -47,8 +47,10 @@ from knnkit.evaluate import graph_recall, recall  # noqa: E402
 from knnkit.index._connect import components, reachable_from  # noqa: E402
 
 K = 10
-BEAMS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
-EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+BEAMS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
+EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
+#: past 512 (beam or ef), the sweep stops once this recall is reached (high-d sets keep gaining)
+LONG_SWEEP_STOP = 0.995
 ITOPK = [16, 32, 64, 96, 128, 192, 256, 384, 512]
 TARGETS = (0.95, 0.99)
 
@@ -130,7 +132,7 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed):
         curve.append((round(r, 4), round(len(Q) / t, 1)))
         if b == default_beam:
             res["recall_default_beam"] = round(r, 4)
-        if r >= 0.999 and b >= default_beam:
+        if b >= default_beam and (r >= 0.999 or (b > 512 and r >= LONG_SWEEP_STOP)):
             break
     res["default_beam"] = default_beam
     res["curve"] = curve
@@ -158,7 +160,7 @@ def run_hnswlib(X, Q, metric, TI, TD, seed):
         # hnswlib distances: l2 squared, ip as 1 - <q, x>; convert to knnkit's for the tie rule
         Dk = D if metric != "inner_product" else 1.0 - D
         curve.append((round(_recall(I, Dk, TI, TD, metric), 4), round(len(Q) / t, 1)))
-        if curve[-1][0] >= 0.999:
+        if curve[-1][0] >= 0.999 or (ef > 512 and curve[-1][0] >= LONG_SWEEP_STOP):
             break
     res["curve"] = curve
     res.update(_summary(curve))

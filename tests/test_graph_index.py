@@ -534,3 +534,22 @@ def test_candidate_stall_detector():
     est, stalled = _candidates_stalled(X, random_ids, "l2", 0)
     assert est < 0.1 and stalled
     assert _candidates_stalled(X[:3000], exact_ids[:3000] % 3000, "l2", 0) == (None, False)
+
+
+def test_calibration_extends_past_its_ladder_only_while_recall_is_low():
+    """Beams after the ladder are tried only while the last recall is below EXTEND_UNTIL (high-d
+    data keeps gaining past 512), never beyond n, and the default beam may be raised onto them."""
+    from knnkit.datasets.suite import make_uniform_cube
+    from knnkit.index._calibrate import EXTEND_UNTIL, calibrate, raised_default_beam
+
+    X, _ = make_uniform_cube(3000, 64, n_queries=10, random_state=4)
+    index = GraphIndex.build(X, device="cpu", random_state=0, graph_degree=8, calibrate=False)
+    cal = calibrate(index._engine, index.search_params, beams=(10,), extra_beams=(12, 16, 64, 512, 4096))
+    beams, rec = cal["beams"], cal["recall"]
+    assert beams[0] == 10 and 4096 not in beams  # larger than n
+    for j in range(1, len(beams)):  # an extra beam only after a recall below the bar
+        assert rec[j - 1] < EXTEND_UNTIL
+    assert rec[-1] >= EXTEND_UNTIL or beams[-1] == 512
+    assert rec[0] < 0.95  # degree 8 on uniform 64-d data: the first beam is far from the target
+    better = raised_default_beam(cal, 10)
+    assert better is not None and better > 10 and better in beams
