@@ -571,7 +571,8 @@ def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, 
     return int(_insert_links(gh, parent, touched, repair_links, cap, src, un.astype(np.int64)))
 
 
-def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, max_rounds=64, copy=True):
+def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, max_rounds=64, copy=True,
+                        components_of=None):
     """Make every node of a search graph reachable from the entry points.
 
     Two phases, each repeated until it holds:
@@ -607,6 +608,9 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
         Cap on the rounds of each phase (the stats say if anything was left).
     copy : bool
         Work on a copy of ``graph`` (default) or in place.
+    components_of : (labels, count), optional
+        The graph's weakly connected components when the caller has them already (host labels):
+        saves one union-find pass.
 
     Returns
     -------
@@ -647,7 +651,6 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     # links are written into a host copy (the GPU graph is refreshed from it after each round)
     gh = _to_host(graph).astype(np.int32, copy=copy or xp is not np)
     X = X.astype(xp.float32, copy=False)
-    ins = _Inserter(gh)
     stats = {}
 
     def dev():
@@ -656,12 +659,18 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     # (GPU graphs: one copy to the host here, one back at the end)
     # components and reachability run on the host copy (Numba union-find and BFS: at 1M x 64 a
     # fraction of a second, where CuPy label propagation took seconds); X stays on its device
-    labels, c = components(gh)
+    if components_of is not None:
+        labels, c = np.asarray(_to_host(components_of[0])), int(components_of[1])
+    else:
+        labels, c = components(gh)
     stats["components_before"] = c
     parent = np.empty(n, np.int64)
     queue = np.empty(n, np.int64)
     reached = _bfs_tree(gh, entry, parent, queue)
     stats["unreachable_before"] = int(n - reached)
+    # the inserter's in-degree count is a pass over every edge: only when there is work
+    # (1M x 64 connected graphs paid 0.5 s for it)
+    ins = _Inserter(gh) if c > 1 or reached < n else None
     rounds = 0
     # the component rounds on a host copy of X when it fits _HOST_COPY_MAX_BYTES, made once: a
     # round is a few GEMVs and many tiny per-pair searches, each a launch and a sync on a GPU
@@ -705,13 +714,13 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
         labels, c = components(gh)
     stats["components_after"] = c
     stats["unreachable_after"] = int(n - reached)
-    g = dev()
-    stats["links_added"] = ins.added
+    g = dev() if ins is not None else graph if not copy else graph.copy()
+    stats["links_added"] = ins.added if ins is not None else 0
     stats["seconds"] = round(time.perf_counter() - t0, 4)
     level = logger.info if stats["components_before"] > 1 or stats["unreachable_before"] else logger.debug
     level("repair_connectivity: components %d -> %d, unreachable %d -> %d, %d links added (%.3f s)",
           stats["components_before"], c, stats["unreachable_before"], stats["unreachable_after"],
-          ins.added, stats["seconds"])
+          stats["links_added"], stats["seconds"])
     if not copy:  # write the result into the caller's array (numpy or cupy)
         if g is not graph:
             graph[...] = g
@@ -721,21 +730,22 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
 
 # ---------------------------------------------------------------------------------- soft components
 #: An edge is "long" when its squared distance exceeds this many times the larger of its two end
-#: rows' median edge (8x in Euclidean distance); rows whose median is 0 (duplicates) never call
-#: an edge long.
+#: rows' shortest positive edge (8x in Euclidean distance); rows with no positive edge
+#: (duplicates) never call an edge long.
 LONG_EDGE_FACTOR = 64.0
 #: n * R * d from which the host edge distances use the Numba kernel (below: NumPy, no compile)
 NUMBA_EDGE_WORK = 2e8
 
 
-def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, block=8192):
+def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, block=8192, components_of=None):
     """Weakly connected components of ``graph`` without its long edges (host labels, count).
 
     Separated clusters joined only by a few stray links (a GPU NN-Descent graph keeps some of its
     random start: 10,000 clusters of 1M x 128 were one component) are one component of the graph
     but several here, so each can get its own entry point. ``X``: prepared vectors (numpy or
     cupy, like ``graph``); ``metric``: internal (``"ip"``: unit rows are compared by squared
-    Euclidean distance too).
+    Euclidean distance too). ``components_of``: the graph's own ``(labels, count)``, returned as
+    they are when no edge is long.
 
     Examples
     --------
@@ -770,6 +780,10 @@ def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, blo
     gi = xp.where((graph >= 0) & (graph < n), graph, 0)
     scale = xp.maximum(near[:, None], near[gi])
     long_ = (dist > factor * scale) & (near[:, None] > 0) & (near[gi] > 0)
+    if components_of is not None and not bool(long_.any()):
+        # no long edge: the short-edge components are the graph's own (broad data; saves the
+        # union-find pass and the host copy)
+        return components_of
     keep = _to_host(~long_)
     short = np.where(keep, _to_host(graph), -1).astype(np.int32)
     return components(short)

@@ -100,6 +100,7 @@ def _connect(X, g, entry, im):
 
     xp = get_array_module(g)
     labels, c = components(as_host(g))  # Numba union-find on the host: faster than propagation on the GPU
+    own = (labels, c)
     if isinstance(entry, EntryPoints):
         # clusters joined only by stray long links are one component here; their short-edge
         # components still tell them apart (1M x 128, 10,000 tight clusters: one component on the
@@ -107,7 +108,7 @@ def _connect(X, g, entry, im):
         # Used whenever they are more than the graph's own: k-means does not give every cluster an
         # entry even with as many entries as clusters (1M x 128, 1,000 clusters in 336 graph
         # components: 1,314 entries, 0.947; one per short-edge component: 1.0)
-        soft, cs = short_edge_components(X, g, im)
+        soft, cs = short_edge_components(X, g, im, components_of=own)
         if cs > c:
             logger.info("GraphIndex: %d components without long edges (%d with them): one entry each", cs, c)
             labels, c = soft, cs
@@ -115,7 +116,7 @@ def _connect(X, g, entry, im):
     if c > 1 and isinstance(entry, EntryPoints):  # a hierarchy's bottom layer is its own door set
         med, cen = entry_points_per_component(labels, X, metric=im)
         entry = combine_entry_points(entry, med, cen)
-    g, conn = repair_connectivity(X, g, metric=im, entry_ids=entry.medoids, copy=False)
+    g, conn = repair_connectivity(X, g, metric=im, entry_ids=entry.medoids, copy=False, components_of=own)
     conn = {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer))
                 else v) for k, v in conn.items()}
     conn["entry_points"] = int(len(entry))
