@@ -156,12 +156,15 @@ def main():
                     warm = min(200_000, args.n // (2 * w))
                     knnkit.dask.knn_graph(dX[:warm * w].rechunk((warm, args.d)), k=10, client=c, device=dev,
                                           partition=sched, n_parts=parts)
+                    from distributed import get_task_stream
+
                     t = time.perf_counter()
-                    g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts)
+                    with get_task_stream(client=c) as ts:
+                        g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts)
                     s = time.perf_counter() - t
                     r = {"bench": "knn_graph", "schedule": sched, "workers": w, "partitions": parts,
                          "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
-                         "stats_method": g.stats.method, **g.stats.extra}
+                         "stats_method": g.stats.method, **g.stats.extra, "tasks": _busy(ts.data, t)}
                     out["runs"].append(r)
                     log(json.dumps(r))
                     del dX
