@@ -60,17 +60,23 @@ def _centre_dist(Lq, Lt, out):
             out[i, j] = math.sqrt(_dist2(Lq[i], Lt[j]))
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _spread(L):
-    """Sum of the pairwise Euclidean distances of the rows of L (landmark-set quality)."""
-    m = L.shape[0]
-    part = np.zeros(m)
-    for i in prange(m):
-        acc = 0.0
+    """Sum of the pairwise Euclidean distances of the rows of L (landmark-set quality).
+
+    Serial on purpose: ~1 M pairs take ~3 ms in one thread, while the earlier ``prange`` over
+    the triangular rows took 20-50 ms per trial on 2 shared cores (unbalanced static chunks, and
+    each parallel region waits for its slowest thread), 0.2-0.45 s of the clusters phase."""
+    m, dim = L.shape
+    acc = 0.0
+    for i in range(m):
         for j in range(i + 1, m):
-            acc += math.sqrt(_dist2(L[i], L[j]))
-        part[i] = acc
-    return part.sum()
+            s = 0.0
+            for c in range(dim):
+                diff = np.float64(L[i, c]) - np.float64(L[j, c])
+                s += diff * diff
+            acc += math.sqrt(s)
+    return acc
 
 
 @njit(parallel=True, cache=True)
