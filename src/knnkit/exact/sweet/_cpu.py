@@ -166,6 +166,28 @@ def _offer(hd, hi, k, d, ix):
     return False
 
 
+@njit(inline="always")
+def _offer_sorted(hd, hi, k, d, ix):
+    """Insert (d, ix) into the k-best list kept sorted ascending by (distance, index), worst last.
+
+    For small k (the engine uses it for k <= ``_SORTED_K_MAX``) the shift of a few entries beats
+    the heap's sift-down (5-6 % of level 2 at k = 20, skin and uniform 3-D); the heap stays for
+    large k, where an insertion moves O(k) entries."""
+    if d < hd[k - 1] or (d == hd[k - 1] and ix < hi[k - 1]):
+        u = k - 1
+        while u > 0 and (hd[u - 1] > d or (hd[u - 1] == d and hi[u - 1] > ix)):
+            hd[u] = hd[u - 1]
+            hi[u] = hi[u - 1]
+            u -= 1
+        hd[u] = d
+        hi[u] = ix
+        return True
+    return False
+
+
+_SORTED_K_MAX = 32
+
+
 @njit(cache=True)
 def _sorted_row(cd, ci, k, out_d, out_i):
     """The k smallest (distance, index) pairs of ``cd/ci`` sorted, written to out (k,)."""
@@ -259,11 +281,11 @@ def _first_inside(mdist, beg, end, limit):
 
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, parts,
-            exclude_self, rel, full, count_only, heap_d, heap_i, surv_d, surv_i, woff, counts):
+            exclude_self, rel, full, count_only, sorted_k, heap_d, heap_i, surv_d, surv_i, woff, counts):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
     ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
-    so a cluster's members are read contiguously. Full filter: the task's heap (row ``task`` of
-    heap_*) shrinks theta.
+    so a cluster's members are read contiguously. Full filter: the task's k-best list (row ``task``
+    of heap_*; a sorted array when ``sorted_k``, else a max-heap) shrinks theta.
     Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
     written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
     ntask = qseq.shape[0] * parts
@@ -293,32 +315,50 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, 
             if full:
                 # outward from the members at the query's own centre distance: the one-landmark
                 # bound |a - b| grows on both sides, so the closest candidates come first, theta
-                # shrinks early, and each side stops at its first member past the bound
+                # shrinks early, and each side stops at its first member past the bound. The sides
+                # alternate (one member above a, one below) instead of always taking the smaller
+                # gap: that choice mispredicted about every other time, and the fixed alternation
+                # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
                 up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
                 down = up + 1  # members with b <= a, toward smaller b
-                while True:
-                    gu = mdist[up] - a if up >= beg else np.inf
-                    gd = a - mdist[down] if down < end else np.inf
-                    if gu <= gd:
-                        if gu > thr:
-                            break  # the other side is at least as far
-                        i = up
-                        up -= 1
-                    else:
-                        if gd > thr:
-                            break
-                        i = down
-                        down += 1
-                    t = members[i]
-                    if exclude_self and t == qi:
-                        continue
-                    d = np.float32(_dist2(q, Xs[i]))
-                    ndist += 1
-                    if _offer(hd, hi, k, d, t) and hd[0] < np.inf:
-                        th = math.sqrt(np.float64(hd[0]))
-                        if th < theta:
-                            theta = th
-                            thr = theta + rel * (theta + a + Rt[c])
+                go_up = True
+                go_down = True
+                while go_up or go_down:
+                    for side in range(2):
+                        if side == 0:
+                            if not go_up:
+                                continue
+                            if up < beg or mdist[up] - a > thr:
+                                go_up = False
+                                continue
+                            i = up
+                            up -= 1
+                        else:
+                            if not go_down:
+                                continue
+                            if down >= end or a - mdist[down] > thr:
+                                go_down = False
+                                continue
+                            i = down
+                            down += 1
+                        t = members[i]
+                        if exclude_self and t == qi:
+                            continue
+                        d = np.float32(_dist2(q, Xs[i]))
+                        ndist += 1
+                        if sorted_k:
+                            if not _offer_sorted(hd, hi, k, d, t):
+                                continue
+                            kth = hd[k - 1]
+                        else:
+                            if not _offer(hd, hi, k, d, t):
+                                continue
+                            kth = hd[0]
+                        if kth < np.inf:
+                            th = math.sqrt(np.float64(kth))
+                            if th < theta:
+                                theta = th
+                                thr = theta + rel * (theta + a + Rt[c])
                 continue
             i = _first_inside(mdist, beg, end, a + thr)
             while i < end:
@@ -467,7 +507,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             hd = np.full((ntask, k), np.inf, np.float32)
             hi = np.full((ntask, k), -1, np.int64)
             counts = np.zeros(ntask, np.int64)
-            _level2(*args, seq, *args2, True, False, hd, hi, hd[0], hi[0], counts[:1], counts)
+            _level2(*args, seq, *args2, True, False, k <= _SORTED_K_MAX, hd, hi, hd[0], hi[0], counts[:1], counts)
             ndist += int(counts.sum())
             _merge_parts(hd, hi, seq, parts, k, out_d, out_i)
     else:
@@ -478,7 +518,8 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             counts = np.zeros(seq.size * parts, np.int64)
             dummy_d = np.empty((counts.size, 1), np.float32)
             dummy_i = np.empty((counts.size, 1), np.int64)
-            _level2(*args, seq, *args2, False, True, dummy_d, dummy_i, dummy_d[0], dummy_i[0], counts[:1], counts)
+            _level2(*args, seq, *args2, False, True, False, dummy_d, dummy_i, dummy_d[0], dummy_i[0], counts[:1],
+                    counts)
             per_query = counts.reshape(seq.size, parts).sum(1)
             take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
             seq, counts = seq[:take], counts[:take * parts]
@@ -486,8 +527,8 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             np.cumsum(counts, out=woff[1:])
             sd = np.empty(max(1, int(woff[-1])), np.float32)
             si = np.empty(max(1, int(woff[-1])), np.int64)
-            _level2(*args, seq, *args2, False, False, dummy_d[:counts.size], dummy_i[:counts.size], sd, si,
-                    woff, counts)
+            _level2(*args, seq, *args2, False, False, False, dummy_d[:counts.size], dummy_i[:counts.size], sd,
+                    si, woff, counts)
             ndist += int(counts.sum())
             _select_partial(sd, si, woff, seq, parts, k, out_d, out_i)
             s += take
