@@ -12,6 +12,7 @@ import pytest
 
 from knnkit.exact._cpu import knn_cpu
 from knnkit.exact.sweet import SweetParams, estimate_savings, sweet_knn
+from knnkit.exact.sweet import _cpu as sweet_cpu_module
 
 
 def assert_same_knn(d, i, d0, i0):
@@ -100,12 +101,47 @@ def test_heavy_duplicates(rng):
 def test_all_identical_and_single_cluster(rng):
     X = np.full((400, 4), 3.25, np.float32)
     stats = run_both(X, None, 12)
+    # identical rows are merged: one distinct row, one distance
+    assert stats["distinct_rows"] == 1 and stats["distance_computations"] == 1
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)  # merging off
+        stats = run_both(X, None, 12)
     # nothing can be pruned when every distance ties: all pairs but the excluded self pairs
-    assert stats["distance_computations"] == 400 * 399
+    assert stats["distinct_rows"] is None and stats["distance_computations"] == 400 * 399
     run_both(X, X[:10] + 1, 5)
     one = rng.standard_normal((300, 3)).astype(np.float32) * 1e-3 + 5
     run_both(one, None, 8, params=SweetParams(n_landmarks_data=1))
     run_both(one, one[:37] * 1.0001, 8, params=SweetParams(n_landmarks_data=1, n_landmarks_query=1))
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_duplicate_merging_forced(rng, monkeypatch, merge):
+    """Both sides of the duplicate gate on both kinds of data: merging forced on rows with few
+    copies (and many ties at distinct distances, integer grid), and off on rows with many; every
+    k-best variant behind it (sorted list, heap, partial filter, split parts)."""
+    monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", 0.0 if merge else np.inf)
+    few = rng.integers(0, 40, (1500, 3)).astype(np.float32)  # ~2 % repeated rows, many equal distances
+    many = rng.integers(0, 6, (200, 3)).astype(np.float32)[rng.integers(0, 200, 1200)]
+    for X in (few, many):
+        for k, p in ((1, None), (7, None), (31, SweetParams(filter="full")), (40, SweetParams(filter="full")),
+                     (40, SweetParams(filter="partial")), (9, SweetParams(parallelism="split")),
+                     (9, SweetParams(filter="partial", parallelism="split"))):
+            stats = run_both(X, None, k, params=p)
+            assert (stats["distinct_rows"] is not None) == merge
+            if merge:
+                assert stats["distinct_rows"] == np.unique(X, axis=0).shape[0]
+    # separate queries never merge
+    assert run_both(many, many[:40] + 0.5, 5)["distinct_rows"] is None
+
+
+def test_duplicate_gate_auto(rng):
+    """The sample gate merges heavy duplicates and leaves distinct float rows alone."""
+    X = rng.random((3000, 3), dtype=np.float32)
+    _, _, s = sweet_knn(X, X, 5, exclude_self=True)
+    assert s["distinct_rows"] is None
+    Y = X[rng.integers(0, 300, 3000)]
+    _, _, s = sweet_knn(Y, Y, 5, exclude_self=True)
+    assert s["distinct_rows"] == np.unique(Y, axis=0).shape[0]
 
 
 def test_k_equals_n_minus_1_and_k1(rng):

@@ -188,14 +188,34 @@ def _offer_sorted(hd, hi, k, d, ix):
 _SORTED_K_MAX = 32
 
 
+@njit(inline="always")
+def _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
+    """Offer point ``t`` at distance ``d``; with ``dup`` (``t`` a unique row standing for the
+    original rows ``uidx[uoff[t]:uoff[t + 1]]``, ascending) offer each copy, stopping at the
+    first one refused: the later copies tie on distance with larger indices. True when anything
+    entered the k-best list."""
+    if not dup:
+        if sorted_k:
+            return _offer_sorted(hd, hi, k, d, t)
+        return _offer(hd, hi, k, d, t)
+    took = False
+    for r in range(uoff[t], uoff[t + 1]):
+        ok = _offer_sorted(hd, hi, k, d, uidx[r]) if sorted_k else _offer(hd, hi, k, d, uidx[r])
+        if not ok:
+            break
+        took = True
+    return took
+
+
 @njit(cache=True)
-def _sorted_row(cd, ci, k, out_d, out_i):
-    """The k smallest (distance, index) pairs of ``cd/ci`` sorted, written to out (k,)."""
+def _sorted_row(cd, ci, k, out_d, out_i, dup, uoff, uidx):
+    """The k smallest (distance, index) pairs of ``cd/ci`` sorted, written to out (k,); with
+    ``dup`` each ``ci`` is a unique row standing for its copies (see ``_offer_copies``)."""
     hd = np.full(k, np.inf, np.float32)
     hi = np.full(k, np.iinfo(np.int64).max, np.int64)
     for t in range(cd.shape[0]):
         if ci[t] >= 0:
-            _offer(hd, hi, k, cd[t], ci[t])
+            _offer_copies(hd, hi, k, cd[t], ci[t], False, dup, uoff, uidx)
     order = np.argsort(hd, kind="mergesort")
     for t in range(k):
         out_d[t] = hd[order[t]]
@@ -281,11 +301,14 @@ def _first_inside(mdist, beg, end, limit):
 
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, parts,
-            exclude_self, rel, full, count_only, sorted_k, heap_d, heap_i, surv_d, surv_i, woff, counts):
+            exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
+            counts):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
     ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
     so a cluster's members are read contiguously. Full filter: the task's k-best list (row ``task``
-    of heap_*; a sorted array when ``sorted_k``, else a max-heap) shrinks theta.
+    of heap_*; a sorted array when ``sorted_k``, else a max-heap) shrinks theta. ``dup``: the rows
+    are unique rows whose copies are ``uidx[uoff[t]:uoff[t + 1]]`` (see ``_find_duplicates``);
+    the k-best lists hold original indices, the partial filter's survivors unique ones.
     Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
     written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
     ntask = qseq.shape[0] * parts
@@ -346,14 +369,9 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, 
                             continue
                         d = np.float32(_dist2(q, Xs[i]))
                         ndist += 1
-                        if sorted_k:
-                            if not _offer_sorted(hd, hi, k, d, t):
-                                continue
-                            kth = hd[k - 1]
-                        else:
-                            if not _offer(hd, hi, k, d, t):
-                                continue
-                            kth = hd[0]
+                        if not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
+                            continue
+                        kth = hd[k - 1] if sorted_k else hd[0]
                         if kth < np.inf:
                             th = math.sqrt(np.float64(kth))
                             if th < theta:
@@ -385,17 +403,75 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, 
 
 @njit(parallel=True, cache=True)
 def _merge_parts(hd, hi, qseq, parts, k, out_d, out_i):
+    none = np.empty(1, np.int64)
     for p in prange(qseq.shape[0]):
         r0 = p * parts
-        _sorted_row(hd[r0:r0 + parts].ravel(), hi[r0:r0 + parts].ravel(), k, out_d[qseq[p]], out_i[qseq[p]])
+        _sorted_row(hd[r0:r0 + parts].ravel(), hi[r0:r0 + parts].ravel(), k, out_d[qseq[p]], out_i[qseq[p]],
+                    False, none, none)
 
 
 @njit(parallel=True, cache=True)
-def _select_partial(sd, si, woff, qseq, parts, k, out_d, out_i):
+def _select_partial(sd, si, woff, qseq, parts, k, out_d, out_i, dup, uoff, uidx):
     for p in prange(qseq.shape[0]):
         a = woff[p * parts]
         b = woff[(p + 1) * parts]
-        _sorted_row(sd[a:b], si[a:b], k, out_d[qseq[p]], out_i[qseq[p]])
+        _sorted_row(sd[a:b], si[a:b], k, out_d[qseq[p]], out_i[qseq[p]], dup, uoff, uidx)
+
+
+@njit(parallel=True, cache=True)
+def _expand_unique(ud, ui, inv, out_d, out_i):
+    """All-points rows from the unique rows' lists: row ``i`` is the (k + 1)-list of its unique
+    row ``inv[i]`` (self included, ordered by (distance, index)) without ``i`` itself, or without
+    the last entry when ``i`` is not in it (then ``i`` was a tie past the list)."""
+    k = out_d.shape[1]
+    for i in prange(inv.shape[0]):
+        u = inv[i]
+        w = 0
+        for t in range(k + 1):
+            if ui[u, t] == i:
+                continue
+            if w == k:
+                break
+            out_d[i, w] = ud[u, t]
+            out_i[i, w] = ui[u, t]
+            w += 1
+
+
+_DUP_SAMPLE = 4096
+_DUP_MIN_COPIES = 1.0
+
+
+def _find_duplicates(X, rng):
+    """Groups of identical rows of ``X`` when they are common enough to pay, else None.
+
+    Returns ``(U, inv, uoff, uidx)``: the unique rows, the unique row of every original row, and
+    the original rows of unique row ``t`` as ``uidx[uoff[t]:uoff[t + 1]]`` (ascending). Rows are
+    equal when their float32 bit patterns are (so -0.0 and 0.0 stay apart, which is only a missed
+    merge). Gate: on a random sample of ``_DUP_SAMPLE`` rows, the equal pairs estimate the mean
+    number of other copies a row has; below ``_DUP_MIN_COPIES`` the grouping (one lexsort, ~20-60 ms
+    at 245k x 3) is skipped. On skin (245,057 rows, 51,433 distinct) a row has ~172 other copies
+    on average, which the engine would otherwise compute distances to one by one."""
+    n = X.shape[0]
+    if n < 2:
+        return None
+    bits = X.view(np.uint32)
+    s = min(n, _DUP_SAMPLE)
+    sample = bits[np.sort(rng.choice(n, size=s, replace=False))]
+    _, counts = np.unique(sample.view(np.dtype((np.void, 4 * X.shape[1]))).ravel(), return_counts=True)
+    pairs = float((counts * (counts - 1.0) / 2.0).sum())
+    if s < 2 or pairs / (s * (s - 1.0) / 2.0) * (n - 1) < _DUP_MIN_COPIES:
+        return None
+    order = np.lexsort(bits.T[::-1])  # stable: equal rows in ascending index
+    sb = bits[order]
+    new = np.ones(n, bool)
+    new[1:] = (sb[1:] != sb[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    if starts.size == n:
+        return None
+    inv = np.empty(n, np.int64)
+    inv[order] = np.cumsum(new) - 1
+    uoff = np.append(starts, n).astype(np.int64)
+    return np.ascontiguousarray(X[order[starts]]), inv, uoff, order.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -480,46 +556,62 @@ def _choose_parts(params, m, mean_cand):
 def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     """Sweet KNN join on the CPU; ``qsel`` restricts level 2 to some query rows (estimates).
 
+    All-points joins whose rows repeat often (``_find_duplicates``) run on the distinct rows: each
+    distinct row's k + 1 nearest original rows (self included) are found once, every copy offered
+    to the k-best lists as its own index, and each original row then takes its distinct row's list
+    without itself. Same results; the filters and distances work on the distinct rows only.
+
     Returns ``(dist, idx, stats)`` for the rows ``qsel`` (all rows when None)."""
     t_all = time.perf_counter()
     n, dim = X.shape
-    m = Q.shape[0]
-    tab = build_cpu(X, Q, k, params, seed, all_points)
+    t0 = time.perf_counter()
+    dup = _find_duplicates(X, np.random.default_rng([seed, 1])) if all_points and qsel is None else None
+    t_dup = time.perf_counter() - t0
+    none = np.empty(1, np.int64)
+    if dup is None:
+        Xr, Qr, k_sel, exclude, uoff, uidx = X, Q, k, bool(all_points), none, none
+    else:
+        # distinct rows, self kept: the k + 1 list of a distinct row serves every copy of it
+        Xr, inv, uoff, uidx = dup
+        Qr, k_sel, exclude = Xr, k + 1, False
+    tab = build_cpu(Xr, Qr, k, params, seed, all_points)
     filt = choose_filter(params, k, dim)
     qseq = tab["qseq"] if qsel is None else tab["qseq"][np.isin(tab["qseq"], qsel)]
-    mrows = m if qsel is None else int(np.max(qsel)) + 1
+    mrows = Qr.shape[0] if qsel is None else int(np.max(qsel)) + 1
     mean_cand = tab["coff"][-1] / max(1, tab["mq"])
     parts = _choose_parts(params, qseq.size, mean_cand)
-    out_d = np.empty((mrows, k), np.float32)
-    out_i = np.empty((mrows, k), np.int64)
+    out_d = np.empty((mrows, k_sel), np.float32)
+    out_i = np.empty((mrows, k_sel), np.int64)
     t0 = time.perf_counter()
     # data rows in cluster order: level 2 reads each cluster's members contiguously
-    Xs = X[tab["members"]]
-    args = (Xs, Q, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
-    args2 = (tab["qlab"], tab["ub"], tab["coff"], tab["cand"], k, parts, bool(all_points), tab["rel"])
+    Xs = Xr[tab["members"]]
+    args = (Xs, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
+    args2 = (tab["qlab"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
+    dupargs = (dup is not None, uoff, uidx)
     ndist = 0
     if filt == "full":
         # query chunks bound the heap memory (k entries per worker)
-        chunk = max(1, (1 << 26) // (k * parts))
+        chunk = max(1, (1 << 26) // (k_sel * parts))
         for s in range(0, qseq.size, chunk):
             seq = qseq[s:s + chunk]
             ntask = seq.size * parts
-            hd = np.full((ntask, k), np.inf, np.float32)
-            hi = np.full((ntask, k), -1, np.int64)
+            hd = np.full((ntask, k_sel), np.inf, np.float32)
+            hi = np.full((ntask, k_sel), -1, np.int64)
             counts = np.zeros(ntask, np.int64)
-            _level2(*args, seq, *args2, True, False, k <= _SORTED_K_MAX, hd, hi, hd[0], hi[0], counts[:1], counts)
+            _level2(*args, seq, *args2, True, False, k_sel <= _SORTED_K_MAX, *dupargs, hd, hi, hd[0], hi[0],
+                    counts[:1], counts)
             ndist += int(counts.sum())
-            _merge_parts(hd, hi, seq, parts, k, out_d, out_i)
+            _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
     else:
         s = 0
         while s < qseq.size:
             # count first, then take as many queries as fit the survivor buffer
-            seq = qseq[s:s + max(1, _PARTIAL_ENTRIES // max(1, n // 64))]
+            seq = qseq[s:s + max(1, _PARTIAL_ENTRIES // max(1, Xr.shape[0] // 64))]
             counts = np.zeros(seq.size * parts, np.int64)
             dummy_d = np.empty((counts.size, 1), np.float32)
             dummy_i = np.empty((counts.size, 1), np.int64)
-            _level2(*args, seq, *args2, False, True, False, dummy_d, dummy_i, dummy_d[0], dummy_i[0], counts[:1],
-                    counts)
+            _level2(*args, seq, *args2, False, True, False, *dupargs, dummy_d, dummy_i, dummy_d[0], dummy_i[0],
+                    counts[:1], counts)
             per_query = counts.reshape(seq.size, parts).sum(1)
             take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
             seq, counts = seq[:take], counts[:take * parts]
@@ -527,22 +619,29 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             np.cumsum(counts, out=woff[1:])
             sd = np.empty(max(1, int(woff[-1])), np.float32)
             si = np.empty(max(1, int(woff[-1])), np.int64)
-            _level2(*args, seq, *args2, False, False, False, dummy_d[:counts.size], dummy_i[:counts.size], sd,
-                    si, woff, counts)
+            _level2(*args, seq, *args2, False, False, False, *dupargs, dummy_d[:counts.size], dummy_i[:counts.size],
+                    sd, si, woff, counts)
             ndist += int(counts.sum())
-            _select_partial(sd, si, woff, seq, parts, k, out_d, out_i)
+            _select_partial(sd, si, woff, seq, parts, k_sel, out_d, out_i, *dupargs)
             s += take
+    if dup is not None:
+        ud, ui = out_d, out_i
+        out_d = np.empty((n, k), np.float32)
+        out_i = np.empty((n, k), np.int64)
+        _expand_unique(ud, ui, inv, out_d, out_i)
+        qseq = np.arange(n)  # every original row was answered
     t_l2 = time.perf_counter() - t0
     pairs = float(qseq.size) * n
     l1_pairs = tab["level1_pairs"] if qsel is None else _level1_pairs_of(tab, qseq, n)
-    times = dict(tab["times"], level2=t_l2, total=time.perf_counter() - t_all)
+    times = dict(tab["times"], duplicates=t_dup, level2=t_l2, total=time.perf_counter() - t_all)
     stats = dict(device="cpu", filter=filt, parallelism="query" if parts == 1 else "split", parts=parts,
                  n_landmarks_query=tab["mq"], n_landmarks_data=tab["mt"],
                  saved_level1=1.0 - l1_pairs / pairs if pairs else 0.0,
                  saved_level2=(l1_pairs - ndist) / pairs if pairs else 0.0,
                  saved_total=1.0 - ndist / pairs if pairs else 0.0,
                  distance_computations=ndist, mean_candidate_clusters=float(mean_cand),
-                 placement="heap per task (CPU)", times=times)
+                 placement="heap per task (CPU)", distinct_rows=int(Xr.shape[0]) if dup is not None else None,
+                 times=times)
     logger.debug("sweet cpu: %s", stats)
     if qsel is not None:
         return out_d[qsel], out_i[qsel], stats
