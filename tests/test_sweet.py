@@ -144,6 +144,26 @@ def test_duplicate_gate_auto(rng):
     assert s["distinct_rows"] == np.unique(Y, axis=0).shape[0]
 
 
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_grid_assignment_is_nearest(rng, dim):
+    """The ring search over the landmark grid (d <= 3) picks what a full scan picks: the nearest
+    landmark by float32 distance, ties to the smaller landmark index; clustered, integer (ties),
+    flat-axis and single-value inputs."""
+    cases = [rng.standard_normal((3000, dim)).astype(np.float32) * np.float32(10) ** rng.integers(-3, 4),
+             rng.integers(0, 5, (2000, dim)).astype(np.float32),
+             np.concatenate([rng.random((1000, dim), dtype=np.float32), rng.random((1000, dim), dtype=np.float32) + 50])]
+    flat = rng.random((1500, dim), dtype=np.float32)
+    flat[:, 0] = 2.5
+    cases += [flat, np.full((50, dim), 7.0, np.float32)]
+    for P in cases:
+        for m in (1, 7, 150):
+            L = np.ascontiguousarray(P[np.sort(rng.choice(P.shape[0], size=min(m, P.shape[0]), replace=False))])
+            labels = np.empty(P.shape[0], np.int32)
+            sweet_cpu_module._assign_grid(P, L, labels)
+            d2 = ((P[:, None, :] - L[None, :, :]) ** 2).sum(-1, dtype=np.float32)
+            np.testing.assert_array_equal(labels, np.argmin(d2, axis=1))
+
+
 def test_k_equals_n_minus_1_and_k1(rng):
     X = rng.standard_normal((211, 3)).astype(np.float32)
     run_both(X, None, 210)

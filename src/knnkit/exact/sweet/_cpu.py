@@ -128,12 +128,109 @@ def _assign_direct(P, L, labels):
 
 
 _DIRECT_ASSIGN_MAX_DIM = 16
+_GRID_ASSIGN_MAX_DIM = 3
+
+
+@njit(parallel=True, cache=True)
+def _assign_grid(P, L, labels):
+    """Nearest landmark for d <= 3 through a uniform grid over the points' bounding box
+    (~2 landmarks per cell): cells are searched in rings of growing Chebyshev radius around the
+    point's cell, and the search stops when every cell of the next ring is farther (at least
+    ``r * h``, ``h`` the smallest cell side) than the best landmark found. The 1-D slab of
+    ``_assign_direct`` still evaluates ~12 % of the landmarks per point on uniform 3-D data (its
+    width is twice the nearest-landmark distance); the rings evaluate a few dozen. The winner is
+    the one a full scan picks (ties to the smaller landmark index)."""
+    m, dim = L.shape
+    n = P.shape[0]
+    lo = np.empty(3)
+    h = np.ones(3)
+    g = np.ones(3, np.int64)
+    for c in range(3):
+        lo[c] = 0.0
+    if n == 0 or m == 0:
+        return
+    cells_wanted = max(1.0, m / 2.0)
+    per_axis = max(1, int(math.ceil(cells_wanted ** (1.0 / dim))))
+    for c in range(dim):
+        mn = np.float64(P[:, c].min())
+        mx = np.float64(P[:, c].max())
+        lo[c] = mn
+        g[c] = per_axis
+        h[c] = (mx - mn) / per_axis if mx > mn else 1.0
+        if mx <= mn:
+            g[c] = 1
+    hmin = np.inf
+    for c in range(dim):
+        if g[c] > 1 and h[c] < hmin:
+            hmin = h[c]
+    if hmin == np.inf:
+        hmin = 0.0  # every point in one cell: the ring bound never prunes, ring 0 holds all
+    ncell = g[0] * g[1] * g[2]
+    cell_of = np.empty(m, np.int64)
+    for j in range(m):
+        idx = 0
+        for c in range(dim):
+            t = int((np.float64(L[j, c]) - lo[c]) / h[c])
+            t = min(max(t, 0), g[c] - 1)
+            idx = idx * g[c] + t
+        for c in range(dim, 3):
+            idx = idx * g[c]
+        cell_of[j] = idx
+    start = np.zeros(ncell + 1, np.int64)
+    for j in range(m):
+        start[cell_of[j] + 1] += 1
+    for c in range(ncell):
+        start[c + 1] += start[c]
+    fill = start[:-1].copy()
+    lm = np.empty(m, np.int64)
+    for j in range(m):  # ascending landmark index inside each cell
+        lm[fill[cell_of[j]]] = j
+        fill[cell_of[j]] += 1
+    maxr = 0
+    for c in range(3):
+        maxr = max(maxr, g[c])
+    for i in prange(n):
+        p = P[i]
+        pc = np.zeros(3, np.int64)
+        for c in range(dim):
+            t = int((np.float64(p[c]) - lo[c]) / h[c])
+            pc[c] = min(max(t, 0), g[c] - 1)
+        best = np.float32(np.inf)
+        arg = 0
+        for r in range(maxr + 1):
+            if r > 0:
+                # every cell of ring r is at least (r - 1) * hmin from the point along some axis
+                # (shrunk a little: cell indices come from rounded divisions)
+                gap = (r - 1) * hmin * (1.0 - 1e-6)
+                if gap * gap > best:
+                    break
+            for a0 in range(max(0, pc[0] - r), min(g[0], pc[0] + r + 1)):
+                for a1 in range(max(0, pc[1] - r), min(g[1], pc[1] + r + 1)):
+                    for a2 in range(max(0, pc[2] - r), min(g[2], pc[2] + r + 1)):
+                        if max(abs(a0 - pc[0]), abs(a1 - pc[1]), abs(a2 - pc[2])) != r:
+                            continue
+                        cell = (a0 * g[1] + a1) * g[2] + a2
+                        for u in range(start[cell], start[cell + 1]):
+                            j = lm[u]
+                            lj = L[j]
+                            acc = np.float32(0.0)
+                            for c in range(dim):
+                                diff = p[c] - lj[c]
+                                acc += diff * diff
+                            if acc < best or (acc == best and j < arg):
+                                best = acc
+                                arg = j
+        labels[i] = arg
 
 
 def _assign(P, L):
     """Nearest landmark of every row (GEMM ``||l||^2 - 2 p.l`` for d > 16, direct loop below);
     ties or rounding may pick a slightly farther landmark, which costs filtering power but never
     exactness, because the bounds use the exact distance to the landmark actually assigned."""
+    if P.shape[1] <= _GRID_ASSIGN_MAX_DIM:
+        labels = np.empty(P.shape[0], np.int32)
+        _assign_grid(P, L, labels)
+        return labels
     if P.shape[1] <= _DIRECT_ASSIGN_MAX_DIM:
         labels = np.empty(P.shape[0], np.int32)
         _assign_direct(P, L, labels)
