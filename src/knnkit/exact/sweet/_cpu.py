@@ -383,6 +383,15 @@ def _level1(D, rq, qsize, Rt, small, tsize, kk, rel, ub, order, ncand):
 
 
 # ----------------------------------------------------------------------------- level 2
+@njit(cache=True)
+def _suffix_min(v, off, out):
+    for a in range(off.shape[0] - 1):
+        run = np.inf
+        for j in range(off[a + 1] - 1, off[a] - 1, -1):
+            run = min(run, v[j])
+            out[j] = run
+
+
 @njit(inline="always")
 def _first_inside(mdist, beg, end, limit):
     """First position in [beg, end) of the descending ``mdist`` with value <= limit."""
@@ -397,7 +406,7 @@ def _first_inside(mdist, beg, end, limit):
 
 
 @njit(parallel=True, cache=True)
-def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, parts,
+def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
             counts):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
@@ -424,7 +433,15 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, ub, coff, cand, k, 
         if not full and not count_only:
             w = woff[task]
         ndist = 0
+        bq = qdist[qi] * (1.0 + rel)
         for j in range(coff[cq] + s, coff[cq + 1], parts):
+            # cluster tests from the table alone, before the centre distance (see build_cpu):
+            # measured 116 -> 24 centre distances per query, level 2 -5..-20 % (uniform 3-D)
+            lim = theta * (1.0 + rel) + bq
+            if sufv[j] > lim:
+                break  # no later candidate of this list can pass
+            if candv[j] > lim:
+                continue
             c = cand[j]
             a = math.sqrt(_dist2(q, Lt[c]))
             beg = moff[c]
@@ -629,12 +646,20 @@ def build_cpu(X, Q, k, params, seed, all_points):
     csum = np.concatenate([[0], np.cumsum(data.size[cand])])
     per_cluster = csum[coff[1:]] - csum[coff[:-1]]
     level1_pairs = float((query.size * per_cluster).sum())
+    # per candidate entry v = D (1 - rel) - R_t (1 + rel), and its minimum over the rest of the
+    # list: level 2 skips a candidate without its centre distance when v - bq (1 + rel) exceeds
+    # theta (1 + rel) (bq = the query's distance to its own centre, D - bq <= d(q, centre)), and
+    # stops the list when the suffix minimum does
+    owner = np.repeat(np.arange(mq), ncand)
+    candv = D[owner, cand] * (1.0 - rel) - data.radius[cand] * (1.0 + rel)
+    sufv = np.empty_like(candv)
+    _suffix_min(candv, coff, sufv)
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
     qseq = np.argsort(query.labels, kind="stable").astype(np.int64)
     return dict(members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
                 ub=ub, coff=coff, cand=cand.astype(np.int64), qseq=qseq, mq=mq, mt=mt, rel=rel,
-                level1_pairs=level1_pairs, times=times)
+                qdist=query.dist, candv=candv, sufv=sufv, level1_pairs=level1_pairs, times=times)
 
 
 def _choose_parts(params, m, mean_cand):
@@ -683,7 +708,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     # data rows in cluster order: level 2 reads each cluster's members contiguously
     Xs = Xr[tab["members"]]
     args = (Xs, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
-    args2 = (tab["qlab"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
+    args2 = (tab["qlab"], tab["qdist"], tab["candv"], tab["sufv"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
     dupargs = (dup is not None, uoff, uidx)
     ndist = 0
     if filt == "full":
