@@ -468,6 +468,12 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
             w = woff[task]
         ndist = 0
         bq = qdist[qi] * (1.0 + rel)
+        # 3-D fast path of the member distances: the query's coordinates held once (13 % of
+        # level 2 with the early refusal below, uniform 3-D k = 20)
+        dim = q.shape[0]
+        q0 = np.float64(q[0]) if dim >= 1 else 0.0
+        q1 = np.float64(q[1]) if dim >= 2 else 0.0
+        q2 = np.float64(q[2]) if dim >= 3 else 0.0
         for j in range(coff[cq] + s, coff[cq + 1], parts):
             # cluster tests from the table alone, before the centre distance (see build_cpu):
             # measured 116 -> 24 centre distances per query, level 2 -5..-20 % (uniform 3-D)
@@ -512,10 +518,22 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
                                 continue
                             i = down
                             down += 1
+                        # the distance first: most candidates are refused on it alone, before
+                        # their index is read (the self pair, at distance 0, is never refused
+                        # here, so it is still skipped below without being counted)
+                        if dim == 3:
+                            e0 = q0 - np.float64(Xs[i, 0])
+                            e1 = q1 - np.float64(Xs[i, 1])
+                            e2 = q2 - np.float64(Xs[i, 2])
+                            d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
+                        else:
+                            d = np.float32(_dist2(q, Xs[i]))
+                        if d > (hd[k - 1] if sorted_k else hd[0]):
+                            ndist += 1
+                            continue
                         t = members[i]
                         if exclude_self and t == qi:
                             continue
-                        d = np.float32(_dist2(q, Xs[i]))
                         ndist += 1
                         if not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
                             continue
