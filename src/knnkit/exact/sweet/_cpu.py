@@ -655,6 +655,24 @@ class _Clusters:
         np.maximum.at(self.radius, self.labels, self.dist)
 
 
+@njit(parallel=True, cache=True)
+def _cluster_order(labels, dist, moff, members, mdist):
+    """``members``: the rows grouped by cluster (offsets ``moff``), by descending centre distance
+    inside a cluster, equal distances by index (the order of ``np.lexsort((-dist, labels))``):
+    a counting pass by label, then one small stable sort per cluster (3x faster than the lexsort
+    of all rows, 0.043 s at 245k)."""
+    fill = moff[:-1].copy()
+    for i in range(labels.shape[0]):  # stable: rows of a cluster in index order
+        members[fill[labels[i]]] = i
+        fill[labels[i]] += 1
+    for c in prange(moff.shape[0] - 1):
+        seg = members[moff[c]:moff[c + 1]].copy()
+        o = np.argsort(-dist[seg], kind="mergesort")
+        for t in range(seg.shape[0]):
+            members[moff[c] + t] = seg[o[t]]
+            mdist[moff[c] + t] = dist[seg[o[t]]]
+
+
 def build_cpu(X, Q, k, params, seed, all_points):
     """Steps 1-2 (clusters and level 1) on the CPU; returns a dict of tables and timings."""
     rng = np.random.default_rng(seed)
@@ -671,11 +689,11 @@ def build_cpu(X, Q, k, params, seed, all_points):
         _Clusters(Q, mq, params.landmark_trials, rng)
     mq = query.L.shape[0]
     # data clusters contiguous, members by descending distance to the centre
-    order = np.lexsort((-data.dist, data.labels))
-    members = order.astype(np.int64)
-    mdist = data.dist[order]
     moff = np.zeros(mt + 1, np.int64)
     np.cumsum(data.size, out=moff[1:])
+    members = np.empty(n, np.int64)
+    mdist = np.empty(n, np.float64)
+    _cluster_order(data.labels, data.dist, moff, members, mdist)
     times["clusters"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
