@@ -577,6 +577,15 @@ def _merge_parts(hd, hi, qseq, parts, k, out_d, out_i):
 
 
 @njit(parallel=True, cache=True)
+def _copy_rows(hd, hi, qseq, out_d, out_i):
+    """One worker per query and sorted k-best lists: the rows are already the answer (a full list
+    always comes back: the filters never drop one of the k nearest)."""
+    for p in prange(qseq.shape[0]):
+        out_d[qseq[p]] = hd[p]
+        out_i[qseq[p]] = hi[p]
+
+
+@njit(parallel=True, cache=True)
 def _select_partial(sd, si, woff, qseq, parts, k, out_d, out_i, dup, uoff, uidx):
     for p in prange(qseq.shape[0]):
         a = woff[p * parts]
@@ -673,6 +682,21 @@ def _cluster_order(labels, dist, moff, members, mdist):
             mdist[moff[c] + t] = dist[seg[o[t]]]
 
 
+@njit(cache=True)
+def _by_label(labels, m):
+    """Rows grouped by label, by index inside a group (a stable argsort, by counting)."""
+    start = np.zeros(m + 1, np.int64)
+    for i in range(labels.shape[0]):
+        start[labels[i] + 1] += 1
+    for c in range(m):
+        start[c + 1] += start[c]
+    out = np.empty(labels.shape[0], np.int64)
+    for i in range(labels.shape[0]):
+        out[start[labels[i]]] = i
+        start[labels[i]] += 1
+    return out
+
+
 def build_cpu(X, Q, k, params, seed, all_points):
     """Steps 1-2 (clusters and level 1) on the CPU; returns a dict of tables and timings."""
     rng = np.random.default_rng(seed)
@@ -726,7 +750,7 @@ def build_cpu(X, Q, k, params, seed, all_points):
     _suffix_min(candv, coff, sufv)
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
-    qseq = np.argsort(query.labels, kind="stable").astype(np.int64)
+    qseq = _by_label(query.labels, query.L.shape[0])
     return dict(members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
                 ub=ub, coff=coff, cand=cand.astype(np.int64), qseq=qseq, mq=mq, mt=mt, rel=rel,
                 qdist=query.dist, candv=candv, sufv=sufv, level1_pairs=level1_pairs, times=times)
@@ -793,7 +817,10 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             _level2(*args, seq, *args2, True, False, k_sel <= _SORTED_K_MAX, *dupargs, hd, hi, hd[0], hi[0],
                     counts[:1], counts)
             ndist += int(counts.sum())
-            _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
+            if parts == 1 and k_sel <= _SORTED_K_MAX:
+                _copy_rows(hd, hi, seq, out_d, out_i)  # 0.024 s of merging saved at 245k
+            else:
+                _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
     else:
         s = 0
         while s < qseq.size:
