@@ -12,6 +12,7 @@ import pytest
 
 from knnkit.exact._cpu import knn_cpu
 from knnkit.exact.sweet import SweetParams, estimate_savings, sweet_knn
+from knnkit.exact.sweet import _cpu as sweet_cpu_module
 
 
 def assert_same_knn(d, i, d0, i0):
@@ -100,12 +101,67 @@ def test_heavy_duplicates(rng):
 def test_all_identical_and_single_cluster(rng):
     X = np.full((400, 4), 3.25, np.float32)
     stats = run_both(X, None, 12)
+    # identical rows are merged: one distinct row, one distance
+    assert stats["distinct_rows"] == 1 and stats["distance_computations"] == 1
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)  # merging off
+        stats = run_both(X, None, 12)
     # nothing can be pruned when every distance ties: all pairs but the excluded self pairs
-    assert stats["distance_computations"] == 400 * 399
+    assert stats["distinct_rows"] is None and stats["distance_computations"] == 400 * 399
     run_both(X, X[:10] + 1, 5)
     one = rng.standard_normal((300, 3)).astype(np.float32) * 1e-3 + 5
     run_both(one, None, 8, params=SweetParams(n_landmarks_data=1))
     run_both(one, one[:37] * 1.0001, 8, params=SweetParams(n_landmarks_data=1, n_landmarks_query=1))
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_duplicate_merging_forced(rng, monkeypatch, merge):
+    """Both sides of the duplicate gate on both kinds of data: merging forced on rows with few
+    copies (and many ties at distinct distances, integer grid), and off on rows with many; every
+    k-best variant behind it (sorted list, heap, partial filter, split parts)."""
+    monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", 0.0 if merge else np.inf)
+    few = rng.integers(0, 40, (1500, 3)).astype(np.float32)  # ~2 % repeated rows, many equal distances
+    many = rng.integers(0, 6, (200, 3)).astype(np.float32)[rng.integers(0, 200, 1200)]
+    for X in (few, many):
+        for k, p in ((1, None), (7, None), (31, SweetParams(filter="full")), (40, SweetParams(filter="full")),
+                     (40, SweetParams(filter="partial")), (9, SweetParams(parallelism="split")),
+                     (9, SweetParams(filter="partial", parallelism="split"))):
+            stats = run_both(X, None, k, params=p)
+            assert (stats["distinct_rows"] is not None) == merge
+            if merge:
+                assert stats["distinct_rows"] == np.unique(X, axis=0).shape[0]
+    # separate queries never merge
+    assert run_both(many, many[:40] + 0.5, 5)["distinct_rows"] is None
+
+
+def test_duplicate_gate_auto(rng):
+    """The sample gate merges heavy duplicates and leaves distinct float rows alone."""
+    X = rng.random((3000, 3), dtype=np.float32)
+    _, _, s = sweet_knn(X, X, 5, exclude_self=True)
+    assert s["distinct_rows"] is None
+    Y = X[rng.integers(0, 300, 3000)]
+    _, _, s = sweet_knn(Y, Y, 5, exclude_self=True)
+    assert s["distinct_rows"] == np.unique(Y, axis=0).shape[0]
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_grid_assignment_is_nearest(rng, dim):
+    """The ring search over the landmark grid (d <= 3) picks what a full scan picks: the nearest
+    landmark by float32 distance, ties to the smaller landmark index; clustered, integer (ties),
+    flat-axis and single-value inputs."""
+    cases = [rng.standard_normal((3000, dim)).astype(np.float32) * np.float32(10) ** rng.integers(-3, 4),
+             rng.integers(0, 5, (2000, dim)).astype(np.float32),
+             np.concatenate([rng.random((1000, dim), dtype=np.float32), rng.random((1000, dim), dtype=np.float32) + 50])]
+    flat = rng.random((1500, dim), dtype=np.float32)
+    flat[:, 0] = 2.5
+    cases += [flat, np.full((50, dim), 7.0, np.float32)]
+    for P in cases:
+        for m in (1, 7, 150):
+            L = np.ascontiguousarray(P[np.sort(rng.choice(P.shape[0], size=min(m, P.shape[0]), replace=False))])
+            labels = np.empty(P.shape[0], np.int32)
+            sweet_cpu_module._assign_grid(P, L, labels)
+            d2 = ((P[:, None, :] - L[None, :, :]) ** 2).sum(-1, dtype=np.float32)
+            np.testing.assert_array_equal(labels, np.argmin(d2, axis=1))
 
 
 def test_k_equals_n_minus_1_and_k1(rng):
