@@ -334,8 +334,16 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
         fewer than K other points exist.
     stats : dict
         ``trees``, ``leaf_size``, ``leaves`` (per tree: count, min, mean, max size), ``levels`` (per
-        tree), ``time_s`` (per phase), ``leaf_update`` (kernel used), ``recall_per_tree`` and
-        ``recall_estimate`` when ``target_recall`` is set.
+        tree), ``time_s`` (per phase), ``leaf_update`` (kernel used), ``nne_rounds`` (rounds run
+        after a switch, 0 otherwise), ``switch`` (None, or ``after_trees``, ``reason``
+        ``"trees_stalled"`` / ``"max_trees"``, ``estimate``, ``projection``), ``stop_reason``
+        (``"n_trees"``: a fixed count; ``"target_by_trees"``; ``"target_by_nne"``;
+        ``"exact_fallback"``; ``"below_target"``; ``"max_trees"``: below target with the switch
+        disabled), and with a target ``recall_per_tree``, ``recall_estimate``, ``target_recall``;
+        after a switch ``recall_per_round`` (before the first round, then per round),
+        ``nne_stop`` (``"target"``, ``"gain_below_min"``, ``"projected_short"``, ``"max_rounds"``)
+        and ``nne_width``; ``exact_fallback`` (``estimate_before``) when the exact graph replaced
+        the lists.
 
     Examples
     --------
@@ -357,6 +365,9 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
     if leaf_size < K + 1:
         raise ValueError(f"leaf_size must be >= K + 1 = {K + 1} (a leaf of leaf_size points gives each "
                          f"point leaf_size - 1 candidates), got leaf_size={leaf_size}")
+    if params.nne_width is not None and params.nne_width < K:
+        raise ValueError(f"nne_width must be >= K = {K} (the rounds' lists hold the K returned), "
+                         f"got nne_width={params.nne_width}")
     be = _backend(X)
     xp = be.xp
     X = xp.ascontiguousarray(X, dtype=xp.float32)
