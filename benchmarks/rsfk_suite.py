@@ -38,7 +38,9 @@ def main():
             secs = time.perf_counter() - t
             rec = graph_recall(X, g, sample=1000, metric=metric, random_state=0, ties=True)
             row[method] = {"seconds": round(secs, 3), "recall": round(float(rec), 4),
-                           "trees": g.stats.get("trees"), "recall_estimate": g.stats.get("recall_estimate")}
+                           "trees": g.stats.get("trees"), "recall_estimate": g.stats.get("recall_estimate"),
+                           "nne_rounds": g.stats.get("nne_rounds"), "stop_reason": g.stats.get("stop_reason"),
+                           "switch": g.stats.get("switch")}
         rows.append(row)
         print(json.dumps(row), flush=True)
     with open(a.out, "w") as f:

@@ -220,3 +220,95 @@ def test_graph_engine_contract(clustered):
     check_lists(clustered[:1000], idx, dist, 5)
     with pytest.raises(ValueError, match="device"):
         rsfk_graph(clustered[:100], 5, metric="l2", device="gpu")
+
+
+# ---------------------------------------------------------------- the stopping rule (issue 14)
+
+def _uniform(n, d, seed):
+    from knnkit.datasets.suite import make_uniform_cube
+
+    return np.ascontiguousarray(make_uniform_cube(n, d, random_state=seed), dtype=np.float32)
+
+
+def test_uniform_high_d_reaches_target_with_defaults():
+    # trees alone stall here (HEAD before the rule: 128 trees on uniform 20k x 128 gave 0.77)
+    X = _uniform(3000, 128, 11)
+    idx, dist, stats = rsfk_lists(X, 10, metric="l2", seed=3)
+    check_lists(X, idx, dist, 10)
+    assert true_recall(X, idx, 10) >= 0.95, stats
+    assert stats["switch"] is not None and stats["switch"]["reason"] == "trees_stalled", stats["switch"]
+    assert stats["trees"] == stats["switch"]["after_trees"] < 128
+    assert stats["nne_rounds"] >= 1
+    assert stats["stop_reason"] in ("target_by_nne", "exact_fallback")
+    assert len(stats["recall_per_round"]) == stats["nne_rounds"] + 1
+
+
+def test_switch_to_nne_rounds_reaches_target():
+    X = _uniform(3000, 32, 1)
+    idx, dist, stats = rsfk_lists(X, 10, metric="l2", params=RSFKParams(exact_fallback=False), seed=0)
+    check_lists(X, idx, dist, 10)
+    assert stats["switch"] is not None, stats["recall_per_tree"]
+    assert stats["stop_reason"] == "target_by_nne" and stats["nne_stop"] == "target", stats
+    assert stats["nne_width"] == 20
+    assert stats["recall_per_round"][-1] >= 0.95
+    assert true_recall(X, idx, 10) >= 0.94
+    # the rounds only improve the lists
+    assert np.all(np.diff(stats["recall_per_round"]) >= -1e-9)
+
+
+def test_no_switch_where_trees_suffice(clustered):
+    idx, dist, stats = rsfk_lists(clustered, 10, metric="l2", seed=1)
+    assert stats["switch"] is None and stats["nne_rounds"] == 0
+    assert stats["stop_reason"] == "target_by_trees"
+    _, _, fixed = rsfk_lists(clustered, 10, metric="l2", params=RSFKParams(n_trees=2), seed=1)
+    assert fixed["stop_reason"] == "n_trees" and fixed["switch"] is None
+
+
+def test_switch_disabled_keeps_trees(caplog):
+    X = _uniform(2000, 128, 2)
+    params = RSFKParams(nne_rounds=0, max_trees=12, exact_fallback=False)
+    with caplog.at_level("WARNING", logger="knnkit"):
+        idx, dist, stats = rsfk_lists(X, 10, metric="l2", params=params, seed=0)
+    assert stats["trees"] == 12 and stats["switch"] is None and stats["stop_reason"] == "max_trees"
+    assert "below the target" in caplog.text
+
+
+def test_exact_fallback_recorded():
+    X = _uniform(2000, 128, 2)
+    params = RSFKParams(nne_rounds=1, max_trees=10)
+    idx, dist, stats = rsfk_lists(X, 10, metric="l2", params=params, seed=0)
+    assert stats["stop_reason"] == "exact_fallback", stats
+    assert stats["exact_fallback"]["estimate_before"] < 0.95
+    check_lists(X, idx, dist, 10)
+    assert true_recall(X, idx, 10) >= 0.999
+
+
+def test_trees_stalled_rule():
+    from knnkit.graph.rsfk import trees_stalled
+
+    assert trees_stalled([0.1] * 8, 0.95, 128) == (False, None)  # too few trees to judge
+    stalled, proj = trees_stalled([0.1] * 9, 0.95, 128)  # no gain at all
+    assert stalled and proj <= 0.1 + 1e-9
+    steady = [0.05 * t for t in range(1, 10)]  # 0.05 per tree: 0.95 within the trees left
+    assert trees_stalled(steady, 0.95, 128)[0] is False
+    assert trees_stalled(steady, 0.95, 12)[0] is True  # ... but not within 3 more
+    shrinking = [1 - 0.9 * 0.5 ** t for t in range(9)]  # gains halve: limit 1
+    assert trees_stalled(shrinking, 0.95, 128)[0] is False
+
+
+def test_rule_parameter_errors():
+    with pytest.raises(ValueError, match="nne_rounds"):
+        RSFKParams(nne_rounds=-1)
+    with pytest.raises(TypeError, match="nne_rounds"):
+        RSFKParams(nne_rounds=1.5)
+    with pytest.raises(ValueError, match="nne_width"):
+        RSFKParams(nne_width=0)
+    with pytest.raises(ValueError, match="nne_min_gain"):
+        RSFKParams(nne_min_gain=1.5)
+    with pytest.raises(ValueError, match="nne_min_gain"):
+        RSFKParams(nne_min_gain=-0.1)
+    with pytest.raises(TypeError, match="exact_fallback"):
+        RSFKParams(exact_fallback="yes")
+    X = _uniform(200, 8, 0)
+    with pytest.raises(ValueError, match="nne_width"):
+        rsfk_lists(X, 10, metric="l2", params=RSFKParams(nne_width=5))

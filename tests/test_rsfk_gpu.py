@@ -103,3 +103,42 @@ def test_target_recall_and_estimator(clustered):
     assert gs["recall_per_tree"][-1] >= 0.95 and r >= 0.94, (r, gs["recall_per_tree"])
     est = estimate_recall(cp.asarray(clustered), cp.asarray(gi), 10, metric="l2", sample=clustered.shape[0])
     assert abs(est - r) < 1e-3, (est, r)
+
+
+# ---------------------------------------------------------------- the stopping rule (issue 14)
+
+def test_nne_with_reverse_matches_cpu():
+    """One NNE pass over lists widened to 2K with a reverse sample: the CUDA kernel (snapshot of W
+    columns, -1 skipped) gives the CPU twin's lists (distances up to rounding)."""
+    import cupy as cp
+
+    from knnkit.graph.rsfk._cpu import CpuBackend
+    from knnkit.graph.rsfk._engine import _reverse_sample, _widen
+    from knnkit.graph.rsfk._gpu import GpuBackend
+    from knnkit.datasets.suite import make_uniform_cube
+
+    X = np.ascontiguousarray(make_uniform_cube(4000, 32, random_state=5), dtype=np.float32)
+    idx, dist, _ = rsfk_lists(X, 10, metric="l2", params=RSFKParams(n_trees=2, nne=False), seed=1)
+    cpu, gpu = CpuBackend(), GpuBackend()
+    ci, cd = _widen(cpu, idx, dist, 20)
+    crev = _reverse_sample(cpu, ci, 20, 7, 1)
+    gi, gd = _widen(gpu, cp.asarray(idx), cp.asarray(dist), 20)
+    grev = _reverse_sample(gpu, gi, 20, 7, 1)
+    # same hash: the same reverse sample on both devices
+    assert np.array_equal(np.sort(crev, axis=1), np.sort(cp.asnumpy(grev), axis=1))
+    cpu.nne(X, 0, ci, cd, crev)
+    gpu.nne(cp.asarray(X), 0, gi, gd, grev)
+    gi, gd = cp.asnumpy(gi), cp.asnumpy(gd)
+    assert np.mean(gi == ci) > 0.99
+    np.testing.assert_allclose(np.sort(gd, axis=1), np.sort(cd, axis=1), rtol=1e-4, atol=1e-5)
+
+
+def test_uniform_high_d_reaches_target_with_defaults_gpu():
+    from knnkit.datasets.suite import make_uniform_cube
+
+    X = np.ascontiguousarray(make_uniform_cube(3000, 128, random_state=11), dtype=np.float32)
+    gi, gd, stats = gpu_lists(X, 10, seed=3)
+    check_lists(X, gi, gd, 10)
+    assert true_recall(X, gi, 10) >= 0.95, stats
+    assert stats["switch"] is not None and stats["nne_rounds"] >= 1
+    assert stats["stop_reason"] in ("target_by_nne", "exact_fallback")

@@ -6,6 +6,8 @@ Paper: Meyer, Pozo & Nunan Zola, "Warp-centric K-Nearest Neighbor Graphs constru
 (ICPP 2021 workshops, DUAC). Design and measurements: ``NOTES_rsfk.md``.
 """
 
-from ._engine import RSFKParams, default_leaf_size, default_n_trees, estimate_recall, rsfk_graph, rsfk_lists
+from ._engine import (RSFKParams, default_leaf_size, default_n_trees, estimate_recall, rsfk_graph, rsfk_lists,
+                      trees_stalled)
 
-__all__ = ["RSFKParams", "rsfk_lists", "rsfk_graph", "estimate_recall", "default_leaf_size", "default_n_trees"]
+__all__ = ["RSFKParams", "rsfk_lists", "rsfk_graph", "estimate_recall", "default_leaf_size", "default_n_trees",
+           "trees_stalled"]

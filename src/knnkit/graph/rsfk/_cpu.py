@@ -456,7 +456,8 @@ def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, lea
 
 
 def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
-    """NNE as ``_nne`` (neighbours of neighbours from the snapshot offered to each point's own list),
+    """NNE as ``_nne`` (neighbours of neighbours from the snapshot offered to each point's own list;
+    the snapshot may be wider than the lists: extra columns are reverse neighbours, -1 skipped),
     computing each distinct candidate of a row once: a per-chunk stamp array marks the ids already
     listed or already offered for the row (a repeat would be refused by ``_offer`` anyway: the list
     only improves)."""
@@ -468,6 +469,7 @@ def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
 def _nne_rows(X, metric, idx_old, idx, dist, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_nne_seen` (one task)."""
     n, K = idx.shape
+    W = idx_old.shape[1]
     seen = np.empty(n, np.int32)
     for i in range(n):
         seen[i] = -1
@@ -477,11 +479,11 @@ def _nne_rows(X, metric, idx_old, idx, dist, lo, hi):
             j = idx[i, a]
             if j >= 0:
                 seen[j] = i
-        for a in range(K):
+        for a in range(W):
             j = idx_old[i, a]
             if j < 0:
-                break
-            for b in range(K):
+                continue
+            for b in range(W):
                 cc = idx_old[j, b]
                 if cc < 0 or seen[cc] == i:
                     continue
@@ -527,8 +529,12 @@ class CpuBackend:
                     64 * numba.get_num_threads())
         return "tiles"
 
-    def nne(self, X, metric, idx, dist):
-        _nne_seen(X, metric, idx.copy(), idx, dist, 16 * numba.get_num_threads())
+    def nne(self, X, metric, idx, dist, reverse=None):
+        """One NNE pass: each point is offered the neighbours of its neighbours in a snapshot of
+        ``idx`` (with ``reverse``, an (n, R) array of reverse neighbours padded with -1: of its
+        forward and reverse neighbours, both taken from the snapshot extended by ``reverse``)."""
+        snap = idx.copy() if reverse is None else np.ascontiguousarray(np.concatenate([idx, reverse], axis=1))
+        _nne_seen(X, metric, snap, idx, dist, 16 * numba.get_num_threads())
 
     # the CPU-only fast path of the forest driver (whole trees per call, several at a time); private
     # so that the twins keep one public surface (tests/test_twins.py)

@@ -15,7 +15,8 @@ from ..._core.config import finish, logger, progress
 from ..._core.params import Params, check_bool, check_choice, check_float, check_int
 from .._estimate import RecallProbe, _distinct_valid, _row_distances, _xp, estimate_recall  # noqa: F401
 
-__all__ = ["RSFKParams", "rsfk_lists", "rsfk_graph", "estimate_recall", "default_leaf_size", "default_n_trees"]
+__all__ = ["RSFKParams", "rsfk_lists", "rsfk_graph", "estimate_recall", "default_leaf_size", "default_n_trees",
+           "trees_stalled"]
 
 _METRICS = {"l2": 0, "ip": 1}
 #: leaf_size is bounded so that the diagonal kernel's shared buffer (4 bytes per point) stays small
@@ -78,6 +79,34 @@ class RSFKParams(Params):
         Cap on the trees added for ``target_recall``.
     recall_sample : int
         Points of the recall estimate.
+    nne_rounds : int
+        With a recall target: most NNE rounds run once trees stop paying (see Notes); 0 disables
+        the switch (trees up to ``max_trees``, then one NNE pass, as before).
+    nne_width : int or None
+        List length during the NNE rounds (>= K; the first K entries are returned). None:
+        ``2K``, at most ``n - 1``. A longer list is what lets neighbours-of-neighbours keep
+        improving on data of high intrinsic dimension (uniform 20k x 32: K = 10 stalls at 0.70,
+        20 reaches 0.96; NOTES_rsfk.md).
+    nne_min_gain : float
+        A round that adds less estimated recall than this ends the rounds.
+    exact_fallback : bool
+        When trees and NNE rounds end below the target and the exact graph is affordable
+        (:func:`knnkit.graph.exact_affordable`), return the exact graph instead (as
+        ``method="nndescent"`` does).
+
+    Notes
+    -----
+    The stopping rule with a recall target (default): trees are added while they pay. After each
+    tree the recall estimate (as it will be after one NNE pass) is recorded; from 9 trees on,
+    the gain of the last 4 trees is projected (linearly over the trees left, and, when the gains
+    shrink, geometrically to its limit). When either projection falls short of the target the forest
+    stops ("switch") and NNE rounds start: each round offers every point the neighbours of its
+    neighbours, reverse neighbours included (a random sample of K per point, drawn anew each round),
+    over lists lengthened to ``nne_width``. Rounds stop at the target, after a round that gains less
+    than ``nne_min_gain``, when the geometric projection of the gains falls short, or after
+    ``nne_rounds``. Below the target after that: the exact graph when ``exact_fallback`` and it is
+    affordable, else a warning. ``stats`` records ``trees``, ``nne_rounds``, ``switch`` and
+    ``stop_reason``.
     """
 
     n_trees: object = None
@@ -89,6 +118,10 @@ class RSFKParams(Params):
     target_recall: object = None
     max_trees: int = 128
     recall_sample: int = 500
+    nne_rounds: int = 8
+    nne_width: object = None
+    nne_min_gain: float = 0.005
+    exact_fallback: bool = True
 
     def _validate(self):
         out = {
@@ -102,6 +135,10 @@ class RSFKParams(Params):
                                          open_min=True, allow_none=True),
             "max_trees": check_int(self.max_trees, "max_trees", minimum=1),
             "recall_sample": check_int(self.recall_sample, "recall_sample", minimum=1),
+            "nne_rounds": check_int(self.nne_rounds, "nne_rounds", minimum=0),
+            "nne_width": check_int(self.nne_width, "nne_width", minimum=1, allow_none=True),
+            "nne_min_gain": check_float(self.nne_min_gain, "nne_min_gain", minimum=0.0, maximum=1.0),
+            "exact_fallback": check_bool(self.exact_fallback, "exact_fallback"),
         }
         if out["n_trees"] is not None and out["target_recall"] is not None:
             raise ValueError("give n_trees or target_recall, not both (target_recall adds trees up to max_trees)")
@@ -171,6 +208,77 @@ def build_tree(be, X, metric, inv_norm, leaf_size, min_child, split, seed, tree)
     return perm, heads.astype(xp.int32), hi[heads], level
 
 
+# ------------------------------------------------------------------------------- stopping rule
+
+#: trees per window of the tree-gain projection (the switch is considered from 2 windows on)
+SWITCH_WINDOW = 4
+#: a geometric projection (trees or NNE rounds) must fall this far below the target to stop: the
+#: per-tree / per-round estimates are noisy (500 rows), and stopping too early costs more (the exact
+#: fallback) than one more round
+PROJECTION_SLACK = 0.02
+
+
+def _geometric_limit(r, gain, prev_gain):
+    """Where a recall curve ends if its gains keep shrinking by ``gain / prev_gain`` (inf when they
+    do not shrink)."""
+    if prev_gain <= 0.0 or gain >= prev_gain:
+        return math.inf
+    q = max(0.0, gain / prev_gain)
+    return r + gain * q / (1.0 - q)
+
+
+def trees_stalled(recalls, target, max_trees, window=SWITCH_WINDOW):
+    """Whether more trees cannot pay: ``(stalled, projection)`` from the per-tree estimates.
+
+    From ``2 * window + 1`` trees on: the gain ``g`` of the last ``window`` trees, projected linearly over
+    the trees left (``r + g / window * left``), and, when it is smaller than the window before's
+    gain ``g0``, geometrically (``r + g q / (1 - q)``, ``q = g / g0``). Stalled when the linear
+    projection is below the target or the geometric one is ``PROJECTION_SLACK`` below it.
+    """
+    t = len(recalls)
+    if t <= 2 * window:
+        return False, None
+    r = recalls[-1]
+    g = r - recalls[-1 - window]
+    g0 = recalls[-1 - window] - recalls[-1 - 2 * window]
+    linear = r + g / window * (max_trees - t)
+    proj = min(linear, _geometric_limit(r, g, g0))
+    return bool(linear < target or proj < target - PROJECTION_SLACK), float(min(proj, 1.0))
+
+
+def _reverse_sample(be, idx, R, seed, salt):
+    """Up to ``R`` reverse neighbours per point (``j`` with ``i`` in ``idx[j]``), chosen uniformly by a
+    hash of (seed, salt, j), as an int32 (n, R) array padded with -1 (array code: numpy or cupy)."""
+    xp = be.xp
+    n, K = idx.shape
+    dst = idx.reshape(-1).astype(xp.int64)
+    src = xp.repeat(xp.arange(n, dtype=xp.int64), K)
+    ok = dst >= 0
+    src, dst = src[ok], dst[ok]
+    u64 = xp.uint64
+    h = src.astype(u64) * u64(0x9E3779B97F4A7C15) + u64((int(seed) * 0xBF58476D1CE4E5B9 + salt) & (2 ** 64 - 1))
+    h = (h ^ (h >> u64(31))) * u64(0x94D049BB133111EB)
+    h = h ^ (h >> u64(29))
+    order = be.argsort((dst.astype(u64) << u64(32)) | (h >> u64(32)))  # by target, random within it
+    src, dst = src[order], dst[order]
+    rank = xp.arange(dst.shape[0], dtype=xp.int64) - xp.searchsorted(dst, dst, side="left")
+    keep = rank < R
+    rev = xp.full((n, R), -1, xp.int32)
+    rev[dst[keep], rank[keep]] = src[keep].astype(xp.int32)
+    return rev
+
+
+def _widen(be, idx, dist, width):
+    """Lists of ``width >= K`` entries holding ``idx``/``dist`` first (rows stay sorted)."""
+    n, K = idx.shape
+    if width <= K:
+        return idx, dist
+    wi, wd = be.new_lists(n, width)
+    wi[:, :K] = idx
+    wd[:, :K] = dist
+    return wi, wd
+
+
 # ---------------------------------------------------------------------------------------- recall
 
 # ---------------------------------------------------------------------------------------- engine
@@ -226,8 +334,16 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
         fewer than K other points exist.
     stats : dict
         ``trees``, ``leaf_size``, ``leaves`` (per tree: count, min, mean, max size), ``levels`` (per
-        tree), ``time_s`` (per phase), ``leaf_update`` (kernel used), ``recall_per_tree`` and
-        ``recall_estimate`` when ``target_recall`` is set.
+        tree), ``time_s`` (per phase), ``leaf_update`` (kernel used), ``nne_rounds`` (rounds run
+        after a switch, 0 otherwise), ``switch`` (None, or ``after_trees``, ``reason``
+        ``"trees_stalled"`` / ``"max_trees"``, ``estimate``, ``projection``), ``stop_reason``
+        (``"n_trees"``: a fixed count; ``"target_by_trees"``; ``"target_by_nne"``;
+        ``"exact_fallback"``; ``"below_target"``; ``"max_trees"``: below target with the switch
+        disabled), and with a target ``recall_per_tree``, ``recall_estimate``, ``target_recall``;
+        after a switch ``recall_per_round`` (before the first round, then per round),
+        ``nne_stop`` (``"target"``, ``"gain_below_min"``, ``"projected_short"``, ``"max_rounds"``)
+        and ``nne_width``; ``exact_fallback`` (``estimate_before``) when the exact graph replaced
+        the lists.
 
     Examples
     --------
@@ -249,6 +365,9 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
     if leaf_size < K + 1:
         raise ValueError(f"leaf_size must be >= K + 1 = {K + 1} (a leaf of leaf_size points gives each "
                          f"point leaf_size - 1 candidates), got leaf_size={leaf_size}")
+    if params.nne_width is not None and params.nne_width < K:
+        raise ValueError(f"nne_width must be >= K = {K} (the rounds' lists hold the K returned), "
+                         f"got nne_width={params.nne_width}")
     be = _backend(X)
     xp = be.xp
     X = xp.ascontiguousarray(X, dtype=xp.float32)
@@ -287,6 +406,10 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
         n_trees = params.max_trees
     else:
         n_trees = params.n_trees if params.n_trees is not None else default_n_trees(n, K, params.nne)
+    stats["switch"] = None
+    stats["nne_rounds"] = 0
+    # the switch to NNE rounds needs a target to aim at and NNE itself
+    rounds_allowed = probe is not None and params.nne and params.nne_rounds > 0
     built = 0
     fast = hasattr(be, "_build_trees")  # the CPU twin grows whole trees, several per call
     force_depth = _force_depth(n, min_child)
@@ -334,15 +457,39 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
                 logger.debug("rsfk tree %d: recall estimate %.4f", built - 1, r)
                 if r >= target:
                     done = True
+                    stats["stop_reason"] = "target_by_trees"
                     break
+                if rounds_allowed:
+                    stalled, proj = trees_stalled(stats["recall_per_tree"], target, n_trees)
+                    if stalled:
+                        stats["switch"] = {"after_trees": built, "reason": "trees_stalled",
+                                           "estimate": round(r, 5), "projection": round(proj, 5)}
+                        done = True
+                        break
         t += count
     stats["trees"] = built
-    if built < n_trees and bar.total is not None:  # target recall reached early: fewer tree steps
-        bar.total -= n_trees - built
+    if probe is not None and not done:
+        if rounds_allowed:
+            stats["switch"] = {"after_trees": built, "reason": "max_trees",
+                               "estimate": round(stats["recall_per_tree"][-1], 5), "projection": None}
+        else:
+            stats["stop_reason"] = "max_trees"
+    if probe is None:
+        stats["stop_reason"] = "n_trees"
+    rounds = stats["switch"] is not None
+    steps = n_trees + (params.nne_iters if params.nne else 0)
+    new_total = built + (params.nne_rounds if rounds else (params.nne_iters if params.nne else 0))
+    if new_total != steps and bar.total is not None:  # fewer tree steps, or rounds instead of passes
+        bar.total = new_total
         bar.refresh()
     if leaf_order:
         stats["leaf_order"] = first_perm if first_perm is not None else xp.arange(n, dtype=xp.int32)
-    if params.nne:
+    if rounds:
+        t0 = time.perf_counter()
+        idx, dist = _nne_rounds(be, X, mcode, idx, dist, K, params, probe, target, useed, stats, bar)
+        be.sync()
+        T["nne"] += time.perf_counter() - t0
+    elif params.nne:
         t0 = time.perf_counter()
         for _ in range(params.nne_iters):
             be.nne(X, mcode, idx, dist)
@@ -359,18 +506,84 @@ def rsfk_lists(X, K, *, metric, params=None, seed=0, init=None, leaf_order=False
         T["fill"] += time.perf_counter() - t0
     if probe is not None:
         t0 = time.perf_counter()
-        stats["recall_estimate"] = probe.recall(X, idx)
+        est = probe.recall(X, idx)
         stats["target_recall"] = target
         T["recall"] += time.perf_counter() - t0
-        if stats["recall_estimate"] < target - 0.005:
-            logger.warning("rsfk: estimated recall %.3f after %d trees is below the target %.3f; raise "
-                           "RSFKParams(max_trees=...) or use method='nndescent'", stats["recall_estimate"], built,
-                           target)
+        if est < target - 0.005:
+            idx, dist, est = _below_target(be, X, metric, idx, dist, K, params, probe, est, target, stats, T)
+        stats["recall_estimate"] = est
     finish(bar)
     bar.close()
     T["total"] = time.perf_counter() - t_start
     logger.debug("rsfk_lists n=%d K=%d: %d trees, %s", n, K, built, {k: round(v, 4) for k, v in T.items()})
     return idx, dist, stats
+
+
+def _nne_rounds(be, X, mcode, idx, dist, K, params, probe, target, seed, stats, bar):
+    """NNE rounds after the switch (see :class:`RSFKParams` Notes): each offers every point the
+    neighbours of its neighbours, forward and a fresh random sample of reverse ones, over lists of
+    ``nne_width``; returns the first K columns. Records ``recall_per_round``, ``nne_rounds``,
+    ``nne_stop`` and ``nne_width``."""
+    xp = be.xp
+    n = X.shape[0]
+    width = min(max(K, 2 * K if params.nne_width is None else params.nne_width), max(K, n - 1))
+    stats["nne_width"] = width
+    wi, wd = _widen(be, idx, dist, width)
+    prev = probe.recall(X, wi)
+    stats["recall_per_round"] = [prev]
+    prev_gain = 0.0
+    stop = "max_rounds"
+    for rnd in range(params.nne_rounds):
+        rev = _reverse_sample(be, wi, width, seed, rnd + 1)
+        be.nne(X, mcode, wi, wd, rev)
+        bar.update()
+        r = probe.recall(X, wi)
+        stats["recall_per_round"].append(r)
+        stats["nne_rounds"] = rnd + 1
+        logger.debug("rsfk NNE round %d: recall estimate %.4f", rnd + 1, r)
+        gain = r - prev
+        if r >= target:
+            stop = "target"
+            break
+        if gain < params.nne_min_gain:
+            stop = "gain_below_min"
+            break
+        if rnd >= 1 and _geometric_limit(r, gain, prev_gain) < target - PROJECTION_SLACK:
+            stop = "projected_short"
+            break
+        prev, prev_gain = r, gain
+    stats["nne_stop"] = stop
+    stats["stop_reason"] = "target_by_nne" if stop == "target" else "below_target"
+    if width == K:
+        return wi, wd
+    return xp.ascontiguousarray(wi[:, :K]), xp.ascontiguousarray(wd[:, :K])
+
+
+def _below_target(be, X, metric, idx, dist, K, params, probe, est, target, stats, T):
+    """Trees and NNE rounds ended below the target: the exact graph when allowed and affordable
+    (``stop_reason = "exact_fallback"``), else a warning."""
+    from .. import _exact_graph, exact_affordable
+
+    xp = be.xp
+    n, d = X.shape
+    if params.exact_fallback and K <= n - 1 and exact_affordable(n, d, be.name):
+        t0 = time.perf_counter()
+        logger.info("rsfk: trees and NNE rounds reached an estimated recall of %.3f (target %.3f); building "
+                    "the exact graph instead (%d x %d)", est, target, n, d)
+        I, D = _exact_graph(X, K, metric, be.name)
+        idx = xp.ascontiguousarray(xp.asarray(I)[:, :K].astype(xp.int32))
+        dist = xp.ascontiguousarray(xp.asarray(D)[:, :K].astype(xp.float32))
+        stats["exact_fallback"] = {"estimate_before": round(est, 5)}
+        stats["stop_reason"] = "exact_fallback"
+        est = probe.recall(X, idx)
+        T["exact"] = time.perf_counter() - t0
+    else:
+        why = ("exact_fallback=False" if not params.exact_fallback else
+               f"the exact graph of {n} x {d} is past the affordable size")
+        logger.warning("rsfk: estimated recall %.3f after %d trees and %d NNE rounds is below the target %.3f "
+                       "(%s); use method='nndescent' or 'brute'", est, stats["trees"], stats["nne_rounds"],
+                       target, why)
+    return idx, dist, est
 
 
 def rsfk_graph(X, k, *, metric, params=None, seed=0, device=None):

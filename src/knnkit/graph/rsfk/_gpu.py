@@ -94,11 +94,16 @@ class GpuBackend:
             raise ValueError(f"leaf_update must be 'auto', 'atomic', 'tiles' or 'diagonal', got {variant!r}")
         return variant
 
-    def nne(self, X, metric, idx, dist):
+    def nne(self, X, metric, idx, dist, reverse=None):
+        """One NNE pass: each point is offered the neighbours of its neighbours in a snapshot of
+        ``idx`` (with ``reverse``, an (n, R) array of reverse neighbours padded with -1: of its
+        forward and reverse neighbours, both taken from the snapshot extended by ``reverse``)."""
+        cp = self.xp
         n, d = X.shape
-        snapshot = idx.copy()
+        snapshot = idx.copy() if reverse is None else cp.ascontiguousarray(cp.concatenate([idx, reverse], axis=1))
         self.k["rsfk_nne"](_warp_grid(n), (_BLOCK,), (
-            X, np.int32(n), np.int32(d), np.int32(metric), snapshot, idx, dist, np.int32(idx.shape[1])))
+            X, np.int32(n), np.int32(d), np.int32(metric), snapshot, np.int32(snapshot.shape[1]), idx, dist,
+            np.int32(idx.shape[1])))
 
     def fill(self, X, metric, idx, dist):
         n, d = X.shape

@@ -354,19 +354,20 @@ extern "C" __global__ void rsfk_leaf_diagonal(const float* __restrict__ X, int d
 // ---------------------------------------------------------------------------------- post-passes
 
 // NNE: warp per point i; candidates are the neighbours of i's neighbours in the snapshot idx_old (so the
-// result does not depend on the order in which warps run); only i's own list is written.
+// result does not depend on the order in which warps run); only i's own list is written. The snapshot
+// has W >= K columns: the lists, then (W > K) sampled reverse neighbours; -1 entries anywhere are skipped.
 extern "C" __global__ void rsfk_nne(const float* __restrict__ X, int n, int d, int metric,
-                                    const int* __restrict__ idx_old, int* idx, float* dist, int K) {
+                                    const int* __restrict__ idx_old, int W, int* idx, float* dist, int K) {
     const int lane = threadIdx.x & 31;
     const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (i >= n) return;
     int* li = idx + i * K;
     float* ld = dist + i * K;
-    for (int a = 0; a < K; a++) {
-        const int j = idx_old[i * K + a];
-        if (j < 0) break;
-        for (int base = 0; base < K; base += 32) {
-            const int c = base + lane < K ? idx_old[(long long)j * K + base + lane] : -1;
+    for (int a = 0; a < W; a++) {
+        const int j = idx_old[i * W + a];
+        if (j < 0) continue;  // warp-uniform: every lane reads the same entry
+        for (int base = 0; base < W; base += 32) {
+            const int c = base + lane < W ? idx_old[(long long)j * W + base + lane] : -1;
             unsigned mask = __ballot_sync(RSFK_FULL, c >= 0 && c != (int)i);
             while (mask) {
                 const int l = __ffs(mask) - 1;
