@@ -55,9 +55,13 @@ __device__ __forceinline__ bool ft_less(float a, int ia, float b, int ib) {
     return a < b || (a == b && ia < ib);
 }
 
+// generic -> shared-window address for cp.async / ldmatrix (inline PTX: no header needed)
 __device__ __forceinline__ unsigned ft_smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
 }
+__device__ __forceinline__ int ft_min(int a, int b) { return a < b ? a : b; }
 
 __device__ __forceinline__ void ft_cp_async16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ft_smem_addr(smem)), "l"(gmem));
@@ -167,10 +171,10 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
     constexpr int BM = ft_bm(MT, NW);
     constexpr int WR = 16 * MT;      // rows per warp
     constexpr int NT = 32 * NW;      // threads
-    extern __shared__ __align__(16) unsigned char ft_smem[];
+    extern __shared__ uint4 ft_smem[];  // uint4: 16-byte aligned
     const int QS = dp + 8;           // Q row stride (halves): dp/8 + 1 odd -> conflict free
     unsigned short* sQ = reinterpret_cast<unsigned short*>(ft_smem);
-    unsigned short* sX = sQ + (size_t)BM * QS;
+    unsigned short* sX = sQ + (long long)BM * QS;
     float* s_bk = reinterpret_cast<float*>(sX + FT_STAGES * FT_BN * FT_XS);
     int* s_bi = reinterpret_cast<int*>(s_bk + BM * FT_CAP);
     int* s_cnt = s_bi + BM * FT_CAP;
@@ -187,8 +191,8 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         const int cpr = dp >> 3;     // 16-byte pieces per row
         for (int p = tid; p < BM * cpr; p += NT) {
             int r = p / cpr, c = (p - r * cpr) << 3;
-            int gr = min(row0 + r, m - 1);
-            ft_cp_async16(sQ + r * QS + c, Q + (size_t)gr * dp + c);
+            int gr = ft_min(row0 + r, m - 1);
+            ft_cp_async16(sQ + r * QS + c, Q + (long long)gr * dp + c);
         }
         ft_cp_commit();
     }
@@ -204,8 +208,8 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         int gr = row0 + wrow + r;
         if (gr >= m) break;
         for (int j = lane; j < kc; j += 32) {
-            best_d[(size_t)gr * kc + j] = FT_INF;
-            best_i[(size_t)gr * kc + j] = FT_NOIDX;
+            best_d[(long long)gr * kc + j] = FT_INF;
+            best_i[(long long)gr * kc + j] = FT_NOIDX;
         }
     }
 
@@ -218,13 +222,13 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         if (it < total) {
             const int ch = it / nsl, sl = it - ch * nsl;
             const int k0 = sl * FT_KS;
-            const int w = min(FT_KS, dp - k0);   // 32 or 64
+            const int w = ft_min(FT_KS, dp - k0);   // 32 or 64
             const int cpr = w >> 3;
             unsigned short* dst = sX + (it % FT_STAGES) * (FT_BN * FT_XS);
             for (int p = tid; p < FT_BN * cpr; p += NT) {
                 int r = p / cpr, c = (p - r * cpr) << 3;
-                int gc = min(ch * FT_BN + r, n - 1);   // past n: clamped, masked in selection
-                ft_cp_async16(dst + r * FT_XS + c, X + (size_t)gc * dp + k0 + c);
+                int gc = ft_min(ch * FT_BN + r, n - 1);   // past n: clamped, masked in selection
+                ft_cp_async16(dst + r * FT_XS + c, X + (long long)gc * dp + k0 + c);
             }
         }
         ft_cp_commit();  // always commit: keeps the group count uniform for wait_group
@@ -273,7 +277,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         }
         const unsigned short* xs = sX + (it % FT_STAGES) * (FT_BN * FT_XS);
         const int k0 = sl * FT_KS;
-        const int ksteps = min(FT_KS, dp - k0) >> 4;
+        const int ksteps = ft_min(FT_KS, dp - k0) >> 4;
         for (int ks = 0; ks < ksteps; ++ks) {
             unsigned a[MT][4];
 #pragma unroll
@@ -317,7 +321,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
                         int lr = __ffs(need) - 1;
                         need &= need - 1;
                         int br = wrow + lr;
-                        size_t off = (size_t)(row0 + br) * kc;
+                        long long off = (long long)(row0 + br) * kc;
                         ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr,
                                      s_thri, lane);
                     }
@@ -355,7 +359,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
             int lr = __ffs(need) - 1;
             need &= need - 1;
             int br = wrow + lr;
-            size_t off = (size_t)(row0 + br) * kc;
+            long long off = (long long)(row0 + br) * kc;
             ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr, s_thri, lane);
         }
     }
