@@ -24,8 +24,9 @@ from .._core.config import logger, get_memory_budget, progress
 from .._core.cuda import get_kernel, kernel_path, retry_on_oom
 
 _KERNEL = kernel_path(__file__, "topk.cu")
+_FUSED_KERNEL = kernel_path(__file__, "fused_topk.cu")
 
-__all__ = ["knn", "knn_gpu", "topk_rows", "queue_length", "MAX_K"]
+__all__ = ["knn", "knn_gpu", "topk_rows", "queue_length", "MAX_K", "use_fused", "fused_candidates"]
 
 MAX_K = 1024
 # bounds on the elements of one distance tile (64 MiB .. 2 GiB of float32); the budget picks
@@ -36,6 +37,14 @@ _MAX_TILE_ELEMS = 1 << 29
 _FP16_TILE = True
 # overlap GEMM and selection on two streams (set by the benchmark to compare)
 _OVERLAP = False
+# fp16_rerank: fused GEMM + selection kernel (fused_topk.cu) instead of cuBLAS + topk_tile.
+# "auto": fused when the padded dimension is <= _FUSED_AUTO_MAX_DIM and the device supports it;
+# True: fused wherever a launch configuration fits the device; False: the unfused path (A/B)
+_FUSED = "auto"
+_FUSED_AUTO_MAX_DIM = 256
+# queries per fused launch (when batch_size is not given): enough blocks to fill every SM a few
+# waves deep (1 << 17 rows = 1024 blocks of 128), bounded memory for the candidates and re-rank
+_FUSED_QUERY_TILE = 1 << 17
 _K_CHOICES = (32, 64, 128, 256, 512, 1024)
 _NOIDX = 0x7FFFFFFF
 
@@ -362,20 +371,24 @@ class _Prepared:
         return low, sq, info
 
     exact_keys = False
+    X_fused = None  # the fp16 data padded for fused_topk.cu (made on first use)
 
-    def key_error(self, info, dim):
+    def key_error(self, info, dim, fp16_tile=None):
         """Worst-case |approximate key - exact key| per query row (float64 numpy).
 
         dot error <= |q| max|dx| + |dq| max|x~| + accumulation (+ float16 storage of the
         product); squared-L2 keys carry twice the dot error plus the float32 rounding of
-        ||x||^2 and of forming the key.
+        ||x||^2 and of forming the key. ``fp16_tile``: whether the products were stored as
+        float16 (default ``_FP16_TILE``; the fused kernel keeps them in fp32 registers: False).
         """
         qn, qrn, dqn = info[:3]
         if self.mode == "exact" and self.exact_keys and info[3]:
             return np.zeros_like(qn)  # integer keys below 2^24: the GEMM is exact
         acc = (dim + 2) * 2.0 ** -22          # fp32 accumulation (tensor cores may truncate)
         dot_err = qn * self.dxmax + dqn * self.xrmax + acc * qrn * self.xrmax
-        if self.mode == "fp16_rerank" and _FP16_TILE:
+        if fp16_tile is None:
+            fp16_tile = _FP16_TILE
+        if self.mode == "fp16_rerank" and fp16_tile:
             dot_err = dot_err + 2.0 ** -11 * qrn * self.xrmax   # the product stored as float16
         key_round = 4 * 2.0 ** -24 * (self.xmax ** 2 + 2 * qrn * self.xrmax)
         if self.metric == "l2":
@@ -383,6 +396,112 @@ class _Prepared:
         else:
             err = dot_err + key_round
         return 1.05 * err + 1e-30
+
+
+# --------------------------------------------------------------------------- fused fp16 kernel
+
+# constants mirrored from fused_topk.cu (FT_BN, FT_KS, FT_STAGES, FT_CAP)
+_FT_BN, _FT_KS, _FT_STAGES, _FT_CAP = 64, 64, 3, 32
+# (m16 tiles per warp, warps): 128, 64, then 32 query rows per block; the first whose shared
+# memory fits is used (more rows per block = fewer re-reads of the data from L2)
+_FT_CONFIGS = ((2, 4), (1, 4), (1, 2))
+# prefer configurations that leave room for two blocks per SM on H100 and that run unchanged on
+# GPUs whose opt-in limit is 99 KB (sm_86/89)
+_FT_SMEM_PREF = 99 * 1024
+_FT_NAMES = tuple(f"fused_topk_fp16<{mt},{nw}>" for mt, nw in _FT_CONFIGS)
+
+
+def _fused_dim(d):
+    """Padded dimension of the fused kernel's operands (a multiple of 32 halves)."""
+    return -(-d // 32) * 32
+
+
+def _fused_smem_bytes(mt, nw, dp):
+    """Dynamic shared memory of ``fused_topk_fp16<mt, nw>`` (the layout in fused_topk.cu)."""
+    bm = 16 * mt * nw
+    return (bm * (dp + 8) * 2 + _FT_STAGES * _FT_BN * (_FT_KS + 8) * 2
+            + bm * _FT_CAP * 8 + 3 * bm * 4)
+
+
+def _fused_config(d):
+    """(mt, nw, shared bytes) for dimension d on the current device, or None when the fused
+    kernel cannot run there (compute capability < 8.0 or no configuration fits)."""
+    import cupy as cp
+
+    dev = cp.cuda.Device()
+    cc = int(dev.compute_capability)
+    if cc < 80:
+        return None
+    attrs = dev.attributes
+    limit = int(attrs.get("MaxSharedMemoryPerBlockOptin", attrs.get("MaxSharedMemoryPerBlock", 48 * 1024)))
+    dp = _fused_dim(d)
+    fits = [(mt, nw, _fused_smem_bytes(mt, nw, dp)) for mt, nw in _FT_CONFIGS]
+    # 128 or 64 rows within the preferred size; else whatever fits the device (d > 256: 64 rows
+    # at ~150 KB beat 32 rows, which would read the data from L2 twice as often)
+    for cap, cands in ((min(limit, _FT_SMEM_PREF), fits[:2]), (limit, fits)):
+        for mt, nw, sm in cands:
+            if sm <= cap:
+                return mt, nw, sm
+    return None
+
+
+def use_fused(mode, kc, d):
+    """Whether the fp16_rerank candidate selection runs the fused kernel (see ``_FUSED``)."""
+    if mode != "fp16_rerank" or not _FP16_TILE or _FUSED is False or not 1 <= kc <= MAX_K:
+        return False
+    if _FUSED == "auto" and _fused_dim(d) > _FUSED_AUTO_MAX_DIM:
+        return False
+    try:
+        return _fused_config(d) is not None
+    except Exception as e:  # noqa: BLE001 - no usable device attributes: keep the unfused path
+        logger.debug("fused kernel unavailable: %s", e)
+        return False
+
+
+def _pad_half(A, dp):
+    """Row-major float16 copy of A with dp columns (zero padded); A itself when already so."""
+    import cupy as cp
+
+    if A.shape[1] == dp and A.flags.c_contiguous:
+        return A
+    out = cp.zeros((A.shape[0], dp), cp.float16)
+    out[:, : A.shape[1]] = A
+    return out
+
+
+def fused_candidates(Qlow, Xlow, kc, colbias, alpha, self_ids):
+    """Top-kc (key, id) per query row with the fused kernel; keys as in :func:`_select_tile`.
+
+    Qlow (m, d), Xlow (n, d): float16 cupy operands (scaled, centred); colbias (n,) float32 or
+    None; self_ids (m,) int32 or None. Returns best_d (m, kc) float32, best_i (m, kc) int32, each
+    row sorted by (key, id), padded with (+inf, 0x7fffffff) past the available points.
+    """
+    import cupy as cp
+
+    m, d = Qlow.shape
+    n = Xlow.shape[0]
+    cfg = _fused_config(d)
+    if cfg is None:
+        raise RuntimeError("the fused kernel needs compute capability >= 8.0 and enough shared memory")
+    mt, nw, smem = cfg
+    dp = _fused_dim(d)
+    Qp = _pad_half(Qlow, dp)
+    Xp = _pad_half(Xlow, dp)
+    best_d = cp.empty((m, kc), cp.float32)
+    best_i = cp.empty((m, kc), cp.int32)
+    if m == 0:
+        return best_d, best_i
+    kern = get_kernel(_FUSED_KERNEL, f"fused_topk_fp16<{mt},{nw}>", name_expressions=_FT_NAMES)
+    if smem > 48 * 1024:
+        # opt in to more than the default 48 KB of dynamic shared memory per block
+        kern.max_dynamic_shared_size_bytes = smem
+    bm = 16 * mt * nw
+    kern((-(-m // bm),), (32 * nw,),
+         (Qp, Xp, np.int32(m), np.int32(n), np.int32(dp),
+          colbias if colbias is not None else _null(), np.float32(alpha),
+          self_ids if self_ids is not None else _null(), best_d, best_i, np.int32(kc)),
+         shared_mem=smem)
+    return best_d, best_i
 
 
 # --------------------------------------------------------------------------- main loop
@@ -437,7 +556,14 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
     # row stride padded to 8 elements: 16-byte aligned rows for the vector loads of topk_tile
     width = -(-min(nt, n) // 8) * 8
     starts = list(range(0, n, nt))
-    if _OVERLAP and len(starts) > 1 and kc <= MAX_K:
+    fused = use_fused(mode, kc, dim)
+    if fused:
+        # one launch for the whole query tile: no distance tile in global memory; the padded
+        # data copy (only when d is not a multiple of 32) is made once per call and kept on prep
+        if getattr(prep, "X_fused", None) is None:
+            prep.X_fused = _pad_half(prep.X, _fused_dim(dim))
+        best_d, best_i = fused_candidates(Qlow, prep.X_fused, kc, prep.xnorm2, alpha, self_ids)
+    elif _OVERLAP and len(starts) > 1 and kc <= MAX_K:
         # two tiles of half width on two streams: the GEMM of tile j+1 (compute bound) can run
         # beside the selection of tile j (memory bound); selections stay in order via events
         half_nt = max(kc, -(-nt // 2 // 256) * 256)
@@ -475,7 +601,8 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
     ok = None
     if True:  # every mode certifies its rows (exact mode against float32 GEMM rounding)
         avail = n - (1 if self_ids is not None else 0)
-        eps_h = prep.key_error(qinfo, dim)
+        # fused keys come from fp32 accumulators (no float16 product storage term)
+        eps_h = prep.key_error(qinfo, dim, fp16_tile=False if fused else None)
         if mode == "exact" and not eps_h.any():
             # exact integer keys: the (key, id) selection is already the exact answer, ties included
             return out_d, out_i, None
@@ -630,6 +757,10 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
     out_d = cp.empty((m, k), cp.float32)
     out_i = cp.empty((m, k), cp.int64)
     mq0, nt = _tile_shape(n, m, dim, kc, batch_size, extra)
+    if batch_size is None and use_fused(mode, kc, dim):
+        # the fused kernel has one block per 128 queries: large query tiles keep every SM busy
+        # (the unfused path's 8192-row tiles would launch 64 blocks)
+        mq0 = min(m, max(mq0, _FUSED_QUERY_TILE))
     n_fallback = 0
 
     def run(mq):

@@ -1,0 +1,366 @@
+// fused_topk.cu -- fused fp16 tensor-core distance GEMM + running top-k' selection for the
+// "fp16_rerank" mode of exact brute-force k-NN (see NOTES_topk.md, "Fused kernel").
+//
+// Why: the unfused fp16 mode writes the fp16 distance tile Q_t X_t^T to global memory (cuBLAS)
+// and topk_tile (topk.cu) reads it back; for an all-points 1M x 128 graph that is ~4 TB of tile
+// traffic, about 2.7 s of the 3.3 s. Here the dot products of a block of queries with a chunk of
+// data points are computed with mma.sync (m16n8k16, fp16 inputs, fp32 accumulation) and the keys
+// are filtered straight from the accumulator registers; no distance ever leaves the SM.
+// The threshold filter + buffered merge is the same idea as topk_tile (FAISS BlockSelect style);
+// the operand staging (cp.async ring of k-slices, ldmatrix fragments, padded rows so ldmatrix
+// is free of bank conflicts) is the textbook Ampere/Hopper GEMM main loop.
+//
+// Keys (identical to topk_tile's so the caller's re-rank and certificate apply unchanged):
+//   key[r, c] = colbias[c] + alpha * (Q[r] . X[c])      (colbias NULL -> 0)
+// with Q, X the scaled, centred fp16 operands of the fp16 mode, alpha = -2 / (sx sq) for squared
+// L2 (colbias = ||x - mu||^2) or -1 / (sx sq) for the inner product. The dot product is the fp32
+// tensor-core accumulation itself (never rounded to fp16), so the caller's error bound may drop
+// its "fp16 tile storage" term. Ties are broken by the smaller column index, as in topk.cu.
+//
+// Output: best_d / best_i (m x kc, row-major), each row sorted ascending by (key, index), padded
+// with (+inf, 0x7fffffff) when fewer than kc points are available.
+//
+// Shape constraints (checked by the caller, _gpu.py):
+//   * Q (m x dp) and X (n x dp) fp16, row-major, dp = d rounded up to a multiple of 32, zero
+//     padded (the zero columns add exact zeros); base pointers 16-byte aligned.
+//   * 1 <= kc <= 1024 (the list lives in global memory; merges stream it).
+//   * block = 32 * NW threads, BM = 16 * MT * NW query rows per block, BN = 64 data points per
+//     chunk; dynamic shared memory = fused_smem_bytes(MT, NW, dp) (Python mirrors the formula).
+//   * sm_80 or newer (cp.async, ldmatrix, mma.sync m16n8k16).
+//
+// Selection: each warp owns 16*MT query rows and all 64 columns of a chunk. Lane (g = lane/4,
+// t = lane%4) holds, per 16-row tile and per 8-column tile, keys of rows g and g+8 at columns
+// 2t, 2t+1 (the mma accumulator layout). A key survives when key <= the row's current kc-th best
+// key (a register copy; ties refined exactly in the rare slow path). Survivors are appended to
+// a per-row shared buffer (CAP entries); before any append the warp merges every row of its own
+// whose buffer could overflow (count > CAP - 8: one 8-column step adds at most 8 per row). The
+// merge is warp-synchronous (no block barrier): sort the <= 32 buffered pairs with a register
+// bitonic network (one per lane), compute every element's rank in the merged order by binary
+// search (buffer: shuffles; list: global loads), and scatter in place, top slot first, so no
+// unread list element is overwritten. After warm-up (~kc ln(n/kc) survivors per row in total) the
+// steady state is one FFMA + one compare per key.
+//
+// NVRTC: no headers at all; fp16 operands are passed as raw 16-bit words (unsigned short) and
+// only ever touched by cp.async / ldmatrix / mma.
+
+#define FT_INF __int_as_float(0x7f800000)
+#define FT_NOIDX 0x7fffffff
+#define FT_BN 64      // data points per chunk
+#define FT_KS 64      // k-slice (halves) staged per cp.async group
+#define FT_STAGES 3   // cp.async ring depth
+#define FT_CAP 32     // survivor buffer per row (<= 32: one entry per lane in the merge sort)
+#define FT_XS (FT_KS + 8)  // staged X row stride (halves): 144 B rows -> ldmatrix conflict free
+
+__device__ __forceinline__ bool ft_less(float a, int ia, float b, int ib) {
+    return a < b || (a == b && ia < ib);
+}
+
+// generic -> shared-window address for cp.async / ldmatrix (inline PTX: no header needed)
+__device__ __forceinline__ unsigned ft_smem_addr(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ int ft_min(int a, int b) { return a < b ? a : b; }
+
+__device__ __forceinline__ void ft_cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ft_smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void ft_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void ft_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ft_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3,
+                                               const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(ft_smem_addr(p)));
+}
+
+// d += a * b, m16n8k16, fp16 inputs, fp32 accumulators
+__device__ __forceinline__ void ft_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared-memory layout (bytes), mirrored by _gpu._fused_smem_bytes:
+//   Q tile   BM x (dp + 8) halves
+//   X ring   FT_STAGES x FT_BN x FT_XS halves
+//   buffers  BM x FT_CAP floats + BM x FT_CAP ints
+//   per row  count, threshold key, threshold index (3 x BM x 4)
+__host__ __device__ constexpr int ft_bm(int MT, int NW) { return 16 * MT * NW; }
+
+// Merge row br's survivor buffer into its sorted global list L (kc entries), warp-synchronous.
+// Updates the row's threshold and clears its buffer. All 32 lanes must call it.
+// Not inlined: it is called from 9 places (8 unrolled column steps + the final flush) and runs
+// rarely; inlining would multiply the code size for nothing.
+__device__ __noinline__ void ft_merge_row(int br, float* __restrict__ Ld, int* __restrict__ Li, int kc,
+                                             float* s_bk, int* s_bi, int* s_cnt, float* s_thr, int* s_thri,
+                                             int lane) {
+    const int cnt = s_cnt[br];
+    float bk = lane < cnt ? s_bk[br * FT_CAP + lane] : FT_INF;
+    int bi = lane < cnt ? s_bi[br * FT_CAP + lane] : FT_NOIDX;
+    // bitonic sort of the 32 (key, index) pairs across the lanes, ascending
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            float ok = __shfl_xor_sync(0xffffffffu, bk, stride);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, stride);
+            bool up = (lane & size) == 0;  // size == 32: every lane ascending
+            bool lower = (lane & stride) == 0;
+            bool take_min = (lower == up);
+            bool other_less = ft_less(ok, oi, bk, bi);
+            if (take_min ? other_less : ft_less(bk, bi, ok, oi)) { bk = ok; bi = oi; }
+        }
+    }
+    // rank of my buffer element in the merged order: lane + #(list elements before it);
+    // computed before anything is written (the list is read in its old state)
+    int brank = 0x7fffffff;
+    if (lane < cnt) {
+        int lo = 0;
+        for (int step = 1024; step > 0; step >>= 1) {
+            int probe = lo + step - 1;
+            if (probe < kc && ft_less(Ld[probe], Li[probe], bk, bi)) lo += step;
+        }
+        brank = lane + lo;
+    }
+    // list elements, top slot first: element i moves to i + #(buffer elements before it) >= i,
+    // i.e. into a slot that has already been read (higher slots) or is read in this round
+    const int nslot = (kc + 31) >> 5;
+    for (int s = nslot - 1; s >= 0; --s) {
+        const int i = s * 32 + lane;
+        float lk = FT_INF;
+        int li = FT_NOIDX;
+        if (i < kc) { lk = Ld[i]; li = Li[i]; }
+        int lo = 0;
+#pragma unroll
+        for (int step = 32; step > 0; step >>= 1) {
+            int probe = lo + step - 1;
+            float pk = __shfl_sync(0xffffffffu, bk, probe & 31);
+            int pi = __shfl_sync(0xffffffffu, bi, probe & 31);
+            if (probe < cnt && ft_less(pk, pi, lk, li)) lo += step;
+        }
+        __syncwarp();  // every lane has read slot s before any lane overwrites it
+        const int rank = i + lo;
+        if (i < kc && rank < kc) {
+            Ld[rank] = lk;
+            Li[rank] = li;
+            if (rank == kc - 1) { s_thr[br] = lk; s_thri[br] = li; }
+        }
+        __syncwarp();
+    }
+    if (brank < kc) {
+        Ld[brank] = bk;
+        Li[brank] = bi;
+        if (brank == kc - 1) { s_thr[br] = bk; s_thri[br] = bi; }
+    }
+    if (lane == 0) s_cnt[br] = 0;
+    __syncwarp();
+}
+
+template <int MT, int NW>
+__global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
+    const unsigned short* __restrict__ Q, const unsigned short* __restrict__ X, int m, int n, int dp,
+    const float* __restrict__ colbias, float alpha, const int* __restrict__ self_ids,
+    float* __restrict__ best_d, int* __restrict__ best_i, int kc)
+{
+    constexpr int BM = ft_bm(MT, NW);
+    constexpr int WR = 16 * MT;      // rows per warp
+    constexpr int NT = 32 * NW;      // threads
+    extern __shared__ uint4 ft_smem[];  // uint4: 16-byte aligned
+    const int QS = dp + 8;           // Q row stride (halves): dp/8 + 1 odd -> conflict free
+    unsigned short* sQ = reinterpret_cast<unsigned short*>(ft_smem);
+    unsigned short* sX = sQ + (long long)BM * QS;
+    float* s_bk = reinterpret_cast<float*>(sX + FT_STAGES * FT_BN * FT_XS);
+    int* s_bi = reinterpret_cast<int*>(s_bk + BM * FT_CAP);
+    int* s_cnt = s_bi + BM * FT_CAP;
+    float* s_thr = reinterpret_cast<float*>(s_cnt + BM);
+    int* s_thri = reinterpret_cast<int*>(s_thr + BM);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int row0 = blockIdx.x * BM;
+    const int wrow = warp * WR;      // first block row of this warp
+
+    // --- Q tile -> shared (rows past m clamp to m - 1; their results are never written)
+    {
+        const int cpr = dp >> 3;     // 16-byte pieces per row
+        for (int p = tid; p < BM * cpr; p += NT) {
+            int r = p / cpr, c = (p - r * cpr) << 3;
+            int gr = ft_min(row0 + r, m - 1);
+            ft_cp_async16(sQ + r * QS + c, Q + (long long)gr * dp + c);
+        }
+        ft_cp_commit();
+    }
+    // --- per-row state; lists start as (+inf, NOIDX)
+    for (int r = tid; r < BM; r += NT) {
+        s_cnt[r] = 0;
+        bool valid = row0 + r < m;
+        // rows past m never accept anything (no key is <= -inf)
+        s_thr[r] = valid ? FT_INF : -FT_INF;
+        s_thri[r] = valid ? FT_NOIDX : -1;
+    }
+    for (int r = 0; r < WR; ++r) {
+        int gr = row0 + wrow + r;
+        if (gr >= m) break;
+        for (int j = lane; j < kc; j += 32) {
+            best_d[(long long)gr * kc + j] = FT_INF;
+            best_i[(long long)gr * kc + j] = FT_NOIDX;
+        }
+    }
+
+    const int nsl = (dp + FT_KS - 1) / FT_KS;      // k-slices per chunk
+    const int nchunk = (n + FT_BN - 1) / FT_BN;
+    const int total = nchunk * nsl;
+
+    // stage the k-slice `it` (chunk it / nsl, slice it % nsl) of X into ring slot it % FT_STAGES
+    auto load_stage = [&](int it) {
+        if (it < total) {
+            const int ch = it / nsl, sl = it - ch * nsl;
+            const int k0 = sl * FT_KS;
+            const int w = ft_min(FT_KS, dp - k0);   // 32 or 64
+            const int cpr = w >> 3;
+            unsigned short* dst = sX + (it % FT_STAGES) * (FT_BN * FT_XS);
+            for (int p = tid; p < FT_BN * cpr; p += NT) {
+                int r = p / cpr, c = (p - r * cpr) << 3;
+                int gc = ft_min(ch * FT_BN + r, n - 1);   // past n: clamped, masked in selection
+                ft_cp_async16(dst + r * FT_XS + c, X + (long long)gc * dp + k0 + c);
+            }
+        }
+        ft_cp_commit();  // always commit: keeps the group count uniform for wait_group
+    };
+#pragma unroll
+    for (int s = 0; s < FT_STAGES - 1; ++s) load_stage(s);
+
+    __syncthreads();  // per-row state visible
+    // my rows: lr = mt*16 + h*8 + g; thresholds cached in registers
+    float thr[MT][2];
+    int sid[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int br = wrow + mt * 16 + h * 8 + g;
+            thr[mt][h] = s_thr[br];
+            sid[mt][h] = (self_ids && row0 + br < m) ? self_ids[row0 + br] : -1;
+        }
+
+    float acc[MT][8][4];
+    float cb[8][2];  // colbias of my 16 columns of the current chunk
+
+    for (int it = 0; it < total; ++it) {
+        ft_cp_wait<FT_STAGES - 2>();
+        __syncthreads();  // slice `it` staged for everyone; slot (it - 1) % STAGES free again
+        load_stage(it + FT_STAGES - 1);
+
+        const int ch = it / nsl, sl = it - ch * nsl;
+        const int c0 = ch * FT_BN;
+        if (sl == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
+            // colbias for this chunk (loaded now, used after the last slice: latency hidden)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    int c = c0 + j * 8 + 2 * t4 + e;
+                    cb[j][e] = (colbias && c < n) ? __ldg(colbias + c) : 0.f;
+                }
+        }
+        const unsigned short* xs = sX + (it % FT_STAGES) * (FT_BN * FT_XS);
+        const int k0 = sl * FT_KS;
+        const int ksteps = ft_min(FT_KS, dp - k0) >> 4;
+        for (int ks = 0; ks < ksteps; ++ks) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                ft_ldmatrix_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                               sQ + (wrow + mt * 16 + (lane & 15)) * QS + k0 + ks * 16 + ((lane >> 4) << 3));
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                unsigned b0, b1, b2, b3;
+                ft_ldmatrix_x4(b0, b1, b2, b3,
+                               xs + (p * 16 + (lane & 7) + ((lane >> 4) << 3)) * FT_XS + ks * 16 +
+                                   (((lane >> 3) & 1) << 3));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    ft_mma(acc[mt][2 * p], a[mt], b0, b1);
+                    ft_mma(acc[mt][2 * p + 1], a[mt], b2, b3);
+                }
+            }
+        }
+        if (sl != nsl - 1) continue;
+
+        // --- selection of this chunk, one 8-column step at a time
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            bool maybe = false;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float key = fmaf(alpha, acc[mt][j][e], cb[j][e & 1]);
+                    acc[mt][j][e] = key;
+                    maybe |= key <= thr[mt][e >> 1];
+                }
+            if (!__any_sync(0xffffffffu, maybe)) continue;
+            // slow path: make room (merge rows whose buffer could overflow), then append
+            {
+                bool full = lane < WR && s_cnt[wrow + lane] > FT_CAP - 8;
+                unsigned need = __ballot_sync(0xffffffffu, full);
+                if (need) {
+                    while (need) {
+                        int lr = __ffs(need) - 1;
+                        need &= need - 1;
+                        int br = wrow + lr;
+                        long long off = (long long)(row0 + br) * kc;
+                        ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr,
+                                     s_thri, lane);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) thr[mt][h] = s_thr[wrow + mt * 16 + h * 8 + g];
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int h = e >> 1;
+                    const int br = wrow + mt * 16 + h * 8 + g;
+                    const int c = c0 + j * 8 + 2 * t4 + (e & 1);
+                    const float key = acc[mt][j][e];
+                    // exact (key, index) test against the row's threshold; column range and self
+                    if (c < n && c != sid[mt][h] && ft_less(key, c, s_thr[br], s_thri[br])) {
+                        int pos = atomicAdd(&s_cnt[br], 1);
+                        s_bk[br * FT_CAP + pos] = key;
+                        s_bi[br * FT_CAP + pos] = c;
+                    }
+                }
+            __syncwarp();
+        }
+    }
+    ft_cp_wait<0>();
+
+    // --- final merge of every row of this warp with a non-empty buffer
+    {
+        bool any = lane < WR && s_cnt[wrow + lane] > 0;
+        unsigned need = __ballot_sync(0xffffffffu, any);
+        while (need) {
+            int lr = __ffs(need) - 1;
+            need &= need - 1;
+            int br = wrow + lr;
+            long long off = (long long)(row0 + br) * kc;
+            ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr, s_thri, lane);
+        }
+    }
+}

@@ -1,0 +1,171 @@
+"""The fused fp16 GEMM + top-k' kernel (knnkit/exact/fused_topk.cu) on the GPU.
+
+Two levels: the kernel's candidate lists against float64 keys of the *same* fp16 operands
+(catches fragment-layout, masking and merge bugs directly), and knnkit.knn in fp16_rerank mode
+with the fused kernel forced on against the float64 reference (the end result, after re-rank and
+certificate)."""
+
+import numpy as np
+import pytest
+
+import knnkit
+
+from test_brute_force import reference
+
+gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
+
+# n around the 64-point chunk and the 128-row block; d padded to 32 (1, 3, 17) and past 128 (130)
+SHAPES = [(1, 1), (63, 3), (64, 17), (65, 130), (1000, 1), (4099, 17), (4099, 130), (2051, 3)]
+
+
+def _operands(X, Q, metric="l2"):
+    """The fp16 operands, colbias and alpha exactly as _gpu._knn_rows builds them."""
+    import cupy as cp
+
+    from knnkit.exact import _gpu
+
+    prep = _gpu._Prepared(cp.asarray(X), metric, "fp16_rerank")
+    Qlow, sq, _ = prep.queries(cp.asarray(Q))
+    alpha = (-2.0 if metric == "l2" else -1.0) / (prep.sx * sq)
+    return prep, Qlow, alpha
+
+
+def _keys64(prep, Qlow, alpha):
+    """float64 keys of every (query, point) pair from the fp16 operands (what the kernel computes
+    up to fp32 accumulation)."""
+    q = Qlow.get().astype(np.float64)
+    x = prep.X.get().astype(np.float64)
+    keys = alpha * (q @ x.T)
+    if prep.xnorm2 is not None:
+        keys += prep.xnorm2.get().astype(np.float64)[None, :]
+    return keys
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("n,d", SHAPES)
+@pytest.mark.parametrize("kc", [1, 10, 128, 400])
+@pytest.mark.parametrize("self_ids", [False, True])
+def test_fused_candidates_match_float64_keys(n, d, kc, self_ids):
+    import cupy as cp
+
+    from knnkit.exact import _gpu
+
+    rng = np.random.default_rng(n * 1000 + d)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    m = min(n, 257) if self_ids else 131
+    Q = X[:m] if self_ids else rng.standard_normal((m, d)).astype(np.float32)
+    prep, Qlow, alpha = _operands(X, Q)
+    sid = cp.arange(m, dtype=cp.int32) if self_ids else None
+    avail = n - (1 if self_ids else 0)
+    kc_eff = max(1, min(kc, avail))
+    bd, bi = _gpu.fused_candidates(Qlow, prep.X, kc_eff, prep.xnorm2, alpha, sid)
+    bd, bi = bd.get(), bi.get()
+    keys = _keys64(prep, Qlow, alpha)
+    if self_ids:
+        keys[np.arange(m), np.arange(m)] = np.inf
+    # tolerance: fp32 accumulation + key formation, relative to the key magnitudes
+    scale = np.abs(keys[np.isfinite(keys)]).max() if np.isfinite(keys).any() else 1.0
+    tol = 1e-5 * max(scale, 1.0)
+    for r in range(m):
+        real = bi[r] != 0x7FFFFFFF
+        assert real.sum() == min(kc_eff, avail), (r, real.sum())
+        ids = bi[r][real]
+        assert len(set(ids.tolist())) == len(ids), "duplicate candidate"
+        assert np.all((ids >= 0) & (ids < n))
+        if self_ids:
+            assert r not in set(ids.tolist())
+        # sorted by (key, id); keys equal the float64 keys of those ids
+        d_r = bd[r][real].astype(np.float64)
+        assert np.all(np.diff(d_r) >= 0)
+        np.testing.assert_allclose(d_r, keys[r, ids], rtol=0, atol=tol)
+        # the set is the kc smallest up to near-ties: every id left out has a key >= the last kept - tol
+        ref = np.sort(keys[r])[: len(ids)]
+        np.testing.assert_allclose(d_r, ref, rtol=0, atol=2 * tol)
+        assert np.all(np.isinf(bd[r][~real]))
+
+
+@pytest.mark.gpu
+@gpu
+def test_fused_candidates_duplicates_tie_order():
+    """Exact duplicates give equal keys: the list must hold the smallest ids first (topk.cu's rule)."""
+    import cupy as cp
+
+    from knnkit.exact import _gpu
+
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 3, size=(20, 5)).astype(np.float32)
+    X = base[rng.integers(0, 20, size=3001)]
+    prep, Qlow, alpha = _operands(X, X[:300])
+    bd, bi = _gpu.fused_candidates(Qlow, prep.X, 128, prep.xnorm2, alpha, cp.arange(300, dtype=cp.int32))
+    bd, bi = bd.get(), bi.get()
+    keys = _keys64(prep, Qlow, alpha)
+    keys[np.arange(300), np.arange(300)] = np.inf
+    for r in range(300):
+        order = np.lexsort((np.arange(keys.shape[1]), keys[r]))[:128]
+        # keys of duplicates are bit-identical in the kernel too (same fp16 operands, same sums)
+        np.testing.assert_array_equal(bi[r], order)
+
+
+def _knn_vs_reference(X, Q, k, monkeypatch, fused=True, metric="sqeuclidean", **kw):
+    from knnkit.exact import _gpu
+
+    monkeypatch.setattr(_gpu, "_FUSED", fused)
+    dg, ig = knnkit.knn(X, Q, k=k, metric=metric, device="gpu", precision="fp16_rerank", **kw)
+    dg, ig = np.asarray(dg), np.asarray(ig)
+    rd, ri, _ = reference(X, Q, k, metric, exclude_self=Q is None)
+    scale = max(1.0, float(np.abs(rd).max()))
+    np.testing.assert_allclose(dg, rd, rtol=1e-5, atol=1e-5 * scale)
+    diff = ig != ri
+    if diff.any():  # only among (near-)equal distances
+        assert np.all(np.abs(dg[diff] - rd[diff]) <= 1e-5 * scale)
+    return dg, ig
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("n,d", [(1000, 1), (4099, 3), (3001, 17), (2050, 130)])
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_fused_knn_matches_reference(n, d, k, monkeypatch):
+    rng = np.random.default_rng(n + d + k)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    Q = rng.standard_normal((77, d)).astype(np.float32)
+    if k < n:
+        _knn_vs_reference(X, Q, k, monkeypatch)
+        _knn_vs_reference(X, None, k, monkeypatch)
+
+
+@pytest.mark.gpu
+@gpu
+def test_fused_knn_duplicates_and_inner_product(monkeypatch):
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, 3, size=(40, 4)).astype(np.float32)
+    X = base[rng.integers(0, 40, size=3000)]
+    _knn_vs_reference(X, None, 40, monkeypatch)
+    Y = rng.standard_normal((2500, 24)).astype(np.float32)
+    _knn_vs_reference(Y, Y[:100] + 0.01, 10, monkeypatch, metric="inner_product")
+
+
+@pytest.mark.gpu
+@gpu
+def test_fused_and_unfused_agree_small_batches(monkeypatch):
+    """Query tiles with remainders (batch_size) and fused vs unfused on the same data."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((20011, 40)).astype(np.float32)
+    Q = rng.standard_normal((1003, 40)).astype(np.float32)
+    d1, i1 = _knn_vs_reference(X, Q, 17, monkeypatch, fused=True, batch_size=300)
+    d0, i0 = _knn_vs_reference(X, Q, 17, monkeypatch, fused=False, batch_size=300)
+    np.testing.assert_allclose(d1, d0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+@gpu
+def test_fused_auto_choice():
+    from knnkit.exact import _gpu
+
+    assert _gpu._FUSED == "auto"
+    assert _gpu.use_fused("fp16_rerank", 128, 128)
+    assert not _gpu.use_fused("fp16_rerank", 128, 784)      # auto: d <= 256 only
+    assert not _gpu.use_fused("exact", 18, 128)
+    cfg = _gpu._fused_config(128)
+    assert cfg[:2] == (2, 4) and cfg[2] <= 99 * 1024
