@@ -167,5 +167,7 @@ def test_fused_auto_choice():
     assert _gpu.use_fused("fp16_rerank", 128, 128)
     assert not _gpu.use_fused("fp16_rerank", 128, 784)      # auto: d <= 256 only
     assert not _gpu.use_fused("exact", 18, 128)
+    assert not _gpu.use_fused("fp16_rerank", 128, 128, m=10_000)     # too few blocks to fill the SMs
+    assert _gpu.use_fused("fp16_rerank", 128, 128, m=1_000_000)
     cfg = _gpu._fused_config(128)
     assert cfg[:2] == (2, 4) and cfg[2] <= 99 * 1024

@@ -42,6 +42,7 @@ _OVERLAP = False
 # True: fused wherever a launch configuration fits the device; False: the unfused path (A/B)
 _FUSED = "auto"
 _FUSED_AUTO_MAX_DIM = 256
+_FUSED_AUTO_MIN_WAVES = 2
 # queries per fused launch (when batch_size is not given): enough blocks to fill every SM a few
 # waves deep (1 << 17 rows = 1024 blocks of 128), bounded memory for the candidates and re-rank
 _FUSED_QUERY_TILE = 1 << 17
@@ -445,14 +446,26 @@ def _fused_config(d):
     return None
 
 
-def use_fused(mode, kc, d):
-    """Whether the fp16_rerank candidate selection runs the fused kernel (see ``_FUSED``)."""
+def use_fused(mode, kc, d, m=None):
+    """Whether the fp16_rerank candidate selection of ``m`` queries runs the fused kernel (see
+    ``_FUSED``). "auto" also asks for at least ``_FUSED_AUTO_MIN_WAVES`` blocks per SM: one block
+    serves 128 queries, and 10k queries against 1M x 128 (79 blocks on 132 SMs) took 0.111 s fused
+    against 0.087 s unfused on an H100, where the 1M all-points graph took 2.69 s against 3.99 s."""
     if mode != "fp16_rerank" or not _FP16_TILE or _FUSED is False or not 1 <= kc <= MAX_K:
         return False
     if _FUSED == "auto" and _fused_dim(d) > _FUSED_AUTO_MAX_DIM:
         return False
     try:
-        return _fused_config(d) is not None
+        cfg = _fused_config(d)
+        if cfg is None:
+            return False
+        if _FUSED == "auto" and m is not None:
+            import cupy as cp
+
+            sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+            if -(-int(m) // cfg[0]) < _FUSED_AUTO_MIN_WAVES * sms:
+                return False
+        return True
     except Exception as e:  # noqa: BLE001 - no usable device attributes: keep the unfused path
         logger.debug("fused kernel unavailable: %s", e)
         return False
@@ -556,7 +569,7 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
     # row stride padded to 8 elements: 16-byte aligned rows for the vector loads of topk_tile
     width = -(-min(nt, n) // 8) * 8
     starts = list(range(0, n, nt))
-    fused = use_fused(mode, kc, dim)
+    fused = use_fused(mode, kc, dim, m)
     if fused:
         # one launch for the whole query tile: no distance tile in global memory; the padded
         # data copy (only when d is not a multiple of 32) is made once per call and kept on prep
@@ -757,7 +770,7 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
     out_d = cp.empty((m, k), cp.float32)
     out_i = cp.empty((m, k), cp.int64)
     mq0, nt = _tile_shape(n, m, dim, kc, batch_size, extra)
-    if batch_size is None and use_fused(mode, kc, dim):
+    if batch_size is None and use_fused(mode, kc, dim, m):
         # the fused kernel has one block per 128 queries: large query tiles keep every SM busy
         # (the unfused path's 8192-row tiles would launch 64 blocks)
         mq0 = min(m, max(mq0, _FUSED_QUERY_TILE))
