@@ -36,12 +36,14 @@ def test_cells_partition_entries(entries):
     m = cells.shape[0]
     assert 2 <= m <= int(np.ceil(np.sqrt(len(C))))
     assert offs[0] == 0 and offs[-1] == len(C) and (np.diff(offs) > 0).all()
-    # the same (centroid, medoid) pairs, grouped by cell, each cell's centre the mean of its rows
+    # the same (centroid, medoid) pairs, grouped by cell
     assert sorted(M2.tolist()) == sorted(M.tolist())
     pos = {int(v): i for i, v in enumerate(M)}
     np.testing.assert_array_equal(C2, C[[pos[int(v)] for v in M2]])
-    for j in range(m):
-        np.testing.assert_allclose(cells[j], C2[offs[j]:offs[j + 1]].mean(axis=0), rtol=1e-4, atol=1e-5)
+    # every entry sits in the cell of its nearest centre
+    own = np.repeat(np.arange(m), np.diff(offs))
+    nearest = ((C2[:, None, :].astype(np.float64) - cells[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest == own).mean() >= 0.99
 
 
 def test_cells_one_cell_below_min(entries):

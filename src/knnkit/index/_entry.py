@@ -148,7 +148,8 @@ def build_entry_cells(centroids, medoids, *, min_entries=None, n_iter=8, random_
     """Group entry centroids into about ``sqrt(c)`` cells for the CPU's two-level seed selection.
 
     A small k-means (k-means|| seeding, ``n_iter`` Lloyd rounds, squared Euclidean) over the
-    centroids themselves; each cell's centre is the mean of its members, empty cells are dropped.
+    centroids themselves; every centroid goes to the cell of its nearest centre, empty cells are
+    dropped.
     Fewer than ``min_entries`` centroids: one cell holding all of them (the exact scan).
 
     Parameters
@@ -190,14 +191,18 @@ def build_entry_cells(centroids, medoids, *, min_entries=None, n_iter=8, random_
                 np.array([0, c], np.int64), C, M)
     rng = np.random.default_rng(random_state)
     K = _seed_centroids(np, C, m, rng)
-    for _ in range(n_iter + 1):
+    for _ in range(n_iter):
         lab = _nearest_centroid(np, C, K, "l2")
         cnt = np.bincount(lab, minlength=K.shape[0])
         sums = np.zeros((K.shape[0], C.shape[1]), np.float64)
         np.add.at(sums, lab, C)
         keep = cnt > 0
         K = (sums[keep] / cnt[keep, None]).astype(np.float32)
-    # the last round's centres are the means of the members they were computed from
+    # every entry in the cell of its nearest centre (the centres of the last round): a query near
+    # an entry then finds it in its own nearest cell
+    lab = _nearest_centroid(np, C, K, "l2")
+    keep = np.bincount(lab, minlength=K.shape[0]) > 0
+    K = K[keep]
     lab = np.cumsum(keep)[lab] - 1
     order = np.argsort(lab, kind="stable")
     offsets = np.zeros(K.shape[0] + 1, np.int64)

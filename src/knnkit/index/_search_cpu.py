@@ -302,12 +302,14 @@ def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
         size = 0
         probed = 0
         scanned = 0
-        while probed < m and (probed < probes or scanned < min_scan):
+        while probed < m:
             # the nearest cell not probed yet (ties: the lower index)
             b = -1
             for j in range(m):
                 if done[j] == 0 and (b < 0 or dcell[j] < dcell[b]):
                     b = j
+            if probed >= probes and scanned >= min_scan and not (size > 0 and bd[0] > dcell[b]):
+                break
             done[b] = 1
             probed += 1
             for e in range(offs[b], offs[b + 1]):
@@ -339,8 +341,10 @@ def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, 
     The entry centroids are grouped into cells (``offsets``: cell ``j`` holds rows
     ``offsets[j] .. offsets[j + 1] - 1`` of ``centroids``); a query scans the cells nearest to it
     (by its distance to the cell's centre, the internal metric) until it has probed ``probes`` cells
-    and seen ``min_scan`` entries, and keeps the ``s`` nearest entries seen, nearest first. One
-    cell holding every entry is the exact scan. The CPU counterpart of
+    and seen ``min_scan`` entries, and then goes on while the next cell's centre is nearer than
+    the nearest entry seen (a query far from every entry -- its cluster has none -- is not left
+    with a far one from the first cells); it keeps the ``s`` nearest entries seen, nearest first.
+    One cell holding every entry is the exact scan. The CPU counterpart of
     :func:`._search_gpu.select_seeds_gpu` (which scans every centroid: a GEMM is cheap there).
 
     Parameters
