@@ -194,10 +194,12 @@ def build_entry_cells(centroids, medoids, *, min_entries=None, n_iter=8, random_
     for _ in range(n_iter):
         lab = _nearest_centroid(np, C, K, "l2")
         cnt = np.bincount(lab, minlength=K.shape[0])
-        sums = np.zeros((K.shape[0], C.shape[1]), np.float64)
-        np.add.at(sums, lab, C)
         keep = cnt > 0
-        K = (sums[keep] / cnt[keep, None]).astype(np.float32)
+        # member sums by a segmented reduction over the rows sorted by cell (np.add.at is slow)
+        order = np.argsort(lab, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(cnt)[:-1]])[keep]
+        sums = np.add.reduceat(C[order].astype(np.float64), starts, axis=0)
+        K = (sums / cnt[keep, None]).astype(np.float32)
     # every entry in the cell of its nearest centre (the centres of the last round): a query near
     # an entry then finds it in its own nearest cell
     lab = _nearest_centroid(np, C, K, "l2")
