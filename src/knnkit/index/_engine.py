@@ -7,8 +7,6 @@ stop, one query per GPU thread block (``_search_gpu``) or per CPU thread (``_sea
 Inputs are validated by the facade; nothing here checks them again.
 """
 
-import contextlib
-import functools
 
 import numpy as np
 
@@ -26,24 +24,6 @@ __all__ = ["SearchGraph", "default_n_entry"]
 
 MAX_K = 1024
 _SEARCH_KEYS = ("beam", "tau", "max_iters", "n_seeds")
-
-
-@functools.lru_cache(maxsize=1)
-def _blas_controller():
-    try:
-        from threadpoolctl import ThreadpoolController
-
-        return ThreadpoolController()
-    except Exception:  # optional dependency
-        return None
-
-
-def _blas_single_thread():
-    """Run the small seed matmul on one BLAS thread: woken OpenBLAS workers keep spinning after
-    the call and halve the speed of the Numba search threads that follow (measured 53 -> 32 ms
-    for 1000 queries on 2 cores)."""
-    c = _blas_controller()
-    return c.limit(limits=1, user_api="blas") if c is not None else contextlib.nullcontext()
 
 
 def default_n_entry(n):
@@ -177,6 +157,8 @@ class SearchGraph:
         self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
         self.deleted = None  # host bool (n,) tombstones, or None (see _delete.py)
         self.consolidated = True  # False while deleted points still carry links (bridges)
+        if device == "cpu" and isinstance(entry, EntryPoints):
+            entry._cpu_cells()  # the seed cells now, not in the first search (0.01-0.15 s)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -316,8 +298,7 @@ class SearchGraph:
         xmax = self._xmax() if self._imetric == "ip" else None
         for s in range(0, nq, bs):
             qb = qh[s:s + bs]
-            with _blas_single_thread():
-                seeds = entry.seeds_for(qb, n_seeds)
+            seeds = entry.seeds_for(qb, n_seeds)  # Numba on the CPU, no BLAS (_search_cpu.select_seeds_cpu)
             d[s:s + bs], i[s:s + bs] = twin(__package__, "cpu").search(
                 X, graph, qb, k, seeds=seeds, beam=beam, tau=tau, max_iters=max_iters, metric=self._imetric,
                 xnorm_max=xmax, nn1_max=self.nn1_max)

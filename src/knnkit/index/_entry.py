@@ -10,11 +10,17 @@ import numpy as np
 
 from .._core.backend import get_array_module
 
-__all__ = ["EntryPoints", "build_entry_points"]
+__all__ = ["EntryPoints", "build_entry_points", "build_entry_cells"]
 
 # GPU seed selection in one kernel (``select_seeds_gpu``); False falls back to the CuPy chain
 # (GEMM + argmin rounds), kept for the benchmark's before/after comparison.
 _GPU_SEED_KERNEL = True
+# CPU seed selection (``select_seeds_cpu``): from this many entries on, they are grouped into about
+# sqrt(c) cells and a query scans only the entries of its nearest cells (at least _CPU_PROBES of
+# them); below it, every entry (one cell). Scanning all ~1,300 entries of 100k x 64 tight clusters
+# cost 5x the graph walk at beam 10 (NOTES_search.md, "CPU seeds").
+_CPU_CELLS_MIN = 256
+_CPU_PROBES = 2
 
 
 def _sqnorms(xp, A):
@@ -55,6 +61,7 @@ class EntryPoints:
         self.medoids = medoids
         self.metric = metric
         self._dev = None  # (source centroids, C, M int32, |C|^2) on the GPU, built on first GPU use
+        self._cells = None  # (source centroids, cells, offsets, C, M) on the CPU, built on first CPU use
 
     def __len__(self):
         return int(self.medoids.shape[0])
@@ -67,11 +74,22 @@ class EntryPoints:
             conv = xp.asarray
         return EntryPoints(conv(self.centroids), conv(self.medoids), self.metric)
 
-    def seeds_for(self, queries, s):
-        """(nq, s) int32 medoid ids of the ``s`` nearest centroids of each query (-1 padded)."""
+    def seeds_for(self, queries, s, *, exact=False):
+        """(nq, s) int32 medoid ids of the ``s`` nearest centroids of each query (-1 padded).
+
+        On the GPU every centroid is scanned. On the CPU the entries are grouped into cells
+        (:func:`build_entry_cells`) and a query scans those of its nearest cells only (sub-linear in
+        the number of entries); ``exact=True`` scans them all there too.
+        """
         xp = get_array_module(queries)
         if xp is not np and _GPU_SEED_KERNEL and self.centroids.shape[0] > 0:
             return self._seeds_gpu(queries, s)
+        if xp is np:
+            from ._search_cpu import select_seeds_cpu
+
+            cells, offs, C, M = self._cpu_cells()
+            probes = cells.shape[0] if exact else _CPU_PROBES
+            return select_seeds_cpu(queries, cells, offs, C, M, int(max(1, s)), self.metric, probes=probes)
         C = self.centroids if get_array_module(self.centroids) is xp else xp.asarray(self.centroids)
         M = self.medoids if get_array_module(self.medoids) is xp else xp.asarray(self.medoids)
         nq = queries.shape[0]
@@ -103,6 +121,14 @@ class EntryPoints:
         out[:, :take] = M[part].astype(xp.int32)
         return out
 
+    def _cpu_cells(self):
+        """``(cells, offsets, centroids, medoids)`` of :func:`build_entry_cells`, cached."""
+        if self._cells is None or self._cells[0] is not self.centroids:
+            C = self.centroids if isinstance(self.centroids, np.ndarray) else self.centroids.get()
+            M = self.medoids if isinstance(self.medoids, np.ndarray) else self.medoids.get()
+            self._cells = (self.centroids,) + build_entry_cells(C, M)
+        return self._cells[1:]
+
     def _seeds_gpu(self, queries, s):
         """seeds_for on the GPU: a cuBLAS GEMM and one selection kernel, no host sync."""
         import cupy as cp
@@ -116,6 +142,74 @@ class EntryPoints:
         _, C, M, cn = self._dev
         q = cp.ascontiguousarray(queries, dtype=cp.float32)
         return select_seeds_gpu(q, C, M, int(max(1, s)), self.metric, cnorms=cn)
+
+
+def build_entry_cells(centroids, medoids, *, min_entries=None, n_iter=8, random_state=0):
+    """Group entry centroids into about ``sqrt(c)`` cells for the CPU's two-level seed selection.
+
+    A small k-means (k-means|| seeding, ``n_iter`` Lloyd rounds, squared Euclidean) over the
+    centroids themselves; every centroid goes to the cell of its nearest centre, empty cells are
+    dropped.
+    Fewer than ``min_entries`` centroids: one cell holding all of them (the exact scan).
+
+    Parameters
+    ----------
+    centroids : ndarray, float32 (c, d)
+    medoids : ndarray, int32 (c,)
+    min_entries : int, optional
+        Default ``_CPU_CELLS_MIN``.
+    n_iter : int
+    random_state : int
+
+    Returns
+    -------
+    cells : ndarray, float32 (m, d)
+    offsets : ndarray, int64 (m + 1,)
+        Cell ``j`` holds rows ``offsets[j] .. offsets[j + 1] - 1`` of the two arrays below.
+    centroids : ndarray, float32 (c, d)
+        Ordered by cell.
+    medoids : ndarray, int32 (c,)
+        Same order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> C = np.random.default_rng(0).standard_normal((400, 8)).astype(np.float32)
+    >>> cells, offs, C2, M2 = build_entry_cells(C, np.arange(400, dtype=np.int32))
+    >>> cells.shape[0] <= 20, int(offs[-1]), sorted(M2.tolist()) == list(range(400))
+    (True, 400, True)
+    """
+    C = np.ascontiguousarray(centroids, dtype=np.float32)
+    M = np.ascontiguousarray(medoids, dtype=np.int32)
+    c = C.shape[0]
+    if C.ndim != 2 or M.shape != (c,):
+        raise ValueError(f"centroids (c, d) and medoids (c,) must agree, got {C.shape} and {M.shape}")
+    min_entries = _CPU_CELLS_MIN if min_entries is None else int(min_entries)
+    m = int(np.ceil(np.sqrt(c))) if c >= max(2, min_entries) else 1
+    if m <= 1:
+        return (C.mean(axis=0, keepdims=True) if c else np.zeros((0, C.shape[1]), np.float32),
+                np.array([0, c], np.int64), C, M)
+    rng = np.random.default_rng(random_state)
+    K = _seed_centroids(np, C, m, rng)
+    for _ in range(n_iter):
+        lab = _nearest_centroid(np, C, K, "l2")
+        cnt = np.bincount(lab, minlength=K.shape[0])
+        keep = cnt > 0
+        # member sums by a segmented reduction over the rows sorted by cell (np.add.at is slow)
+        order = np.argsort(lab, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(cnt)[:-1]])[keep]
+        sums = np.add.reduceat(C[order].astype(np.float64), starts, axis=0)
+        K = (sums / cnt[keep, None]).astype(np.float32)
+    # every entry in the cell of its nearest centre (the centres of the last round): a query near
+    # an entry then finds it in its own nearest cell
+    lab = _nearest_centroid(np, C, K, "l2")
+    keep = np.bincount(lab, minlength=K.shape[0]) > 0
+    K = K[keep]
+    lab = np.cumsum(keep)[lab] - 1
+    order = np.argsort(lab, kind="stable")
+    offsets = np.zeros(K.shape[0] + 1, np.int64)
+    offsets[1:] = np.cumsum(np.bincount(lab, minlength=K.shape[0]))
+    return K, offsets, np.ascontiguousarray(C[order]), np.ascontiguousarray(M[order])
 
 
 def _seed_centroids(xp, S, c, rng, rounds=8):

@@ -207,7 +207,7 @@ class HierarchicalEntry:
         nq = queries.shape[0]
         top_k = s if L == 1 else self.layer_k
         # positions in layer L-2 (global ids when the top is the only layer); -1 padded
-        seeds = self._top.seeds_for(queries, top_k)
+        seeds = self._top.seeds_for(queries, top_k, exact=True)  # the top layer is scanned whole
         for j in range(L - 2, -1, -1):
             m = int(self.ids[j].shape[0])
             k = min(s if j == 0 else self.layer_k, m)

@@ -40,7 +40,7 @@ _family = Family("index", "the graph index", seconds=3)
 njit = _family.njit
 kernel = _family.kernel
 
-__all__ = ["search_cpu"]
+__all__ = ["search_cpu", "select_seeds_cpu"]
 
 
 @intrinsic
@@ -256,6 +256,156 @@ def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max,
         for j in range(m, k):
             out_d[qi, j] = np.inf
             out_i[qi, j] = -1
+
+
+@njit(inline="always", fastmath=True)
+def _cdist(q, C, j, is_ip):
+    """Internal distance of query ``q`` to row ``j`` of ``C`` (as :func:`_dist`)."""
+    acc = np.float32(0.0)
+    if is_ip:
+        for t in range(q.shape[0]):
+            acc += q[t] * C[j, t]
+        return -acc
+    for t in range(q.shape[0]):
+        diff = q[t] - C[j, t]
+        acc += diff * diff
+    return acc
+
+
+def _seeds_kernel(Q, cells, offs, C, M, s, probes, min_scan, is_ip, n_chunks, out):
+    """All queries of :func:`select_seeds_cpu`, ``n_chunks`` contiguous ranges on the thread pool."""
+    nq = Q.shape[0]
+    per = (nq + n_chunks - 1) // n_chunks
+
+    def task(c):
+        lo = c * per
+        hi = min(nq, lo + per)
+        if lo < hi:
+            _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out)
+
+    parallel_for(task, n_chunks)
+
+
+@kernel(fastmath=True)
+def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
+    """Queries ``lo .. hi - 1`` of :func:`select_seeds_cpu`."""
+    m = cells.shape[0]
+    dcell = np.empty(m, np.float32)
+    done = np.empty(m, np.uint8)
+    bd = np.empty(s, np.float32)
+    bi = np.empty(s, np.int32)
+    for qi in range(lo, hi):
+        q = Q[qi]
+        for j in range(m):
+            dcell[j] = _cdist(q, cells, j, is_ip)
+            done[j] = 0
+        size = 0
+        probed = 0
+        scanned = 0
+        while probed < m:
+            # the nearest cell not probed yet (ties: the lower index)
+            b = -1
+            for j in range(m):
+                if done[j] == 0 and (b < 0 or dcell[j] < dcell[b]):
+                    b = j
+            if probed >= probes and scanned >= min_scan and not (size > 0 and bd[0] > dcell[b]):
+                break
+            done[b] = 1
+            probed += 1
+            for e in range(offs[b], offs[b + 1]):
+                dv = _cdist(q, C, e, is_ip)
+                scanned += 1
+                if size == s and not dv < bd[s - 1]:
+                    continue
+                # sorted insert; among equals the entry scanned first stays first
+                if size < s:
+                    p = size
+                    size += 1
+                else:
+                    p = s - 1
+                while p > 0 and bd[p - 1] > dv:
+                    bd[p] = bd[p - 1]
+                    bi[p] = bi[p - 1]
+                    p -= 1
+                bd[p] = dv
+                bi[p] = M[e]
+        for j in range(size):
+            out[qi, j] = bi[j]
+        for j in range(size, s):
+            out[qi, j] = -1
+
+
+def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, probes=2, min_scan=None):
+    """Medoid ids of (approximately) the ``s`` nearest entry centroids of each query, two-level.
+
+    The entry centroids are grouped into cells (``offsets``: cell ``j`` holds rows
+    ``offsets[j] .. offsets[j + 1] - 1`` of ``centroids``); a query scans the cells nearest to it
+    (by its distance to the cell's centre, the internal metric) until it has probed ``probes`` cells
+    and seen ``min_scan`` entries, and then goes on while the next cell's centre is nearer than
+    the nearest entry seen (a query far from every entry -- its cluster has none -- is not left
+    with a far one from the first cells); it keeps the ``s`` nearest entries seen, nearest first.
+    One cell holding every entry is the exact scan. The CPU counterpart of
+    :func:`._search_gpu.select_seeds_gpu` (which scans every centroid: a GEMM is cheap there).
+
+    Parameters
+    ----------
+    queries : ndarray, float32 (nq, d)
+        Prepared queries.
+    cells : ndarray, float32 (m, d)
+        Cell centres, ``m >= 1``.
+    offsets : ndarray, int64 (m + 1,)
+        Cell boundaries in ``centroids`` (ascending, ``offsets[0] == 0``).
+    centroids : ndarray, float32 (c, d)
+        Entry centroids ordered by cell.
+    medoids : ndarray, int32 (c,)
+        Their medoid ids, same order.
+    s : int
+        Seeds per query (``>= 1``).
+    metric : {"l2", "ip"}
+        Internal metric.
+    probes : int
+        Cells probed at least (``>= 1``).
+    min_scan : int, optional
+        Entries scanned at least (default ``4 * s``).
+
+    Returns
+    -------
+    ndarray, int32 (nq, s)
+        Medoid ids, nearest centroid first, ``-1`` padded.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> C = np.array([[0, 0], [1, 0], [9, 9], [10, 9]], np.float32)
+    >>> cells = np.array([[0.5, 0], [9.5, 9]], np.float32)
+    >>> select_seeds_cpu(np.array([[9, 8]], np.float32), cells, np.array([0, 2, 4]), C,
+    ...                  np.array([10, 11, 12, 13], np.int32), 2, "l2", probes=1, min_scan=1).tolist()
+    [[12, 13]]
+    """
+    s = int(s)
+    probes = int(probes)
+    if s < 1 or probes < 1:
+        raise ValueError(f"s and probes must be >= 1, got s={s}, probes={probes}")
+    if metric not in ("l2", "ip"):
+        raise ValueError(f"metric must be 'l2' or 'ip', got {metric!r}")
+    min_scan = 4 * s if min_scan is None else int(min_scan)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    cells = np.ascontiguousarray(cells, dtype=np.float32)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+    medoids = np.ascontiguousarray(medoids, dtype=np.int32)
+    if offsets.shape[0] != cells.shape[0] + 1 or offsets[0] != 0 or offsets[-1] != centroids.shape[0]:
+        raise ValueError("offsets must hold m + 1 cell boundaries from 0 to the number of centroids")
+    nq = queries.shape[0]
+    out = np.empty((nq, s), np.int32)
+    if nq == 0:
+        return out
+    if centroids.shape[0] == 0 or cells.shape[0] == 0:
+        out.fill(-1)
+        return out
+    n_chunks = max(1, min(nq, numba.get_num_threads() * 4, (nq + 63) // 64))
+    _seeds_kernel(queries, cells, offsets, centroids, medoids, s, probes, min_scan, metric == "ip", n_chunks, out)
+    return out
 
 
 def search_cpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, xnorm_max=None, nn1_max=None,

@@ -1,0 +1,121 @@
+"""CPU seed selection (``select_seeds_cpu``, ``build_entry_cells``, ``EntryPoints.seeds_for``): the
+two-level scan over cells of entry centroids, its exact mode, and an index whose entries are
+numerous enough to use it."""
+
+import numpy as np
+import pytest
+
+import knnkit
+from knnkit.datasets.suite import make_tight_clusters
+from knnkit.evaluate import recall
+from knnkit.index import _entry
+from knnkit.index._entry import EntryPoints, build_entry_cells
+from knnkit.index._search_cpu import select_seeds_cpu
+
+
+def _brute(Q, C, M, s, metric):
+    d = -(Q @ C.T) if metric == "ip" else ((Q[:, None, :] - C[None]) ** 2).sum(-1)
+    order = np.argsort(d, axis=1, kind="stable")[:, :s]
+    return M[order]
+
+
+@pytest.fixture(scope="module")
+def entries():
+    """1,200 entry centroids around 300 separated centres, and queries near them."""
+    rng = np.random.default_rng(3)
+    centres = rng.standard_normal((300, 16)).astype(np.float32) * 4
+    C = (centres[rng.integers(0, 300, 1200)] + 0.3 * rng.standard_normal((1200, 16))).astype(np.float32)
+    M = rng.permutation(50_000)[:1200].astype(np.int32)
+    Q = (C[rng.integers(0, 1200, 400)] + 0.1 * rng.standard_normal((400, 16))).astype(np.float32)
+    return C, M, Q
+
+
+def test_cells_partition_entries(entries):
+    C, M, _ = entries
+    cells, offs, C2, M2 = build_entry_cells(C, M, random_state=0)
+    m = cells.shape[0]
+    assert 2 <= m <= int(np.ceil(np.sqrt(len(C))))
+    assert offs[0] == 0 and offs[-1] == len(C) and (np.diff(offs) > 0).all()
+    # the same (centroid, medoid) pairs, grouped by cell
+    assert sorted(M2.tolist()) == sorted(M.tolist())
+    pos = {int(v): i for i, v in enumerate(M)}
+    np.testing.assert_array_equal(C2, C[[pos[int(v)] for v in M2]])
+    # every entry sits in the cell of its nearest centre
+    own = np.repeat(np.arange(m), np.diff(offs))
+    nearest = ((C2[:, None, :].astype(np.float64) - cells[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest == own).mean() >= 0.99
+
+
+def test_cells_one_cell_below_min(entries):
+    C, M, _ = entries
+    cells, offs, C2, M2 = build_entry_cells(C[:100], M[:100])
+    assert cells.shape[0] == 1 and offs.tolist() == [0, 100]
+    np.testing.assert_array_equal(M2, M[:100])
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_all_cells_probed_is_exact(entries, metric):
+    C, M, Q = entries
+    cells, offs, C2, M2 = build_entry_cells(C, M, random_state=0)
+    got = select_seeds_cpu(Q, cells, offs, C2, M2, 5, metric, probes=cells.shape[0])
+    np.testing.assert_array_equal(got, _brute(Q, C, M, 5, metric))
+
+
+def test_two_level_finds_the_nearest_entry(entries):
+    C, M, Q = entries
+    cells, offs, C2, M2 = build_entry_cells(C, M, random_state=0)
+    got = select_seeds_cpu(Q, cells, offs, C2, M2, 4, "l2")
+    want = _brute(Q, C, M, 4, "l2")
+    assert (got[:, 0] == want[:, 0]).mean() >= 0.99
+    assert len(set(got[0].tolist())) == 4  # distinct entries, nearest first
+    # fewer entries than seeds: -1 padded
+    one = select_seeds_cpu(Q[:2], cells[:1], np.array([0, 3]), C2[:3], M2[:3], 5, "l2")
+    assert (one[:, 3:] == -1).all() and (one[:, :3] >= 0).all()
+
+
+def test_select_seeds_validates():
+    C = np.zeros((4, 2), np.float32)
+    cells = np.zeros((1, 2), np.float32)
+    q = np.zeros((1, 2), np.float32)
+    M = np.arange(4, dtype=np.int32)
+    with pytest.raises(ValueError):
+        select_seeds_cpu(q, cells, np.array([0, 4]), C, M, 0, "l2")
+    with pytest.raises(ValueError):
+        select_seeds_cpu(q, cells, np.array([0, 3]), C, M, 1, "l2")
+    with pytest.raises(ValueError):
+        select_seeds_cpu(q, cells, np.array([0, 4]), C, M, 1, "cosine")
+    with pytest.raises(ValueError):
+        build_entry_cells(C, M[:3])
+
+
+def test_entry_points_seeds_for_cpu(entries):
+    C, M, Q = entries
+    ep = EntryPoints(C, M, "l2")
+    np.testing.assert_array_equal(ep.seeds_for(Q, 3, exact=True), _brute(Q, C, M, 3, "l2"))
+    approx = ep.seeds_for(Q, 3)
+    assert approx.shape == (len(Q), 3) and approx.dtype == np.int32
+    assert (approx[:, 0] == _brute(Q, C, M, 1, "l2")[:, 0]).mean() >= 0.99
+    # the cells follow the centroids: a new centroid array rebuilds them
+    ep.centroids = C[:50].copy()
+    ep.medoids = M[:50].copy()
+    np.testing.assert_array_equal(ep.seeds_for(Q, 2), _brute(Q, C[:50], M[:50], 2, "l2"))
+
+
+def test_index_with_many_entries_keeps_recall():
+    """300 tight clusters: more than _CPU_CELLS_MIN entries, so the default search takes the
+    two-level seeds; its recall at the default beam and at beam k matches the exact scan's."""
+    X, Q = make_tight_clusters(9000, 32, 300, n_queries=300, random_state=1)
+    _, T = knnkit.knn(X, Q, k=10, device="cpu")
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    entry = index._engine._entry
+    assert len(entry) >= _entry._CPU_CELLS_MIN and entry._cpu_cells()[0].shape[0] > 1
+    got = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
+    old = _entry._CPU_PROBES
+    try:
+        _entry._CPU_PROBES = 10 ** 6  # every cell: the exact scan
+        exact = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
+    finally:
+        _entry._CPU_PROBES = old
+    assert got[None] >= 0.95
+    for b in got:
+        assert got[b] >= exact[b] - 0.002
