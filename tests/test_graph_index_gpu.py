@@ -438,7 +438,7 @@ def test_select_seeds_matches_cpu_entry_points(metric, d, c, s, nq, method):
         C /= np.linalg.norm(C, axis=1, keepdims=True)
     M = rng.permutation(10 * c)[:c].astype(np.int32)
     Q = rng.standard_normal((nq, d)).astype(np.float32)
-    ref = EntryPoints(C, M, metric).seeds_for(Q, s)  # numpy path
+    ref = EntryPoints(C, M, metric).seeds_for(Q, s, exact=True)  # numpy path, every entry scanned
     got = select_seeds_gpu(cp.asarray(Q), cp.asarray(C), cp.asarray(M), s, metric, method=method)
     got = cp_get(got)
     assert got.shape == (nq, s) and got.dtype == np.int32
