@@ -28,6 +28,11 @@ EXTEND_UNTIL = 0.995
 SAMPLE = 500
 #: The default search must reach this (calibrated) recall, or its beam is raised.
 DEFAULT_TARGET = 0.95
+#: ... with this margin on the calibrated curve: 500 held-out rows estimate the recall of unseen
+#: queries within about 0.01 (skin, 244k x 3 on the H100: calibrated 0.95+ at the default beam,
+#: 0.948 measured on the suite's 1,000 queries), so a default that only just reaches the target on
+#: the curve is raised too.
+DEFAULT_MARGIN = 0.01
 #: extra exact neighbours computed so that k remain after dropping hidden ones
 _SPARE = 32
 
@@ -127,11 +132,12 @@ def beam_for(calibration, target_recall):
 
 
 def raised_default_beam(calibration, default):
-    """A larger default beam when the calibrated recall at ``default`` misses DEFAULT_TARGET, else None."""
+    """A larger default beam when the calibrated recall at ``default`` misses DEFAULT_TARGET (plus
+    DEFAULT_MARGIN), else None."""
     at_default = float(np.interp(default, calibration["beams"], calibration["recall"]))
-    if at_default >= DEFAULT_TARGET:
+    if at_default >= DEFAULT_TARGET + DEFAULT_MARGIN:
         return None
-    better = beam_for(calibration, DEFAULT_TARGET)
+    better = beam_for(calibration, DEFAULT_TARGET + DEFAULT_MARGIN)
     if better <= default:
         return None
     logger.info("GraphIndex: calibrated recall@%d at the default beam %d is %.3f; default beam raised to %d",
