@@ -9,6 +9,8 @@
 * exact knn of 100k queries: data partitioned over 1 and W workers.
 
 ``--partition rows,tree`` runs knn_graph with each schedule (``knnkit.dask.knn_graph(partition=...)``);
+``knn_graph`` runs record ``phases`` (the client's seconds: tasks submitted, waiting for the
+final lists, gathering them, the recall estimate) and ``tasks`` (per worker and task prefix).
 ``--resident-queries`` times the replicated search with the queries already on the workers (a
 persisted dask array, blocks spread round-robin over the workers) and the results left there
 (``search(compute=False)`` + persist + wait: nothing passes through the client).
@@ -109,7 +111,8 @@ def main():
         W = args.workers or 2
 
         def cluster_of(w):
-            return LocalCluster(n_workers=w, threads_per_worker=1, processes=False, dashboard_address=None)
+            # separate processes, as one worker per GPU: data and results cross between processes
+            return LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None)
     else:
         import cupy as cp
         try:
@@ -193,6 +196,8 @@ def main():
                         for b, lo in enumerate(range(0, args.queries, qb))]
                 dQ = da.concatenate([da.from_delayed(f, (min(qb, args.queries - lo), args.d), dtype=Q.dtype)
                                      for f, lo in zip(futs, range(0, args.queries, qb))])
+                dQ = c.persist(dQ)  # blocks under their own keys: search takes them as they are (no tasks)
+                wait(dQ)
             for beam in (32, 64, 128):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
                 t = time.perf_counter()

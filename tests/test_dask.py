@@ -257,3 +257,44 @@ def test_gpu_workers_equal_cpu(client, rng):
     g = knnkit.dask.knn_graph(X, k=10, client=client, device="gpu", n_parts=2)
     _, T = knnkit.knn(X, k=10, device="cpu")
     assert recall(g.indices, T) >= 0.98
+
+
+def test_knn_graph_phases_and_recall_estimate_option(client):
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(5000, 16, random_state=2), dtype=np.float32)
+    g = knnkit.dask.knn_graph(X, k=8, client=client, device="cpu", n_parts=2, random_state=1)
+    h = knnkit.dask.knn_graph(X, k=8, client=client, device="cpu", n_parts=2, random_state=1, recall_estimate=False)
+    assert (g.indices == h.indices).all() and g.indices.dtype == np.int32 and g.distances.dtype == np.float32
+    assert "recall_estimate" in g.stats.extra and "recall_estimate" not in h.stats.extra
+    ph = g.stats.extra["phases"]
+    assert {"schedule_s", "wait_s", "gather_s", "assemble_s", "estimate_s", "total_s"} <= set(ph)
+    assert "estimate_s" not in h.stats.extra["phases"]
+    with pytest.raises(TypeError, match="recall_estimate"):
+        knnkit.dask.knn_graph(X, k=8, client=client, device="cpu", recall_estimate=1)
+
+
+@pytest.mark.parametrize("partition", ["rows", "tree"])
+def test_knn_graph_one_partition_is_the_single_device_build(client, partition):
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(3000, 12, random_state=6), dtype=np.float32)
+    g = knnkit.dask.knn_graph(X, k=6, client=client, device="cpu", n_parts=1, random_state=2, partition=partition)
+    g0 = knnkit.knn_graph(X, k=6, device="cpu", random_state=2 + 1)  # the partition's seed (seed + 7919 p + 1, p = 0)
+    assert (np.asarray(g.indices) == np.asarray(g0.indices)).all()
+    np.testing.assert_allclose(np.asarray(g.distances), np.asarray(g0.distances), rtol=1e-6)
+
+
+def test_sharded_search_persisted_queries_run_no_block_tasks(client, rng):
+    """A persisted query array is searched from its own blocks: no task recomputes them."""
+    X = rng.random((3000, 8), dtype=np.float32)
+    ix = knnkit.dask.ShardedIndex.build(X, shards=1, replicas=2, client=client, device="cpu", random_state=0)
+    d0, i0 = ix.search(X[:400], k=5)
+    dQ = client.persist(da.from_array(X[:400], chunks=(100, 8)))
+    distributed.wait(dQ)
+    with distributed.get_task_stream(client=client) as ts:
+        d, i = ix.search(dQ, k=5)
+    assert (i == i0).all()
+    from dask.utils import key_split
+
+    assert {key_split(r["key"]) for r in ts.data} <= {"search_shard"}, {key_split(r["key"]) for r in ts.data}

@@ -8,6 +8,7 @@ moves bytes between workers; knnkit has no scheduler of its own.
 """
 
 import numbers
+import time
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
 from ._tasks import (assemble, exact_part, fit_tree, globalize, leaf_graph, merge_leaf, merge_running, merge_topk,
-                     pair_merge, part_graph, route, rows_of, sample_rows, slab_samples, select_leaf, select_slab,
+                     pair_merge, part_graph, compact, route, rows_of, sample_rows, slab_samples, select_leaf, select_slab,
                      size_of, slab_for_leaf, take, tree_nodes)
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
 
@@ -217,10 +218,13 @@ def _weighted_quantile(pieces, q):
     return float(v[order][min(j, v.size - 1)])
 
 
-def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quantile, sample, seed):
+def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quantile, sample, seed, phases):
     """knn_graph(partition="tree"): leaves of a hyperplane tree, each graphed on its worker, then a
     graph of every splitting hyperplane's boundary slab; each point keeps the k nearest of its
-    lists. Returns ``(I, D, stats)``."""
+    lists. Returns ``(I, D, stats)``; client-side seconds are added to ``phases``."""
+    from distributed import wait
+
+    t0 = time.perf_counter()
     workers = worker_addresses(client)
     W = len(workers)
     unit = metric == "cosine"
@@ -265,11 +269,21 @@ def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quant
     finals = [client.submit(merge_leaf, leaves[L], lists[L], k, metric, *rows_of_leaf[L], pure=False,
                             workers=[home[L]], allow_other_workers=True) for L in range(P)]
     slab_sizes = client.gather([client.submit(size_of, s, pure=False) if s is not None else 0 for s in slabs])
-    I = np.full((n, k), -1, np.int64)
-    D = np.full((n, k), np.inf, np.float32)
-    for ids, Il, Dl in client.gather(finals):
-        I[ids] = Il
-        D[ids] = Dl
+    t1 = time.perf_counter()
+    wait(finals)
+    t2 = time.perf_counter()
+    out = client.gather(finals)
+    t3 = time.perf_counter()
+    if len(out) == 1 and out[0][0].shape[0] == n and np.array_equal(out[0][0], np.arange(n)):
+        I, D = out[0][1], out[0][2]  # one leaf holding every row in order: no reassembly
+    else:
+        I = np.full((n, k), -1, np.int32)
+        D = np.full((n, k), np.inf, np.float32)
+        for ids, Il, Dl in out:
+            I[ids] = Il
+            D[ids] = Dl
+    del out
+    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     frac = float(sum(slab_sizes)) / n
     stats = {"method": "dask-tree", "partitions": P, "split": split, "leaf_sizes": [int(v) for v in leaf_sizes],
              "slab_sizes": [int(v) for v in slab_sizes], "slab_widths": [round(float(v), 6) for v in widths],
@@ -284,7 +298,7 @@ def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quant
 
 def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n_parts=None,
               n_neighbors_internal=None, random_state=0, partition="auto", split="pca", slab_width="projected",
-              slab_quantile=0.99, tree_sample=20000):
+              slab_quantile=0.99, tree_sample=20000, recall_estimate=True):
     """Approximate k-NN graph on a Dask cluster.
 
     Two schedules (``partition``):
@@ -327,7 +341,9 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         per worker.
     n_neighbors_internal : int, optional
         ``"rows"`` only: list length of the partition graphs and merges (default:
-        knnkit.knn_graph's rule). The tree's leaves and slabs use the single-device defaults.
+        knnkit.knn_graph's rule). The tree's leaves and slabs use the single-device defaults, and
+        so does ``"rows"`` with one partition and no ``n_neighbors_internal`` (nothing to merge:
+        the single-device build, recall target included; ``stats["n_neighbors_internal"]`` None).
     random_state : int, default 0
     partition : {"auto", "rows", "tree"}, default "auto"
         The schedule, see above.
@@ -339,6 +355,10 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         every neighbour found by the leaf graphs' bound, the widest slabs).
     tree_sample : int, default 20000
         ``"tree"``: sample rows (over all partitions) the hyperplanes are fitted on.
+    recall_estimate : bool, default True
+        Estimate the graph's recall@k on 1,000 sampled rows (``stats["recall_estimate"]``, a
+        warning below 0.985) by an exact search of those rows against every partition, after the
+        build (graphs of more than 2,000 points, not manhattan). False skips that search.
 
     Returns
     -------
@@ -346,7 +366,11 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         ``indices`` (n, k) int32 global ids, ``distances`` in the user metric; ``stats`` records
         the schedule: ``"dask-tree"`` (``partitions``, ``leaf_sizes``, ``slab_sizes`` per internal
         node breadth-first, ``slab_widths``, ``slab_fraction`` = slab points / n) or
-        ``"dask-ggm"`` (``partitions``, ``merges``).
+        ``"dask-ggm"`` (``partitions``, ``merges``); ``phases``: the client's seconds spent on
+        the input's partitions (``input_s``), submitting the tasks (``schedule_s``, tree: up to
+        the slab widths, which wait for the leaf graphs), waiting for the final lists
+        (``wait_s``), moving them to the client (``gather_s``) and putting them in row order
+        (``assemble_s``), the recall estimate (``estimate_s``) and in all (``total_s``).
 
     Examples
     --------
@@ -361,9 +385,12 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     from .._core.stats import BuildStats
     from ..api.knngraph import KnnGraph
 
+    t_start = time.perf_counter()
     client = get_client(client)
     metric = check_metric(metric, GRAPH_METRICS)
     device = _check_device(device)
+    if not isinstance(recall_estimate, bool):
+        raise TypeError(f"recall_estimate must be a bool, got {type(recall_estimate).__name__}")
     partition = _check_choice(partition, "partition", PARTITIONS)
     split = _check_choice(split, "split", ("pca", "random"))
     slab_width = _check_choice(slab_width, "slab_width", ("projected", "bound"))
@@ -381,31 +408,41 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         raise ValueError("knnkit.dask.knn_graph: more than 2**31 - 2 points do not fit int32 ids")
     k = check_k(k, n, self_excluded=True)
     seed = int(random_state)
+    phases = {"input_s": time.perf_counter() - t_start}
     if partition == "tree":
         P = n_parts or len(worker_addresses(client))
         if P > max(1, n // (k + 1)):
             raise ValueError(f"n_parts={P} leaves of {n} points leave fewer than k + 1 = {k + 1} points per leaf; "
                              f"use at most {max(1, n // (k + 1))}")
         I, D, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
-                                tree_sample, seed)
-        I = I.astype(np.int32)
+                                  tree_sample, seed, phases)
     else:
-        I, D, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed)
+        I, D, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases)
     if (I < 0).any():
         raise RuntimeError("knnkit.dask.knn_graph: some lists are short of k neighbours (internal error)")
-    if n > 2 * ESTIMATE_ROWS and metric != "manhattan":
+    if recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan":
+        t = time.perf_counter()
         est = _estimate_recall(client, parts, I, D, k, metric, device, seed)
+        phases["estimate_s"] = time.perf_counter() - t
         stats["recall_estimate"] = round(est, 5)
         if est < 0.985:
             logger.warning("knnkit.dask.knn_graph: estimated recall@%d is %.3f%s", k, est,
-                           f"; pass a larger n_neighbors_internal (now {stats['n_neighbors_internal']})"
+                           f"; pass a larger n_neighbors_internal (now {stats['n_neighbors_internal'] or 'the default'})"
                            if partition == "rows" else f"; pass a larger slab_quantile (now {slab_quantile})")
+    phases["total_s"] = time.perf_counter() - t_start
+    stats["phases"] = {key: round(v, 4) for key, v in phases.items()}
     return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
 
 
-def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed):
-    """knn_graph(partition="rows"): partition graphs, then a GGM merge of every pair. ``(I, D, stats)``."""
+def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases):
+    """knn_graph(partition="rows"): partition graphs, then a GGM merge of every pair. ``(I, D, stats)``;
+    client-side seconds are added to ``phases``. One partition (nothing to merge) and the
+    default ``n_neighbors_internal``: the single-device build."""
+    from distributed import wait
+
     from ..graph.nndescent import default_parameters
+
+    t0 = time.perf_counter()
 
     if len(parts) > 1 and min(r for _o, r, _f in parts) < 2:
         raise ValueError("every partition needs at least 2 points; use fewer partitions")
@@ -415,7 +452,8 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed)
     # (20k x 96 on 2 partitions: K = 16 -> recall 0.950, 24 -> 0.999, single device 0.999)
     K = max(K, 2 * k + 4) if n_neighbors_internal is None else K
     K = min(max(K, k), n - 1)
-    bases = [client.submit(part_graph, f, k, K, metric, device, seed + 7919 * p + 1, pure=False)
+    single = len(parts) == 1 and n_neighbors_internal is None  # no merge follows: the single-device rule
+    bases = [client.submit(part_graph, f, k, K, metric, device, seed + 7919 * p + 1, single, pure=False)
              for p, (_o, _r, f) in enumerate(parts)]
     pieces = [[client.submit(globalize, b, o, k, pure=False)] for b, (o, _r, _f) in zip(bases, parts)]
     n_merges = 0
@@ -428,10 +466,18 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed)
             pieces[i].append(client.submit(take, m, 0, pure=False))
             pieces[j].append(client.submit(take, m, 1, pure=False))
             n_merges += 1
-    finals = [tree_reduce(client, ps, merge_running, k, metric) for ps in pieces]
+    finals = [client.submit(compact, tree_reduce(client, ps, merge_running, k, metric), pure=False)
+              for ps in pieces]
+    t1 = time.perf_counter()
+    wait(finals)
+    t2 = time.perf_counter()
     out = client.gather(finals)
-    I = np.concatenate([o[0] for o in out]).astype(np.int32)
-    D = np.concatenate([o[1] for o in out]).astype(np.float32)
-    stats = {"method": "dask-ggm", "partitions": len(parts), "merges": n_merges, "n_neighbors_internal": int(K),
+    t3 = time.perf_counter()
+    I = np.concatenate([o[0] for o in out]) if len(out) > 1 else out[0][0]
+    D = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
+    del out
+    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
+    stats = {"method": "dask-ggm", "partitions": len(parts), "merges": n_merges,
+             "n_neighbors_internal": None if single else int(K),
              "workers": len(worker_addresses(client))}
     return I, D, stats

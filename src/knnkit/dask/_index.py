@@ -128,8 +128,10 @@ class ShardedIndex:
 
     def _resident_blocks(self, queries):
         """A dask array's row blocks as futures where the cluster computes (or already holds)
-        them, with the worker holding each: ``[(offset, rows, future, worker)]``."""
-        from distributed import wait
+        them, with the worker holding each: ``[(offset, rows, future, worker)]``. A persisted
+        array's blocks are used as they are (no task); any other array is computed (again at
+        every call: persist queries that are searched more than once)."""
+        from distributed import futures_of, wait
 
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(f"queries must be 2-D with dimension {self.dim}, got shape {queries.shape}")
@@ -138,7 +140,12 @@ class ShardedIndex:
         if queries.shape[0] == 0:
             raise ValueError("queries is empty")
         arr = queries.rechunk({1: -1})  # one block per row chunk; rows stay where they are
-        futures = self._client.compute(arr.to_delayed().ravel().tolist())
+        keys = [key for (key,) in arr.__dask_keys__()] if arr.numblocks[1] == 1 else []
+        held = {f.key: f for f in futures_of(arr)}
+        if keys and all(key in held for key in keys):
+            futures = [held[key] for key in keys]  # persisted: its blocks are futures already, no task
+        else:
+            futures = self._client.compute(arr.to_delayed().ravel().tolist())
         wait(futures)
         who = self._client.who_has(futures)
         offsets = np.concatenate([[0], np.cumsum(arr.chunks[0])[:-1]]).astype(np.int64)
@@ -151,10 +158,10 @@ class ShardedIndex:
         Parameters
         ----------
         queries : dask.array or array-like, shape (m, d)
-            A dask array stays on the workers: each of its row blocks is computed (or found, when
-            persisted) on a worker and searched there, by the replicas that worker holds (another
-            worker's replica, the least loaded, for the shards it does not hold); only the
-            results move. An in-memory array is split into blocks of ``query_block`` rows that
+            A dask array stays on the workers: each of its row blocks is computed (or taken as it
+            is, when persisted with ``client.persist``: no task at all) on a worker and searched
+            there, by the replicas that worker holds (another worker's replica, the least loaded,
+            for the shards it does not hold); only the results move. An in-memory array is split into blocks of ``query_block`` rows that
             are sent from the client to the replicas serving them, round-robin.
         k : int, default 10
         query_block : int, default 65536
