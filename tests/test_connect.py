@@ -235,3 +235,38 @@ def test_short_edge_components_numba_and_numpy_paths_agree(rng, monkeypatch):
     monkeypatch.setattr(conn, "NUMBA_EDGE_WORK", 0)
     lab_nb, c_nb = conn.short_edge_components(X, g)
     assert c_np == c_nb and np.array_equal(lab_np, lab_nb)
+
+
+def test_doors_when_kmeans_entries_match_the_clusters(rng):
+    """As many k-means entries as clusters still leave some clusters without one (k-means is not a
+    partition by cluster); every short-edge component gets its own door whenever they outnumber the
+    graph's components (a gate at twice the k-means entries left 1M x 128 tight_c1000 at 0.947)."""
+    from knnkit.index._engine import _connect
+
+    X = make_tight_clusters(20_000, 16, 400, 0.01, random_state=int(rng.integers(1 << 30)))
+    _, idx = knnkit.knn(X, k=12, device="cpu")
+    g = idx.astype(np.int32)
+    clusters, n_clusters = components(g)
+    rows = rng.choice(len(g), 1500, replace=False)
+    g[rows, -1] = rng.integers(0, len(g), 1500)  # stray links join the clusters into a few components
+    assert components(g)[1] < n_clusters // 2
+    entry = build_entry_points(X, n_clusters, "l2", random_state=0)  # as many entries as clusters
+    kmeans_doors = len(np.unique(clusters[np.asarray(entry.medoids)]))
+    _g2, entry2, conn = _connect(X, g, entry, "l2")
+    doors = len(np.unique(clusters[np.asarray(entry2.medoids)]))
+    assert doors >= 0.98 * n_clusters, (doors, kmeans_doors, n_clusters)
+
+
+def test_long_edges_measured_against_the_shortest_edge(rng):
+    """Rows filled mostly with links to other clusters (as a reverse-edge pass can leave them) have a
+    long median edge; their stray links are still long against the row's shortest edge."""
+    from knnkit.index._connect import short_edge_components
+
+    X = make_tight_clusters(4000, 16, 200, 0.01, random_state=int(rng.integers(1 << 30)))
+    _, idx = knnkit.knn(X, k=9, device="cpu")
+    g = idx.astype(np.int32)
+    n_clusters = components(g)[1]
+    rows = rng.choice(len(g), 300, replace=False)
+    g[rows, 3:] = rng.integers(0, len(g), (300, g.shape[1] - 3))  # 6 of 9 edges leave the cluster
+    assert components(g)[1] == 1
+    assert short_edge_components(X, g)[1] >= 0.95 * n_clusters
