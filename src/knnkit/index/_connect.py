@@ -766,6 +766,10 @@ def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, blo
         dist[~np.isfinite(dist)] = np.nan
     else:
         dist = xp.empty((n, R), xp.float32)
+        if xp is np:
+            # host: bound the gathered (block, R, d) temporary to ~32 MB (the whole graph was one
+            # block below 8192 rows: 2000 x 64 edges in 960-d made a 0.5 GB temporary)
+            block = max(1, min(block, (32 << 20) // (4 * max(1, R * X.shape[1]))))
         for s0 in range(0, n, block):
             g = graph[s0:s0 + block]
             valid = (g >= 0) & (g < n)
