@@ -283,6 +283,13 @@ def _offer_sorted(hd, hi, k, d, ix):
 
 
 _SORTED_K_MAX = 32
+# Seeded level 2 (full filter, sorted k-best lists, one worker per query, no merged copies,
+# d <= _SEED_MAX_DIM): queries run in blocks of _SEED_BLOCK per thread, in Morton order inside their
+# cluster, and each starts from the previous query's k nearest (see _level2)
+_SEED_MAX_DIM = 3
+_SEED_BLOCK = 64
+_SEEDING = True
+_NOUT = 0
 
 
 @njit(inline="always")
@@ -439,10 +446,29 @@ def _first_inside(mdist, beg, end, limit):
     return lo
 
 
+@njit(inline="always")
+def _offer_sorted_new(hd, hi, k, d, ix):
+    """``_offer_sorted`` for a list that may already hold ``(d, ix)`` (seeded): a pair already
+    present is not inserted twice."""
+    if d < hd[k - 1] or (d == hd[k - 1] and ix < hi[k - 1]):
+        u = k - 1
+        while u > 0 and (hd[u - 1] > d or (hd[u - 1] == d and hi[u - 1] > ix)):
+            u -= 1
+        if u > 0 and hd[u - 1] == d and hi[u - 1] == ix:
+            return False
+        for v in range(k - 1, u, -1):
+            hd[v] = hd[v - 1]
+            hi[v] = hi[v - 1]
+        hd[u] = d
+        hi[u] = ix
+        return True
+    return False
+
+
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
-            counts):
+            counts, Xo, seeding, nout):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
     ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
     so a cluster's members are read contiguously. Full filter: the task's k-best list (row ``task``
@@ -452,119 +478,179 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
     Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
     written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
     ntask = qseq.shape[0] * parts
-    for task in prange(ntask):
-        p = task // parts
-        s = task - p * parts
-        qi = qseq[p]
-        q = Q[qi]
-        cq = qlab[qi]
-        ub_c = ub[cq]
-        theta = ub_c
-        # the partial filter passes a (1, total) buffer: row 0 keeps the typing uniform
-        hd = heap_d[task]
-        hi = heap_i[task]
-        w = 0
-        if not full and not count_only:
-            w = woff[task]
-        ndist = 0
-        bq = qdist[qi] * (1.0 + rel)
-        # 3-D fast path of the member distances: the query's coordinates held once (13 % of
-        # level 2 with the early refusal below, uniform 3-D k = 20)
-        dim = q.shape[0]
-        q0 = np.float64(q[0]) if dim >= 1 else 0.0
-        q1 = np.float64(q[1]) if dim >= 2 else 0.0
-        q2 = np.float64(q[2]) if dim >= 3 else 0.0
-        for j in range(coff[cq] + s, coff[cq + 1], parts):
-            # cluster tests from the table alone, before the centre distance (see build_cpu):
-            # measured 116 -> 24 centre distances per query, level 2 -5..-20 % (uniform 3-D)
-            lim = theta * (1.0 + rel) + bq
-            if sufv[j] > lim:
-                break  # no later candidate of this list can pass
-            if candv[j] > lim:
-                continue
-            c = cand[j]
-            a = math.sqrt(_dist2(q, Lt[c]))
-            beg = moff[c]
-            end = moff[c + 1]
-            thr = theta + rel * (theta + a + Rt[c])
-            if a - Rt[c] > thr:
-                continue  # the farthest member is already too close to the centre
-            if full:
-                # outward from the members at the query's own centre distance: the one-landmark
-                # bound |a - b| grows on both sides, so the closest candidates come first, theta
-                # shrinks early, and each side stops at its first member past the bound. The sides
-                # alternate (one member above a, one below) instead of always taking the smaller
-                # gap: that choice mispredicted about every other time, and the fixed alternation
-                # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
-                up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
-                down = up + 1  # members with b <= a, toward smaller b
-                go_up = True
-                go_down = True
-                while go_up or go_down:
-                    for side in range(2):
-                        if side == 0:
-                            if not go_up:
-                                continue
-                            if up < beg or mdist[up] - a > thr:
-                                go_up = False
-                                continue
-                            i = up
-                            up -= 1
-                        else:
-                            if not go_down:
-                                continue
-                            if down >= end or a - mdist[down] > thr:
-                                go_down = False
-                                continue
-                            i = down
-                            down += 1
-                        # the distance first: most candidates are refused on it alone, before
-                        # their index is read (the self pair, at distance 0, is never refused
-                        # here, so it is still skipped below without being counted)
+    nblk = (ntask + _SEED_BLOCK - 1) // _SEED_BLOCK
+    for blk in prange(nblk):
+        for task in range(blk * _SEED_BLOCK, min(ntask, (blk + 1) * _SEED_BLOCK)):
+            p = task // parts
+            s = task - p * parts
+            qi = qseq[p]
+            q = Q[qi]
+            cq = qlab[qi]
+            ub_c = ub[cq]
+            theta = ub_c
+            # the partial filter passes a (1, total) buffer: row 0 keeps the typing uniform
+            hd = heap_d[task]
+            hi = heap_i[task]
+            w = 0
+            if not full and not count_only:
+                w = woff[task]
+            ndist = 0
+            bq = qdist[qi] * (1.0 + rel)
+            # 3-D fast path of the member distances: the query's coordinates held once (13 % of
+            # level 2 with the early refusal below, uniform 3-D k = 20)
+            dim = q.shape[0]
+            q0 = np.float64(q[0]) if dim >= 1 else 0.0
+            q1 = np.float64(q[1]) if dim >= 2 else 0.0
+            q2 = np.float64(q[2]) if dim >= 3 else 0.0
+            cut = np.float32(np.inf)
+            seeded = False
+            if seeding and task > blk * _SEED_BLOCK and qlab[qseq[p - 1]] == cq:
+                # the previous query of this block, same cluster, finished in this thread: its k
+                # nearest (and itself, a data point in the all-points join) are k distinct points
+                # whose k-th distance to this query bounds the k-th neighbour distance
+                seeded = True
+                pq = qseq[p - 1]
+                pi = heap_i[task - 1]
+                for r in range(-1, k):
+                    t = pi[r] if r >= 0 else (pq if exclude_self else -1)
+                    if t < 0 or (exclude_self and t == qi):
+                        continue
+                    d = np.float32(_dist2(q, Xo[t]))
+                    ndist += 1
+                    _offer_sorted(hd, hi, k, d, t)
+                if hd[k - 1] < np.inf:
+                    theta = min(theta, math.sqrt(np.float64(hd[k - 1])))
+                cut = hd[k - 1]
+            visited = 0
+            for j in range(coff[cq] + s, coff[cq + 1], parts):
+                # cluster tests from the table alone, before the centre distance (see build_cpu):
+                # measured 116 -> 24 centre distances per query, level 2 -5..-20 % (uniform 3-D)
+                lim = theta * (1.0 + rel) + bq
+                if sufv[j] > lim:
+                    break  # no later candidate of this list can pass
+                if candv[j] > lim:
+                    continue
+                c = cand[j]
+                a = math.sqrt(_dist2(q, Lt[c]))
+                beg = moff[c]
+                end = moff[c + 1]
+                thr = theta + rel * (theta + a + Rt[c])
+                if a - Rt[c] > thr:
+                    continue  # the farthest member is already too close to the centre
+                visited += 1
+                if visited > nout:
+                    # seeded: theta is near its final value, so the band |a - b| <= thr is read
+                    # straight, between two binary searches (no per-member side logic)
+                    i = _first_inside(mdist, beg, end, a + thr)
+                    stop = _first_inside(mdist, i, end, a - thr)
+                    while stop < end and a - mdist[stop] <= thr:
+                        stop += 1
+                    for i in range(i, stop):
+                        if a - mdist[i] > thr:
+                            break  # theta shrank: the rest of the band is out
                         if dim == 3:
                             e0 = q0 - np.float64(Xs[i, 0])
                             e1 = q1 - np.float64(Xs[i, 1])
                             e2 = q2 - np.float64(Xs[i, 2])
-                            d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
+                            d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)
                         else:
                             d = np.float32(_dist2(q, Xs[i]))
-                        if d > (hd[k - 1] if sorted_k else hd[0]):
-                            ndist += 1
+                        ndist += 1
+                        if d > cut:
                             continue
                         t = members[i]
                         if exclude_self and t == qi:
+                            ndist -= 1
                             continue
-                        ndist += 1
-                        if not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
+                        # the seeds are in the list already: a pair met again is not inserted twice
+                        if not _offer_sorted_new(hd, hi, k, d, t):
                             continue
-                        kth = hd[k - 1] if sorted_k else hd[0]
-                        if kth < np.inf:
-                            th = math.sqrt(np.float64(kth))
+                        cut = hd[k - 1]
+                        if hd[k - 1] < np.inf:
+                            th = math.sqrt(np.float64(hd[k - 1]))
                             if th < theta:
                                 theta = th
                                 thr = theta + rel * (theta + a + Rt[c])
-                continue
-            i = _first_inside(mdist, beg, end, a + thr)
-            while i < end:
-                b = mdist[i]
-                if a - b > thr:
-                    break  # every later member is closer to the centre: lower bound grows
-                if b - a > thr:
+                    continue
+                if full:
+                    # outward from the members at the query's own centre distance: the one-landmark
+                    # bound |a - b| grows on both sides, so the closest candidates come first, theta
+                    # shrinks early, and each side stops at its first member past the bound. The sides
+                    # alternate (one member above a, one below) instead of always taking the smaller
+                    # gap: that choice mispredicted about every other time, and the fixed alternation
+                    # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
+                    up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
+                    down = up + 1  # members with b <= a, toward smaller b
+                    go_up = True
+                    go_down = True
+                    while go_up or go_down:
+                        for side in range(2):
+                            if side == 0:
+                                if not go_up:
+                                    continue
+                                if up < beg or mdist[up] - a > thr:
+                                    go_up = False
+                                    continue
+                                i = up
+                                up -= 1
+                            else:
+                                if not go_down:
+                                    continue
+                                if down >= end or a - mdist[down] > thr:
+                                    go_down = False
+                                    continue
+                                i = down
+                                down += 1
+                            # the distance first: most candidates are refused on it alone, before
+                            # their index is read (the self pair, at distance 0, is never refused
+                            # here, so it is still skipped below without being counted)
+                            if dim == 3:
+                                e0 = q0 - np.float64(Xs[i, 0])
+                                e1 = q1 - np.float64(Xs[i, 1])
+                                e2 = q2 - np.float64(Xs[i, 2])
+                                d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
+                            else:
+                                d = np.float32(_dist2(q, Xs[i]))
+                            if d > (hd[k - 1] if sorted_k else hd[0]):
+                                ndist += 1
+                                continue
+                            t = members[i]
+                            if exclude_self and t == qi:
+                                continue
+                            ndist += 1
+                            if seeded:
+                                if not _offer_sorted_new(hd, hi, k, d, t):
+                                    continue
+                            elif not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
+                                continue
+                            kth = hd[k - 1] if sorted_k else hd[0]
+                            if kth < np.inf:
+                                th = math.sqrt(np.float64(kth))
+                                if th < theta:
+                                    theta = th
+                                    thr = theta + rel * (theta + a + Rt[c])
+                    continue
+                i = _first_inside(mdist, beg, end, a + thr)
+                while i < end:
+                    b = mdist[i]
+                    if a - b > thr:
+                        break  # every later member is closer to the centre: lower bound grows
+                    if b - a > thr:
+                        i += 1
+                        continue
+                    t = members[i]
                     i += 1
-                    continue
-                t = members[i]
-                i += 1
-                if exclude_self and t == qi:
-                    continue
-                if count_only:
+                    if exclude_self and t == qi:
+                        continue
+                    if count_only:
+                        ndist += 1
+                        continue
+                    d = np.float32(_dist2(q, Xs[i - 1]))
                     ndist += 1
-                    continue
-                d = np.float32(_dist2(q, Xs[i - 1]))
-                ndist += 1
-                surv_d[w] = d
-                surv_i[w] = t
-                w += 1
-        counts[task] = ndist
+                    surv_d[w] = d
+                    surv_i[w] = t
+                    w += 1
+            counts[task] = ndist
 
 
 @njit(parallel=True, cache=True)
@@ -697,6 +783,43 @@ def _by_label(labels, m):
     return out
 
 
+@njit(cache=True)
+def _spread_bits(v):
+    """The low 10 bits of v spread to every third bit (Morton interleaving)."""
+    v &= 0x3FF
+    v = (v | (v << 16)) & 0x30000FF
+    v = (v | (v << 8)) & 0x300F00F
+    v = (v | (v << 4)) & 0x30C30C3
+    v = (v | (v << 2)) & 0x9249249
+    return v
+
+
+@njit(parallel=True, cache=True)
+def _morton_within(P, qseq, off):
+    """Reorder each label group ``qseq[off[c]:off[c + 1]]`` by the Morton code of its rows (first
+    three coordinates on a 1024^3 grid over the bounding box; stable), so that consecutive queries
+    of a cluster are near each other and the previous query's neighbours seed a tight bound."""
+    n, dim = P.shape
+    lo = np.zeros(3)
+    sc = np.zeros(3)
+    for c in range(min(dim, 3)):
+        mn = np.float64(P[:, c].min())
+        mx = np.float64(P[:, c].max())
+        lo[c] = mn
+        sc[c] = 1023.0 / (mx - mn) if mx > mn else 0.0
+    for g in prange(off.shape[0] - 1):
+        seg = qseq[off[g]:off[g + 1]].copy()
+        code = np.empty(seg.shape[0], np.int64)
+        for t in range(seg.shape[0]):
+            key = 0
+            for c in range(min(dim, 3)):
+                key |= _spread_bits(int((np.float64(P[seg[t], c]) - lo[c]) * sc[c])) << c
+            code[t] = key
+        o = np.argsort(code, kind="mergesort")
+        for t in range(seg.shape[0]):
+            qseq[off[g] + t] = seg[o[t]]
+
+
 def build_cpu(X, Q, k, params, seed, all_points):
     """Steps 1-2 (clusters and level 1) on the CPU; returns a dict of tables and timings."""
     rng = np.random.default_rng(seed)
@@ -751,6 +874,10 @@ def build_cpu(X, Q, k, params, seed, all_points):
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
     qseq = _by_label(query.labels, query.L.shape[0])
+    if dim <= _SEED_MAX_DIM:
+        qoff = np.zeros(mq + 1, np.int64)
+        np.cumsum(query.size, out=qoff[1:])
+        _morton_within(Q, qseq, qoff)
     return dict(members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
                 ub=ub, coff=coff, cand=cand.astype(np.int64), qseq=qseq, mq=mq, mt=mt, rel=rel,
                 qdist=query.dist, candv=candv, sufv=sufv, level1_pairs=level1_pairs, times=times)
@@ -804,6 +931,9 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     args = (Xs, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
     args2 = (tab["qlab"], tab["qdist"], tab["candv"], tab["sufv"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
     dupargs = (dup is not None, uoff, uidx)
+    noseed = (Xr, 0, 1 << 62)
+    ok = parts == 1 and dup is None and k_sel <= _SORTED_K_MAX and dim <= _SEED_MAX_DIM
+    seedargs = (Xr, int(ok and _SEEDING), _NOUT if ok else 1 << 62)
     ndist = 0
     if filt == "full":
         # query chunks bound the heap memory (k entries per worker)
@@ -815,7 +945,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             hi = np.full((ntask, k_sel), -1, np.int64)
             counts = np.zeros(ntask, np.int64)
             _level2(*args, seq, *args2, True, False, k_sel <= _SORTED_K_MAX, *dupargs, hd, hi, hd[0], hi[0],
-                    counts[:1], counts)
+                    counts[:1], counts, *seedargs)
             ndist += int(counts.sum())
             if parts == 1 and k_sel <= _SORTED_K_MAX:
                 _copy_rows(hd, hi, seq, out_d, out_i)  # 0.024 s of merging saved at 245k
@@ -830,7 +960,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             dummy_d = np.empty((counts.size, 1), np.float32)
             dummy_i = np.empty((counts.size, 1), np.int64)
             _level2(*args, seq, *args2, False, True, False, *dupargs, dummy_d, dummy_i, dummy_d[0], dummy_i[0],
-                    counts[:1], counts)
+                    counts[:1], counts, *noseed)
             per_query = counts.reshape(seq.size, parts).sum(1)
             take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
             seq, counts = seq[:take], counts[:take * parts]
@@ -839,7 +969,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             sd = np.empty(max(1, int(woff[-1])), np.float32)
             si = np.empty(max(1, int(woff[-1])), np.int64)
             _level2(*args, seq, *args2, False, False, False, *dupargs, dummy_d[:counts.size], dummy_i[:counts.size],
-                    sd, si, woff, counts)
+                    sd, si, woff, counts, *noseed)
             ndist += int(counts.sum())
             _select_partial(sd, si, woff, seq, parts, k_sel, out_d, out_i, *dupargs)
             s += take
