@@ -468,7 +468,7 @@ def _offer_sorted_new(hd, hi, k, d, ix):
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
-            counts, Xo, seeding, nout):
+            counts, Xo, seeding, nout, direct):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
     ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
     so a cluster's members are read contiguously. Full filter: the task's k-best list (row ``task``
@@ -489,8 +489,17 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
             ub_c = ub[cq]
             theta = ub_c
             # the partial filter passes a (1, total) buffer: row 0 keeps the typing uniform
-            hd = heap_d[task]
-            hi = heap_i[task]
+            if direct:
+                # one worker per query with a sorted list: the row is the answer, written in place
+                # (no copy pass, and each thread first-touches the rows it fills)
+                hd = heap_d[qi]
+                hi = heap_i[qi]
+                for r in range(k):
+                    hd[r] = np.inf
+                    hi[r] = -1
+            else:
+                hd = heap_d[task]
+                hi = heap_i[task]
             w = 0
             if not full and not count_only:
                 w = woff[task]
@@ -510,7 +519,7 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
                 # whose k-th distance to this query bounds the k-th neighbour distance
                 seeded = True
                 pq = qseq[p - 1]
-                pi = heap_i[task - 1]
+                pi = heap_i[pq] if direct else heap_i[task - 1]
                 for r in range(-1, k):
                     t = pi[r] if r >= 0 else (pq if exclude_self else -1)
                     if t < 0 or (exclude_self and t == qi):
@@ -663,15 +672,6 @@ def _merge_parts(hd, hi, qseq, parts, k, out_d, out_i):
 
 
 @njit(parallel=True, cache=True)
-def _copy_rows(hd, hi, qseq, out_d, out_i):
-    """One worker per query and sorted k-best lists: the rows are already the answer (a full list
-    always comes back: the filters never drop one of the k nearest)."""
-    for p in prange(qseq.shape[0]):
-        out_d[qseq[p]] = hd[p]
-        out_i[qseq[p]] = hi[p]
-
-
-@njit(parallel=True, cache=True)
 def _select_partial(sd, si, woff, qseq, parts, k, out_d, out_i, dup, uoff, uidx):
     for p in prange(qseq.shape[0]):
         a = woff[p * parts]
@@ -798,24 +798,30 @@ def _spread_bits(v):
 def _morton_within(P, qseq, off):
     """Reorder each label group ``qseq[off[c]:off[c + 1]]`` by the Morton code of its rows (first
     three coordinates on a 1024^3 grid over the bounding box; stable), so that consecutive queries
-    of a cluster are near each other and the previous query's neighbours seed a tight bound."""
+    of a cluster are near each other and the previous query's neighbours seed a tight bound.
+    The codes are computed in row order first (sequential reads), then sorted per group."""
     n, dim = P.shape
+    nd = min(dim, 3)
     lo = np.zeros(3)
     sc = np.zeros(3)
-    for c in range(min(dim, 3)):
-        mn = np.float64(P[:, c].min())
-        mx = np.float64(P[:, c].max())
+    for c in range(nd):
+        mn = np.float64(P[0, c]) if n else 0.0
+        mx = mn
+        for i in range(n):
+            v = np.float64(P[i, c])
+            mn = min(mn, v)
+            mx = max(mx, v)
         lo[c] = mn
         sc[c] = 1023.0 / (mx - mn) if mx > mn else 0.0
+    code = np.empty(n, np.int64)
+    for i in prange(n):
+        key = 0
+        for c in range(nd):
+            key |= _spread_bits(int((np.float64(P[i, c]) - lo[c]) * sc[c])) << c
+        code[i] = key
     for g in prange(off.shape[0] - 1):
         seg = qseq[off[g]:off[g + 1]].copy()
-        code = np.empty(seg.shape[0], np.int64)
-        for t in range(seg.shape[0]):
-            key = 0
-            for c in range(min(dim, 3)):
-                key |= _spread_bits(int((np.float64(P[seg[t], c]) - lo[c]) * sc[c])) << c
-            code[t] = key
-        o = np.argsort(code, kind="mergesort")
+        o = np.argsort(code[seg], kind="mergesort")
         for t in range(seg.shape[0]):
             qseq[off[g] + t] = seg[o[t]]
 
@@ -935,7 +941,12 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     ok = parts == 1 and dup is None and k_sel <= _SORTED_K_MAX and dim <= _SEED_MAX_DIM
     seedargs = (Xr, int(ok and _SEEDING), _NOUT if ok else 1 << 62)
     ndist = 0
-    if filt == "full":
+    if filt == "full" and parts == 1 and k_sel <= _SORTED_K_MAX:
+        counts = np.zeros(qseq.size, np.int64)
+        _level2(*args, qseq, *args2, True, False, True, *dupargs, out_d, out_i, out_d[0], out_i[0], counts[:1], counts,
+                *seedargs, 1)
+        ndist += int(counts.sum())
+    elif filt == "full":
         # query chunks bound the heap memory (k entries per worker)
         chunk = max(1, (1 << 26) // (k_sel * parts))
         for s in range(0, qseq.size, chunk):
@@ -945,12 +956,9 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             hi = np.full((ntask, k_sel), -1, np.int64)
             counts = np.zeros(ntask, np.int64)
             _level2(*args, seq, *args2, True, False, k_sel <= _SORTED_K_MAX, *dupargs, hd, hi, hd[0], hi[0],
-                    counts[:1], counts, *seedargs)
+                    counts[:1], counts, *seedargs, 0)
             ndist += int(counts.sum())
-            if parts == 1 and k_sel <= _SORTED_K_MAX:
-                _copy_rows(hd, hi, seq, out_d, out_i)  # 0.024 s of merging saved at 245k
-            else:
-                _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
+            _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
     else:
         s = 0
         while s < qseq.size:
@@ -960,7 +968,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             dummy_d = np.empty((counts.size, 1), np.float32)
             dummy_i = np.empty((counts.size, 1), np.int64)
             _level2(*args, seq, *args2, False, True, False, *dupargs, dummy_d, dummy_i, dummy_d[0], dummy_i[0],
-                    counts[:1], counts, *noseed)
+                    counts[:1], counts, *noseed, 0)
             per_query = counts.reshape(seq.size, parts).sum(1)
             take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
             seq, counts = seq[:take], counts[:take * parts]
@@ -969,7 +977,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             sd = np.empty(max(1, int(woff[-1])), np.float32)
             si = np.empty(max(1, int(woff[-1])), np.int64)
             _level2(*args, seq, *args2, False, False, False, *dupargs, dummy_d[:counts.size], dummy_i[:counts.size],
-                    sd, si, woff, counts, *noseed)
+                    sd, si, woff, counts, *noseed, 0)
             ndist += int(counts.sum())
             _select_partial(sd, si, woff, seq, parts, k_sel, out_d, out_i, *dupargs)
             s += take
