@@ -4,7 +4,8 @@
         [--repeats 3] [--out benchmarks/results/cpu/sweet_vs_ckdtree_<date>.json]
 
 All-points joins: ``knnkit.knn(X, k=k, method="sweet", device="cpu")`` against
-``cKDTree(X).query(X, k=k + 1, workers=-1)`` (tree build included, self column included as
+``cKDTree(X).query(X, k=k + 1, workers=-1)`` (tree build included; ``--threads 1``: one thread
+each, self column included as
 returned). The two run alternately in one process (the machine's 2 cores are shared with other
 work, so runs far apart in time are not comparable), after one untimed run each; the minimum of
 ``--repeats`` is reported, with the 1-minute load average before and after each case. Sweet's
@@ -63,12 +64,12 @@ def _data(name):
     return np.ascontiguousarray(np.asarray(X, dtype=np.float32))
 
 
-def run_case(name, X, k, repeats):
+def run_case(name, X, k, repeats, workers=-1):
     def sweet():
         return knnkit.knn(X, k=k, method="sweet", device="cpu")
 
     def tree():
-        return cKDTree(X).query(X, k=k + 1, workers=-1)
+        return cKDTree(X).query(X, k=k + 1, workers=workers)
 
     load0 = os.getloadavg()[0]
     rs, rt = sweet(), tree()  # untimed: compilation, caches
@@ -81,7 +82,7 @@ def run_case(name, X, k, repeats):
     ds = np.asarray(rs[0] if isinstance(rs, tuple) else rs.distances)[:, -1].astype(np.float64)
     dt = np.asarray(rt[0])[:, -1].astype(np.float64) ** 2  # knn reports squared Euclidean distances
     rel = float(np.max(np.abs(ds - dt) / np.maximum(dt, 1e-30)))
-    row = dict(case=name, n=int(X.shape[0]), d=int(X.shape[1]), k=k, sweet_s=min(ts), ckdtree_s=min(tt),
+    row = dict(case=name, n=int(X.shape[0]), d=int(X.shape[1]), k=k, workers=workers, sweet_s=min(ts), ckdtree_s=min(tt),
                ratio=min(ts) / min(tt), sweet_all=ts, ckdtree_all=tt, kth_max_rel_diff=rel,
                load1_before=load0, load1_after=os.getloadavg()[0])
     log.info("%s k=%d sweet %.3f s cKDTree %.3f s ratio %.2f (load %.1f -> %.1f, kth rel diff %.1e)",
@@ -95,13 +96,19 @@ def main():
     ap.add_argument("--k", default="20,1")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="1: one thread each (numba threads 1, cKDTree workers=1), a per-core comparison "
+                    "less exposed to other work on shared cores; 0: all cores")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if a.threads:
+        import numba
+        numba.set_num_threads(a.threads)
     rows = []
     for name in a.cases.split(","):
         X = _data(name)
         for k in (int(v) for v in a.k.split(",")):
-            rows.append(run_case(name, X, k, a.repeats))
+            rows.append(run_case(name, X, k, a.repeats, a.threads or -1))
     if a.out:
         import numba
         import scipy

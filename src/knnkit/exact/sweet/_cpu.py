@@ -132,9 +132,11 @@ _GRID_ASSIGN_MAX_DIM = 3
 
 
 @njit(parallel=True, cache=True)
-def _assign_grid(P, L, labels):
+def _assign_grid(P, L, labels, cells_per_landmark=2.0):
     """Nearest landmark for d <= 3 through a uniform grid over the points' bounding box
-    (~2 landmarks per cell): cells are searched in rings of growing Chebyshev radius around the
+    (``cells_per_landmark`` cells per landmark, 2 chosen from 0.5-16: on clustered 3-D 245k, where
+    dense regions crowd many landmarks into a cell, 0.080 s at 0.5 -> 0.055 s (4: 0.053), on
+    uniform 3-D 0.038 -> 0.043 s): cells are searched in rings of growing Chebyshev radius around the
     point's cell, and the search stops when every cell of the next ring is farther (at least
     ``r * h``, ``h`` the smallest cell side) than the best landmark found. The 1-D slab of
     ``_assign_direct`` still evaluates ~12 % of the landmarks per point on uniform 3-D data (its
@@ -149,7 +151,7 @@ def _assign_grid(P, L, labels):
         lo[c] = 0.0
     if n == 0 or m == 0:
         return
-    cells_wanted = max(1.0, m / 2.0)
+    cells_wanted = max(1.0, m * cells_per_landmark)
     per_axis = max(1, int(math.ceil(cells_wanted ** (1.0 / dim))))
     for c in range(dim):
         mn = np.float64(P[:, c].min())
