@@ -479,7 +479,10 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
     are unique rows whose copies are ``uidx[uoff[t]:uoff[t + 1]]`` (see ``_find_duplicates``);
     the k-best lists hold original indices, the partial filter's survivors unique ones.
     Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
-    written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
+    written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy).
+    ``direct``: one worker per query, the list is the output row ``heap_*[qi]``. ``straight``: once
+    a list is full, bands are read straight from the axis-major ``XsT``; ``seeding``: lists start
+    from the previous query's (``Xo`` the data rows by index). Tasks run in blocks of ``block``."""
     ntask = qseq.shape[0] * parts
     # blocks of consecutive tasks per thread: a seeded query reads its predecessor's finished list
     nblk = (ntask + block - 1) // block
