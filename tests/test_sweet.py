@@ -260,3 +260,27 @@ def test_public_cosine_through_normalisation(rng):
     assert not (iself == np.arange(X.shape[0])[:, None]).any()
     with pytest.raises(ValueError, match="inner_product|metric"):
         knnkit.knn(X, Q, k=5, metric="inner_product", method="sweet")
+
+
+@pytest.mark.parametrize("mode", ["seeded_all_k", "no_seeds", "off"])
+def test_seeded_and_straight_level2_forced(rng, monkeypatch, mode):
+    """Level 2's straight band scan and the lists seeded from the previous query (d <= 3, one
+    worker per query, sorted lists): seeds forced for every k (k = 1 included), straight scans
+    without seeds, and both off; tiny blocks so many queries start unseeded. Integer grid data
+    without merging: seeds met again in the scan tie exactly and must not enter twice, and ties
+    at the k-th distance must still go to the smaller index."""
+    monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)
+    monkeypatch.setattr(sweet_cpu_module, "_SEED_BLOCK", 3)
+    if mode == "seeded_all_k":
+        monkeypatch.setattr(sweet_cpu_module, "_SEED_MIN_K", 1)
+    elif mode == "no_seeds":
+        monkeypatch.setattr(sweet_cpu_module, "_SEED_MIN_K", 10 ** 9)
+    else:
+        monkeypatch.setattr(sweet_cpu_module, "_SEED_MAX_DIM", 0)
+    for dim in (1, 2, 3):
+        grid = rng.integers(0, 12, (1300, dim)).astype(np.float32)
+        smooth = rng.standard_normal((1300, dim)).astype(np.float32)
+        for X in (grid, smooth):
+            for k in (1, 8, 20, 32):
+                run_both(X, None, k)
+            run_both(X, X[:200] + 0.5, 8)

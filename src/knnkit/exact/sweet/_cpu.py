@@ -132,9 +132,11 @@ _GRID_ASSIGN_MAX_DIM = 3
 
 
 @njit(parallel=True, cache=True)
-def _assign_grid(P, L, labels):
+def _assign_grid(P, L, labels, cells_per_landmark=2.0):
     """Nearest landmark for d <= 3 through a uniform grid over the points' bounding box
-    (~2 landmarks per cell): cells are searched in rings of growing Chebyshev radius around the
+    (``cells_per_landmark`` cells per landmark, 2 chosen from 0.5-16: on clustered 3-D 245k, where
+    dense regions crowd many landmarks into a cell, 0.080 s at 0.5 -> 0.055 s (4: 0.053), on
+    uniform 3-D 0.038 -> 0.043 s): cells are searched in rings of growing Chebyshev radius around the
     point's cell, and the search stops when every cell of the next ring is farther (at least
     ``r * h``, ``h`` the smallest cell side) than the best landmark found. The 1-D slab of
     ``_assign_direct`` still evaluates ~12 % of the landmarks per point on uniform 3-D data (its
@@ -149,7 +151,7 @@ def _assign_grid(P, L, labels):
         lo[c] = 0.0
     if n == 0 or m == 0:
         return
-    cells_wanted = max(1.0, m / 2.0)
+    cells_wanted = max(1.0, m * cells_per_landmark)
     per_axis = max(1, int(math.ceil(cells_wanted ** (1.0 / dim))))
     for c in range(dim):
         mn = np.float64(P[:, c].min())
@@ -283,6 +285,14 @@ def _offer_sorted(hd, hi, k, d, ix):
 
 
 _SORTED_K_MAX = 32
+# Straight band scans and seeded lists in level 2 (full filter, sorted k-best lists, one worker per
+# query, no merged copies, d <= _SEED_MAX_DIM; seeds for k >= _SEED_MIN_K): queries run in blocks of
+# _SEED_BLOCK per thread, in Morton order inside their cluster, and each starts from the previous
+# query's k nearest (see _level2). At k = 1 the two seeds are loose (148 -> 195 distances per query
+# on uniform 3-D) and level 2 was no faster with them (0.164 vs 0.159 s).
+_SEED_MAX_DIM = 3
+_SEED_MIN_K = 8
+_SEED_BLOCK = 64
 
 
 @njit(inline="always")
@@ -439,10 +449,29 @@ def _first_inside(mdist, beg, end, limit):
     return lo
 
 
+@njit(inline="always")
+def _offer_sorted_new(hd, hi, k, d, ix):
+    """``_offer_sorted`` for a list that may already hold ``(d, ix)`` (seeded): a pair already
+    present is not inserted twice."""
+    if d < hd[k - 1] or (d == hd[k - 1] and ix < hi[k - 1]):
+        u = k - 1
+        while u > 0 and (hd[u - 1] > d or (hd[u - 1] == d and hi[u - 1] > ix)):
+            u -= 1
+        if u > 0 and hd[u - 1] == d and hi[u - 1] == ix:
+            return False
+        for v in range(k - 1, u, -1):
+            hd[v] = hd[v - 1]
+            hi[v] = hi[v - 1]
+        hd[u] = d
+        hi[u] = ix
+        return True
+    return False
+
+
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
-            counts):
+            counts, Xo, seeding, straight, direct, XsT, block):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
     ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
     so a cluster's members are read contiguously. Full filter: the task's k-best list (row ``task``
@@ -450,121 +479,197 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
     are unique rows whose copies are ``uidx[uoff[t]:uoff[t + 1]]`` (see ``_find_duplicates``);
     the k-best lists hold original indices, the partial filter's survivors unique ones.
     Partial filter: ``count_only`` counts survivors into counts[task]; otherwise they are
-    written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy)."""
+    written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy).
+    ``direct``: one worker per query, the list is the output row ``heap_*[qi]``. ``straight``: once
+    a list is full, bands are read straight from the axis-major ``XsT``; ``seeding``: lists start
+    from the previous query's (``Xo`` the data rows by index). Tasks run in blocks of ``block``."""
     ntask = qseq.shape[0] * parts
-    for task in prange(ntask):
-        p = task // parts
-        s = task - p * parts
-        qi = qseq[p]
-        q = Q[qi]
-        cq = qlab[qi]
-        ub_c = ub[cq]
-        theta = ub_c
-        # the partial filter passes a (1, total) buffer: row 0 keeps the typing uniform
-        hd = heap_d[task]
-        hi = heap_i[task]
-        w = 0
-        if not full and not count_only:
-            w = woff[task]
-        ndist = 0
-        bq = qdist[qi] * (1.0 + rel)
-        # 3-D fast path of the member distances: the query's coordinates held once (13 % of
-        # level 2 with the early refusal below, uniform 3-D k = 20)
-        dim = q.shape[0]
-        q0 = np.float64(q[0]) if dim >= 1 else 0.0
-        q1 = np.float64(q[1]) if dim >= 2 else 0.0
-        q2 = np.float64(q[2]) if dim >= 3 else 0.0
-        for j in range(coff[cq] + s, coff[cq + 1], parts):
-            # cluster tests from the table alone, before the centre distance (see build_cpu):
-            # measured 116 -> 24 centre distances per query, level 2 -5..-20 % (uniform 3-D)
-            lim = theta * (1.0 + rel) + bq
-            if sufv[j] > lim:
-                break  # no later candidate of this list can pass
-            if candv[j] > lim:
-                continue
-            c = cand[j]
-            a = math.sqrt(_dist2(q, Lt[c]))
-            beg = moff[c]
-            end = moff[c + 1]
-            thr = theta + rel * (theta + a + Rt[c])
-            if a - Rt[c] > thr:
-                continue  # the farthest member is already too close to the centre
-            if full:
-                # outward from the members at the query's own centre distance: the one-landmark
-                # bound |a - b| grows on both sides, so the closest candidates come first, theta
-                # shrinks early, and each side stops at its first member past the bound. The sides
-                # alternate (one member above a, one below) instead of always taking the smaller
-                # gap: that choice mispredicted about every other time, and the fixed alternation
-                # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
-                up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
-                down = up + 1  # members with b <= a, toward smaller b
-                go_up = True
-                go_down = True
-                while go_up or go_down:
-                    for side in range(2):
-                        if side == 0:
-                            if not go_up:
-                                continue
-                            if up < beg or mdist[up] - a > thr:
-                                go_up = False
-                                continue
-                            i = up
-                            up -= 1
-                        else:
-                            if not go_down:
-                                continue
-                            if down >= end or a - mdist[down] > thr:
-                                go_down = False
-                                continue
-                            i = down
-                            down += 1
-                        # the distance first: most candidates are refused on it alone, before
-                        # their index is read (the self pair, at distance 0, is never refused
-                        # here, so it is still skipped below without being counted)
-                        if dim == 3:
-                            e0 = q0 - np.float64(Xs[i, 0])
-                            e1 = q1 - np.float64(Xs[i, 1])
-                            e2 = q2 - np.float64(Xs[i, 2])
-                            d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
-                        else:
-                            d = np.float32(_dist2(q, Xs[i]))
-                        if d > (hd[k - 1] if sorted_k else hd[0]):
-                            ndist += 1
-                            continue
-                        t = members[i]
-                        if exclude_self and t == qi:
-                            continue
-                        ndist += 1
-                        if not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
-                            continue
-                        kth = hd[k - 1] if sorted_k else hd[0]
-                        if kth < np.inf:
-                            th = math.sqrt(np.float64(kth))
-                            if th < theta:
-                                theta = th
-                                thr = theta + rel * (theta + a + Rt[c])
-                continue
-            i = _first_inside(mdist, beg, end, a + thr)
-            while i < end:
-                b = mdist[i]
-                if a - b > thr:
-                    break  # every later member is closer to the centre: lower bound grows
-                if b - a > thr:
-                    i += 1
-                    continue
-                t = members[i]
-                i += 1
-                if exclude_self and t == qi:
-                    continue
-                if count_only:
+    # blocks of consecutive tasks per thread: a seeded query reads its predecessor's finished list
+    nblk = (ntask + block - 1) // block
+    maxsz = 1
+    for c in range(moff.shape[0] - 1):
+        maxsz = max(maxsz, moff[c + 1] - moff[c])
+    for blk in prange(nblk):
+        buf = np.empty(maxsz if straight else 1, np.float32)  # the band's distances
+        for task in range(blk * block, min(ntask, (blk + 1) * block)):
+            p = task // parts
+            s = task - p * parts
+            qi = qseq[p]
+            q = Q[qi]
+            cq = qlab[qi]
+            ub_c = ub[cq]
+            theta = ub_c
+            # the partial filter passes a (1, total) buffer: row 0 keeps the typing uniform
+            if direct:
+                # one worker per query with a sorted list: the row is the answer, written in place
+                # (no copy pass, and each thread first-touches the rows it fills)
+                hd = heap_d[qi]
+                hi = heap_i[qi]
+                for r in range(k):
+                    hd[r] = np.inf
+                    hi[r] = -1
+            else:
+                hd = heap_d[task]
+                hi = heap_i[task]
+            w = 0
+            if not full and not count_only:
+                w = woff[task]
+            ndist = 0
+            bq = qdist[qi] * (1.0 + rel)
+            # 3-D fast path of the member distances: the query's coordinates held once (13 % of
+            # level 2 with the early refusal below, uniform 3-D k = 20)
+            dim = q.shape[0]
+            q0 = np.float64(q[0]) if dim >= 1 else 0.0
+            q1 = np.float64(q[1]) if dim >= 2 else 0.0
+            q2 = np.float64(q[2]) if dim >= 3 else 0.0
+            seeded = seeding and task > blk * block and qlab[qseq[p - 1]] == cq
+            if seeded:
+                # the list starts from the previous query's k nearest (and that query itself, a
+                # data point in the all-points join): k distinct points, so their k-th distance
+                # bounds this query's k-th neighbour distance and prunes from the first cluster on.
+                # Same block, so the previous query finished in this thread; queries of a cluster
+                # run in Morton order, so it is a near one (its seeds' k-th distance is ~1.5x the
+                # final one on uniform 3-D k = 20, median)
+                pq = qseq[p - 1]
+                pi = heap_i[pq] if direct else heap_i[task - 1]
+                for r in range(-1, k):
+                    t = pi[r] if r >= 0 else (pq if exclude_self else -1)
+                    if t < 0 or (exclude_self and t == qi):
+                        continue
+                    d = np.float32(_dist2(q, Xo[t]))
                     ndist += 1
+                    _offer_sorted(hd, hi, k, d, t)
+                if hd[k - 1] < np.inf:
+                    theta = min(theta, math.sqrt(np.float64(hd[k - 1])))
+            for j in range(coff[cq] + s, coff[cq + 1], parts):
+                # cluster tests from the table alone, before the centre distance (see build_cpu):
+                # measured 116 -> 24 centre distances per query, level 2 -5..-20 % (uniform 3-D)
+                lim = theta * (1.0 + rel) + bq
+                if sufv[j] > lim:
+                    break  # no later candidate of this list can pass
+                if candv[j] > lim:
                     continue
-                d = np.float32(_dist2(q, Xs[i - 1]))
-                ndist += 1
-                surv_d[w] = d
-                surv_i[w] = t
-                w += 1
-        counts[task] = ndist
+                c = cand[j]
+                a = math.sqrt(_dist2(q, Lt[c]))
+                beg = moff[c]
+                end = moff[c + 1]
+                thr = theta + rel * (theta + a + Rt[c])
+                if a - Rt[c] > thr:
+                    continue  # the farthest member is already too close to the centre
+                if straight and hd[k - 1] < np.inf:
+                    # a full list (seeded, or after the first cluster): theta is near its final
+                    # value, so the whole band |a - b| <= thr is read straight between two binary
+                    # searches, its distances in one branch-free pass over the coordinates stored by
+                    # axis, then the few under the k-th distance offered. The outward scan below
+                    # spends its time on per-member side logic and mispredicted exits; this measured
+                    # level 2 -18..-31 % (uniform 3-D 245k, k = 20, with seeds), for ~8 % more
+                    # distances (theta is not tightened inside a band)
+                    cut = hd[k - 1]
+                    i0 = _first_inside(mdist, beg, end, a + thr)
+                    stop = _first_inside(mdist, i0, end, a - thr)
+                    while stop < end and a - mdist[stop] <= thr:
+                        stop += 1
+                    x0 = XsT[0]
+                    x1 = XsT[1]
+                    x2 = XsT[2]
+                    for u in range(stop - i0):
+                        e0 = q0 - np.float64(x0[i0 + u])
+                        e1 = q1 - np.float64(x1[i0 + u])
+                        e2 = q2 - np.float64(x2[i0 + u])
+                        buf[u] = np.float32((e0 * e0 + e1 * e1) + e2 * e2)
+                    ndist += stop - i0
+                    for u in range(stop - i0):
+                        d = buf[u]
+                        if d > cut:
+                            continue
+                        t = members[i0 + u]
+                        if exclude_self and t == qi:
+                            ndist -= 1
+                            continue
+                        # seeds are in the list already: a pair met again is not inserted twice
+                        if _offer_sorted_new(hd, hi, k, d, t):
+                            cut = hd[k - 1]
+                    theta = min(theta, math.sqrt(np.float64(cut)))
+                    continue
+                if full:
+                    # outward from the members at the query's own centre distance: the one-landmark
+                    # bound |a - b| grows on both sides, so the closest candidates come first, theta
+                    # shrinks early, and each side stops at its first member past the bound. The sides
+                    # alternate (one member above a, one below) instead of always taking the smaller
+                    # gap: that choice mispredicted about every other time, and the fixed alternation
+                    # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
+                    up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
+                    down = up + 1  # members with b <= a, toward smaller b
+                    go_up = True
+                    go_down = True
+                    while go_up or go_down:
+                        for side in range(2):
+                            if side == 0:
+                                if not go_up:
+                                    continue
+                                if up < beg or mdist[up] - a > thr:
+                                    go_up = False
+                                    continue
+                                i = up
+                                up -= 1
+                            else:
+                                if not go_down:
+                                    continue
+                                if down >= end or a - mdist[down] > thr:
+                                    go_down = False
+                                    continue
+                                i = down
+                                down += 1
+                            # the distance first: most candidates are refused on it alone, before
+                            # their index is read (the self pair, at distance 0, is never refused
+                            # here, so it is still skipped below without being counted)
+                            if dim == 3:
+                                e0 = q0 - np.float64(Xs[i, 0])
+                                e1 = q1 - np.float64(Xs[i, 1])
+                                e2 = q2 - np.float64(Xs[i, 2])
+                                d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
+                            else:
+                                d = np.float32(_dist2(q, Xs[i]))
+                            if d > (hd[k - 1] if sorted_k else hd[0]):
+                                ndist += 1
+                                continue
+                            t = members[i]
+                            if exclude_self and t == qi:
+                                continue
+                            ndist += 1
+                            if seeded:  # never reached with a full seeded list; kept for safety
+                                if not _offer_sorted_new(hd, hi, k, d, t):
+                                    continue
+                            elif not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
+                                continue
+                            kth = hd[k - 1] if sorted_k else hd[0]
+                            if kth < np.inf:
+                                th = math.sqrt(np.float64(kth))
+                                if th < theta:
+                                    theta = th
+                                    thr = theta + rel * (theta + a + Rt[c])
+                    continue
+                i = _first_inside(mdist, beg, end, a + thr)
+                while i < end:
+                    b = mdist[i]
+                    if a - b > thr:
+                        break  # every later member is closer to the centre: lower bound grows
+                    if b - a > thr:
+                        i += 1
+                        continue
+                    t = members[i]
+                    i += 1
+                    if exclude_self and t == qi:
+                        continue
+                    if count_only:
+                        ndist += 1
+                        continue
+                    d = np.float32(_dist2(q, Xs[i - 1]))
+                    ndist += 1
+                    surv_d[w] = d
+                    surv_i[w] = t
+                    w += 1
+            counts[task] = ndist
 
 
 @njit(parallel=True, cache=True)
@@ -574,15 +679,6 @@ def _merge_parts(hd, hi, qseq, parts, k, out_d, out_i):
         r0 = p * parts
         _sorted_row(hd[r0:r0 + parts].ravel(), hi[r0:r0 + parts].ravel(), k, out_d[qseq[p]], out_i[qseq[p]],
                     False, none, none)
-
-
-@njit(parallel=True, cache=True)
-def _copy_rows(hd, hi, qseq, out_d, out_i):
-    """One worker per query and sorted k-best lists: the rows are already the answer (a full list
-    always comes back: the filters never drop one of the k nearest)."""
-    for p in prange(qseq.shape[0]):
-        out_d[qseq[p]] = hd[p]
-        out_i[qseq[p]] = hi[p]
 
 
 @njit(parallel=True, cache=True)
@@ -697,6 +793,49 @@ def _by_label(labels, m):
     return out
 
 
+@njit(cache=True)
+def _spread_bits(v):
+    """The low 10 bits of v spread to every third bit (Morton interleaving)."""
+    v &= 0x3FF
+    v = (v | (v << 16)) & 0x30000FF
+    v = (v | (v << 8)) & 0x300F00F
+    v = (v | (v << 4)) & 0x30C30C3
+    v = (v | (v << 2)) & 0x9249249
+    return v
+
+
+@njit(parallel=True, cache=True)
+def _morton_within(P, qseq, off):
+    """Reorder each label group ``qseq[off[c]:off[c + 1]]`` by the Morton code of its rows (first
+    three coordinates on a 1024^3 grid over the bounding box; stable), so that consecutive queries
+    of a cluster are near each other and the previous query's neighbours seed a tight bound.
+    The codes are computed in row order first (sequential reads), then sorted per group."""
+    n, dim = P.shape
+    nd = min(dim, 3)
+    lo = np.zeros(3)
+    sc = np.zeros(3)
+    for c in range(nd):
+        mn = np.float64(P[0, c]) if n else 0.0
+        mx = mn
+        for i in range(n):
+            v = np.float64(P[i, c])
+            mn = min(mn, v)
+            mx = max(mx, v)
+        lo[c] = mn
+        sc[c] = 1023.0 / (mx - mn) if mx > mn else 0.0
+    code = np.empty(n, np.int64)
+    for i in prange(n):
+        key = 0
+        for c in range(nd):
+            key |= _spread_bits(int((np.float64(P[i, c]) - lo[c]) * sc[c])) << c
+        code[i] = key
+    for g in prange(off.shape[0] - 1):
+        seg = qseq[off[g]:off[g + 1]].copy()
+        o = np.argsort(code[seg], kind="mergesort")
+        for t in range(seg.shape[0]):
+            qseq[off[g] + t] = seg[o[t]]
+
+
 def build_cpu(X, Q, k, params, seed, all_points):
     """Steps 1-2 (clusters and level 1) on the CPU; returns a dict of tables and timings."""
     rng = np.random.default_rng(seed)
@@ -751,7 +890,9 @@ def build_cpu(X, Q, k, params, seed, all_points):
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
     qseq = _by_label(query.labels, query.L.shape[0])
-    return dict(members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
+    qoff = np.zeros(mq + 1, np.int64)
+    np.cumsum(query.size, out=qoff[1:])
+    return dict(qoff=qoff, members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
                 ub=ub, coff=coff, cand=cand.astype(np.int64), qseq=qseq, mq=mq, mt=mt, rel=rel,
                 qdist=query.dist, candv=candv, sufv=sufv, level1_pairs=level1_pairs, times=times)
 
@@ -799,13 +940,31 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     out_d = np.empty((mrows, k_sel), np.float32)
     out_i = np.empty((mrows, k_sel), np.int64)
     t0 = time.perf_counter()
+    # one worker per query with a sorted list, written in place; for d <= 3 the straight band
+    # scans (coordinates by axis, zero rows below d = 3, which add exact zeros) and, from k = 8,
+    # seeds from the previous query (Morton order inside each cluster)
+    direct = filt == "full" and parts == 1 and k_sel <= _SORTED_K_MAX
+    straight = direct and dup is None and dim <= _SEED_MAX_DIM
+    seeding = straight and k_sel >= _SEED_MIN_K
+    if seeding:
+        _morton_within(Qr, tab["qseq"], tab["qoff"])
+        qseq = tab["qseq"] if qsel is None else tab["qseq"][np.isin(tab["qseq"], qsel)]
     # data rows in cluster order: level 2 reads each cluster's members contiguously
     Xs = Xr[tab["members"]]
+    XsT = np.zeros((3, Xs.shape[0] if straight else 1), np.float32)
+    if straight:
+        XsT[:dim] = Xs.T
     args = (Xs, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
     args2 = (tab["qlab"], tab["qdist"], tab["candv"], tab["sufv"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
     dupargs = (dup is not None, uoff, uidx)
+    noseed = (Xr, 0, 0)
     ndist = 0
-    if filt == "full":
+    if direct:
+        counts = np.zeros(qseq.size, np.int64)
+        _level2(*args, qseq, *args2, True, False, True, *dupargs, out_d, out_i, out_d[0], out_i[0], counts[:1], counts,
+                Xr, int(seeding), int(straight), 1, XsT, _SEED_BLOCK)
+        ndist += int(counts.sum())
+    elif filt == "full":
         # query chunks bound the heap memory (k entries per worker)
         chunk = max(1, (1 << 26) // (k_sel * parts))
         for s in range(0, qseq.size, chunk):
@@ -815,12 +974,9 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             hi = np.full((ntask, k_sel), -1, np.int64)
             counts = np.zeros(ntask, np.int64)
             _level2(*args, seq, *args2, True, False, k_sel <= _SORTED_K_MAX, *dupargs, hd, hi, hd[0], hi[0],
-                    counts[:1], counts)
+                    counts[:1], counts, *noseed, 0, XsT, _SEED_BLOCK)
             ndist += int(counts.sum())
-            if parts == 1 and k_sel <= _SORTED_K_MAX:
-                _copy_rows(hd, hi, seq, out_d, out_i)  # 0.024 s of merging saved at 245k
-            else:
-                _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
+            _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
     else:
         s = 0
         while s < qseq.size:
@@ -830,7 +986,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             dummy_d = np.empty((counts.size, 1), np.float32)
             dummy_i = np.empty((counts.size, 1), np.int64)
             _level2(*args, seq, *args2, False, True, False, *dupargs, dummy_d, dummy_i, dummy_d[0], dummy_i[0],
-                    counts[:1], counts)
+                    counts[:1], counts, *noseed, 0, XsT, _SEED_BLOCK)
             per_query = counts.reshape(seq.size, parts).sum(1)
             take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
             seq, counts = seq[:take], counts[:take * parts]
@@ -839,7 +995,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
             sd = np.empty(max(1, int(woff[-1])), np.float32)
             si = np.empty(max(1, int(woff[-1])), np.int64)
             _level2(*args, seq, *args2, False, False, False, *dupargs, dummy_d[:counts.size], dummy_i[:counts.size],
-                    sd, si, woff, counts)
+                    sd, si, woff, counts, *noseed, 0, XsT, _SEED_BLOCK)
             ndist += int(counts.sum())
             _select_partial(sd, si, woff, seq, parts, k_sel, out_d, out_i, *dupargs)
             s += take
