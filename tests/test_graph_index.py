@@ -553,3 +553,15 @@ def test_calibration_extends_past_its_ladder_only_while_recall_is_low():
     assert rec[0] < 0.95  # degree 8 on uniform 64-d data: the first beam is far from the target
     better = raised_default_beam(cal, 10)
     assert better is not None and better > 10 and better in beams
+
+
+def test_default_beam_raised_unless_calibration_clears_the_margin():
+    """A default beam whose calibrated recall only just reaches 0.95 is raised (held-out rows
+    estimate unseen queries within about 0.01); one that clears 0.95 + DEFAULT_MARGIN is kept."""
+    from knnkit.index._calibrate import DEFAULT_MARGIN, DEFAULT_TARGET, raised_default_beam
+
+    cal = {"k": 10, "beams": [16, 32, 64, 128, 256], "recall": [0.90, 0.94, 0.952, 0.962, 0.975]}
+    assert DEFAULT_TARGET + DEFAULT_MARGIN > 0.952
+    assert raised_default_beam(cal, 64) == 256      # 0.952 at 64: raised to the first beam >= 0.965
+    assert raised_default_beam(cal, 256) is None    # 0.975 clears 0.96
+    assert raised_default_beam(dict(cal, recall=[0.9, 0.94, 0.97, 0.98, 0.99]), 64) is None

@@ -260,6 +260,11 @@ def test_no_switch_where_trees_suffice(clustered):
     idx, dist, stats = rsfk_lists(clustered, 10, metric="l2", seed=1)
     assert stats["switch"] is None and stats["nne_rounds"] == 0
     assert stats["stop_reason"] == "target_by_trees"
+    # trees stop only once the estimate clears the target by the probe's margin, never at it
+    from knnkit.graph.rsfk._engine import DEFAULT_TARGET_RECALL, ESTIMATE_MARGIN
+
+    assert stats["recall_per_tree"][-1] >= DEFAULT_TARGET_RECALL + ESTIMATE_MARGIN
+    assert all(r < DEFAULT_TARGET_RECALL + ESTIMATE_MARGIN for r in stats["recall_per_tree"][:-1])
     _, _, fixed = rsfk_lists(clustered, 10, metric="l2", params=RSFKParams(n_trees=2), seed=1)
     assert fixed["stop_reason"] == "n_trees" and fixed["switch"] is None
 
