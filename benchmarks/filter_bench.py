@@ -297,6 +297,11 @@ def _write(args, doc, name):
         json.dump(doc, f, indent=1)
 
 
+def _portable_argv(argv):
+    """The command line with the output folder written as ``$OUT`` (no path of this machine)."""
+    return ["$OUT" if i and argv[i - 1] == "--out" else a for i, a in enumerate(argv)]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -326,7 +331,7 @@ def main(argv=None):
     base = {"benchmark": "filter_bench", "n": args.n, "d": args.d, "nq": args.nq, "k": args.k,
             "device": args.device, "repeats": args.repeats, "index_build_s": round(time.perf_counter() - t0, 2),
             "graph_degree": index.graph_degree, "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "argv": sys.argv[1:],
+            "argv": _portable_argv(sys.argv[1:]),
             "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}
     if args.device == "gpu":
         import cupy as cp

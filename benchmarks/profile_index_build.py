@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pstats
+import re
 import sys
 import time
 
@@ -52,7 +53,10 @@ def main():
     res["build_params"] = {k: v for k, v in index.build_params.items() if k != "random_state"}
     s = io.StringIO()
     pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(45)
-    res["profile_top"] = s.getvalue().splitlines()[:80]
+    # file names relative to the repository (or the site-packages folder): no path of this machine
+    root = os.path.dirname(HERE) + os.sep
+    res["profile_top"] = [re.sub(r"\S*site-packages/", "<site-packages>/", line.replace(root, ""))
+                          for line in s.getvalue().splitlines()[:80]]
     print(json.dumps({k: v for k, v in res.items() if k != "profile_top"}, default=str, indent=1), file=sys.stderr)
     print("\n".join(res["profile_top"]), file=sys.stderr)
     os.makedirs(a.out, exist_ok=True)

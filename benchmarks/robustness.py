@@ -399,7 +399,8 @@ def main(argv=None):
         f.write(markdown(doc))
     if args.plot:
         plot(doc, stem + ".png")
-    print(f"wrote {stem}.json and {stem}.md ({doc['total_s']} s)")
+    shown = os.path.relpath(stem, ROOT) if os.path.abspath(stem).startswith(ROOT) else os.path.basename(stem)
+    print(f"wrote {shown}.json and {shown}.md ({doc['total_s']} s)")
 
 
 if __name__ == "__main__":
