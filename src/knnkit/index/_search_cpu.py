@@ -33,7 +33,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._core.config import logger
-from .._core.jit import Family, parallel_for
+from .._core.jit import Family, chunks, parallel_for
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
 _family = Family("index", "the graph index", seconds=3)
@@ -152,17 +152,9 @@ def _crit(d, shift):
 def _search_kernel(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, n_chunks,
                    out_d, out_i, stats):
     """All queries, ``n_chunks`` contiguous query ranges handed to Numba's thread count of threads."""
-    nq = Q.shape[0]
-    per = (nq + n_chunks - 1) // n_chunks
-
-    def task(c):
-        lo = c * per
-        hi = min(nq, lo + per)
-        if lo < hi:
-            _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max, lo, hi,
-                          out_d, out_i, stats)
-
-    parallel_for(task, n_chunks)
+    ranges = chunks(Q.shape[0], n_chunks)
+    parallel_for(lambda c: _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max, nn1_max,
+                                         *ranges[c], out_d, out_i, stats), len(ranges))
 
 
 @kernel(fastmath=True)
@@ -258,32 +250,11 @@ def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max,
             out_i[qi, j] = -1
 
 
-@njit(inline="always", fastmath=True)
-def _cdist(q, C, j, is_ip):
-    """Internal distance of query ``q`` to row ``j`` of ``C`` (as :func:`_dist`)."""
-    acc = np.float32(0.0)
-    if is_ip:
-        for t in range(q.shape[0]):
-            acc += q[t] * C[j, t]
-        return -acc
-    for t in range(q.shape[0]):
-        diff = q[t] - C[j, t]
-        acc += diff * diff
-    return acc
-
-
 def _seeds_kernel(Q, cells, offs, C, M, s, probes, min_scan, is_ip, n_chunks, out):
     """All queries of :func:`select_seeds_cpu`, ``n_chunks`` contiguous ranges on the thread pool."""
-    nq = Q.shape[0]
-    per = (nq + n_chunks - 1) // n_chunks
-
-    def task(c):
-        lo = c * per
-        hi = min(nq, lo + per)
-        if lo < hi:
-            _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out)
-
-    parallel_for(task, n_chunks)
+    ranges = chunks(Q.shape[0], n_chunks)
+    parallel_for(lambda c: _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, *ranges[c], out),
+                 len(ranges))
 
 
 @kernel(fastmath=True)
@@ -297,7 +268,7 @@ def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
     for qi in range(lo, hi):
         q = Q[qi]
         for j in range(m):
-            dcell[j] = _cdist(q, cells, j, is_ip)
+            dcell[j] = _dist(q, cells, j, is_ip)
             done[j] = 0
         size = 0
         probed = 0
@@ -313,7 +284,7 @@ def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
             done[b] = 1
             probed += 1
             for e in range(offs[b], offs[b + 1]):
-                dv = _cdist(q, C, e, is_ip)
+                dv = _dist(q, C, e, is_ip)
                 scanned += 1
                 if size == s and not dv < bd[s - 1]:
                     continue
