@@ -543,15 +543,3 @@ def test_certify_logic_numpy():
     assert ok4.all()
 
 
-def test_first_kk_stable_equals_stable_argsort(rng):
-    """The float64 fallback's selection keeps a stable argsort's order (ties by position)."""
-    from knnkit.exact._cpu import _first_kk_stable
-
-    for trial in range(60):
-        R, C = int(rng.integers(1, 12)), int(rng.integers(1, 200))
-        kk = int(rng.integers(1, C + 1))
-        cd = rng.integers(0, int(rng.integers(1, 30)), (R, C)).astype(np.float64)
-        if trial % 3 == 0:
-            cd[rng.random((R, C)) < 0.3] = np.inf
-        want = np.argsort(cd, axis=1, kind="stable")[:, :kk]
-        assert np.array_equal(_first_kk_stable(cd, kk), want)

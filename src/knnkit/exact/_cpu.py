@@ -402,26 +402,6 @@ def _certify(approx, cand_d, Qc, Xc, k, use_l2):
     return (a_last - a_k > 2 * eps) & np.isfinite(cand_d[:, k - 1])
 
 
-def _first_kk_stable(cd, kk):
-    """``np.argsort(cd, axis=1, kind="stable")[:, :kk]`` without sorting whole rows: the kk-th
-    value per row by a partition, every entry at or below it (ties included), then a sort of those
-    by (value, position). A full stable argsort of 1000 rows x 100k float64 keys was most of the
-    cost of the float64 fallback (tight clusters certify no row: ~5 s per call on 2 cores)."""
-    R, C = cd.shape
-    if kk >= C:
-        return np.argsort(cd, axis=1, kind="stable")
-    kth = np.partition(cd, kk - 1, axis=1)[:, kk - 1]
-    r, c = np.nonzero(cd <= kth[:, None])  # row-major: positions ascending within a row
-    order = np.lexsort((c, cd[r, c], r))
-    r, c = r[order], c[order]
-    counts = np.bincount(r, minlength=R)
-    rank = np.arange(r.size) - (np.cumsum(counts) - counts)[r]
-    m = rank < kk
-    keep = np.empty((R, kk), np.int64)
-    keep[r[m], rank[m]] = c[m]
-    return keep
-
-
 def _rows_float64(X, Q, rows, k, use_l2, exclude_self, chunk=1 << 15):
     """Exact top-k of the rows whose certificate failed: float64 keys over all points, a margin of 8
     candidates, then the same exact re-rank and (distance, index) sort as every other row.
