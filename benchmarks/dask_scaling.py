@@ -52,10 +52,10 @@ def sampled_recall(X, I, rows, k=10):
 def _busy(records, t0):
     """Per worker and task prefix: tasks, summed compute seconds, first start and last stop
     (seconds after the clock started): whether the workers' tasks overlap in time."""
+    from dask.utils import key_split
+
     out = {}
     for rec in records:
-        from dask.utils import key_split
-
         pre = key_split(rec.get("key", "?"))
         for ss in rec.get("startstops", ()):
             if ss.get("action") != "compute":
