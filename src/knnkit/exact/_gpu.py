@@ -409,7 +409,11 @@ _FT_CONFIGS = ((2, 4), (1, 4), (1, 2))
 # prefer configurations that leave room for two blocks per SM on H100 and that run unchanged on
 # GPUs whose opt-in limit is 99 KB (sm_86/89)
 _FT_SMEM_PREF = 99 * 1024
-_FT_NAMES = tuple(f"fused_topk_fp16<{mt},{nw}>" for mt, nw in _FT_CONFIGS)
+# padded d <= 128: fused_topk_fp16_ar keeps the query fragments in registers (KST = dp / 16 k-steps)
+_FT_AR_KST = (2, 4, 6, 8)
+_FUSED_AREG = True  # A/B switch for the register-resident variant (False: fused_topk_fp16 always)
+_FT_NAMES = tuple(f"fused_topk_fp16<{mt},{nw}>" for mt, nw in _FT_CONFIGS) + tuple(
+    f"fused_topk_fp16_ar<2,4,{kst}>" for kst in _FT_AR_KST)
 
 
 def _fused_dim(d):
@@ -422,6 +426,13 @@ def _fused_smem_bytes(mt, nw, dp):
     bm = 16 * mt * nw
     return (bm * (dp + 8) * 2 + _FT_STAGES * _FT_BN * (_FT_KS + 8) * 2
             + bm * _FT_CAP * 8 + 3 * bm * 4)
+
+
+def _fused_ar_smem_bytes(dp):
+    """Dynamic shared memory of ``fused_topk_fp16_ar<2, 4, dp / 16>`` (ring of whole chunks, the
+    query tile staged in the ring's space, then the buffers and per-row state)."""
+    bm = 128
+    return _FT_STAGES * _FT_BN * (dp + 8) * 2 + bm * _FT_CAP * 8 + 3 * bm * 4
 
 
 def _fused_config(d):
@@ -504,7 +515,13 @@ def fused_candidates(Qlow, Xlow, kc, colbias, alpha, self_ids):
     best_i = cp.empty((m, kc), cp.int32)
     if m == 0:
         return best_d, best_i
-    kern = get_kernel(_FUSED_KERNEL, f"fused_topk_fp16<{mt},{nw}>", name_expressions=_FT_NAMES)
+    name = f"fused_topk_fp16<{mt},{nw}>"
+    if _FUSED_AREG and dp // 16 in _FT_AR_KST and _fused_ar_smem_bytes(dp) <= smem:
+        # register-resident query fragments (padded d <= 128; no more shared memory than the
+        # configuration chosen above, so it runs wherever that one does)
+        mt, nw, smem = 2, 4, _fused_ar_smem_bytes(dp)
+        name = f"fused_topk_fp16_ar<2,4,{dp // 16}>"
+    kern = get_kernel(_FUSED_KERNEL, name, name_expressions=_FT_NAMES)
     if smem > 48 * 1024:
         # opt in to more than the default 48 KB of dynamic shared memory per block
         kern.max_dynamic_shared_size_bytes = smem

@@ -162,6 +162,111 @@ __device__ __noinline__ void ft_merge_row(int br, float* __restrict__ Ld, int* _
     __syncwarp();
 }
 
+// Selection of one chunk (FT_BN columns starting at c0) from the accumulator registers: keys are
+// formed in place (key = colbias + alpha * dot, folded in by the caller), filtered against the
+// register copy of each row's threshold, survivors appended to the row buffers; rows whose buffer
+// could overflow are merged first. One 8-column step at a time; a warp vote skips a step where no
+// lane has a survivor (the steady state). Shared by both kernels below.
+template <int MT>
+__device__ __forceinline__ void ft_select_chunk(float (&acc)[MT][8][4], const float (&cb)[8][2], float (&thr)[MT][2],
+                                                const int (&sid)[MT][2], int c0, int n, int kc, int row0,
+                                                int wrow, int lane, int t4, int g, float* __restrict__ best_d,
+                                                int* __restrict__ best_i, float* s_bk, int* s_bi, int* s_cnt,
+                                                float* s_thr, int* s_thri, float alpha) {
+    constexpr int WR = 16 * MT;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        bool maybe = false;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float key = fmaf(alpha, acc[mt][j][e], cb[j][e & 1]);
+                acc[mt][j][e] = key;
+                maybe |= key <= thr[mt][e >> 1];
+            }
+        if (!__any_sync(0xffffffffu, maybe)) continue;
+        // slow path: make room (merge rows whose buffer could overflow), then append
+        {
+            bool full = lane < WR && s_cnt[wrow + lane] > FT_CAP - 8;
+            unsigned need = __ballot_sync(0xffffffffu, full);
+            if (need) {
+                while (need) {
+                    int lr = __ffs(need) - 1;
+                    need &= need - 1;
+                    int br = wrow + lr;
+                    long long off = (long long)(row0 + br) * kc;
+                    ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr, s_thri, lane);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) thr[mt][h] = s_thr[wrow + mt * 16 + h * 8 + g];
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int h = e >> 1;
+                const int br = wrow + mt * 16 + h * 8 + g;
+                const int c = c0 + j * 8 + 2 * t4 + (e & 1);
+                const float key = acc[mt][j][e];
+                // exact (key, index) test against the row's threshold; column range and self
+                if (c < n && c != sid[mt][h] && ft_less(key, c, s_thr[br], s_thri[br])) {
+                    int pos = atomicAdd(&s_cnt[br], 1);
+                    s_bk[br * FT_CAP + pos] = key;
+                    s_bi[br * FT_CAP + pos] = c;
+                }
+            }
+        __syncwarp();
+    }
+}
+
+// Final merge of every row of this warp whose buffer is not empty.
+template <int MT>
+__device__ __forceinline__ void ft_flush_rows(int row0, int wrow, int lane, int kc, float* __restrict__ best_d,
+                                              int* __restrict__ best_i, float* s_bk, int* s_bi, int* s_cnt,
+                                              float* s_thr, int* s_thri) {
+    constexpr int WR = 16 * MT;
+    bool any = lane < WR && s_cnt[wrow + lane] > 0;
+    unsigned need = __ballot_sync(0xffffffffu, any);
+    while (need) {
+        int lr = __ffs(need) - 1;
+        need &= need - 1;
+        int br = wrow + lr;
+        long long off = (long long)(row0 + br) * kc;
+        ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr, s_thri, lane);
+    }
+}
+
+// Per-row state of the block and the warp's output lists: lists start as (+inf, NOIDX); rows past
+// m never accept anything (no key is <= -inf). FT_EXP_NOSELECT (experiments only: the cost of
+// the main loop + filter alone) makes every row refuse everything.
+template <int MT, int NW>
+__device__ __forceinline__ void ft_init_rows(int row0, int m, int wrow, int tid, int lane, int kc,
+                                             float* __restrict__ best_d, int* __restrict__ best_i, int* s_cnt,
+                                             float* s_thr, int* s_thri) {
+    constexpr int BM = ft_bm(MT, NW);
+    for (int r = tid; r < BM; r += 32 * NW) {
+        s_cnt[r] = 0;
+        bool valid = row0 + r < m;
+#ifdef FT_EXP_NOSELECT
+        valid = false;
+#endif
+        s_thr[r] = valid ? FT_INF : -FT_INF;
+        s_thri[r] = valid ? FT_NOIDX : -1;
+    }
+    for (int r = 0; r < 16 * MT; ++r) {
+        int gr = row0 + wrow + r;
+        if (gr >= m) break;
+        for (int j = lane; j < kc; j += 32) {
+            best_d[(long long)gr * kc + j] = FT_INF;
+            best_i[(long long)gr * kc + j] = FT_NOIDX;
+        }
+    }
+}
+
 template <int MT, int NW>
 __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
     const unsigned short* __restrict__ Q, const unsigned short* __restrict__ X, int m, int n, int dp,
@@ -196,22 +301,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         }
         ft_cp_commit();
     }
-    // --- per-row state; lists start as (+inf, NOIDX)
-    for (int r = tid; r < BM; r += NT) {
-        s_cnt[r] = 0;
-        bool valid = row0 + r < m;
-        // rows past m never accept anything (no key is <= -inf)
-        s_thr[r] = valid ? FT_INF : -FT_INF;
-        s_thri[r] = valid ? FT_NOIDX : -1;
-    }
-    for (int r = 0; r < WR; ++r) {
-        int gr = row0 + wrow + r;
-        if (gr >= m) break;
-        for (int j = lane; j < kc; j += 32) {
-            best_d[(long long)gr * kc + j] = FT_INF;
-            best_i[(long long)gr * kc + j] = FT_NOIDX;
-        }
-    }
+    ft_init_rows<MT, NW>(row0, m, wrow, tid, lane, kc, best_d, best_i, s_cnt, s_thr, s_thri);
 
     const int nsl = (dp + FT_KS - 1) / FT_KS;      // k-slices per chunk
     const int nchunk = (n + FT_BN - 1) / FT_BN;
@@ -299,68 +389,133 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         }
         if (sl != nsl - 1) continue;
 
-        // --- selection of this chunk, one 8-column step at a time
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            bool maybe = false;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float key = fmaf(alpha, acc[mt][j][e], cb[j][e & 1]);
-                    acc[mt][j][e] = key;
-                    maybe |= key <= thr[mt][e >> 1];
-                }
-            if (!__any_sync(0xffffffffu, maybe)) continue;
-            // slow path: make room (merge rows whose buffer could overflow), then append
-            {
-                bool full = lane < WR && s_cnt[wrow + lane] > FT_CAP - 8;
-                unsigned need = __ballot_sync(0xffffffffu, full);
-                if (need) {
-                    while (need) {
-                        int lr = __ffs(need) - 1;
-                        need &= need - 1;
-                        int br = wrow + lr;
-                        long long off = (long long)(row0 + br) * kc;
-                        ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr,
-                                     s_thri, lane);
-                    }
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) thr[mt][h] = s_thr[wrow + mt * 16 + h * 8 + g];
-                }
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int h = e >> 1;
-                    const int br = wrow + mt * 16 + h * 8 + g;
-                    const int c = c0 + j * 8 + 2 * t4 + (e & 1);
-                    const float key = acc[mt][j][e];
-                    // exact (key, index) test against the row's threshold; column range and self
-                    if (c < n && c != sid[mt][h] && ft_less(key, c, s_thr[br], s_thri[br])) {
-                        int pos = atomicAdd(&s_cnt[br], 1);
-                        s_bk[br * FT_CAP + pos] = key;
-                        s_bi[br * FT_CAP + pos] = c;
-                    }
-                }
-            __syncwarp();
-        }
+        ft_select_chunk<MT>(acc, cb, thr, sid, c0, n, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
+                            s_cnt, s_thr, s_thri, alpha);
     }
     ft_cp_wait<0>();
 
-    // --- final merge of every row of this warp with a non-empty buffer
-    {
-        bool any = lane < WR && s_cnt[wrow + lane] > 0;
-        unsigned need = __ballot_sync(0xffffffffu, any);
-        while (need) {
-            int lr = __ffs(need) - 1;
-            need &= need - 1;
-            int br = wrow + lr;
-            long long off = (long long)(row0 + br) * kc;
-            ft_merge_row(br, best_d + off, best_i + off, kc, s_bk, s_bi, s_cnt, s_thr, s_thri, lane);
-        }
+    ft_flush_rows<MT>(row0, wrow, lane, kc, best_d, best_i, s_bk, s_bi, s_cnt, s_thr, s_thri);
+}
+
+// Variant for padded d = 16 KST <= 128: the block's query fragments live in registers for the
+// whole pass (KST x MT x 4 words per lane; the query tile passes through shared memory once, in
+// the space the data ring uses afterwards), and a ring stage holds a whole chunk (FT_BN points x
+// all dp halves), so one barrier per chunk instead of one per 64-half slice and only the data
+// fragments are read from shared memory in the main loop (4 ldmatrix.x4 per 16 mma instead of 6).
+// The k-steps are unrolled at compile time, so the compiler can issue the next step's ldmatrix
+// while this step's mma run (register double-buffering without writing it by hand).
+// Same keys, selection, outputs and constraints as fused_topk_fp16 (dp == 16 * KST exactly).
+__host__ __device__ constexpr int ft_ar_stride(int kst) { return 16 * kst + 8; }  // halves
+
+template <int MT, int NW, int KST>
+__global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
+    const unsigned short* __restrict__ Q, const unsigned short* __restrict__ X, int m, int n, int dp,
+    const float* __restrict__ colbias, float alpha, const int* __restrict__ self_ids,
+    float* __restrict__ best_d, int* __restrict__ best_i, int kc)
+{
+    constexpr int BM = ft_bm(MT, NW);
+    constexpr int WR = 16 * MT;
+    constexpr int NT = 32 * NW;
+    constexpr int S = ft_ar_stride(KST);     // row stride (halves) of the query tile and the ring
+    constexpr int DP = 16 * KST;
+    static_assert(FT_STAGES * FT_BN >= BM, "the query tile is staged in the ring's space");
+    extern __shared__ uint4 ft_smem[];
+    unsigned short* sX = reinterpret_cast<unsigned short*>(ft_smem);   // ring; query tile at start
+    float* s_bk = reinterpret_cast<float*>(sX + FT_STAGES * FT_BN * S);
+    int* s_bi = reinterpret_cast<int*>(s_bk + BM * FT_CAP);
+    int* s_cnt = s_bi + BM * FT_CAP;
+    float* s_thr = reinterpret_cast<float*>(s_cnt + BM);
+    int* s_thri = reinterpret_cast<int*>(s_thr + BM);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int row0 = blockIdx.x * BM;
+    const int wrow = warp * WR;
+    constexpr int CPR = DP / 8;                // 16-byte pieces per row
+
+    // --- query tile -> shared (rows past m clamp to m - 1) -> registers
+    for (int p = tid; p < BM * CPR; p += NT) {
+        int r = p / CPR, c = (p - r * CPR) << 3;
+        int gr = ft_min(row0 + r, m - 1);
+        ft_cp_async16(sX + r * S + c, Q + (long long)gr * DP + c);
     }
+    ft_cp_commit();
+    ft_init_rows<MT, NW>(row0, m, wrow, tid, lane, kc, best_d, best_i, s_cnt, s_thr, s_thri);
+    ft_cp_wait<0>();
+    __syncthreads();
+    unsigned areg[KST][MT][4];
+#pragma unroll
+    for (int ks = 0; ks < KST; ++ks)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            ft_ldmatrix_x4(areg[ks][mt][0], areg[ks][mt][1], areg[ks][mt][2], areg[ks][mt][3],
+                           sX + (wrow + mt * 16 + (lane & 15)) * S + ks * 16 + ((lane >> 4) << 3));
+    float thr[MT][2];
+    int sid[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int br = wrow + mt * 16 + h * 8 + g;
+            thr[mt][h] = s_thr[br];
+            sid[mt][h] = (self_ids && row0 + br < m) ? self_ids[row0 + br] : -1;
+        }
+    __syncthreads();  // every warp holds its fragments: the ring may overwrite the query tile
+
+    const int nchunk = (n + FT_BN - 1) / FT_BN;
+    auto load_stage = [&](int ch) {
+        if (ch < nchunk) {
+            unsigned short* dst = sX + (ch % FT_STAGES) * (FT_BN * S);
+            for (int p = tid; p < FT_BN * CPR; p += NT) {
+                int r = p / CPR, c = (p - r * CPR) << 3;
+                int gc = ft_min(ch * FT_BN + r, n - 1);   // past n: clamped, masked in selection
+                ft_cp_async16(dst + r * S + c, X + (long long)gc * DP + c);
+            }
+        }
+        ft_cp_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < FT_STAGES - 1; ++s) load_stage(s);
+
+    float acc[MT][8][4];
+    float cb[8][2];
+    for (int ch = 0; ch < nchunk; ++ch) {
+        ft_cp_wait<FT_STAGES - 2>();
+        __syncthreads();  // chunk ch staged for everyone; slot (ch - 1) % STAGES free again
+        load_stage(ch + FT_STAGES - 1);
+        const int c0 = ch * FT_BN;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                int c = c0 + j * 8 + 2 * t4 + e;
+                cb[j][e] = (colbias && c < n) ? __ldg(colbias + c) : 0.f;
+            }
+        const unsigned short* xs = sX + (ch % FT_STAGES) * (FT_BN * S);
+#pragma unroll
+        for (int ks = 0; ks < KST; ++ks) {
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                unsigned b0, b1, b2, b3;
+                ft_ldmatrix_x4(b0, b1, b2, b3,
+                               xs + (p * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + ks * 16 +
+                                   (((lane >> 3) & 1) << 3));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    ft_mma(acc[mt][2 * p], areg[ks][mt], b0, b1);
+                    ft_mma(acc[mt][2 * p + 1], areg[ks][mt], b2, b3);
+                }
+            }
+        }
+        ft_select_chunk<MT>(acc, cb, thr, sid, c0, n, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
+                            s_cnt, s_thr, s_thri, alpha);
+    }
+    ft_cp_wait<0>();
+    ft_flush_rows<MT>(row0, wrow, lane, kc, best_d, best_i, s_bk, s_bi, s_cnt, s_thr, s_thri);
 }
