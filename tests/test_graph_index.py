@@ -500,6 +500,30 @@ def test_calibration_and_target_recall():
     assert GraphIndex.build(X, device="cpu", random_state=0, calibrate=False).calibration is None
 
 
+def test_target_recall_beyond_calibration_is_exact(caplog):
+    """A target that no calibrated beam reached (the graph cannot be trusted to deliver it) is
+    answered by an exact scan, and says so; a reachable one still walks the graph."""
+    import logging
+
+    rng = np.random.default_rng(5)
+    X = rng.random((3000, 24), dtype=np.float32)
+    Q = rng.random((60, 24), dtype=np.float32)
+    D_true, T = knnkit.knn(X, Q, k=7, device="cpu")
+    index = GraphIndex.build(X, graph_degree=8, device="cpu", random_state=0)
+    # a curve that stops short: as measured on 1M x 128 uniform data (0.955 at beam 2048)
+    index.build_params["calibration"] = dict(k=10, beams=[16, 32], recall=[0.5, 0.6], queries=100)
+    assert index.reaches(0.59) and not index.reaches(0.9)
+    with caplog.at_level(logging.INFO, logger="knnkit"):
+        d, i = index.search(Q, k=7, target_recall=0.9)
+    assert "searching exactly" in caplog.text
+    np.testing.assert_array_equal(i, T)
+    np.testing.assert_allclose(d, D_true, rtol=1e-5)
+    walked = index.search(Q, k=7, target_recall=0.55)  # beam 32 from the curve, a walk
+    np.testing.assert_array_equal(walked[1], index.search(Q, k=7, beam=32)[1])
+    with pytest.raises(ValueError, match="target_recall"):
+        index.reaches(1.5)
+
+
 def test_calibration_holds_out_its_queries_and_restores_the_graph():
     """Calibration hides its sample from the graph (unseen-query difficulty) and puts the graph
     back exactly: a calibrated and an uncalibrated build of the same seed have equal graphs; on

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from .._core.backend import as_host, resolve_device, wrap_output
-from .._core.config import progress
+from .._core.config import logger, progress
 from .._core.metrics import finalize_distances
-from .._core.params import check_int, merge_params
+from .._core.params import check_float, check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_index, validate_index
 from .._core.prepare import device_scope, prepare
@@ -328,6 +328,33 @@ class GraphIndex:
             raise ValueError("this index has no calibration (built with calibrate=False, or by an older knnkit)")
         return beam_for(self.calibration, target_recall)
 
+    def reaches(self, target_recall: float) -> bool:
+        """Whether some calibrated beam reached ``target_recall`` + 0.005. When none did, the
+        graph cannot be trusted to deliver that recall (data of very high intrinsic dimension:
+        1M x 128 uniform reached 0.955 at beam 2048 on the GPU) and ``search(target_recall=...)``
+        answers by an exact scan instead."""
+        cal = self.calibration
+        if not cal:
+            raise ValueError("this index has no calibration (built with calibrate=False, or by an older knnkit)")
+        target = check_float(target_recall, "target_recall", minimum=0.0, maximum=1.0)
+        return max(cal["recall"]) >= min(1.0, target + 0.005)
+
+    def _exact_all(self, q, info, k, device):
+        """Exact k-NN of validated queries over every stored point (``search(target_recall=)``
+        beyond what the graph reached in calibration). Distances in the user metric, as a walk's."""
+        from .._core.prepare import prepare_queries, rescaled
+        from .exact import exact_search
+
+        cal = self.calibration
+        logger.info("GraphIndex.search: no calibrated beam reached the target recall (best %.3f at beam %d); "
+                    "searching exactly over all %d points", max(cal["recall"]), cal["beams"][-1], self.n)
+        dev = self.device if device is None else resolve_device(device, info)[0]
+        # deleted points are returned here too: the caller (_search_filtered) drops them
+        P = prepare(self._engine.data, metric=self.metric, device=dev)
+        Q = prepare_queries(q, P)
+        d, i, _ = exact_search(rescaled(P, Q.scale), Q, k)
+        return wrap_output(d, info), wrap_output(i, info)
+
     # ------------------------------------------------------------------ search
     def search(self, queries: ArrayLike, k: int = 10, *, beam: int | None = None, tau: float | None = None,
                max_iters: int | None = None, n_seeds: int | None = None, device: Device | None = None,
@@ -362,7 +389,9 @@ class GraphIndex:
             These parameters as one object (keywords given to the call override its fields).
         target_recall : float, optional
             Choose the beam from the index's calibration (``index.calibration``): the smallest
-            measured beam whose recall@10 reached the target plus 0.005.
+            measured beam whose recall@10 reached the target plus 0.005. When no calibrated beam
+            reached it (:meth:`reaches` is False: data of very high intrinsic dimension), the
+            search is an exact scan over every point instead (logged), so the target holds.
         traversal : {"auto", "fp16", "fp32"}
             GPU only. ``"fp16"`` walks the graph on a cached float16 copy of the vectors (half the
             bytes per expansion) and re-ranks the final candidate list with exact float32
@@ -422,6 +451,13 @@ class GraphIndex:
         if target_recall is not None:
             if beam is not None:
                 raise ValueError("give beam or target_recall, not both")
+            if not self.reaches(target_recall):
+                if not isinstance(self._engine, HostIndex):
+                    return self._exact_all(q, info, k, device)
+                # host placement: the data need not fit the device, so no exact scan is attempted
+                logger.warning("GraphIndex.search: no calibrated beam reached target_recall=%s (best %.3f); "
+                               "searching with the largest calibrated beam", target_recall,
+                               max(self.calibration["recall"]))
             beam = max(self.beam_for(target_recall), k)
         call = dict(beam=beam, tau=tau, max_iters=max_iters, n_seeds=n_seeds, batch_size=batch_size,
                     traversal=traversal, **{f: None for f in BANG_SEARCH_KEYS})
