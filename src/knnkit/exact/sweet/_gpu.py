@@ -232,9 +232,8 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     dup = _find_duplicates(X, np.random.default_rng([seed, 1])) if all_points and qsel is None else None
     cp.cuda.Device().synchronize()
     t_dup = time.perf_counter() - t0
-    none = cp.zeros(1, cp.int64)
     if dup is None:
-        k_sel, exclude, uoff, uidx = k, bool(all_points), none, none.view(cp.int32)
+        k_sel, exclude, uoff, uidx = k, bool(all_points), cp.zeros(1, cp.int64), cp.zeros(1, cp.int32)
     else:
         # distinct rows, self kept: the k + 1 list of a distinct row serves every copy of it
         X, inv, uoff, uidx = dup

@@ -247,6 +247,9 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
                 up = lo - 1;
             }
             while (true) {
+                // both sides exhausted: the gap tests below cannot stop the loop when theta is
+                // still infinite (merged rows: fewer distinct rows than k + 1 make UB infinite)
+                if (up < beg && down >= end) break;
                 const double gu = up >= beg ? (double)mdist[up] - a : (double)SWEET_INF;
                 const double gd = down < end ? a - (double)mdist[down] : (double)SWEET_INF;
                 long long i;
