@@ -6,8 +6,42 @@ import numpy as np
 import pytest
 
 from knnkit.exact.sweet import SweetParams, estimate_savings, sweet_knn
+from knnkit.exact.sweet import _cpu as sweet_cpu_module
+from knnkit.exact.sweet import _gpu as sweet_gpu_module
 
 pytestmark = pytest.mark.gpu
+
+
+def force_merge(mp, merge):
+    """Force the repeated-row gate of both twins on (every all-points join with a repeated row
+    merges) or off."""
+    for mod in (sweet_cpu_module, sweet_gpu_module):
+        mp.setattr(mod, "_DUP_MIN_COPIES", 0.0 if merge else np.inf)
+
+
+def gpu_equals_cpu(X, k, params=None, seed=0):
+    """All-points join on integer-valued rows, where both twins' distances are exact (sums of
+    squared small integers), so the GPU must return the CPU's rows bit for bit: same distances,
+    same ids, ties by smaller index."""
+    import cupy as cp
+
+    Xd = cp.asarray(X)
+    d, i, stats = sweet_knn(Xd, Xd, k, metric="l2", exclude_self=True, params=params, seed=seed)
+    dc, ic, stats_c = sweet_knn(X, X, k, metric="l2", exclude_self=True, params=params, seed=seed)
+    assert d.shape == (X.shape[0], k) and i.dtype == cp.int64
+    np.testing.assert_array_equal(d.get(), dc)
+    np.testing.assert_array_equal(i.get(), ic)
+    assert not (i.get() == np.arange(X.shape[0])[:, None]).any()
+    return stats, stats_c
+
+
+def skin_like(rng, n, distinct):
+    """Few distinct uint8-valued RGB rows in a narrow band (many equal distances), drawn with a
+    heavy-tailed frequency: some rows have hundreds of copies (more than k + 1), most a few."""
+    base = np.unique(rng.integers(0, 40, (distinct, 3)) + np.array([90, 120, 150]), axis=0).astype(np.float32)
+    p = 1.0 / (np.arange(base.shape[0]) + 1.0) ** 1.1
+    rows = base[rng.choice(base.shape[0], size=n, p=p / p.sum())]
+    return np.ascontiguousarray(rows[rng.permutation(n)])
 
 
 def gpu_vs_gemm(X, Q, k, params=None, seed=0):
@@ -64,10 +98,16 @@ def test_heavy_duplicates(rng):
         gpu_vs_gemm(X, None, k)
 
 
-def test_identical_single_cluster_far_queries(rng):
+def test_identical_single_cluster_far_queries(rng, monkeypatch):
     X = np.full((400, 4), 3.25, np.float32)
     stats = gpu_vs_gemm(X, None, 12)
-    assert stats["distance_computations"] == 400 * 399
+    # identical rows are merged: one distinct row, one distance
+    assert stats["distinct_rows"] == 1 and stats["distance_computations"] == 1
+    with pytest.MonkeyPatch.context() as mp:
+        force_merge(mp, False)
+        stats = gpu_vs_gemm(X, None, 12)
+    # nothing can be pruned when every distance ties: all pairs but the excluded self pairs
+    assert stats["distinct_rows"] is None and stats["distance_computations"] == 400 * 399
     one = rng.standard_normal((300, 3)).astype(np.float32) * 1e-3 + 5
     gpu_vs_gemm(one, None, 8, params=SweetParams(n_landmarks_data=1))
     Y = rng.random((1777, 3), dtype=np.float32)
@@ -108,3 +148,66 @@ def test_ip_rejected_gpu():
     X = cp.zeros((10, 2), cp.float32)
     with pytest.raises(ValueError, match="inner product"):
         sweet_knn(X, X, 1, metric="ip")
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_repeated_rows_gpu_equals_cpu(rng, monkeypatch, merge):
+    """The GPU repeated-row merge against the CPU twin, gate forced both ways: skin-like data
+    (few distinct rows, many copies, many ties), integer grid data with ~2 % repeated rows, n not a
+    multiple of the block; every k-best variant (registers k <= 32, local k <= 128, global k > 128
+    with k + 1 crossing each boundary, partial filter, split parts)."""
+    force_merge(monkeypatch, merge)
+    skin = skin_like(rng, 7777, 700)
+    few = rng.integers(0, 40, (2501, 3)).astype(np.float32)
+    full = SweetParams(filter="full")  # auto picks partial from k / d > 8 (k >= 25 at d = 3)
+    cases = ((1, None), (20, None), (31, full), (32, full), (127, full), (150, full), (31, None),
+             (40, SweetParams(filter="partial")),
+             (9, SweetParams(parallelism="split")), (20, SweetParams(parallelism="query")),
+             (9, SweetParams(filter="partial", parallelism="split")))
+    for X in (skin, few):
+        for k, p in cases:
+            stats, stats_c = gpu_equals_cpu(X, k, params=p)
+            assert (stats["distinct_rows"] is not None) == merge
+            assert stats["distinct_rows"] == stats_c["distinct_rows"]
+            if merge:
+                assert stats["distinct_rows"] == np.unique(X, axis=0).shape[0]
+                assert 0.0 <= stats["saved_total"] <= 1.0
+
+
+def test_repeated_rows_float_data_vs_gemm(rng, monkeypatch):
+    """Merged float rows (not integers): against the GEMM path and the CPU twin within rounding."""
+    force_merge(monkeypatch, True)
+    base = rng.standard_normal((500, 5)).astype(np.float32)
+    X = base[rng.integers(0, 500, 4099)]
+    for k in (1, 20, 64):
+        assert gpu_vs_gemm(X, None, k)["distinct_rows"] == np.unique(X, axis=0).shape[0]
+
+
+def test_repeated_rows_all_identical_and_two_points(rng):
+    """Degenerate groups: every row the same point (one distinct row, k + 1 copies needed from
+    it), and two points with copies (lists cross from one group into the other)."""
+    X = np.full((301, 3), 7.0, np.float32)
+    for k in (1, 20, 300):
+        stats, _ = gpu_equals_cpu(X, k)
+        assert stats["distinct_rows"] == 1
+    Y = np.where(rng.random((517, 1)) < 0.3, 0.0, 1.0).astype(np.float32) * np.ones((1, 2), np.float32)
+    for k in (1, 20, 200, 516):
+        stats, _ = gpu_equals_cpu(Y, k)
+        assert stats["distinct_rows"] == 2
+
+
+def test_duplicate_gate_auto_gpu(rng):
+    """The sample gate (shared with the CPU twin) merges heavy duplicates and leaves distinct float
+    rows alone; separate query sets never merge."""
+    import cupy as cp
+
+    X = rng.random((3000, 3), dtype=np.float32)
+    Xd = cp.asarray(X)
+    _, _, s = sweet_knn(Xd, Xd, 5, exclude_self=True)
+    assert s["distinct_rows"] is None
+    Y = X[rng.integers(0, 300, 3000)]
+    Yd = cp.asarray(Y)
+    _, _, s = sweet_knn(Yd, Yd, 5, exclude_self=True)
+    assert s["distinct_rows"] == np.unique(Y, axis=0).shape[0]
+    _, _, s = sweet_knn(Yd, Yd[:100] + 0.5, 5)
+    assert s["distinct_rows"] is None

@@ -14,7 +14,7 @@ TWINS = {
     "exact": ["knn"],
     "graph/nndescent": ["nndescent"],
     "graph/rsfk": [("CpuBackend", "GpuBackend")],
-    "exact/sweet": [("sweet_cpu", "sweet_gpu")],
+    "exact/sweet": [("sweet_cpu", "sweet_gpu"), "_find_duplicates", "_expand_unique"],
     "index": ["search", "prune"],
 }
 

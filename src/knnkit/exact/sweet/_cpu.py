@@ -27,7 +27,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..._core.config import logger
-from ._plan import choose_filter, choose_landmarks, default_landmarks, pruning_rel
+from ._plan import choose_filter, choose_landmarks, default_landmarks, mean_copies, pruning_rel
 
 __all__ = ["sweet_cpu", "build_cpu"]
 
@@ -708,7 +708,6 @@ def _expand_unique(ud, ui, inv, out_d, out_i):
             w += 1
 
 
-_DUP_SAMPLE = 4096
 _DUP_MIN_COPIES = 1.0
 
 
@@ -718,20 +717,14 @@ def _find_duplicates(X, rng):
     Returns ``(U, inv, uoff, uidx)``: the unique rows, the unique row of every original row, and
     the original rows of unique row ``t`` as ``uidx[uoff[t]:uoff[t + 1]]`` (ascending). Rows are
     equal when their float32 bit patterns are (so -0.0 and 0.0 stay apart, which is only a missed
-    merge). Gate: on a random sample of ``_DUP_SAMPLE`` rows, the equal pairs estimate the mean
-    number of other copies a row has; below ``_DUP_MIN_COPIES`` the grouping (one lexsort, ~20-60 ms
-    at 245k x 3) is skipped. On skin (245,057 rows, 51,433 distinct) a row has ~172 other copies
-    on average, which the engine would otherwise compute distances to one by one."""
+    merge). Gate: ``mean_copies`` (equal pairs in a sample, shared with the GPU twin) estimates the
+    mean number of other copies a row has; below ``_DUP_MIN_COPIES`` the grouping (one lexsort,
+    ~20-60 ms at 245k x 3) is skipped. On skin (245,057 rows, 51,433 distinct) a row has ~172 other
+    copies on average, which the engine would otherwise compute distances to one by one."""
     n = X.shape[0]
-    if n < 2:
+    if n < 2 or mean_copies(X, rng) < _DUP_MIN_COPIES:
         return None
     bits = X.view(np.uint32)
-    s = min(n, _DUP_SAMPLE)
-    sample = bits[np.sort(rng.choice(n, size=s, replace=False))]
-    _, counts = np.unique(sample.view(np.dtype((np.void, 4 * X.shape[1]))).ravel(), return_counts=True)
-    pairs = float((counts * (counts - 1.0) / 2.0).sum())
-    if s < 2 or pairs / (s * (s - 1.0) / 2.0) * (n - 1) < _DUP_MIN_COPIES:
-        return None
     order = np.lexsort(bits.T[::-1])  # stable: equal rows in ascending index
     sb = bits[order]
     new = np.ones(n, bool)

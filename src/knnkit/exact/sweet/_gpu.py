@@ -10,6 +10,12 @@ float64. Level 2 is ``sweet_level2`` (see the kernel file), with queries in chun
 memory budget; the per-worker lists are merged, and partial-filter survivors k-selected, by
 sorting 64-bit keys ``(float bits << 32) | index``, whose order is exactly (distance, index)
 for non-negative distances.
+
+Repeated rows (all-points joins whose rows repeat often, as the CPU twin): ``_find_duplicates``
+groups identical rows on the device (a 64-bit hash per row, one stable sort, neighbouring rows
+compared exactly), level 2 runs on the distinct rows with ``k + 1`` (self included) and offers a
+distinct row's copies as their own indices, and ``_expand_unique`` gives every original row its
+distinct row's list without itself. Same results as without the merge; see NOTES_sweet.md.
 """
 
 import math
@@ -19,7 +25,7 @@ import numpy as np
 
 from ..._core.config import get_memory_budget, logger
 from ..._core.cuda import get_kernel, kernel_path, retry_on_oom
-from ._plan import choose_filter, choose_landmarks, default_landmarks, pruning_rel
+from ._plan import choose_filter, choose_landmarks, default_landmarks, mean_copies, pruning_rel
 
 __all__ = ["sweet_gpu", "level2_kernel_name"]
 
@@ -157,6 +163,53 @@ def _choose_parts(cp, params, m, mean_cand):
     return int(max(lo, min(want, 64, max(1, int(mean_cand)))))
 
 
+_DUP_MIN_COPIES = 1.0
+
+
+def _find_duplicates(X, rng):
+    """Groups of identical rows of ``X`` (cupy float32, contiguous) when they are common enough to
+    pay, else None: the GPU twin of the CPU's ``_find_duplicates``, same gate (``mean_copies`` on
+    the same sample for the same seed) and same contract.
+
+    Returns ``(U, inv, uoff, uidx)``: the distinct rows, the distinct row of every original row
+    (int64), and the original rows of distinct row ``t`` as ``uidx[uoff[t]:uoff[t + 1]]``
+    (ascending; int32 for the kernel). The distinct rows come in hash order, not in the CPU's
+    lexicographic order: that changes the landmark draws (speed) but not the results, which depend
+    only on the groups. Rows are equal when their float32 bit patterns are. A hash collision
+    between unequal rows is caught by the exact comparison in ``sweet_row_starts``; it can split
+    a group in two (both halves stay correct: each offers its own copies, ascending), never merge
+    unequal rows."""
+    import cupy as cp
+
+    n, dim = X.shape
+    if n < 2 or mean_copies(X, rng) < _DUP_MIN_COPIES:
+        return None
+    h = cp.empty(n, cp.uint64)
+    _k("sweet_row_hash")(_grid(n), (_BLOCK,), (X, np.int64(n), np.int32(dim), h))
+    order = cp.argsort(h)  # stable: rows of equal hash in ascending index
+    is_new = cp.empty(n, cp.int32)
+    _k("sweet_row_starts")(_grid(n), (_BLOCK,), (X, order, h[order], np.int64(n), np.int32(dim), is_new))
+    group = cp.cumsum(is_new, dtype=cp.int64) - 1
+    nu = int(group[-1]) + 1
+    if nu == n:
+        return None
+    starts = cp.flatnonzero(is_new)
+    inv = cp.empty(n, cp.int64)
+    inv[order] = group
+    uoff = cp.empty(nu + 1, cp.int64)
+    uoff[:nu] = starts
+    uoff[nu] = n
+    return cp.ascontiguousarray(X[order[starts]]), inv, uoff, order.astype(cp.int32)
+
+
+def _expand_unique(ud, ui, inv, out_d, out_i):
+    """All-points rows from the distinct rows' lists (kernel ``sweet_expand_unique``): row ``i``
+    is the (k + 1)-list of its distinct row ``inv[i]`` (self included, ordered by (distance,
+    index)) without ``i`` itself, or without the last entry when ``i`` is not in it."""
+    n, k = out_d.shape
+    _k("sweet_expand_unique")(_grid(n), (_BLOCK,), (ud, ui, inv, np.int64(n), np.int32(k), out_d, out_i))
+
+
 def _keys(cp, d, i):
     return (d.view(cp.uint32).astype(cp.uint64) << np.uint64(32)) | i.view(cp.uint32).astype(cp.uint64)
 
@@ -174,6 +227,17 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     t_all = time.perf_counter()
     X = cp.ascontiguousarray(X, dtype=cp.float32)
     Q = X if all_points else cp.ascontiguousarray(Q, dtype=cp.float32)
+    n_orig = X.shape[0]
+    t0 = time.perf_counter()
+    dup = _find_duplicates(X, np.random.default_rng([seed, 1])) if all_points and qsel is None else None
+    cp.cuda.Device().synchronize()
+    t_dup = time.perf_counter() - t0
+    if dup is None:
+        k_sel, exclude, uoff, uidx = k, bool(all_points), cp.zeros(1, cp.int64), cp.zeros(1, cp.int32)
+    else:
+        # distinct rows, self kept: the k + 1 list of a distinct row serves every copy of it
+        X, inv, uoff, uidx = dup
+        Q, k_sel, exclude = X, k + 1, False
     n, dim = X.shape
     m = Q.shape[0]
     budget = max(get_memory_budget(), 64 << 20)
@@ -209,16 +273,17 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     times["level1"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    filt = choose_filter(params, k, dim)
+    filt = choose_filter(params, k, dim)  # by the requested k, as the CPU twin
     nq_total = int(qseq.size)
     mean_cand = float(coff[-1]) / max(1, mq)
     parts = _choose_parts(cp, params, nq_total, mean_cand)
-    name = level2_kernel_name(filt, k)
-    out_d = cp.empty((m, k), cp.float32)
-    out_i = cp.empty((m, k), cp.int64)
+    name = level2_kernel_name(filt, k_sel)
+    out_d = cp.empty((m, k_sel), cp.float32)
+    out_i = cp.empty((m, k_sel), cp.int64)
     # the data rows in member order: a cluster's rows are contiguous for level 2
     Xs = X[data.order]
     common = (Xs, Q, data.L, np.int32(dim), data.order, data.dist, data.off, data.radius)
+    dupargs = (np.int32(dup is not None), uoff, uidx)
     ndist = [0]
 
     def run_full(chunk):
@@ -227,16 +292,16 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
             seq = qseq[c0:c0 + chunk]
             nq = int(seq.size)
             ntask = nq * parts
-            heap_d = cp.empty((k, ntask), cp.float32)
-            heap_i = cp.empty((k, ntask), cp.int32)
+            heap_d = cp.empty((k_sel, ntask), cp.float32)
+            heap_i = cp.empty((k_sel, ntask), cp.int32)
             theta = _round_up_f32(cp, ub[query.labels[seq]])
             counts = cp.empty(ntask, cp.int64)
             _k(name)(_grid(ntask), (_BLOCK,), common + (
-                seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k), np.int32(parts),
-                np.int32(1 if all_points else 0), np.float64(rel), theta, heap_d, heap_i,
-                cp.empty(1, cp.uint64), cp.zeros(2, cp.int64), counts))
-            keys = _keys(cp, heap_d, heap_i).T.reshape(nq, parts * k)
-            keys = cp.sort(keys, axis=1)[:, :k]
+                seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k_sel), np.int32(parts),
+                np.int32(exclude), np.float64(rel), theta, heap_d, heap_i,
+                cp.empty(1, cp.uint64), cp.zeros(2, cp.int64), counts) + dupargs)
+            keys = _keys(cp, heap_d, heap_i).T.reshape(nq, parts * k_sel)
+            keys = cp.sort(keys, axis=1)[:, :k_sel]
             d, i = _decode(cp, keys)
             out_d[seq] = d
             out_i[seq] = i
@@ -250,11 +315,12 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
             nq = int(seq.size)
             ntask = nq * parts
             counts = cp.empty(ntask, cp.int64)
-            args = common + (seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k), np.int32(parts),
-                             np.int32(1 if all_points else 0), np.float64(rel), cp.empty(1, cp.float32),
+            args = common + (seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k_sel), np.int32(parts),
+                             np.int32(exclude), np.float64(rel), cp.empty(1, cp.float32),
                              cp.empty(1, cp.float32), cp.empty(1, cp.int32))
+            # counts: the keys each task will write (one per survivor, or per copy worth keeping)
             _k("sweet_level2<1,1>")(_grid(ntask), (_BLOCK,), args + (cp.empty(1, cp.uint64),
-                                                                      cp.zeros(2, cp.int64), counts))
+                                                                      cp.zeros(2, cp.int64), counts) + dupargs)
             woff = cp.zeros(ntask + 1, cp.int64)
             woff[1:] = cp.cumsum(counts)
             per_q = counts.reshape(nq, parts).sum(axis=1)
@@ -263,32 +329,40 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
                 chunk = max(1, chunk // 2)  # too many survivors for the buffers: smaller chunk
                 continue
             surv = cp.full(max(1, total), _PAD_KEY, cp.uint64)
-            _k("sweet_level2<1,2>")(_grid(ntask), (_BLOCK,), args + (surv, woff, counts))
+            work = cp.empty(ntask, cp.int64)  # distances computed (survivors, not copies)
+            _k("sweet_level2<1,2>")(_grid(ntask), (_BLOCK,), args + (surv, woff, work) + dupargs)
             qstart = woff[0:ntask:parts]
             slot = cp.arange(total, dtype=cp.int64)
             row = cp.searchsorted(woff[parts::parts], slot, side="right")  # query of each survivor
             col = slot - qstart[row]
             pad = cp.full((nq, widest), _PAD_KEY, cp.uint64)
             pad[row, col] = surv[:total]
-            keys = cp.sort(pad, axis=1)[:, :k]
+            keys = cp.sort(pad, axis=1)[:, :k_sel]
             d, i = _decode(cp, keys)
             out_d[seq] = d
             out_i[seq] = i
-            ndist[0] += total
+            ndist[0] += int(work.sum())
             c0 += nq
 
     if filt == "full":
-        per_query = parts * k * 8 * 4 + 64
+        per_query = parts * k_sel * 8 * 4 + 64
         # one thread per (query, part) and no grid-stride loop: keep a launch under 2^24 threads
         chunk = max(1, min(nq_total, budget // per_query, (1 << 24) // parts))
         retry_on_oom(run_full, chunk, what="sweet level-2 filter")
     else:
         chunk = max(1, min(nq_total, 1 << 16, (1 << 24) // parts))
         retry_on_oom(run_partial, chunk, what="sweet level-2 partial filter")
+    if dup is not None:
+        ud, ui = out_d, out_i
+        out_d = cp.empty((n_orig, k), cp.float32)
+        out_i = cp.empty((n_orig, k), cp.int64)
+        _expand_unique(ud, ui, inv, out_d, out_i)
+        nq_total = n_orig  # every original row was answered
     cp.cuda.Device().synchronize()
     times["level2"] = time.perf_counter() - t0
+    times["duplicates"] = t_dup
     times["total"] = time.perf_counter() - t_all
-    pairs = float(nq_total) * n
+    pairs = float(nq_total) * n_orig
     nd = ndist[0]
     stats = dict(device="gpu", filter=filt, parallelism="query" if parts == 1 else "split", parts=parts,
                  n_landmarks_query=mq, n_landmarks_data=mt,
@@ -298,7 +372,7 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
                  distance_computations=nd, mean_candidate_clusters=mean_cand,
                  placement={"sweet_level2<32,0>": "registers/local (k<=32)", "sweet_level2<128,0>":
                             "local (k<=128)", "sweet_level2<0,0>": "global (slot-major)"}.get(name, "none (partial)"),
-                 times=times)
+                 distinct_rows=int(n) if dup is not None else None, times=times)
     logger.debug("sweet gpu: %s", stats)
     if qsel is not None:
         sel = cp.asarray(qsel)

@@ -2,8 +2,9 @@
 
 Everything here is device-independent: the parameter object, the number of landmarks
 (``3 sqrt(n)`` capped by memory, paper section IV-D1), the filter strength (``k/d`` against
-``partial_ratio``, section IV-D1), the safety margin of every pruning test, and the landmark
-selection by repeated random sampling (section III-A).
+``partial_ratio``, section IV-D1), the safety margin of every pruning test, the landmark
+selection by repeated random sampling (section III-A), and the sample estimate that gates the
+merging of repeated rows (not in the paper; NOTES_sweet.md, "Repeated rows merged").
 """
 
 import dataclasses
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..._core.params import Params, check_choice, check_float, check_int
 
-__all__ = ["SweetParams", "default_landmarks", "choose_filter", "pruning_rel", "choose_landmarks"]
+__all__ = ["SweetParams", "default_landmarks", "choose_filter", "pruning_rel", "choose_landmarks", "mean_copies"]
 
 FILTERS = ("auto", "full", "partial")
 PARALLELISMS = ("auto", "query", "split")
@@ -122,3 +123,31 @@ def choose_landmarks(points, count, trials, rng, xp=np, spread_fn=None):
         spreads = [float(v) for v in (xp.stack(spreads).get() if xp is not np else spreads)]
     best = int(np.argmax(spreads))  # the first of equal spreads, as a running maximum would keep
     return picks[best]
+
+
+DUP_SAMPLE = 4096
+
+
+def mean_copies(X, rng):
+    """Estimated mean number of *other* copies a row of ``X`` has (identical float32 bit patterns),
+    from the equal pairs among ``DUP_SAMPLE`` rows drawn by ``rng``.
+
+    ``X`` may be numpy or cupy; only the sample (a few KiB) comes to the host, so both twins take
+    the same decision for the same seed. Equal pairs in the sample over all sample pairs estimate
+    the chance that two rows are equal; times ``n - 1`` it is the expected copies per row."""
+    n, dim = X.shape
+    s = min(n, DUP_SAMPLE)
+    if s < 2:
+        return 0.0
+    pick = np.sort(rng.choice(n, size=s, replace=False))
+    if isinstance(X, np.ndarray):
+        sample = X[pick]
+    else:
+        import cupy as cp
+
+        sample = cp.asnumpy(X[cp.asarray(pick)])
+    rows = np.ascontiguousarray(sample, dtype=np.float32).view(np.uint32)
+    _, counts = np.unique(rows.view(np.dtype((np.void, 4 * dim))).ravel(), return_counts=True)
+    pairs = float((counts * (counts - 1.0) / 2.0).sum())
+    return pairs / (s * (s - 1.0) / 2.0) * (n - 1)
+

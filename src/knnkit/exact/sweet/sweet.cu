@@ -11,6 +11,13 @@
 //       cluster, so a warp's threads walk the same candidate list) and the kNearests placement of
 //       IV-C2/IV-D2 (KCAP > 0: a per-thread array the compiler keeps in registers/local memory;
 //       KCAP == 0: global memory, slot-major so that a warp's accesses to one slot coalesce).
+//   sweet_row_hash / sweet_row_starts / sweet_expand_unique: repeated rows merged (not in the
+//       paper; NOTES_sweet.md, "GPU repeated-row merge"). All-points joins whose rows repeat often
+//       run level 2 on the distinct rows only: rows are grouped by a 64-bit hash of their bits
+//       (sorted on the host side by CuPy) with an exact comparison of neighbouring rows, a distinct
+//       row's k + 1 nearest original rows (self included) are found once, its copies offered to
+//       the k-best lists as their own indices, and every original row finally takes its distinct
+//       row's list without itself (the same mechanism as the CPU twin's _find_duplicates).
 // Exactness: every pruning test is "lower bound > theta + rel * (theta + a + b)" with a slack
 // ``rel`` far above the rounding of the quantities involved, so neither a true neighbour nor a
 // candidate whose float32 distance ties the k-th one is ever skipped. Reported distances use the
@@ -143,13 +150,41 @@ __device__ __forceinline__ void sweet_heap_replace_top(float* hd, int* hi, long 
     hi[pos * stride] = ix;
 }
 
+// Offer point t at squared distance d to the max-heap of k entries (slot u at u * hs). With dup,
+// t is a distinct row standing for the original rows uidx[uoff[t] .. uoff[t + 1]) (ascending):
+// each copy is offered as its own index and the first refused ends the loop, since the later
+// copies tie on d with larger indices, so ties still go to the smaller original index.
+// True when anything entered the heap.
+__device__ __forceinline__ bool sweet_offer(float* hd, int* hi, long long hs, int k, float d, int t, int dup,
+                                            const long long* __restrict__ uoff, const int* __restrict__ uidx)
+{
+    if (!dup) {
+        if (!sweet_less(d, t, hd[0], hi[0])) return false;
+        sweet_heap_replace_top(hd, hi, hs, k, d, t);
+        return true;
+    }
+    if (d > hd[0]) return false;  // most candidates: refused before the copy tables are read
+    bool took = false;
+    for (long long r = uoff[t]; r < uoff[t + 1]; ++r) {
+        const int o = uidx[r];
+        if (!sweet_less(d, o, hd[0], hi[0])) break;
+        sweet_heap_replace_top(hd, hi, hs, k, d, o);
+        took = true;
+    }
+    return took;
+}
+
 // One thread = one (query, part) task; task = p * parts + s works for query qseq[p] on the
 // candidate clusters s, s + parts, ... of the query's cluster (Algorithm 2 lines 5-20).
 // Xs holds the data rows in member order (Xs[i] = X[members[i]]): a cluster's rows are contiguous.
 //   MODE 0 (full): heap in registers/local (KCAP > 0) or in heap_d/heap_i (KCAP == 0); the final
 //       heap goes to heap_d/heap_i[slot * ntask + task] (unsorted; the host sorts and merges).
-//   MODE 1 (partial, count): counts[task] = survivors of the fixed bound.
-//   MODE 2 (partial, write): survivors as (float bits << 32 | index) keys from surv[woff[task]].
+//   MODE 1 (partial, count): counts[task] = keys to write for the survivors of the fixed bound.
+//   MODE 2 (partial, write): survivors as (float bits << 32 | index) keys from surv[woff[task]];
+//       counts[task] = distances computed.
+// dup (all-points join on distinct rows, see sweet_offer): members[] are distinct rows, the lists
+// hold original indices; the partial filter writes one key per copy, at most k per survivor (the
+// (k+1)-th copy of one point can never beat the first k, which tie with it at smaller indices).
 template <int KCAP, int MODE>
 __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restrict__ Q, const float* __restrict__ Lt,
                              int dim, const int* __restrict__ members, const float* __restrict__ mdist,
@@ -159,7 +194,8 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
                              const int* __restrict__ cand, int k, int parts, int exclude_self, double rel,
                              float* __restrict__ theta_shared, float* __restrict__ heap_d, int* __restrict__ heap_i,
                              unsigned long long* __restrict__ surv, const long long* __restrict__ woff,
-                             long long* __restrict__ counts)
+                             long long* __restrict__ counts, int dup, const long long* __restrict__ uoff,
+                             const int* __restrict__ uidx)
 {
     const long long ntask = (long long)nq * parts;
     const long long task = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -183,7 +219,7 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
     }
     long long w = 0, wend = 0;
     if (MODE == 2) { w = woff[task]; wend = woff[task + 1]; }
-    long long ndist = 0;
+    long long ndist = 0, nwrite = 0;
 
     for (long long j = coff[cq] + s; j < coff[cq + 1]; j += parts) {
         const int c = cand[j];
@@ -211,6 +247,9 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
                 up = lo - 1;
             }
             while (true) {
+                // both sides exhausted: the gap tests below cannot stop the loop when theta is
+                // still infinite (merged rows: fewer distinct rows than k + 1 make UB infinite)
+                if (up < beg && down >= end) break;
                 const double gu = up >= beg ? (double)mdist[up] - a : (double)SWEET_INF;
                 const double gd = down < end ? a - (double)mdist[down] : (double)SWEET_INF;
                 long long i;
@@ -225,8 +264,7 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
                 if (exclude_self && t == qi) continue;
                 const float d = sweet_sq_dist(q, Xs + i * dim, dim);
                 ++ndist;
-                if (sweet_less(d, t, hd[0], hi[0])) {
-                    sweet_heap_replace_top(hd, hi, hs, k, d, t);
+                if (sweet_offer(hd, hi, hs, k, d, t, dup, uoff, uidx)) {
                     const float top = hd[0];
                     if (top < SWEET_INF) {  // k real entries: the k-th distance bounds the answer
                         const double th = sqrt((double)top);
@@ -259,13 +297,21 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
             if (b - a > thr) continue;
             const int t = members[i];
             if (exclude_self && t == qi) continue;
-            if (MODE == 1) { ++ndist; continue; }
+            const long long r0 = dup ? uoff[t] : 0;
+            long long r1 = 1;  // copies worth writing: at most k of one point
+            if (dup) r1 = uoff[t + 1] < r0 + k ? uoff[t + 1] : r0 + k;
+            if (MODE == 1) { nwrite += r1 - r0; continue; }
             const float d = sweet_sq_dist(q, Xs + i * dim, dim);
             ++ndist;
-            if (w < wend) surv[w++] = ((unsigned long long)__float_as_uint(d) << 32) | (unsigned int)t;
+            const unsigned long long key = (unsigned long long)__float_as_uint(d) << 32;
+            if (!dup) {
+                if (w < wend) surv[w++] = key | (unsigned int)t;
+                continue;
+            }
+            for (long long r = r0; r < r1 && w < wend; ++r) surv[w++] = key | (unsigned int)uidx[r];
         }
     }
-    counts[task] = ndist;
+    counts[task] = MODE == 1 ? nwrite : ndist;
     if (MODE == 0 && KCAP > 0) {
         for (int t = 0; t < k; ++t) { heap_d[t * ntask + task] = hd[t]; heap_i[t * ntask + task] = hi[t]; }
     }
@@ -274,16 +320,85 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
 // explicit instantiations (NVRTC name expressions list the same set)
 template __global__ void sweet_level2<32, 0>(const float*, const float*, const float*, int, const int*, const float*,
     const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*);
 template __global__ void sweet_level2<128, 0>(const float*, const float*, const float*, int, const int*, const float*,
     const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*);
 template __global__ void sweet_level2<0, 0>(const float*, const float*, const float*, int, const int*, const float*,
     const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*);
 template __global__ void sweet_level2<1, 1>(const float*, const float*, const float*, int, const int*, const float*,
     const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*);
 template __global__ void sweet_level2<1, 2>(const float*, const float*, const float*, int, const int*, const float*,
     const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*);
+    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*);
+
+// ---------------------------------------------------------------- repeated rows (all-points join)
+// 64-bit hash of each row's float32 bit patterns (equal rows, equal hashes; -0.0 and 0.0 differ,
+// which only misses a merge). The host sorts the hashes; equal hashes are then confirmed by
+// comparing the rows themselves (sweet_row_starts), so a collision never merges unequal rows.
+extern "C" __global__ void sweet_row_hash(const float* __restrict__ X, long long n, int dim,
+                                          unsigned long long* __restrict__ out)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        unsigned long long h = 0x9E3779B97F4A7C15ull ^ (unsigned long long)dim;
+        for (int c = 0; c < dim; ++c) {
+            h ^= (unsigned long long)__float_as_uint(X[i * dim + c]);
+            h *= 0xFF51AFD7ED558CCDull;
+            h ^= h >> 29;
+        }
+        // final avalanche (the splitmix64 finaliser)
+        h ^= h >> 30; h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 27; h *= 0x94D049BB133111EBull;
+        h ^= h >> 31;
+        out[i] = h;
+    }
+}
+
+// new[p] = 1 where the row at sorted position p starts a group of identical rows: the first
+// position, a change of hash, or (a collision) an equal hash with different bits. order[] lists
+// the rows by (hash, index), so a group's rows come in ascending index.
+extern "C" __global__ void sweet_row_starts(const float* __restrict__ X, const long long* __restrict__ order,
+                                            const unsigned long long* __restrict__ hsorted, long long n, int dim,
+                                            int* __restrict__ is_new)
+{
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (long long)gridDim.x * blockDim.x) {
+        int fresh = p == 0 || hsorted[p] != hsorted[p - 1];
+        if (!fresh) {
+            const float* a = X + order[p] * dim;
+            const float* b = X + order[p - 1] * dim;
+            for (int c = 0; c < dim; ++c) {
+                if (__float_as_uint(a[c]) != __float_as_uint(b[c])) { fresh = 1; break; }
+            }
+        }
+        is_new[p] = fresh;
+    }
+}
+
+// Every original row i from its distinct row's list: ud/ui hold, per distinct row, its k + 1
+// nearest original rows (self included) by (distance, index); row i takes that list without i
+// itself, or without its last entry when i is not in it (i was then a tie past the list: a copy
+// with a larger index than k + 1 others).
+extern "C" __global__ void sweet_expand_unique(const float* __restrict__ ud, const long long* __restrict__ ui,
+                                               const long long* __restrict__ inv, long long n, int k,
+                                               float* __restrict__ out_d, long long* __restrict__ out_i)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const long long u = inv[i];
+        const float* rd = ud + u * (k + 1);
+        const long long* ri = ui + u * (k + 1);
+        int w = 0;
+        for (int t = 0; t <= k && w < k; ++t) {
+            if (ri[t] == i) continue;
+            out_d[i * k + w] = rd[t];
+            out_i[i * k + w] = ri[t];
+            ++w;
+        }
+    }
+}
