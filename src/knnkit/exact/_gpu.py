@@ -474,7 +474,7 @@ def use_fused(mode, kc, d, m=None):
             import cupy as cp
 
             sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
-            if -(-int(m) // cfg[0]) < _FUSED_AUTO_MIN_WAVES * sms:
+            if -(-int(m) // (16 * cfg[0] * cfg[1])) < _FUSED_AUTO_MIN_WAVES * sms:  # blocks of 16 mt nw rows
                 return False
         return True
     except Exception as e:  # noqa: BLE001 - no usable device attributes: keep the unfused path
