@@ -76,7 +76,8 @@ class SearchParams(Params):
     #: host placement on the GPU only: queries per pipelined batch (default: half of the call's)
     pipeline_batch: int | None = None
     #: host placement only: work-list entries expanded per query per iteration (CAGRA's search
-    #: width W; 1 = BANG's one-candidate walk). Larger W: fewer GPU iterations, more expansions
+    #: width W; 1 = BANG's one-candidate walk; at most 64). Larger W: fewer GPU iterations, a few
+    #: more expansions
     search_width: int = 1
 
     def _validate(self):
@@ -90,7 +91,8 @@ class SearchParams(Params):
                 "rerank": check_int(self.rerank, "rerank", minimum=1, allow_none=True),
                 "prefetch": check_bool(self.prefetch, "prefetch"),
                 "pipeline_batch": check_int(self.pipeline_batch, "pipeline_batch", minimum=1, allow_none=True),
-                "search_width": check_int(self.search_width, "search_width", minimum=1)}
+                # 64: the GPU kernels' shared scratch (bang.cu BANG_MAX_W); W*R rows per query beyond it
+                "search_width": check_int(self.search_width, "search_width", minimum=1, maximum=64)}
 
     @classmethod
     def field_names(cls) -> "tuple[str, ...]":

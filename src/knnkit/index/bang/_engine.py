@@ -24,6 +24,8 @@ __all__ = ["HostIndex", "host_bytes", "build_bytes", "BANG_SEARCH_KEYS"]
 
 #: the SearchParams fields only the host path reads
 BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch", "search_width")
+#: largest search width (the GPU kernels' shared scratch: BANG_MAX_W in bang.cu)
+MAX_SEARCH_WIDTH = 64
 ENCODE_BATCH = 1 << 18  # rows prepared and encoded per step (streamed from host memory or a memory map)
 
 
@@ -233,11 +235,12 @@ class HostIndex:
         """Search validated queries ``q``; INTERNAL distances and int64 ids (numpy or cupy by
         ``device``). ``beam`` is the work-list size L; ``rerank`` (default L) the number of
         expanded nodes re-ranked exactly (``k``: only the k PQ-best get exact distances);
-        ``search_width`` (W >= 1) the work-list entries expanded together per iteration (at most L
+        ``search_width`` (1 <= W <= 64) the work-list entries expanded together per iteration (at most L
         can be unexpanded, so W is capped at L without changing results); ``tau`` and
         ``traversal`` do not apply here (the walk stops when its work list is all expanded)."""
         L = int(beam)
-        width = min(check_int(1 if search_width is None else search_width, "search_width", minimum=1), L)
+        width = min(check_int(1 if search_width is None else search_width, "search_width", minimum=1,
+                              maximum=MAX_SEARCH_WIDTH), L)
         max_iters = max(int(max_iters), k)
         rr = max(k, min(int(rerank) if rerank else L, max_iters))
         nq = q.shape[0]
