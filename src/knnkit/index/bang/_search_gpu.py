@@ -94,6 +94,7 @@ class _Batch:
         self.k_dist, self.k_merge = _kernel("bang_distances"), _kernel("bang_merge")
         self.smem_dist = m * ksub * 4 if use_smem else 0
         self.smem_merge = 17 * self.cap + 9 * L
+        _merge_smem_opt_in(self.k_merge, self.smem_merge)
 
         def dist_args(nbrs, width):
             return (nbrs, i32(width), codes, i32(m), T, i32(ksub), i32(1 if use_smem else 0), self.bloom,
@@ -147,6 +148,21 @@ def _table_fits_shared(tbytes):
     if tbytes + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < tbytes:
         kern.max_dynamic_shared_size_bytes = tbytes
     return True
+
+
+def _merge_smem_opt_in(kern, nbytes):
+    """``bang_merge`` keeps W*R new entries (17 B each) and the list (9 B per slot) in shared
+    memory: past 48 KB (W*R beyond ~2500, e.g. W = 64 with R = 64) the launch needs the opt-in."""
+    import cupy as cp
+
+    if nbytes + int(kern.attributes.get("shared_size_bytes", 0)) <= _SMEM_STATIC:
+        return
+    optin = int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_STATIC))
+    if nbytes + int(kern.attributes.get("shared_size_bytes", 0)) > optin:
+        raise ValueError(f"search_width x graph degree too large for the merge's shared memory ({nbytes} bytes); "
+                         f"lower search_width")
+    if kern.max_dynamic_shared_size_bytes < nbytes:
+        kern.max_dynamic_shared_size_bytes = nbytes
 
 
 def _group_size(m):
