@@ -4,11 +4,13 @@ Generates N x d float32 clustered vectors on the GPU in streamed batches into a 
 under $TMPDIR, computes exact ground truth (knnkit.knn) for the queries, builds a
 ``GraphIndex(placement="host")`` (graph on the GPU, then kept on the host; PQ trained and encoded on
 the GPU), sets the memory budget to 1/8 of graph + vectors, and sweeps the work-list size with
-prefetch on/off and re-rank on/off: recall@10 vs QPS, per-stage costs, GPU memory held by the
+prefetch on/off, re-rank on/off and the search width W (``--widths``): recall@10 vs QPS, per-stage costs, GPU memory held by the
 search. Optional peers: the device-placed GraphIndex (--device-peer, when the data fits) and cuVS
 IVF-PQ with refinement (when ``cuvs`` imports). Rows are written to JSON as they come.
 
     PYTHONPATH=src python benchmarks/bang_bench.py --n 2000000 --out $OUT/bang_2m.json
+    PYTHONPATH=src python benchmarks/bang_bench.py --n 3000000 --beams 32,64,128 --widths 1,2,4,8 \
+        --rerank on --out $OUT/bang_width.json
 """
 
 import argparse
@@ -68,6 +70,10 @@ def main():
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--beams", default="16,32,48,64,96,128,192")
+    ap.add_argument("--widths", default="1", help="search widths W to sweep (SearchParams.search_width)")
+    ap.add_argument("--prefetch", default="on,off", help="prefetch settings to sweep")
+    ap.add_argument("--rerank", default="on,off", help="re-rank settings to sweep (off: rerank=k)")
+    ap.add_argument("--cuvs-probes", default="8,16,32,64,128,256")
     ap.add_argument("--graph-degree", type=int, default=32)
     ap.add_argument("--pq-bytes", type=int, default=None)
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
@@ -117,23 +123,28 @@ def main():
     # one full-size call first: the first call at the full query count paid ~6 s outside the walk
     # (5M run of 2026-11-24), which a 256-query warm-up did not take
     index.search(Qd, k=a.k, beam=int(a.beams.split(",")[0]))
+    widths = [int(w) for w in a.widths.split(",")]
+    prefetches = [p.strip() == "on" for p in a.prefetch.split(",")]
+    reranks = [r.strip() for r in a.rerank.split(",")]
     for beam in [int(b) for b in a.beams.split(",")]:
-        for prefetch in (True, False):
-            for rr in ("on", "off"):
-                sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k)
-                index.search(Qd[:256], k=a.k, beam=beam, params=sp)  # warm-up (compilation, caches)
-                pool.free_all_blocks()
-                cp.cuda.Device().synchronize()
-                t = time.perf_counter()
-                _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
-                cp.cuda.Device().synchronize()
-                dt = time.perf_counter() - t
-                row = {"method": "knnkit-host", "beam": beam, "prefetch": prefetch, "rerank": rr,
-                       "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k), "qps": a.queries / dt, "seconds": dt,
-                       "gpu_pool_bytes": int(pool.total_bytes()), **last_stats()}
-                res["rows"].append(row)
-                print(json.dumps(row), flush=True)
-                dump()
+        for width in widths:
+            for prefetch in prefetches:
+                for rr in reranks:
+                    sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
+                                                   search_width=width)
+                    index.search(Qd[:256], k=a.k, beam=beam, params=sp)  # warm-up (compilation, caches)
+                    pool.free_all_blocks()
+                    cp.cuda.Device().synchronize()
+                    t = time.perf_counter()
+                    _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
+                    cp.cuda.Device().synchronize()
+                    dt = time.perf_counter() - t
+                    row = {"method": "knnkit-host", "beam": beam, "width": width, "prefetch": prefetch, "rerank": rr,
+                           "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k), "qps": a.queries / dt, "seconds": dt,
+                           "gpu_pool_bytes": int(pool.total_bytes()), **last_stats()}
+                    res["rows"].append(row)
+                    print(json.dumps(row), flush=True)
+                    dump()
     if a.device_peer:
         try:
             knnkit.set_memory_budget(None)
@@ -168,7 +179,7 @@ def main():
             res["stages"]["cuvs_build_s"] = time.perf_counter() - t
             ivf_pq.search(ivf_pq.SearchParams(n_probes=8), cv, Qd, 4 * a.k)  # warm-up at full size
             cp.cuda.Device().synchronize()
-            for n_probes in (8, 16, 32, 64, 128, 256):
+            for n_probes in [int(p) for p in a.cuvs_probes.split(",")]:
                 t = time.perf_counter()
                 _d, cand = ivf_pq.search(ivf_pq.SearchParams(n_probes=n_probes), cv, Qd, 4 * a.k)
                 _d, i = refine(X, Q, cp.asnumpy(cp.asarray(cand)), k=a.k)  # host refine: vectors stay on the host

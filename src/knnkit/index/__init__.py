@@ -75,6 +75,10 @@ class SearchParams(Params):
     prefetch: bool = True
     #: host placement on the GPU only: queries per pipelined batch (default: half of the call's)
     pipeline_batch: int | None = None
+    #: host placement only: work-list entries expanded per query per iteration (CAGRA's search
+    #: width W; 1 = BANG's one-candidate walk; at most 64). Larger W: fewer GPU iterations, a few
+    #: more expansions
+    search_width: int = 1
 
     def _validate(self):
         tau = check_float(self.tau, "tau", minimum=0.0, allow_none=True, allow_inf=True)
@@ -86,7 +90,9 @@ class SearchParams(Params):
                 "batch_size": check_int(self.batch_size, "batch_size", minimum=1, allow_none=True),
                 "rerank": check_int(self.rerank, "rerank", minimum=1, allow_none=True),
                 "prefetch": check_bool(self.prefetch, "prefetch"),
-                "pipeline_batch": check_int(self.pipeline_batch, "pipeline_batch", minimum=1, allow_none=True)}
+                "pipeline_batch": check_int(self.pipeline_batch, "pipeline_batch", minimum=1, allow_none=True),
+                # 64: the GPU kernels' shared scratch (bang.cu BANG_MAX_W); W*R rows per query beyond it
+                "search_width": check_int(self.search_width, "search_width", minimum=1, maximum=64)}
 
     @classmethod
     def field_names(cls) -> "tuple[str, ...]":

@@ -14,6 +14,7 @@ import numpy as np
 from ..._core.backend import as_host, cupy_or_none
 from ..._core.config import logger
 from ..._core.metrics import internal_metric, prepare_vectors
+from ..._core.params import check_int
 from .._engine import SearchGraph
 from .._entry import EntryPoints
 from ._pq import choose_m, encode, pq_tables, train_pq, TRAIN_SAMPLE
@@ -22,7 +23,9 @@ from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
 __all__ = ["HostIndex", "host_bytes", "build_bytes", "BANG_SEARCH_KEYS"]
 
 #: the SearchParams fields only the host path reads
-BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch")
+BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch", "search_width")
+#: largest search width (the GPU kernels' shared scratch: BANG_MAX_W in bang.cu)
+MAX_SEARCH_WIDTH = 64
 ENCODE_BATCH = 1 << 18  # rows prepared and encoded per step (streamed from host memory or a memory map)
 
 
@@ -228,12 +231,16 @@ class HostIndex:
         return self._gpu
 
     def search(self, q, k, *, beam, tau=None, max_iters, n_seeds, device, batch_size=None, traversal=None,
-               rerank=None, prefetch=True, pipeline_batch=None):
+               rerank=None, prefetch=True, pipeline_batch=None, search_width=1):
         """Search validated queries ``q``; INTERNAL distances and int64 ids (numpy or cupy by
         ``device``). ``beam`` is the work-list size L; ``rerank`` (default L) the number of
-        expanded nodes re-ranked exactly (``k``: only the k PQ-best get exact distances); ``tau``
-        and ``traversal`` do not apply here (the walk stops when its work list is all expanded)."""
+        expanded nodes re-ranked exactly (``k``: only the k PQ-best get exact distances);
+        ``search_width`` (1 <= W <= 64) the work-list entries expanded together per iteration (at most L
+        can be unexpanded, so W is capped at L without changing results); ``tau`` and
+        ``traversal`` do not apply here (the walk stops when its work list is all expanded)."""
         L = int(beam)
+        width = min(check_int(1 if search_width is None else search_width, "search_width", minimum=1,
+                              maximum=MAX_SEARCH_WIDTH), L)
         max_iters = max(int(max_iters), k)
         rr = max(k, min(int(rerank) if rerank else L, max_iters))
         nq = q.shape[0]
@@ -246,7 +253,7 @@ class HostIndex:
             qd = prepare_vectors(cp.asarray(q), self.metric, self.scale)
             parts = [search_host_gpu(self, qd[s:s + bs], k, codes=codes, codebook=codebook, entry=entry, L=L,
                                      max_iters=max_iters, n_seeds=n_seeds, rerank=rr, prefetch=bool(prefetch),
-                                     pipeline_batch=pipeline_batch)
+                                     pipeline_batch=pipeline_batch, width=width)
                      for s in range(0, nq, bs)]
             if len(parts) == 1:
                 return parts[0]
@@ -258,7 +265,8 @@ class HostIndex:
             qb = qh[s:s + bs]
             T = pq_tables(qb, self._codebook, self._imetric)
             seeds = self._entry.seeds_for(qb, n_seeds)
-            log_ids, log_d, _n = search_pq_cpu(self._graph, self._codes, T, seeds, L=L, max_iters=max_iters)
+            log_ids, log_d, _n = search_pq_cpu(self._graph, self._codes, T, seeds, L=L, max_iters=max_iters,
+                                               width=width)
             cand = top_logged(log_ids, log_d, rr)
             D[s:s + bs], I[s:s + bs] = rerank_cpu(self._data, qb, cand, k, metric=self._imetric,
                                                   user_metric=self.metric, scale=self.scale)

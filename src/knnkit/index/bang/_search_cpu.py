@@ -6,7 +6,10 @@ Per query: a work list of ``L`` entries sorted by PQ distance (ties by id: a tot
 GPU's batched merge and this sequential insertion keep the same list), each flagged once expanded;
 a blocked Bloom filter (the hash of ``index/search.cu``) as the visited set, so a node's PQ distance
 is computed once; every expansion is logged with its PQ distance. The search stops when every
-entry is expanded or after ``max_iters`` expansions. Re-ranking (4.9): the ``rerank`` best logged
+entry is expanded or after ``max_iters`` expansions. Search width W (``width``, CAGRA's term): each
+iteration takes the W best unexpanded entries at once and only then inserts all their neighbours,
+exactly what one GPU iteration does (gather W rows, one distance pass over W*R neighbours, one
+merge); W = 1 is BANG's walk. Re-ranking (4.9): the ``rerank`` best logged
 nodes by PQ distance get exact distances from the full-precision vectors, the ``k`` best are kept.
 """
 
@@ -68,7 +71,7 @@ def _insert(ids, ds, fl, size, L, node, d):
 
 
 @numba.njit(parallel=True, cache=True)
-def _search(graph, codes, T, seeds, L, max_iters, bloom_words, log_ids, log_d, n_exp):
+def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, log_d, n_exp, n_iter):
     nq = T.shape[0]
     m = codes.shape[1]
     R = graph.shape[1]
@@ -78,40 +81,59 @@ def _search(graph, codes, T, seeds, L, max_iters, bloom_words, log_ids, log_d, n
         ds = np.full(L, np.inf, np.float32)
         fl = np.zeros(L, np.uint8)
         words = np.zeros(bloom_words, np.uint32)
+        picked = np.empty(width, np.int32)
         size = 0
         for t in range(seeds.shape[1]):
             s = seeds[q, t]
             if s >= 0 and _bloom_insert(words, 0, wmask, s):
                 size = _insert(ids, ds, fl, size, L, s, _pq_dist(codes, s, T, q, m))
         ne = 0
+        it = 0
         while ne < max_iters:
+            # one iteration: the `width` best unexpanded entries are all taken BEFORE any of their
+            # neighbours is inserted (the GPU expands them together), in list order, so the log
+            # and the list match the GPU's batched merge
+            npick = 0
             i = 0
-            while i < size and fl[i]:
+            while i < size and npick < width and ne < max_iters:
+                if not fl[i]:
+                    fl[i] = 1
+                    picked[npick] = ids[i]
+                    log_ids[q, ne] = ids[i]
+                    log_d[q, ne] = ds[i]
+                    ne += 1
+                    npick += 1
                 i += 1
-            if i == size:
+            if npick == 0:
                 break
-            fl[i] = 1
-            node = ids[i]
-            log_ids[q, ne] = node
-            log_d[q, ne] = ds[i]
-            ne += 1
-            for r in range(R):
-                nb = graph[node, r]
-                if nb < 0 or not _bloom_insert(words, 0, wmask, nb):
-                    continue
-                size = _insert(ids, ds, fl, size, L, nb, _pq_dist(codes, nb, T, q, m))
+            it += 1
+            for p in range(npick):
+                node = picked[p]
+                for r in range(R):
+                    nb = graph[node, r]
+                    if nb < 0 or not _bloom_insert(words, 0, wmask, nb):
+                        continue
+                    size = _insert(ids, ds, fl, size, L, nb, _pq_dist(codes, nb, T, q, m))
         n_exp[q] = ne
+        n_iter[q] = it
 
 
-def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters):
-    """Expansion logs ``(ids (nq, max_iters) int32, PQ distances float32, counts (nq,) int32)``."""
+def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters, width=1, return_iterations=False):
+    """Expansion logs ``(ids (nq, max_iters) int32, PQ distances float32, counts (nq,) int32)``
+    (and the iterations per query, int32, with ``return_iterations``).
+
+    ``width`` (W, the search width): each iteration expands the W best unexpanded work-list
+    entries of a query together; W = 1 is the one-candidate walk of BANG."""
     nq = tables.shape[0]
     log_ids = np.full((nq, max_iters), -1, np.int32)
     log_d = np.full((nq, max_iters), np.inf, np.float32)
     n_exp = np.zeros(nq, np.int32)
-    W = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
+    n_iter = np.zeros(nq, np.int32)
+    words = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
     _search(np.asarray(graph), np.asarray(codes), tables, np.ascontiguousarray(seeds, dtype=np.int32), int(L),
-            int(max_iters), W, log_ids, log_d, n_exp)
+            int(width), int(max_iters), words, log_ids, log_d, n_exp, n_iter)
+    if return_iterations:
+        return log_ids, log_d, n_exp, n_iter
     return log_ids, log_d, n_exp
 
 
