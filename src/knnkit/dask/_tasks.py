@@ -38,13 +38,18 @@ def take(pair, i):
 
 
 # --------------------------------------------------------------------------- exact
-def exact_part(X, Q, k, metric, device, offset):
+def exact_part(X, Q, k, metric, device, offset, checked=False):
     """Exact top-``k`` (capped at the partition's size) of queries ``Q`` among partition ``X``;
-    global ids (``offset`` added), user-metric distances, host arrays."""
-    from ..api.exact import exact_arrays
+    global ids (``offset`` added), user-metric distances, host arrays. ``checked``: ``X`` and
+    ``Q`` were validated already (the recall estimate's rows of a built graph's data): no second
+    NaN/Inf scan of the partition."""
+    from .._core.prepare import prepare, prepare_queries, rescaled
+    from ..api.exact import exact_search
 
     kk = min(int(k), int(X.shape[0]))
-    d, i = exact_arrays(X, Q, kk, metric=metric, device=device)
+    P = prepare(X, metric=metric, device=device, check_finite=not checked)
+    Qp = prepare_queries(Q, P, check_finite=not checked)  # its scale covers both magnitudes
+    d, i, _st = exact_search(rescaled(P, Qp.scale), Qp, kk)
     d = _host(d, np.float32)
     i = _host(i, np.int64)
     return d, np.where(i >= 0, i + int(offset), -1)
@@ -76,7 +81,14 @@ def single_graph(k, metric, device, seed, *blocks):
     from ..api._graphops import build_graph
     from ..graph import GRAPH_METRICS
 
-    X = blocks[0] if len(blocks) == 1 else np.concatenate([_host(b) for b in blocks])
+    if len(blocks) == 1:
+        X = blocks[0]
+    elif all(isinstance(b, np.ndarray) for b in blocks):
+        X = np.concatenate(blocks)
+    else:  # device blocks (a dask array of cupy arrays) are joined on the device
+        import cupy
+
+        X = cupy.concatenate([cupy.asarray(b) for b in blocks])
     kind, dev_id = resolve_device(device)
     if kind == "gpu" and isinstance(X, np.ndarray):
         with device_scope(kind, dev_id):
