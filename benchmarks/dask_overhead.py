@@ -6,6 +6,7 @@ shared, loaded machine the wall clock is noisy, the CPU seconds a build costs ar
 then each schedule) and each run records the client's ``phases`` and the per-worker task stream.
 
     PYTHONPATH=src python benchmarks/dask_overhead.py --n 150000 --d 64 --device cpu > $OUT/dask_overhead.json
+    PYTHONPATH=src python benchmarks/dask_overhead.py --n 4000000 --d 96 --device gpu --device-blocks > $OUT/o.json
 
 The data is persisted on the workers before the clock starts (as in dask_scaling.py); kernels
 are warmed on a 20k-row slice first in every process.
@@ -40,6 +41,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", default="1", help="comma separated worker counts")
     ap.add_argument("--partition", default="rows,tree")
+    ap.add_argument("--device-blocks", action="store_true",
+                    help="gpu: the persisted blocks are cupy arrays on the workers' GPUs (else host numpy)")
     args = ap.parse_args()
     import dask.array as da
     from distributed import Client, LocalCluster, get_task_stream, wait
@@ -63,7 +66,7 @@ def main():
         d = ((X[I].astype(np.float64) - X[rows][:, None]) ** 2).sum(-1)
         return round(float(np.mean(d <= kth[:, None] * (1 + 1e-5) + 1e-12)), 5)
 
-    out = {"n": args.n, "d": args.d, "k": args.k, "device": dev, "runs": []}
+    out = {"n": args.n, "d": args.d, "k": args.k, "device": dev, "device_blocks": bool(args.device_blocks), "runs": []}
     Xd = X
     if dev == "gpu":
         import cupy as cp
@@ -72,14 +75,28 @@ def main():
     knnkit.knn_graph(Xd[:20000], k=args.k, device=dev)
     for w in map(int, args.workers.split(",")):
         if dev == "gpu":
-            from dask_cuda import LocalCUDACluster
+            try:
+                from dask_cuda import LocalCUDACluster
 
-            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(map(str, range(w))), n_workers=w,
-                                       threads_per_worker=1, dashboard_address=None)
+                cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(map(str, range(w))), n_workers=w,
+                                           threads_per_worker=1, dashboard_address=None)
+            except ImportError:  # what LocalCUDACluster does: one Nanny per GPU, each seeing only its own
+                from distributed import Nanny, Scheduler, SpecCluster
+
+                spec = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0,
+                                                              "env": {"CUDA_VISIBLE_DEVICES": str(g)}}}
+                        for g in range(w)}
+                cluster = SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                                      workers=spec)
         else:
             cluster = LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None)
         with cluster, Client(cluster) as c:
-            dX = c.persist(da.from_array(X, chunks=(-(-args.n // w), args.d)))
+            dX = da.from_array(X, chunks=(-(-args.n // w), args.d))
+            if args.device_blocks:  # the blocks live in the workers' GPU memory, as the reference's cupy input
+                import cupy
+
+                dX = dX.map_blocks(cupy.asarray, dtype=X.dtype, meta=cupy.empty((0, 0), X.dtype))
+            dX = c.persist(dX)
             wait(dX)
             for sched in args.partition.split(","):  # warm every worker's kernels
                 knnkit.dask.knn_graph(dX[:20000 * w].rechunk((20000, args.d)), k=args.k, client=c, device=dev,
@@ -91,7 +108,8 @@ def main():
                     if dev == "gpu":
                         cp.cuda.Device().synchronize()
                     r = {"bench": "knn_graph_single_process", "rep": rep, "seconds": round(time.perf_counter() - t, 3),
-                         "cpu_s": round(cpu_s() - u, 3), "recall": rec(g.indices), "engine_recall_estimate": g.stats.extra.get("recall_estimate")}
+                         "cpu_s": round(cpu_s() - u, 3), "recall": rec(g.indices),
+                         "engine_recall_estimate": g.stats.extra.get("recall_estimate")}
                     out["runs"].append(r)
                     log(json.dumps(r))
                 for sched in args.partition.split(","):
