@@ -280,9 +280,35 @@ def test_knn_graph_one_partition_is_the_single_device_build(client, partition):
 
     X = np.asarray(make_clustered(3000, 12, random_state=6), dtype=np.float32)
     g = knnkit.dask.knn_graph(X, k=6, client=client, device="cpu", n_parts=1, random_state=2, partition=partition)
-    g0 = knnkit.knn_graph(X, k=6, device="cpu", random_state=2 + 1)  # the partition's seed (seed + 7919 p + 1, p = 0)
+    g0 = knnkit.knn_graph(X, k=6, device="cpu", random_state=2)
     assert (np.asarray(g.indices) == np.asarray(g0.indices)).all()
     np.testing.assert_allclose(np.asarray(g.distances), np.asarray(g0.distances), rtol=1e-6)
+
+
+@pytest.mark.parametrize("partition, chunks", [("tree", 8000), ("rows", 8000), ("tree", 3000)])
+def test_knn_graph_one_partition_nndescent_equals_single_process_in_one_task(client, partition, chunks):
+    """One partition: one task (the data's blocks joined on a worker) runs knnkit.knn_graph's
+    NN-Descent build with the same seed: the same lists, and the engine's recall estimate is
+    reported instead of a second, distributed exact search."""
+    from dask.utils import key_split
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(8000, 16, random_state=4), dtype=np.float32)
+    dX = client.persist(da.from_array(X, chunks=(chunks, 16)))
+    distributed.wait(dX)
+    with distributed.get_task_stream(client=client) as ts:
+        g = knnkit.dask.knn_graph(dX, k=10, client=client, device="cpu", n_parts=1, random_state=7,
+                                  partition=partition)
+    g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=7)
+    assert g0.stats.method == "nndescent"
+    assert (np.asarray(g.indices) == np.asarray(g0.indices)).all()
+    np.testing.assert_allclose(np.asarray(g.distances), np.asarray(g0.distances), rtol=1e-6)
+    assert g.indices.dtype == np.int32 and g.distances.dtype == np.float32
+    st = g.stats.extra
+    assert st["single_device"] and st["partitions"] == 1 and g.stats.method == f"dask-{'tree' if partition == 'tree' else 'ggm'}"
+    assert st["recall_estimate"] == round(g0.stats.extra["recall_estimate"], 5)
+    assert {key_split(r["key"]) for r in ts.data} == {"single_graph"}, {key_split(r["key"]) for r in ts.data}
+    assert "estimate_s" not in st["phases"]
 
 
 def test_sharded_search_persisted_queries_run_no_block_tasks(client, rng):

@@ -16,8 +16,8 @@ from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
 from ._tasks import (assemble, exact_part, fit_tree, globalize, leaf_graph, merge_leaf, merge_running, merge_topk,
-                     pair_merge, part_graph, compact, route, rows_of, sample_rows, slab_samples, select_leaf, select_slab,
-                     size_of, slab_for_leaf, take, tree_nodes)
+                     pair_merge, part_graph, compact, route, rows_of, sample_rows, single_graph, slab_samples, select_leaf,
+                     select_slab, size_of, slab_for_leaf, take, tree_nodes)
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
 
 __all__ = ["knn", "knn_graph"]
@@ -156,7 +156,8 @@ def _estimate_recall(client, parts, I, D, k, metric, device, seed):
             pieces.append(client.submit(rows_of, f, sel, pure=False))
     S = np.concatenate(client.gather(pieces))
     qf = client.scatter(S, broadcast=True, hash=False)
-    lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, pure=False) for o, _r, f in parts]
+    # the graph's build validated the data: no second NaN scan of every partition
+    lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, True, pure=False) for o, _r, f in parts]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
     Dx, _ = _drop_self(Dx, Ix - rows[:, None] + np.arange(len(rows))[:, None], k)
     kth = to_internal(Dx[:, -1], metric)
@@ -341,9 +342,12 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         per worker.
     n_neighbors_internal : int, optional
         ``"rows"`` only: list length of the partition graphs and merges (default:
-        knnkit.knn_graph's rule). The tree's leaves and slabs use the single-device defaults, and
-        so does ``"rows"`` with one partition and no ``n_neighbors_internal`` (nothing to merge:
-        the single-device build, recall target included; ``stats["n_neighbors_internal"]`` None).
+        knnkit.knn_graph's rule). The tree's leaves and slabs use the single-device defaults.
+        One partition (``"tree"`` with one leaf, ``"rows"`` with one partition and no
+        ``n_neighbors_internal``): nothing to split or merge; one task on one worker runs
+        :func:`knnkit.knn_graph`'s build with ``random_state``, so the graph equals the
+        single-process one (same thread count), and its recall estimate is the engine's own
+        (``stats["single_device"]`` True, ``stats["n_neighbors_internal"]`` None).
     random_state : int, default 0
     partition : {"auto", "rows", "tree"}, default "auto"
         The schedule, see above.
@@ -358,7 +362,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     recall_estimate : bool, default True
         Estimate the graph's recall@k on 1,000 sampled rows (``stats["recall_estimate"]``, a
         warning below 0.985) by an exact search of those rows against every partition, after the
-        build (graphs of more than 2,000 points, not manhattan). False skips that search.
+        build (graphs of more than 2,000 points, not manhattan). False skips that search. One
+        partition: the engine's own estimate, made during the build, is reported either way.
 
     Returns
     -------
@@ -414,13 +419,20 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         if P > max(1, n // (k + 1)):
             raise ValueError(f"n_parts={P} leaves of {n} points leave fewer than k + 1 = {k + 1} points per leaf; "
                              f"use at most {max(1, n // (k + 1))}")
+    if (partition == "tree" and P == 1) or (partition == "rows" and len(parts) == 1 and n_neighbors_internal is None):
+        # one partition: nothing to split or merge, the single-device build on one worker
+        I, D, stats = _single_graph(client, parts, n, k, metric, device, seed, phases)
+        if partition == "tree":
+            stats.update(method="dask-tree", split=split, leaf_sizes=[n], slab_sizes=[], slab_widths=[],
+                         slab_samples=[], slab_width=slab_width, slab_quantile=slab_quantile, slab_fraction=0.0)
+    elif partition == "tree":
         I, D, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
                                   tree_sample, seed, phases)
     else:
         I, D, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases)
     if (I < 0).any():
         raise RuntimeError("knnkit.dask.knn_graph: some lists are short of k neighbours (internal error)")
-    if recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan":
+    if recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan" and stats.get("recall_estimate") is None:
         t = time.perf_counter()
         est = _estimate_recall(client, parts, I, D, k, metric, device, seed)
         phases["estimate_s"] = time.perf_counter() - t
@@ -434,10 +446,34 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
 
 
+def _single_graph(client, parts, n, k, metric, device, seed, phases):
+    """knn_graph with one partition: one task runs :func:`knnkit.knn_graph`'s build on the worker
+    holding (most of) the data, with the same seed, so the lists equal the single-process ones.
+    The engine's own recall estimate (its ``target_recall`` probe, made during the build) is
+    reported; no second, distributed estimate runs. ``(I, D, stats)``, phases as the other schedules."""
+    from distributed import wait
+
+    t0 = time.perf_counter()
+    fut = client.submit(single_graph, k, metric, device, seed, *[f for _o, _r, f in parts], pure=False)
+    t1 = time.perf_counter()
+    wait(fut)
+    t2 = time.perf_counter()
+    I, D, st = fut.result()
+    del fut
+    t3 = time.perf_counter()
+    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=0.0)
+    stats = {"method": "dask-ggm", "partitions": 1, "merges": 0, "n_neighbors_internal": None,
+             "workers": len(worker_addresses(client)), "single_device": True, "engine": st["engine"],
+             "iterations": st["iterations"]}
+    if st["recall_estimate"] is not None:
+        stats["recall_estimate"] = round(st["recall_estimate"], 5)
+    return I, D, stats
+
+
 def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases):
     """knn_graph(partition="rows"): partition graphs, then a GGM merge of every pair. ``(I, D, stats)``;
-    client-side seconds are added to ``phases``. One partition (nothing to merge) and the
-    default ``n_neighbors_internal``: the single-device build."""
+    client-side seconds are added to ``phases``. (One partition with the default
+    ``n_neighbors_internal`` does not come here: :func:`_single_graph`.)"""
     from distributed import wait
 
     from ..graph.nndescent import default_parameters
@@ -452,8 +488,7 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed,
     # (20k x 96 on 2 partitions: K = 16 -> recall 0.950, 24 -> 0.999, single device 0.999)
     K = max(K, 2 * k + 4) if n_neighbors_internal is None else K
     K = min(max(K, k), n - 1)
-    single = len(parts) == 1 and n_neighbors_internal is None  # no merge follows: the single-device rule
-    bases = [client.submit(part_graph, f, k, K, metric, device, seed + 7919 * p + 1, single, pure=False)
+    bases = [client.submit(part_graph, f, k, K, metric, device, seed + 7919 * p + 1, pure=False)
              for p, (_o, _r, f) in enumerate(parts)]
     pieces = [[client.submit(globalize, b, o, k, pure=False)] for b, (o, _r, _f) in zip(bases, parts)]
     n_merges = 0
@@ -478,6 +513,6 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed,
     del out
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     stats = {"method": "dask-ggm", "partitions": len(parts), "merges": n_merges,
-             "n_neighbors_internal": None if single else int(K),
+             "n_neighbors_internal": int(K),
              "workers": len(worker_addresses(client))}
     return I, D, stats

@@ -11,7 +11,7 @@ import numpy as np
 from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
-__all__ = ["exact_part", "merge_topk", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
+__all__ = ["exact_part", "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
            "search_shard", "save_shard", "load_shard", "shard_info", "take", "size_of", "rows_of", "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf"]
@@ -38,13 +38,18 @@ def take(pair, i):
 
 
 # --------------------------------------------------------------------------- exact
-def exact_part(X, Q, k, metric, device, offset):
+def exact_part(X, Q, k, metric, device, offset, checked=False):
     """Exact top-``k`` (capped at the partition's size) of queries ``Q`` among partition ``X``;
-    global ids (``offset`` added), user-metric distances, host arrays."""
-    from ..api.exact import exact_arrays
+    global ids (``offset`` added), user-metric distances, host arrays. ``checked``: ``X`` and
+    ``Q`` were validated already (the recall estimate's rows of a built graph's data): no second
+    NaN/Inf scan of the partition."""
+    from .._core.prepare import prepare, prepare_queries, rescaled
+    from ..api.exact import exact_search
 
     kk = min(int(k), int(X.shape[0]))
-    d, i = exact_arrays(X, Q, kk, metric=metric, device=device)
+    P = prepare(X, metric=metric, device=device, check_finite=not checked)
+    Qp = prepare_queries(Q, P, check_finite=not checked)  # its scale covers both magnitudes
+    d, i, _st = exact_search(rescaled(P, Qp.scale), Qp, kk)
     d = _host(d, np.float32)
     i = _host(i, np.int64)
     return d, np.where(i >= 0, i + int(offset), -1)
@@ -62,6 +67,45 @@ def merge_topk(a, b, k, metric):
 
 
 # --------------------------------------------------------------------------- k-NN graph
+def single_graph(k, metric, device, seed, *blocks):
+    """The whole graph on this worker, by the single-device engine: exactly what
+    ``knnkit.knn_graph(data, k, metric=metric, random_state=seed)`` builds (same method choice,
+    parameters, recall target and seed), ``blocks`` being the data's row blocks in order.
+
+    On a GPU the rows are copied to the device first (the NaN scan and the metric transform run
+    there, as for a cupy input). Returns ``(I int32 (n, k), D float32 user metric, stats)`` on the
+    host; ``stats``: the engine's ``method``, ``iterations``, ``K`` and ``recall_estimate``
+    (the engine's own estimate against exact neighbours of sampled rows; 1.0 for an exact method)."""
+    from .._core.backend import as_device, resolve_device
+    from .._core.prepare import device_scope, prepare
+    from ..api._graphops import build_graph
+    from ..graph import GRAPH_METRICS
+
+    if len(blocks) == 1:
+        X = blocks[0]
+    elif all(isinstance(b, np.ndarray) for b in blocks):
+        X = np.concatenate(blocks)
+    else:  # device blocks (a dask array of cupy arrays) are joined on the device
+        import cupy
+
+        X = cupy.concatenate([cupy.asarray(b) for b in blocks])
+    kind, dev_id = resolve_device(device)
+    if kind == "gpu" and isinstance(X, np.ndarray):
+        with device_scope(kind, dev_id):
+            X = as_device(X)
+    P = prepare(X, metric=metric, device=device, metrics=GRAPH_METRICS)
+    del X
+    out = build_graph(P, int(k), random_state=int(seed))
+    st = out["stats"]
+    est = st.extra.get("recall_estimate")
+    if est is None and st.method == "brute":
+        est = 1.0
+    stats = {"engine": st.method, "iterations": int(st.iterations), "K": st.K,
+             "recall_estimate": None if est is None else float(est)}
+    I = _host(out["indices"]).astype(np.int32, copy=False)
+    return I, _host(out["distances"], np.float32), stats
+
+
 def part_graph(X, k, K, metric, device, seed, final=False):
     """NN-Descent (or the exact graph, by the single-device rule) lists of one partition, ids local:
     ``(I int32 (n, K'), D float32 user metric)``, ``K' = min(K, n - 1)``.
