@@ -183,7 +183,7 @@ def test_width_recall_and_iterations(make, seed):
     T = pq_tables(Qp, e._codebook, e._imetric)
     seeds = e._entry.seeds_for(Qp, 4)
     L, k = 16, 10
-    base = _recall(X, Q, index.search(Q, k=k, beam=L)[1], k)
+    base = _recall(X, Q, index.search(Q, k=k, beam=L, params=knnkit.index.SearchParams(search_width=1))[1], k)
     iters1 = search_pq_cpu(e._graph, e._codes, T, seeds, L=L, max_iters=8 * L, return_iterations=True)[3]
     prev = iters1.mean()
     for W in (2, 4, 8):
@@ -208,7 +208,7 @@ def test_search_width_validation_and_cap(rng):
             knnkit.index.SearchParams(search_width=bad)
         with pytest.raises(exc, match="search_width"):
             index._engine.search(X[:2], 3, beam=16, max_iters=64, n_seeds=2, device="cpu", search_width=bad)
-    assert knnkit.index.SearchParams().search_width == 1
+    assert knnkit.index.SearchParams().search_width == 4
     # W > L: at most L entries are unexpanded, so W is capped at L with the same results
     a = index.search(X[:20], k=5, beam=16, params=knnkit.index.SearchParams(search_width=64))
     b = index.search(X[:20], k=5, beam=16, params=knnkit.index.SearchParams(search_width=16))

@@ -231,7 +231,7 @@ class HostIndex:
         return self._gpu
 
     def search(self, q, k, *, beam, tau=None, max_iters, n_seeds, device, batch_size=None, traversal=None,
-               rerank=None, prefetch=True, pipeline_batch=None, search_width=1):
+               rerank=None, prefetch=True, pipeline_batch=None, search_width=4):
         """Search validated queries ``q``; INTERNAL distances and int64 ids (numpy or cupy by
         ``device``). ``beam`` is the work-list size L; ``rerank`` (default L) the number of
         expanded nodes re-ranked exactly (``k``: only the k PQ-best get exact distances);
@@ -239,7 +239,7 @@ class HostIndex:
         can be unexpanded, so W is capped at L without changing results); ``tau`` and
         ``traversal`` do not apply here (the walk stops when its work list is all expanded)."""
         L = int(beam)
-        width = min(check_int(1 if search_width is None else search_width, "search_width", minimum=1,
+        width = min(check_int(4 if search_width is None else search_width, "search_width", minimum=1,
                               maximum=MAX_SEARCH_WIDTH), L)
         max_iters = max(int(max_iters), k)
         rr = max(k, min(int(rerank) if rerank else L, max_iters))
