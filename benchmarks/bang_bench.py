@@ -88,7 +88,9 @@ def main():
 
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
                        "cpus": os.cpu_count()},
-           "git_commit": _git_commit(), "params": vars(a), "stages": {}, "rows": []}
+           "git_commit": _git_commit(), "stages": {}, "rows": [],
+           # the output path as the user wrote it relative to $OUT: no machine path in results
+           "params": dict(vars(a), out=os.path.relpath(a.out, os.environ.get("OUT", ".")))}
 
     def dump():
         with open(a.out, "w") as f:
