@@ -15,7 +15,9 @@ from test_brute_force import reference
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
 
 # n around the 64-point chunk and the 128-row block; d padded to 32 (1, 3, 17) and past 128 (130)
-SHAPES = [(1, 1), (63, 3), (64, 17), (65, 130), (1000, 1), (4099, 17), (4099, 130), (2051, 3)]
+# padded d 64 / 96 / 128 run fused_topk_fp16_ar with 4 / 6 / 8 register-resident k-steps
+SHAPES = [(1, 1), (63, 3), (64, 17), (65, 130), (1000, 1), (4099, 17), (4099, 130), (2051, 3), (1000, 50),
+          (2051, 96), (4099, 128)]
 
 
 def _operands(X, Q, metric="l2"):
@@ -171,3 +173,33 @@ def test_fused_auto_choice():
     assert _gpu.use_fused("fp16_rerank", 128, 128, m=1_000_000)
     cfg = _gpu._fused_config(128)
     assert cfg[:2] == (2, 4) and cfg[2] <= 99 * 1024
+
+
+@gpu
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_uncertified_candidates_near_exact(metric):
+    """certify_rows=False (an index's candidate graph): K candidates per row from the fp16 keys,
+    exact distances, no certificate. The lists hold the exact neighbours up to swaps between keys
+    closer than the rounding bound, and every returned distance is the exact one of its id."""
+    import cupy as cp
+
+    from knnkit.datasets.suite import make_broad_clusters
+    from knnkit.exact import _gpu
+
+    X = cp.asarray(make_broad_clusters(6000, 96, random_state=4))
+    K = 32
+    D, I = _gpu.knn_gpu(X, X, K, metric, True, precision="fp16_rerank", certify_rows=False)
+    De, Ie = _gpu.knn_gpu(X, X, K, metric, True, precision="exact")
+    I, Ie, D, De = I.get(), Ie.get(), D.get(), De.get()
+    hits = np.mean([len(set(a) & set(b)) / K for a, b in zip(I, Ie)])
+    assert hits >= 0.999, hits
+    Xh = X.get().astype(np.float64)
+    rows = np.arange(0, 6000, 97)
+    for r in rows:
+        if metric == "l2":
+            want = ((Xh[I[r]] - Xh[r]) ** 2).sum(1)
+        else:
+            want = -(Xh[I[r]] @ Xh[r])
+        np.testing.assert_allclose(D[r], want, rtol=1e-4, atol=1e-3)
+    assert (np.diff(D, axis=1) >= 0).all()  # sorted
+    assert not (I == np.arange(6000)[:, None]).any()  # self excluded

@@ -568,9 +568,10 @@ def _pair_distances(Xd, Qt, cand, use_l2):
     return out
 
 
-def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
+def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt, certify_rows=True):
     """Top-k of the queries ``Qd`` (one query tile) in the given mode; returns exact fp32
-    distances (m, k), int32 ids (m, k) and, for rerank modes, the boolean certificate per row."""
+    distances (m, k), int32 ids (m, k) and, for rerank modes, the boolean certificate per row
+    (None when ``certify_rows`` is False: see :func:`knn_gpu`)."""
     import cupy as cp
 
     n, dim = Xd.shape
@@ -629,7 +630,7 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt):
     exact_d = _pair_distances(Xd, Qd, best_i, metric == "l2")
     out_d, out_i = _sort_pairs(exact_d, best_i, k)
     ok = None
-    if True:  # every mode certifies its rows (exact mode against float32 GEMM rounding)
+    if certify_rows:  # every mode certifies its rows (exact mode against float32 GEMM rounding)
         avail = n - (1 if self_ids is not None else 0)
         # fused keys come from fp32 accumulators (no float16 product storage term)
         eps_h = prep.key_error(qinfo, dim, fp16_tile=False if fused else None)
@@ -743,7 +744,8 @@ def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None):
     return knn_gpu(X, Q, k, metric, exclude_self, precision=precision, batch_size=batch_size)
 
 
-def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_size=None, self_ids=None):
+def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_size=None, self_ids=None,
+            certify_rows=True):
     """Exact k-NN on the GPU with internal (minimised) distances.
 
     Parameters
@@ -759,6 +761,11 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
         Queries per tile.
     self_ids : cupy int32 (m,), optional
         Explicit data index excluded per query row (overrides ``exclude_self``).
+    certify_rows : bool
+        False (internal callers that want near-exact lists fast, e.g. an index's candidate
+        graph): a low-precision mode keeps only k candidates per row, re-ranks them with exact
+        distances and skips the certificate, so a row can differ from the exact one where the
+        k-th and (k+1)-th keys are closer than the rounding bound.
 
     Returns
     -------
@@ -780,7 +787,7 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
     if mode != "exact" and k > MAX_K // 4:
         logger.info("precision=%r with k=%d > %d: using exact mode", mode, k, MAX_K // 4)
         mode = "exact"
-    kc = _candidates_k(k, avail, mode)
+    kc = _candidates_k(k, avail, mode) if (certify_rows or mode == "exact") else int(min(avail, k))
     prep = _Prepared(Xd, metric_internal, mode)
     extra = (prep.X.nbytes if prep.X is not Xd else 0) + Xd.nbytes // 4
 
@@ -807,7 +814,8 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
         for q0 in range(0, m, mq):
             q1 = min(m, q0 + mq)
             sid = self_ids[q0:q1] if self_ids is not None else None
-            d, i, ok = _knn_rows(Xd, prep, Qd[q0:q1], sid, k, kc, metric_internal, mode, ntile)
+            d, i, ok = _knn_rows(Xd, prep, Qd[q0:q1], sid, k, kc, metric_internal, mode, ntile,
+                                 certify_rows=certify_rows or mode == "exact")
             if ok is not None and not bool(ok.all()):
                 bad = cp.nonzero(~ok)[0]
                 n_fallback += int(bad.size)
