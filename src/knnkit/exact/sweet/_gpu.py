@@ -1,10 +1,12 @@
 """Sweet KNN on the GPU (CuPy + the kernels of ``sweet.cu``).
 
-Step 1 (clusters): landmarks by repeated random sampling, assignment by a cuBLAS GEMM
-(``argmin ||l||^2 - 2 p.l``), exact float64 point-to-centre distances (kernel), then one radix
-sort of the key ``(cluster << 32) | ~bits(distance)`` puts every cluster's members contiguously
-in descending distance (the paper's two-kernel local-ID scheme does the same job; a sort is one
-library call). Distances are stored as float32 rounded *up*, which only loosens every bound.
+Step 1 (clusters): landmarks by repeated random sampling (all trials scored in one kernel, the
+winner gathered on the device), assignment by a shared-memory kernel for d <= 32 (a cuBLAS GEMM
+above), exact float64 point-to-centre distances stored as float32 rounded *up* (which only loosens
+every bound), sizes and radii by atomics, then a counting scatter and a rank inside each cluster put
+every cluster's members contiguously in descending distance, equal distances by index (the paper's
+two-kernel local-ID scheme does the same job). One host sync in the phase (NOTES_sweet.md, "GPU
+clustering phase in a few launches").
 Level 1 (Algorithm 1) is dense CuPy algebra on the (query clusters x data clusters) tables in
 float64. Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks sized by the
 memory budget; the per-worker lists are merged, and partial-filter survivors k-selected, by

@@ -169,12 +169,7 @@ def _equal_row_counts(rows):
     of either twin). A run with two different rows (a hash collision, ~2^-40 for 4096 rows) falls
     back to ``np.unique``, so the counts are always exact."""
     s, dim = rows.shape
-    h = np.full(s, 0x9E3779B97F4A7C15 ^ dim, np.uint64)
-    with np.errstate(over="ignore"):
-        for c in range(dim):
-            h ^= rows[:, c].astype(np.uint64)
-            h *= np.uint64(0xFF51AFD7ED558CCD)
-            h ^= h >> np.uint64(29)
+    h = _hash_rows(rows)
     o = np.argsort(h, kind="stable")
     hs = h[o]
     new = np.ones(s, bool)
@@ -185,3 +180,14 @@ def _equal_row_counts(rows):
         _, counts = np.unique(rows.view(np.dtype((np.void, 4 * dim))).ravel(), return_counts=True)
         return counts
     return np.diff(np.append(np.flatnonzero(new), s))
+
+
+def _hash_rows(rows):
+    """A 64-bit hash of each row of a uint32 matrix (the mixing step of the GPU's sweet_row_hash)."""
+    h = np.full(rows.shape[0], 0x9E3779B97F4A7C15 ^ rows.shape[1], np.uint64)
+    with np.errstate(over="ignore"):
+        for c in range(rows.shape[1]):
+            h ^= rows[:, c].astype(np.uint64)
+            h *= np.uint64(0xFF51AFD7ED558CCD)
+            h ^= h >> np.uint64(29)
+    return h
