@@ -284,3 +284,19 @@ def test_seeded_and_straight_level2_forced(rng, monkeypatch, mode):
             for k in (1, 8, 20, 32):
                 run_both(X, None, k)
             run_both(X, X[:200] + 0.5, 8)
+
+
+def test_equal_row_counts_match_unique(rng, monkeypatch):
+    """The hash-run counting of ``mean_copies`` equals ``np.unique`` of the rows, also when the
+    hash collides (then it falls back to ``np.unique``)."""
+    from knnkit.exact.sweet import _plan
+
+    for _ in range(50):
+        d = int(rng.integers(1, 7))
+        R = rng.integers(0, 3, (int(rng.integers(1, 400)), d)).astype(np.uint32)
+        _, want = np.unique(R.view(np.dtype((np.void, 4 * d))).ravel(), return_counts=True)
+        assert sorted(_plan._equal_row_counts(R)) == sorted(want)
+    R = np.array([[1, 2], [3, 4], [1, 2], [3, 4], [5, 6]], np.uint32)
+    # every hash equal: unequal rows share a run, which must be detected
+    monkeypatch.setattr(_plan, "_hash_rows", lambda rows: np.zeros(rows.shape[0], np.uint64))
+    assert sorted(_plan._equal_row_counts(R)) == [1, 2, 2]

@@ -211,3 +211,38 @@ def test_duplicate_gate_auto_gpu(rng):
     assert s["distinct_rows"] == np.unique(Y, axis=0).shape[0]
     _, _, s = sweet_knn(Yd, Yd[:100] + 0.5, 5)
     assert s["distinct_rows"] is None
+
+
+def _round_up_f32(d64):
+    d32 = d64.astype(np.float32)
+    return np.where(d32.astype(np.float64) < d64, np.nextafter(d32, np.float32(np.inf)), d32)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 5, 40])
+@pytest.mark.parametrize("rank", [True, False])
+def test_clusters_gpu_equal_cpu(rng, monkeypatch, dim, rank):
+    """Step 1 on the device against the CPU twin for the same seed, on integer rows (exact
+    distances): same landmarks (trials scored on the device), same labels (d <= 32: both exact
+    nearest with ties to the smaller landmark), and the member order (descending rounded-up centre
+    distance, equal ones by index) from the in-cluster rank and from the fallback sort."""
+    import cupy as cp
+
+    if not rank:
+        monkeypatch.setattr(sweet_gpu_module, "_RANK_MAX_MEAN", -1)
+    X = rng.integers(0, 30, (4001, dim)).astype(np.float32)
+    for count, trials in ((1, 3), (70, 10), (300, 1), (700, 4)):
+        c = sweet_cpu_module._Clusters(X, count, trials, np.random.default_rng(count))
+        g = sweet_gpu_module._Clusters(cp, cp.asarray(X), count, trials, np.random.default_rng(count))
+        np.testing.assert_array_equal(g.L.get(), X[c.landmark_ids])
+        if dim > 32:
+            continue
+        labels = g.labels.get()
+        np.testing.assert_array_equal(labels, c.labels)
+        d32 = _round_up_f32(c.dist)
+        np.testing.assert_array_equal(g.size.get(), np.bincount(labels, minlength=count))
+        np.testing.assert_array_equal(g.radius.get(), _round_up_f32(c.radius))
+        order = np.lexsort((np.arange(X.shape[0]), -d32, labels))
+        np.testing.assert_array_equal(g.order.get(), order)
+        np.testing.assert_array_equal(g.dist.get(), d32[order])
+        np.testing.assert_array_equal(g.off.get(), np.concatenate([[0], np.cumsum(np.bincount(labels,
+                                                                                            minlength=count))]))

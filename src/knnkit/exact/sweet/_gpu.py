@@ -1,10 +1,12 @@
 """Sweet KNN on the GPU (CuPy + the kernels of ``sweet.cu``).
 
-Step 1 (clusters): landmarks by repeated random sampling, assignment by a cuBLAS GEMM
-(``argmin ||l||^2 - 2 p.l``), exact float64 point-to-centre distances (kernel), then one radix
-sort of the key ``(cluster << 32) | ~bits(distance)`` puts every cluster's members contiguously
-in descending distance (the paper's two-kernel local-ID scheme does the same job; a sort is one
-library call). Distances are stored as float32 rounded *up*, which only loosens every bound.
+Step 1 (clusters): landmarks by repeated random sampling (all trials scored in one kernel, the
+winner gathered on the device), assignment by a shared-memory kernel for d <= 32 (a cuBLAS GEMM
+above), exact float64 point-to-centre distances stored as float32 rounded *up* (which only loosens
+every bound), sizes and radii by atomics, then a counting scatter and a rank inside each cluster put
+every cluster's members contiguously in descending distance, equal distances by index (the paper's
+two-kernel local-ID scheme does the same job). One host sync in the phase (NOTES_sweet.md, "GPU
+clustering phase in a few launches").
 Level 1 (Algorithm 1) is dense CuPy algebra on the (query clusters x data clusters) tables in
 float64. Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks sized by the
 memory budget; the per-worker lists are merged, and partial-filter survivors k-selected, by
@@ -25,16 +27,19 @@ import numpy as np
 
 from ..._core.config import get_memory_budget, logger
 from ..._core.cuda import get_kernel, kernel_path, retry_on_oom
-from ._plan import choose_filter, choose_landmarks, default_landmarks, mean_copies, pruning_rel
+from ._plan import (choose_filter, choose_landmarks, default_landmarks, draw_landmark_sets, mean_copies,
+                    pruning_rel)
 
 __all__ = ["sweet_gpu", "level2_kernel_name"]
 
 _KERNEL = kernel_path(__file__, "sweet.cu")
 _NAMES = ("sweet_level2<32,0>", "sweet_level2<128,0>", "sweet_level2<0,0>", "sweet_level2<1,1>",
-          "sweet_level2<1,2>")
+          "sweet_level2<1,2>") + tuple(f"{f}<{d}>" for f in ("sweet_spread", "sweet_assign_lowdim") for d in range(4))
 _BLOCK = 256
 _ASSIGN_ELEMS = 1 << 26          # GEMM tile of the assignment (elements)
 _ASSIGN_FUSED_MAX_D = 32         # up to this dimension the fused assignment kernel replaces the GEMM
+_SCAN_THREADS = 1024             # sweet_cluster_offsets: one block of this size
+_RANK_MAX_MEAN = 4096            # in-cluster rank while sum(size^2) <= this * n, else one sort of all points
 _NEAREST_FOR_UB = 64             # data clusters pooled for the level-1 upper bound (any subset is valid)
 _CACHE_CONFLICT_R = 0.25         # paper section IV-D3: r * max concurrent threads
 _PAD_KEY = np.uint64((0x7F800000 << 32) | 0x7FFFFFFF)
@@ -64,37 +69,83 @@ def _round_up_f32(cp, d64):
     return cp.where(d32.astype(cp.float64) < d64, cp.nextafter(d32, cp.float32(np.inf)), d32)
 
 
+def _dim_variant(name, dim):
+    """Template instance of a Step-1 kernel: dimensions 1-3 compiled in (registers), else any d <= 32."""
+    return f"{name}<{dim if dim <= 3 else 0}>"
+
+
+def _choose_landmarks(cp, P, count, trials, rng):
+    """The landmark rows (``count x dim``) of the best of ``trials`` random sets (paper III-A).
+
+    The sets are the CPU twin's (``draw_landmark_sets``, same host rng draws); for d <= 32 all of
+    them are scored in one kernel (float64 sums of pairwise distances, as the CPU twin) and the
+    winner is chosen and gathered on the device: one upload, two launches, no sync, where the
+    GEMM route below costs ~11 CuPy launches per trial and one sync."""
+    n, dim = P.shape
+    if dim > _ASSIGN_FUSED_MAX_D or trials > 65535:  # (grid.y holds the trial)
+        ids = choose_landmarks(P, count, trials, rng, xp=cp)
+        return cp.ascontiguousarray(P[cp.asarray(ids)])
+    picks = cp.asarray(draw_landmark_sets(n, count, trials, rng))  # (trials, count) int64
+    nblk = (count + _BLOCK - 1) // _BLOCK if trials > 1 else 0
+    partial = cp.empty(max(1, trials * nblk), cp.float64)
+    if nblk:
+        _k(_dim_variant("sweet_spread", dim))((nblk, trials), (_BLOCK,), (P, picks, np.int32(count), np.int32(dim),
+                                                                          partial))
+    L = cp.empty((count, dim), cp.float32)
+    _k("sweet_pick_landmarks")(_grid(count * dim), (_BLOCK,), (P, picks, partial, np.int32(nblk), np.int32(trials),
+                                                               np.int32(count), np.int32(dim), L))
+    return L
+
+
 class _Clusters:
-    """Landmarks, assignment, and the points ordered by (cluster, descending centre distance)."""
+    """Landmarks, assignment, and the points ordered by (cluster, descending centre distance).
+
+    ``order`` (int32) lists the members cluster by cluster, ``dist`` their centre distances in that
+    order (float32 rounded up, descending inside a cluster, equal distances by ascending index),
+    ``off`` the cluster offsets (count + 1), ``size``, ``radius`` (float32) and ``labels`` (int32).
+    Launches (d <= 32): one upload, spread, pick, assignment, stats, offsets, then either the
+    counting scatter and the in-cluster rank (sum of size^2 up to ``_RANK_MAX_MEAN`` * n) or the
+    former stable sort of all points; one host sync (that choice)."""
 
     def __init__(self, cp, P, count, trials, rng):
         n, dim = P.shape
-        ids = choose_landmarks(P, count, trials, rng, xp=cp)
-        self.L = cp.ascontiguousarray(P[cp.asarray(ids)])
-        ln = (self.L * self.L).sum(axis=1)
+        self.L = _choose_landmarks(cp, P, count, trials, rng)
         labels = cp.empty(n, cp.int32)
         if dim <= _ASSIGN_FUSED_MAX_D:
             # one pass over the points, landmarks through shared memory (no n x count matrix)
-            _k("sweet_assign_lowdim")(((n + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
-                                      (P, self.L, np.int64(n), np.int32(count), np.int32(dim), labels))
+            _k(_dim_variant("sweet_assign_lowdim", dim))(((n + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
+                                                         (P, self.L, np.int64(n), np.int32(count), np.int32(dim),
+                                                          labels))
         else:
+            ln = (self.L * self.L).sum(axis=1)
             step = max(1, _ASSIGN_ELEMS // count)
             for s in range(0, n, step):
                 G = P[s:s + step] @ self.L.T
                 labels[s:s + step] = cp.argmin(ln[None, :] - 2.0 * G, axis=1)
-        dist = cp.empty(n, cp.float64)
-        _k("sweet_point_centre_dist")(_grid(n), (_BLOCK,), (P, self.L, labels, np.int64(n), np.int32(dim), dist))
-        d32 = _round_up_f32(cp, dist)
-        key = (labels.astype(cp.uint64) << np.uint64(32)) | (np.uint32(0xFFFFFFFF) - d32.view(cp.uint32)).astype(cp.uint64)
-        order = cp.argsort(key)
-        self.order = order.astype(cp.int32)           # members, cluster by cluster
-        self.dist = d32[order]                         # descending inside each cluster
+        d32 = cp.empty(n, cp.float32)
+        self.size = cp.zeros(count, cp.int64)
+        self.radius = cp.zeros(count, cp.float32)
+        _k("sweet_member_stats")(_grid(n), (_BLOCK,), (P, self.L, labels, np.int64(n), np.int32(dim), d32, self.size,
+                                                      self.radius))
+        self.off = cp.empty(count + 1, cp.int64)
+        fill = cp.empty(count, cp.uint64)
+        info = cp.empty(1, cp.uint64)
+        _k("sweet_cluster_offsets")((1,), (_SCAN_THREADS,), (self.size, np.int32(count), self.off, fill, info))
         self.labels = labels
-        self.size = cp.bincount(labels, minlength=count).astype(cp.int64)
-        self.off = cp.zeros(count + 1, cp.int64)
-        self.off[1:] = cp.cumsum(self.size)
-        first = cp.minimum(self.off[:-1], n - 1)
-        self.radius = cp.where(self.size > 0, self.dist[first], cp.float32(0))
+        if int(info[0]) <= _RANK_MAX_MEAN * n:  # the only sync of the phase
+            keys = cp.empty(n, cp.uint64)
+            _k("sweet_cluster_bucket")(_grid(n), (_BLOCK,), (labels, d32, np.int64(n), fill, keys))
+            self.order = cp.empty(n, cp.int32)
+            self.dist = cp.empty(n, cp.float32)
+            _k("sweet_cluster_rank")(_grid(n), (_BLOCK,), (keys, labels, self.off, np.int64(n), self.order,
+                                                           self.dist))
+        else:
+            # a few huge clusters (rank work ~ size^2): one stable radix sort of (cluster, ~distance bits)
+            key = (labels.astype(cp.uint64) << np.uint64(32)) | \
+                (np.uint32(0xFFFFFFFF) - d32.view(cp.uint32)).astype(cp.uint64)
+            order = cp.argsort(key)
+            self.order = order.astype(cp.int32)
+            self.dist = d32[order]
 
 
 def _device_threads(cp):
@@ -188,18 +239,18 @@ def _find_duplicates(X, rng):
     _k("sweet_row_hash")(_grid(n), (_BLOCK,), (X, np.int64(n), np.int32(dim), h))
     order = cp.argsort(h)  # stable: rows of equal hash in ascending index
     is_new = cp.empty(n, cp.int32)
-    _k("sweet_row_starts")(_grid(n), (_BLOCK,), (X, order, h[order], np.int64(n), np.int32(dim), is_new))
-    group = cp.cumsum(is_new, dtype=cp.int64) - 1
-    nu = int(group[-1]) + 1
+    _k("sweet_row_starts")(_grid(n), (_BLOCK,), (X, order, h, np.int64(n), np.int32(dim), is_new))
+    group = cp.cumsum(is_new, dtype=cp.int64)  # distinct row of sorted position p: group[p] - 1
+    nu = int(group[-1])  # sync: the tables' sizes
     if nu == n:
         return None
-    starts = cp.flatnonzero(is_new)
     inv = cp.empty(n, cp.int64)
-    inv[order] = group
     uoff = cp.empty(nu + 1, cp.int64)
-    uoff[:nu] = starts
-    uoff[nu] = n
-    return cp.ascontiguousarray(X[order[starts]]), inv, uoff, order.astype(cp.int32)
+    uidx = cp.empty(n, cp.int32)
+    U = cp.empty((nu, dim), cp.float32)
+    _k("sweet_dup_tables")(_grid(n), (_BLOCK,), (X, order, is_new, group, np.int64(n), np.int32(dim), inv, uoff,
+                                                 uidx, U))
+    return U, inv, uoff, uidx
 
 
 def _expand_unique(ud, ui, inv, out_d, out_i):

@@ -1,7 +1,9 @@
 // Sweet KNN kernels: Chen, Ding, Shen, "Sweet KNN: An Efficient KNN on GPU through
 // Reconciliation between Redundancy Removal and Regularity" (ICDE 2017).
-//   sweet_point_centre_dist / sweet_centre_dist: the landmark distances of Step 1 (section III-A)
-//       in float64, the inputs of every bound;
+//   sweet_spread / sweet_pick_landmarks / sweet_assign_lowdim / sweet_member_stats /
+//       sweet_cluster_offsets / sweet_cluster_bucket / sweet_cluster_rank: Step 1 (section III-A),
+//       landmarks by repeated random sampling, assignment, member distances (float64, stored
+//       rounded up) and the member order; sweet_centre_dist: the centre-pair distances of level 1;
 //   sweet_level2<KCAP, MODE>: level-2 point filtering, Algorithm 2 (section III-C), with the
 //       elastic filter strength of section IV-B1 (MODE 0 = full filter, a per-worker k-best list
 //       whose k-th distance shrinks theta; MODE 1/2 = partial filter: count, then write the
@@ -11,7 +13,7 @@
 //       cluster, so a warp's threads walk the same candidate list) and the kNearests placement of
 //       IV-C2/IV-D2 (KCAP > 0: a per-thread array the compiler keeps in registers/local memory;
 //       KCAP == 0: global memory, slot-major so that a warp's accesses to one slot coalesce).
-//   sweet_row_hash / sweet_row_starts / sweet_expand_unique: repeated rows merged (not in the
+//   sweet_row_hash / sweet_row_starts / sweet_dup_tables / sweet_expand_unique: repeated rows merged (not in the
 //       paper; NOTES_sweet.md, "GPU repeated-row merge"). All-points joins whose rows repeat often
 //       run level 2 on the distinct rows only: rows are grouped by a 64-bit hash of their bits
 //       (sorted on the host side by CuPy) with an exact comparison of neighbouring rows, a distinct
@@ -66,48 +68,217 @@ __device__ __forceinline__ double sweet_centre_distance(const float* __restrict_
     return sqrt(acc);
 }
 
-// distance of every point to the landmark it was assigned to
-extern "C" __global__ void sweet_point_centre_dist(const float* __restrict__ P, const float* __restrict__ L,
-                                                   const int* __restrict__ labels, long long n, int dim,
-                                                   double* __restrict__ out)
+// ---------------------------------------------------------------- Step 1: clusters (section III-A)
+// The whole phase is a handful of launches and one host sync (NOTES_sweet.md, "GPU clustering
+// phase"): all landmark trials scored in one kernel, the winner chosen and gathered on the device,
+// assignment, member distances, sizes and radii in two passes, members ordered by a counting
+// scatter and a rank inside each cluster instead of a sort of all points.
+
+// Coordinates of a row in registers: D > 0 is the dimension fixed at compile time (the loops
+// unroll and p[] stays in registers), D == 0 any dim <= 32 (p[] in local memory).
+template <int D>
+__device__ __forceinline__ int sweet_dim(int dim) { return D > 0 ? D : dim; }
+
+// Spread of every landmark trial (sum of pairwise Euclidean distances, float64 like the CPU
+// twin's _spread): block (b, t) adds, for the landmarks i of its 256-slice of trial t, the
+// distances to all landmarks of the trial (both orders, so twice the CPU's triangle sum; the
+// argmax is the same). The trial's landmarks stream through shared memory in tiles. One partial
+// sum per block, reduced in a fixed order, so the result is deterministic.
+#define SWEET_TILE 256
+template <int D>
+__global__ void sweet_spread(const float* __restrict__ P, const long long* __restrict__ picks, int count, int dim,
+                             double* __restrict__ partial)
 {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        out[i] = sweet_centre_distance(P + i * dim, L + (long long)labels[i] * dim, dim);
+    __shared__ float tile[SWEET_TILE * 32];
+    __shared__ double red[SWEET_TILE];
+    const int nd = sweet_dim<D>(dim);
+    const long long* pk = picks + (long long)blockIdx.y * count;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = i < count;
+    float p[D > 0 ? D : 32];
+#pragma unroll
+    for (int c = 0; c < (D > 0 ? D : 32); ++c) p[c] = 0.f;
+    if (active) {
+        const float* row = P + pk[i] * nd;
+        for (int c = 0; c < nd; ++c) p[c] = row[c];
+    }
+    double acc = 0.0;
+    for (int t0 = 0; t0 < count; t0 += SWEET_TILE) {
+        const int m = min(SWEET_TILE, count - t0);
+        __syncthreads();
+        for (int e = threadIdx.x; e < m * nd; e += blockDim.x) {
+            const int r = e / nd;
+            tile[e] = P[pk[t0 + r] * nd + (e - r * nd)];
+        }
+        __syncthreads();
+        if (active) {
+            for (int j = 0; j < m; ++j) {
+                double s = 0.0;
+                for (int c = 0; c < nd; ++c) {
+                    const double diff = (double)p[c] - (double)tile[j * nd + c];
+                    s = fma(diff, diff, s);
+                }
+                acc += sqrt(s);
+            }
+        }
+    }
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = SWEET_TILE / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[(long long)blockIdx.y * gridDim.x + blockIdx.x] = red[0];
 }
 
-// Step 1's assignment for low dimensions (section III-A): each thread keeps its point's nearest
-// landmark while the block streams the landmarks through shared memory in tiles. For d <= 32
-// this replaces a GEMM of inner dimension d, whose (n x landmarks) output is pure memory
-// traffic. Ties go to the smaller landmark index (as argmin); the assignment only has to be
-// good, not exact: every bound uses the exact distance to the landmark actually assigned.
-#define SWEET_ASSIGN_TILE 256
-extern "C" __global__ void sweet_assign_lowdim(const float* __restrict__ P, const float* __restrict__ L,
-                                               long long n, int count, int dim, int* __restrict__ labels)
+// The trial with the largest spread (the first of equal ones, as np.argmax) and its landmark rows
+// gathered into L (count x dim). Every block finds the winner itself (trials * nblk additions,
+// L2-resident) and copies its share of L: no host round trip between the trials and the gather.
+// nblk == 0: one trial, nothing to compare.
+extern "C" __global__ void sweet_pick_landmarks(const float* __restrict__ P, const long long* __restrict__ picks,
+                                                const double* __restrict__ partial, int nblk, int trials,
+                                                int count, int dim, float* __restrict__ L)
 {
-    __shared__ float tile[SWEET_ASSIGN_TILE * 32];
-    float p[32];
+    __shared__ int best;
+    if (threadIdx.x == 0) {
+        int b = 0;
+        double bs = 0.0;
+        for (int t = 0; t < (nblk > 0 ? trials : 1); ++t) {
+            double s = 0.0;
+            for (int k = 0; k < nblk; ++k) s += partial[(long long)t * nblk + k];
+            if (t == 0 || s > bs) { bs = s; b = t; }
+        }
+        best = b;
+    }
+    __syncthreads();
+    const long long* pk = picks + (long long)best * count;
+    const long long total = (long long)count * dim;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+        const long long r = e / dim;
+        L[e] = P[pk[r] * dim + (e - r * dim)];
+    }
+}
+
+// Step 1's assignment for low dimensions: each thread keeps its point's nearest landmark while
+// the block streams the landmarks through shared memory in tiles. For d <= 32 this replaces a
+// GEMM of inner dimension d, whose (n x landmarks) output is pure memory traffic. Ties go to the
+// smaller landmark index (as argmin); the float32 sum is a fmaf chain in coordinate order for
+// every D, so the labels do not depend on the instantiation. The assignment only has to be good,
+// not exact: every bound uses the exact distance to the landmark actually assigned.
+template <int D>
+__global__ void sweet_assign_lowdim(const float* __restrict__ P, const float* __restrict__ L,
+                                    long long n, int count, int dim, int* __restrict__ labels)
+{
+    __shared__ float tile[SWEET_TILE * 32];
+    const int nd = sweet_dim<D>(dim);
+    float p[D > 0 ? D : 32];
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = i < n;
-    for (int c = 0; c < dim; ++c) p[c] = active ? P[i * dim + c] : 0.f;
+#pragma unroll
+    for (int c = 0; c < (D > 0 ? D : 32); ++c) p[c] = 0.f;
+    if (active) {
+        for (int c = 0; c < nd; ++c) p[c] = P[i * nd + c];
+    }
     float best = SWEET_INF;
     int best_j = 0;
-    for (int t0 = 0; t0 < count; t0 += SWEET_ASSIGN_TILE) {
-        const int m = min(SWEET_ASSIGN_TILE, count - t0);
+    for (int t0 = 0; t0 < count; t0 += SWEET_TILE) {
+        const int m = min(SWEET_TILE, count - t0);
         __syncthreads();
-        for (int e = threadIdx.x; e < m * dim; e += blockDim.x) tile[e] = L[(long long)t0 * dim + e];
+        for (int e = threadIdx.x; e < m * nd; e += blockDim.x) tile[e] = L[(long long)t0 * nd + e];
         __syncthreads();
         if (active) {
             for (int j = 0; j < m; ++j) {
                 float s = 0.f;
-                for (int c = 0; c < dim; ++c) {
-                    const float diff = p[c] - tile[j * dim + c];
-                    s = fmaf(diff, diff, s);
+                for (int c = 0; c < nd; ++c) {
+                    const float diff = __fsub_rn(p[c], tile[j * nd + c]);
+                    s = __fmaf_rn(diff, diff, s);
                 }
                 if (s < best) { best = s; best_j = t0 + j; }
             }
         }
     }
     if (active) labels[i] = best_j;
+}
+
+// Per point: the exact (float64) distance to its landmark, stored as float32 rounded *up*
+// (__double2float_ru is the smallest float >= the value: only loosens bounds), the cluster sizes
+// (atomicAdd) and radii (atomicMax on the bits: non-negative floats order like their bit
+// patterns). size and radius must be zero on entry.
+extern "C" __global__ void sweet_member_stats(const float* __restrict__ P, const float* __restrict__ L,
+                                              const int* __restrict__ labels, long long n, int dim,
+                                              float* __restrict__ dist, unsigned long long* __restrict__ size,
+                                              int* __restrict__ radius_bits)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const int c = labels[i];
+        const float d = __double2float_ru(sweet_centre_distance(P + i * dim, L + (long long)c * dim, dim));
+        dist[i] = d;
+        atomicAdd(size + c, 1ull);
+        atomicMax(radius_bits + c, __float_as_int(d));
+    }
+}
+
+// One block of 1024 threads: off = exclusive prefix sum of size (count + 1 entries), fill = a copy
+// of off[0 .. count) (the scatter's cursors), info[0] = sum of size^2 (the rank pass's work).
+#define SWEET_SCAN_THREADS 1024
+extern "C" __global__ void sweet_cluster_offsets(const long long* __restrict__ size, int count,
+                                                 long long* __restrict__ off, unsigned long long* __restrict__ fill,
+                                                 unsigned long long* __restrict__ info)
+{
+    __shared__ long long part[SWEET_SCAN_THREADS];
+    __shared__ unsigned long long sq;
+    const int per = (count + SWEET_SCAN_THREADS - 1) / SWEET_SCAN_THREADS;
+    const int lo = min(count, (int)threadIdx.x * per), hi = min(count, lo + per);
+    long long s = 0;
+    unsigned long long s2 = 0;
+    for (int c = lo; c < hi; ++c) { s += size[c]; s2 += (unsigned long long)size[c] * (unsigned long long)size[c]; }
+    if (threadIdx.x == 0) sq = 0;
+    part[threadIdx.x] = s;
+    __syncthreads();
+    atomicAdd(&sq, s2);
+    // inclusive Hillis-Steele scan of the per-thread sums
+    for (int h = 1; h < SWEET_SCAN_THREADS; h <<= 1) {
+        const long long v = threadIdx.x >= h ? part[threadIdx.x - h] : 0;
+        __syncthreads();
+        part[threadIdx.x] += v;
+        __syncthreads();
+    }
+    long long run = part[threadIdx.x] - s;  // exclusive
+    for (int c = lo; c < hi; ++c) { off[c] = run; fill[c] = (unsigned long long)run; run += size[c]; }
+    if (threadIdx.x == SWEET_SCAN_THREADS - 1) { off[count] = part[threadIdx.x]; info[0] = sq; }
+}
+
+// Counting scatter: every point to a free slot of its cluster (slot order inside a cluster is
+// arbitrary; sweet_cluster_rank fixes it). key = (distance bits << 32) | ~index: descending key is
+// descending distance, then ascending index.
+extern "C" __global__ void sweet_cluster_bucket(const int* __restrict__ labels, const float* __restrict__ dist,
+                                                long long n, unsigned long long* __restrict__ fill,
+                                                unsigned long long* __restrict__ keys)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const unsigned long long pos = atomicAdd(fill + labels[i], 1ull);
+        keys[pos] = ((unsigned long long)__float_as_uint(dist[i]) << 32) | (unsigned long long)(0xFFFFFFFFu - (unsigned int)i);
+    }
+}
+
+// The member order of Step 1: slot s of cluster c goes to position off[c] + (number of keys of c
+// larger than its own), i.e. descending distance, equal distances by ascending index: the order
+// of the former stable sort of (cluster, ~distance bits). Work sum(size^2); the threads of a warp
+// that share a cluster read the same key at each step (one broadcast load).
+extern "C" __global__ void sweet_cluster_rank(const unsigned long long* __restrict__ keys,
+                                              const int* __restrict__ labels, const long long* __restrict__ off,
+                                              long long n, int* __restrict__ order, float* __restrict__ mdist)
+{
+    for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < n; s += (long long)gridDim.x * blockDim.x) {
+        const unsigned long long key = keys[s];
+        const int i = (int)(0xFFFFFFFFu - (unsigned int)(key & 0xFFFFFFFFull));
+        const int c = labels[i];
+        const long long beg = off[c], end = off[c + 1];
+        long long r = 0;
+        for (long long t = beg; t < end; ++t) r += keys[t] > key;
+        order[beg + r] = i;
+        mdist[beg + r] = __uint_as_float((unsigned int)(key >> 32));
+    }
 }
 
 // distance between every query landmark and every data landmark, (mq, mt) row-major
@@ -339,6 +510,16 @@ template __global__ void sweet_level2<1, 2>(const float*, const float*, const fl
     int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
     const int*);
 
+// Step 1 instantiations: dimensions 1-3 fixed (registers, unrolled), 0 = any dim <= 32
+template __global__ void sweet_spread<0>(const float*, const long long*, int, int, double*);
+template __global__ void sweet_spread<1>(const float*, const long long*, int, int, double*);
+template __global__ void sweet_spread<2>(const float*, const long long*, int, int, double*);
+template __global__ void sweet_spread<3>(const float*, const long long*, int, int, double*);
+template __global__ void sweet_assign_lowdim<0>(const float*, const float*, long long, int, int, int*);
+template __global__ void sweet_assign_lowdim<1>(const float*, const float*, long long, int, int, int*);
+template __global__ void sweet_assign_lowdim<2>(const float*, const float*, long long, int, int, int*);
+template __global__ void sweet_assign_lowdim<3>(const float*, const float*, long long, int, int, int*);
+
 // ---------------------------------------------------------------- repeated rows (all-points join)
 // 64-bit hash of each row's float32 bit patterns (equal rows, equal hashes; -0.0 and 0.0 differ,
 // which only misses a merge). The host sorts the hashes; equal hashes are then confirmed by
@@ -363,13 +544,13 @@ extern "C" __global__ void sweet_row_hash(const float* __restrict__ X, long long
 
 // new[p] = 1 where the row at sorted position p starts a group of identical rows: the first
 // position, a change of hash, or (a collision) an equal hash with different bits. order[] lists
-// the rows by (hash, index), so a group's rows come in ascending index.
+// the rows by (hash, index), so a group's rows come in ascending index; h is the unsorted hash.
 extern "C" __global__ void sweet_row_starts(const float* __restrict__ X, const long long* __restrict__ order,
-                                            const unsigned long long* __restrict__ hsorted, long long n, int dim,
+                                            const unsigned long long* __restrict__ h, long long n, int dim,
                                             int* __restrict__ is_new)
 {
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (long long)gridDim.x * blockDim.x) {
-        int fresh = p == 0 || hsorted[p] != hsorted[p - 1];
+        int fresh = p == 0 || h[order[p]] != h[order[p - 1]];
         if (!fresh) {
             const float* a = X + order[p] * dim;
             const float* b = X + order[p - 1] * dim;
@@ -378,6 +559,29 @@ extern "C" __global__ void sweet_row_starts(const float* __restrict__ X, const l
             }
         }
         is_new[p] = fresh;
+    }
+}
+
+// The merge tables from the sorted positions in one pass (group = inclusive prefix sum of is_new,
+// so position p is in distinct row group[p] - 1): inv (distinct row of every original row), uidx
+// (the original rows group by group, ascending inside a group: order itself, as int32), uoff (start
+// of each group, n at the end) and U (the distinct rows, copied from each group's first row).
+extern "C" __global__ void sweet_dup_tables(const float* __restrict__ X, const long long* __restrict__ order,
+                                            const int* __restrict__ is_new, const long long* __restrict__ group,
+                                            long long n, int dim, long long* __restrict__ inv,
+                                            long long* __restrict__ uoff, int* __restrict__ uidx,
+                                            float* __restrict__ U)
+{
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n; p += (long long)gridDim.x * blockDim.x) {
+        const long long i = order[p];
+        const long long g = group[p] - 1;
+        inv[i] = g;
+        uidx[p] = (int)i;
+        if (is_new[p]) {
+            uoff[g] = p;
+            for (int c = 0; c < dim; ++c) U[g * dim + c] = X[i * dim + c];
+        }
+        if (p == n - 1) uoff[g + 1] = n;
     }
 }
 
