@@ -214,7 +214,7 @@ def main():
             json.dump(doc, f, indent=1, default=float)
 
     save(run(args, save))
-    print(f"wrote {path}", file=sys.stderr)
+    print(f"wrote {os.path.basename(path)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

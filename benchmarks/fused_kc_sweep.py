@@ -28,7 +28,7 @@ def main():
     from knnkit.exact import _gpu
 
     X = cp.asarray(make_broad_clusters(args.n, args.d, random_state=0))
-    out = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "args": vars(args), "rows": []}
+    out = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "args": dict(vars(args), out="$OUT"), "rows": []}
     orig = _gpu._candidates_k
     sync = cp.cuda.Device().synchronize
     _gpu.knn_gpu(X[:20000], X[:20000], 10, "l2", True, "fp16_rerank")  # compile

@@ -30,7 +30,7 @@ def main():
     from knnkit.datasets.suite import make_broad_clusters
     from knnkit.exact import _gpu
 
-    out = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "args": vars(args), "cases": []}
+    out = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "args": dict(vars(args), out="$OUT"), "cases": []}
     for d in map(int, args.dims.split(",")):
         if args.data == "broad":
             X = cp.asarray(make_broad_clusters(args.n, d, random_state=0))

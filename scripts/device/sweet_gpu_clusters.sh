@@ -21,7 +21,7 @@ if [ -d "$peers" ]; then
 fi
 py=${PYTHON:-python}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1; git rev-parse HEAD 2>/dev/null
-  date -u; echo "KNNKIT_DATA=${KNNKIT_DATA:-unset}"; $py -c "import cuvs; print('cuvs', cuvs.__version__)" 2>&1 | tail -1
+  date -u; echo "KNNKIT_DATA: ${KNNKIT_DATA:+set}"; $py -c "import cuvs; print('cuvs', cuvs.__version__)" 2>&1 | tail -1
 } > "$out/env.txt"
 cat "$out/env.txt"
 rc=0
