@@ -589,3 +589,27 @@ def test_default_beam_raised_unless_calibration_clears_the_margin():
     assert raised_default_beam(cal, 64) == 256      # 0.952 at 64: raised to the first beam >= 0.965
     assert raised_default_beam(cal, 256) is None    # 0.975 clears 0.96
     assert raised_default_beam(dict(cal, recall=[0.9, 0.94, 0.97, 0.98, 0.99]), 64) is None
+
+
+def test_many_copies_reachable():
+    """Rows with many identical copies (skin: 245k RGB points, 51k distinct): the candidate lists
+    come from the distinct rows and every group is linked as a cycle, so a walk that reaches a
+    group lists its copies. Without it, 100 copies per point filled every candidate list with
+    copies, groups were islands, and the default search missed most queries' neighbours."""
+    rng = np.random.default_rng(11)
+    distinct = rng.integers(0, 60, size=(300, 3)).astype(np.float32)
+    X = np.repeat(distinct, 100, axis=0)[rng.permutation(30_000)]
+    Q = rng.integers(0, 60, size=(200, 3)).astype(np.float32) + 0.25
+    D_true, _ = knnkit.knn(X, Q, k=10, device="cpu")
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    d, i = index.search(Q, k=10)
+    Xd = X.astype(np.float64)
+    got = ((Xd[i] - Q[:, None, :].astype(np.float64)) ** 2).sum(-1)
+    hits = (got <= D_true[:, -1:] * (1 + 1e-6) + 1e-9).sum(1).clip(max=10)
+    assert hits.mean() / 10 >= 0.95, hits.mean() / 10
+    from knnkit.index._connect import components
+
+    assert components(index.graph)[1] == 1
+    # every copy is reachable through its group's cycle: each row with copies links to a copy
+    same = (X[index.graph[:, -1]] == X).all(axis=1)
+    assert same.mean() > 0.99

@@ -101,6 +101,81 @@ def exact_knn_cpu(X, Q, k, metric, *, exclude_self=False, block=None):
     return out_d, out_i
 
 
+# ----------------------------------------------------------------------- repeated rows (copies)
+# A row with many identical copies fills its whole candidate list with them (skin, 245k RGB
+# points of which 51k are distinct, up to thousands of copies each): after pruning such a group
+# has almost no links out and few in, and a walk rarely enters it (CPU, skin 244k: recall 0.67
+# at beam 64, 0.94 at beam 2048; 41 components each holding copies). So the candidate lists are
+# computed on the distinct rows, every copy takes its distinct row's list (mapped to the groups'
+# smallest ids, so links point at one member of each group), and after the graph is built each
+# copy gets one link to the next copy of its group (a cycle), through which a walk that reached
+# any member lists the others. Sweet KNN's grouping (exact/sweet, identical float32 bit patterns,
+# gated by the sampled mean number of copies) finds the groups on either device.
+
+def distinct_groups(X, random_state):
+    """``(U, inv, uoff, uidx)`` of the identical rows of prepared ``X`` (see
+    ``knnkit.exact.sweet._cpu._find_duplicates``), or None when copies are rare."""
+    from ..exact.sweet import _cpu as sweet_cpu
+
+    rng = np.random.default_rng(np.random.SeedSequence([0xC0B1E5, _seed(random_state) & 0xFFFFFFFF]))
+    if get_array_module(X) is np:
+        return sweet_cpu._find_duplicates(np.ascontiguousarray(X, dtype=np.float32), rng)
+    import cupy as cp
+
+    from ..exact.sweet import _gpu as sweet_gpu
+
+    return sweet_gpu._find_duplicates(cp.ascontiguousarray(X, dtype=cp.float32), rng)
+
+
+def copy_cycle(groups, n):
+    """Next copy of every row in its group (ascending ids, the last back to the first); -1 for a
+    row without copies. Same array module as the groups."""
+    _U, _inv, uoff, uidx = groups
+    xp = get_array_module(uoff)
+    uidx = uidx.astype(xp.int64)
+    size = xp.diff(uoff)
+    start = xp.repeat(uoff[:-1], size.astype(xp.int64))     # group start of each sorted position
+    end = xp.repeat(uoff[1:], size.astype(xp.int64))
+    pos = xp.arange(n, dtype=xp.int64)
+    nxt = xp.where(pos + 1 < end, pos + 1, start)
+    out = xp.full(n, -1, xp.int64)
+    out[uidx] = xp.where(end - start > 1, uidx[nxt], -1)
+    return out
+
+
+def candidates_on_distinct(X, K, metric, random_state, build):
+    """``build(Xs, K)`` -> (ids, dist) candidate lists, computed on the distinct rows of ``X`` when
+    copies are common (squared L2 only: a copy's distance to itself is 0 there); returns
+    ``(ids, dist, cycle)`` in the original ids, ``cycle`` from :func:`copy_cycle` or None."""
+    n = int(X.shape[0])
+    if metric != "l2" or n < 64:
+        return (*build(X, K), None)
+    groups = distinct_groups(X, random_state)
+    if groups is None or int(groups[0].shape[0]) <= K + 1:
+        # no copies worth merging, or so few distinct rows that a list cannot hold K of them
+        return (*build(X, K), None)
+    U, inv, uoff, uidx = groups
+    xp = get_array_module(uoff)
+    logger.info("GraphIndex: %d rows, %d distinct: candidate lists built on the distinct rows", n, int(U.shape[0]))
+    cu, du = build(U, K)
+    rep = uidx[uoff[:-1]].astype(xp.int64)                  # smallest original id of each group
+    inv = xp.asarray(inv, dtype=xp.int64)
+    ids = rep[xp.asarray(cu, dtype=xp.int64)][inv]
+    dist = xp.asarray(du)[inv]
+    return ids, dist, copy_cycle(groups, n)
+
+
+def link_copies(g, cycle):
+    """The last slot of every row with copies -> its next copy (see :func:`copy_cycle`), in place."""
+    if cycle is None:
+        return g
+    xp = get_array_module(g)
+    cycle = xp.asarray(cycle)
+    rows = xp.nonzero(cycle >= 0)[0]
+    g[rows, g.shape[1] - 1] = cycle[rows].astype(g.dtype)
+    return g
+
+
 def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", random_state=None,
                     user_metric=None):
     """Candidate lists with their distances, as host numpy arrays: ``(idx int64 (n, K), dist
@@ -312,8 +387,12 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
             on_stage(name)
 
     n = X.shape[0]
-    cand, cand_d = candidate_graph_gpu(X, K, metric, build_algo=build_algo, random_state=random_state,
-                                       knn_params=knn_params, stats=stats)
+    cand, cand_d, cycle = candidates_on_distinct(
+        X, K, metric, random_state,
+        lambda Xs, k: candidate_graph_gpu(Xs, k, metric, build_algo=build_algo, random_state=random_state,
+                                          knn_params=knn_params, stats=stats))
+    cand = cp.ascontiguousarray(cand, dtype=cp.int32)
+    cand_d = cp.ascontiguousarray(cand_d, dtype=cp.float32)
     mark("candidates")
     xn2 = (X * X).sum(axis=1) if metric == "ip" else None
     shift = float(xn2.max()) if metric == "ip" else 0.0
@@ -326,6 +405,7 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
     if n > 1:
         g = add_reverse_edges_gpu(X, g, gd, R, alpha, metric, cap=reverse_cap, shift=shift)
     del gd
+    g = link_copies(g, cycle)
     mark("reverse")
     return g, nn1
 

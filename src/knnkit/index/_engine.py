@@ -205,7 +205,7 @@ class SearchGraph:
         out-of-core graph of a host-placed index); ``a`` must then be host data."""
         import time
 
-        from ._build import build_graph_gpu
+        from ._build import build_graph_gpu, candidates_on_distinct, link_copies
 
         xp = get_array_module(a)
         dev = "cpu" if xp is np else "gpu"
@@ -239,15 +239,20 @@ class SearchGraph:
             if candidates is not None:
                 cand = np.ascontiguousarray(candidates[0], dtype=np.int64)
                 cand_dist = pair_distances(np.ascontiguousarray(X), cand, im)
+                cycle = None
             else:
-                cand, cand_dist = candidate_graph(X, K, im, build_algo=algo, device=dev, random_state=random_state,
-                                                  user_metric=metric)
+                cand, cand_dist, cycle = candidates_on_distinct(
+                    X, K, im, random_state,
+                    lambda Xs, k: candidate_graph(Xs, k, im, build_algo=algo if Xs.shape[0] > 4096 else "brute",
+                                                  device=dev, random_state=random_state, user_metric=metric))
+                cand, cand_dist = as_host(cand), as_host(cand_dist)
             nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
             stage.done("candidates")
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
             g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
                           cand_dist=cand_dist)
             g = xp.asarray(g) if xp is not np else g
+            g = link_copies(g, cycle)
             stage.done("diversify")
             timings["graph"] = time.perf_counter() - t0
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
