@@ -293,7 +293,9 @@ def test_level1_kernel_equals_reference(rng, monkeypatch, shared):
     D = np.sqrt(((Lq[:, None, :] - Lt[None]) ** 2).sum(-1))  # exact: small integers
     tsize, off, dist = data.size.get(), data.off.get(), data.dist.get()
     for k_eff in (1, 2, 21, 200, 3000):
-        ub, ncand, cand, rowpairs = sweet_gpu_module._level1(cp, data, query, k_eff, 1e-5, 1 << 30)
+        # global variant: a budget of 7 rows per launch (70 rows: several launches)
+        budget = 1 << 30 if shared else 4 * 7 * (8 * 150 + 4 * 256)
+        ub, ncand, cand, rowpairs = sweet_gpu_module._level1(cp, data, query, k_eff, 1e-5, budget)
         ub0, c0 = _level1_reference(D, query.radius.get().astype(np.float64), data.radius.get().astype(np.float64),
                                     query.size.get(), tsize, off, dist, k_eff, 1e-5, sweet_gpu_module._NEAREST_FOR_UB)
         np.testing.assert_array_equal(ub.get(), ub0)
