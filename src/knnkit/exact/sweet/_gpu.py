@@ -7,11 +7,13 @@ every bound), sizes and radii by atomics, then a counting scatter and a rank ins
 every cluster's members contiguously in descending distance, equal distances by index (the paper's
 two-kernel local-ID scheme does the same job). One host sync in the phase (NOTES_sweet.md, "GPU
 clustering phase in a few launches").
-Level 1 (Algorithm 1) is dense CuPy algebra on the (query clusters x data clusters) tables in
-float64. Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks sized by the
-memory budget; the per-worker lists are merged, and partial-filter survivors k-selected, by
-sorting 64-bit keys ``(float bits << 32) | index``, whose order is exactly (distance, index)
-for non-negative distances.
+Level 1 (Algorithm 1) is one kernel, ``sweet_level1``: a block per query cluster computes its row
+of centre distances (float64), orders it, finds UB and writes the candidate clusters into a padded
+table (no host sync). Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks
+sized by the memory budget; with one worker per query the kernel sorts its list and writes the
+output row itself; otherwise the per-worker lists are merged, and partial-filter survivors
+k-selected, by sorting 64-bit keys ``(float bits << 32) | index``, whose order is exactly
+(distance, index) for non-negative distances.
 
 Repeated rows (all-points joins whose rows repeat often, as the CPU twin): ``_find_duplicates``
 groups identical rows on the device (a 64-bit hash per row, one stable sort, neighbouring rows
