@@ -246,3 +246,72 @@ def test_clusters_gpu_equal_cpu(rng, monkeypatch, dim, rank):
         np.testing.assert_array_equal(g.dist.get(), d32[order])
         np.testing.assert_array_equal(g.off.get(), np.concatenate([[0], np.cumsum(np.bincount(labels,
                                                                                             minlength=count))]))
+
+
+def _level1_reference(D, rq, Rt, qsize, tsize, off, dist, k_eff, rel, near_n):
+    """The former CuPy level 1 in NumPy: stable argsort of each row, k_eff-th of the sorted pool
+    over the near_n nearest data clusters (all where that is +inf), candidates in row order."""
+    mq, mt = D.shape
+    t = np.arange(k_eff)
+    pos = off[1:, None] - 1 - t[None, :]
+    small = np.where(t[None, :] < tsize[:, None], dist[np.maximum(pos, 0)].astype(np.float64), np.inf)
+    order = np.argsort(D, axis=1, kind="stable")
+
+    def pooled(rows, ncl):
+        o = order[rows, :ncl]
+        pool = rq[rows][:, None, None] + np.take_along_axis(D[rows], o, axis=1)[:, :, None] + small[o]
+        return np.sort(pool.reshape(len(rows), -1), axis=1)[:, k_eff - 1]
+
+    near = min(mt, near_n)
+    ub = pooled(np.arange(mq), near)
+    bad = np.nonzero(np.isinf(ub))[0]
+    if bad.size and near < mt:
+        ub[bad] = pooled(bad, mt)
+    ub = np.where(qsize > 0, ub, 0.0)
+    lb = D - rq[:, None] - Rt[None, :]
+    keep = ~(lb > ub[:, None] + rel * (ub[:, None] + D + rq[:, None] + Rt[None, :]))
+    keep &= (tsize > 0)[None, :]
+    ks = np.take_along_axis(keep, order, axis=1)
+    return ub, [order[a][ks[a]] for a in range(mq)]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_level1_kernel_equals_reference(rng, monkeypatch, shared):
+    """sweet_level1 against the former algorithm on integer data (exact float64 centre distances,
+    many equal ones, so the (distance, index) order matters): same UB bits, same candidate lists in
+    the same order, same points per list; small k, k with the all-cluster fallback, both the
+    shared-memory and the global-scratch variants."""
+    import cupy as cp
+
+    if not shared:
+        monkeypatch.setattr(sweet_gpu_module, "_L1_SHARED_MAX", -1)
+    X = cp.asarray(rng.integers(0, 12, (6001, 3)).astype(np.float32))
+    Q = cp.asarray(rng.integers(0, 12, (1203, 3)).astype(np.float32))
+    data = sweet_gpu_module._Clusters(cp, X, 150, 3, np.random.default_rng(1))
+    query = sweet_gpu_module._Clusters(cp, Q, 70, 2, np.random.default_rng(2))
+    Lq, Lt = query.L.get().astype(np.float64), data.L.get().astype(np.float64)
+    D = np.sqrt(((Lq[:, None, :] - Lt[None]) ** 2).sum(-1))  # exact: small integers
+    tsize, off, dist = data.size.get(), data.off.get(), data.dist.get()
+    for k_eff in (1, 2, 21, 200, 3000):
+        # global variant: a budget of 7 rows per launch (70 rows: several launches)
+        budget = 1 << 30 if shared else 4 * 7 * (8 * 150 + 4 * 256)
+        ub, ncand, cand, rowpairs = sweet_gpu_module._level1(cp, data, query, k_eff, 1e-5, budget)
+        ub0, c0 = _level1_reference(D, query.radius.get().astype(np.float64), data.radius.get().astype(np.float64),
+                                    query.size.get(), tsize, off, dist, k_eff, 1e-5, sweet_gpu_module._NEAREST_FOR_UB)
+        np.testing.assert_array_equal(ub.get(), ub0)
+        nc, cd, rp = ncand.get(), cand.get().reshape(Lq.shape[0], Lt.shape[0]), rowpairs.get()
+        for a in range(Lq.shape[0]):
+            np.testing.assert_array_equal(cd[a, :nc[a]], c0[a])
+            assert rp[a] == tsize[c0[a]].sum()
+
+
+def test_duplicate_gate_count_on_device(rng):
+    """The device count of the gate equals the host's mean_copies on the same draws."""
+    import cupy as cp
+
+    from knnkit.exact.sweet._plan import mean_copies
+
+    for X in (rng.random((5000, 3), dtype=np.float32), rng.integers(0, 9, (7000, 2)).astype(np.float32),
+              rng.integers(0, 3, (3, 4)).astype(np.float32)):
+        Xd = cp.asarray(X)
+        assert sweet_gpu_module._mean_copies(Xd, np.random.default_rng(5)) == mean_copies(X, np.random.default_rng(5))

@@ -7,11 +7,13 @@ every bound), sizes and radii by atomics, then a counting scatter and a rank ins
 every cluster's members contiguously in descending distance, equal distances by index (the paper's
 two-kernel local-ID scheme does the same job). One host sync in the phase (NOTES_sweet.md, "GPU
 clustering phase in a few launches").
-Level 1 (Algorithm 1) is dense CuPy algebra on the (query clusters x data clusters) tables in
-float64. Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks sized by the
-memory budget; the per-worker lists are merged, and partial-filter survivors k-selected, by
-sorting 64-bit keys ``(float bits << 32) | index``, whose order is exactly (distance, index)
-for non-negative distances.
+Level 1 (Algorithm 1) is one kernel, ``sweet_level1``: a block per query cluster computes its row
+of centre distances (float64), orders it, finds UB and writes the candidate clusters into a padded
+table (no host sync). Level 2 is ``sweet_level2`` (see the kernel file), with queries in chunks
+sized by the memory budget; with one worker per query the kernel sorts its list and writes the
+output row itself; otherwise the per-worker lists are merged, and partial-filter survivors
+k-selected, by sorting 64-bit keys ``(float bits << 32) | index``, whose order is exactly
+(distance, index) for non-negative distances.
 
 Repeated rows (all-points joins whose rows repeat often, as the CPU twin): ``_find_duplicates``
 groups identical rows on the device (a 64-bit hash per row, one stable sort, neighbouring rows
@@ -20,6 +22,7 @@ distinct row's copies as their own indices, and ``_expand_unique`` gives every o
 distinct row's list without itself. Same results as without the merge; see NOTES_sweet.md.
 """
 
+import functools
 import math
 import time
 
@@ -27,21 +30,25 @@ import numpy as np
 
 from ..._core.config import get_memory_budget, logger
 from ..._core.cuda import get_kernel, kernel_path, retry_on_oom
-from ._plan import (choose_filter, choose_landmarks, default_landmarks, draw_landmark_sets, mean_copies,
-                    pruning_rel)
+from ._plan import (choose_filter, choose_landmarks, copies_from_pairs, default_landmarks, draw_landmark_sets,
+                    dup_sample, mean_copies_of_sample, pruning_rel)
 
 __all__ = ["sweet_gpu", "level2_kernel_name"]
 
 _KERNEL = kernel_path(__file__, "sweet.cu")
 _NAMES = ("sweet_level2<32,0>", "sweet_level2<128,0>", "sweet_level2<0,0>", "sweet_level2<1,1>",
-          "sweet_level2<1,2>") + tuple(f"{f}<{d}>" for f in ("sweet_spread", "sweet_assign_lowdim") for d in range(4))
+          "sweet_level2<1,2>", "sweet_level1<unsigned short>", "sweet_level1<int>") + \
+    tuple(f"{f}<{d}>" for f in ("sweet_spread", "sweet_assign_lowdim") for d in range(4))
 _BLOCK = 256
 _ASSIGN_ELEMS = 1 << 26          # GEMM tile of the assignment (elements)
 _ASSIGN_FUSED_MAX_D = 32         # up to this dimension the fused assignment kernel replaces the GEMM
 _SCAN_THREADS = 1024             # sweet_cluster_offsets: one block of this size
 _RANK_MAX_MEAN = 4096            # in-cluster rank while sum(size^2) <= this * n, else one sort of all points
 _NEAREST_FOR_UB = 64             # data clusters pooled for the level-1 upper bound (any subset is valid)
+_L1_THREADS = 256                # sweet_level1's block (its __launch_bounds__)
+_L1_SHARED_MAX = 46 << 10        # its dynamic shared memory: under the 48 KiB that needs no opt-in, less its static part
 _CACHE_CONFLICT_R = 0.25         # paper section IV-D3: r * max concurrent threads
+_SAMPLE_MAX = 4096               # sweet_sample_pairs' shared hash table
 _PAD_KEY = np.uint64((0x7F800000 << 32) | 0x7FFFFFFF)
 
 
@@ -149,59 +156,62 @@ class _Clusters:
 
 
 def _device_threads(cp):
-    dev = cp.cuda.Device()
-    attrs = dev.attributes
+    return _threads_of(cp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _threads_of(device_id):
+    # Device.attributes queries every attribute (dozens of driver calls): once per device
+    import cupy as cp
+
+    attrs = cp.cuda.Device(device_id).attributes
     return int(attrs["MultiProcessorCount"]) * int(attrs["MaxThreadsPerMultiProcessor"])
 
 
 def _level1(cp, data, query, k_eff, rel, budget):
-    """UB per query cluster and the candidate lists (Algorithm 1), float64 tables."""
+    """UB per query cluster and the candidate lists (Algorithm 1) in one kernel, ``sweet_level1``:
+    one block per query cluster computes its row of centre distances (float64), orders it by
+    (distance, index), pools the ``k_eff`` members closest to each of the ``_NEAREST_FOR_UB``
+    nearest data centres (all clusters where those hold fewer than ``k_eff`` points) for UB and
+    writes the candidate clusters in that order. No host sync: the table is padded (row ``cq`` of
+    ``cand`` starts at ``cq * mt``, ``ncand[cq]`` entries), sized by its upper bound ``mq * mt``.
+
+    Returns ``(ub, ncand, cand, rowpairs)``; ``rowpairs[cq]`` = points in cq's candidate clusters
+    (level-1 pairs per query of cq). Same bounds and lists, in the same order, as the former CuPy
+    version (stable argsort of the table, sorted pools), which cost ~55 launches, two Thrust sorts
+    and three host syncs (NOTES_sweet.md, "GPU level 1 in fewer launches")."""
     mq, mt = query.L.shape[0], data.L.shape[0]
     dim = data.L.shape[1]
-    D = cp.empty((mq, mt), cp.float64)
-    _k("sweet_centre_dist")(_grid(mq * mt), (_BLOCK,), (query.L, data.L, np.int32(mq), np.int32(mt),
-                                                        np.int32(dim), D))
-    rq = query.radius.astype(cp.float64)
-    Rt = data.radius.astype(cp.float64)
-    # the k_eff members closest to each data centre (the tail of its descending segment)
-    t = cp.arange(k_eff, dtype=cp.int64)
-    pos = data.off[1:, None] - 1 - t[None, :]
-    small = cp.where(t[None, :] < data.size[:, None], data.dist[cp.maximum(pos, 0)].astype(cp.float64), cp.inf)
-    order = cp.argsort(D, axis=1)
-    ub = cp.empty(mq, cp.float64)
-
-    def pooled_kth(rows, ncl):
-        o = order[rows, :ncl]
-        pool = rq[rows][:, None, None] + cp.take_along_axis(D[rows], o, axis=1)[:, :, None] + small[o]
-        return cp.sort(pool.reshape(len(rows), -1), axis=1)[:, k_eff - 1]
-
     near = min(mt, _NEAREST_FOR_UB)
-    step = max(1, budget // (3 * 8 * near * k_eff))
-    for s in range(0, mq, step):
-        rows = cp.arange(s, min(mq, s + step))
-        ub[rows] = pooled_kth(rows, near)
-    # the nearest clusters may hold fewer than k_eff points: pool over all of them there
-    bad = cp.nonzero(cp.isinf(ub))[0]
-    if bad.size and near < mt:
-        step = max(1, budget // (3 * 8 * mt * k_eff))
-        for s in range(0, int(bad.size), step):
-            rows = bad[s:s + step]
-            ub[rows] = pooled_kth(rows, mt)
-    ub = cp.where(query.size > 0, ub, 0.0)
-    lb = D - rq[:, None] - Rt[None, :]
-    keep = ~(lb > ub[:, None] + rel * (ub[:, None] + D + rq[:, None] + Rt[None, :]))
-    keep &= (data.size > 0)[None, :]
-    keep_sorted = cp.take_along_axis(keep, order, axis=1)
-    ncand = keep_sorted.sum(axis=1)
-    coff = cp.zeros(mq + 1, cp.int64)
-    coff[1:] = cp.cumsum(ncand)
-    cand = order[keep_sorted].astype(cp.int32)
-    csum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(data.size[cand])])
-    level1_pairs = float((query.size * (csum[coff[1:]] - csum[coff[:-1]])).sum())
-    return ub, coff, cand, level1_pairs
+    p2 = 1 << max(0, (mt - 1).bit_length())  # the bitonic sort's length
+    ub = cp.empty(mq, cp.float64)
+    cand = cp.empty(mq * mt, cp.int32)
+    ncand = cp.empty(mq, cp.int32)
+    rowpairs = cp.empty(mq, cp.int64)
+    head = (query.L, data.L, np.int32(mq), np.int32(mt), np.int32(dim))
+    tail = (query.radius, query.size, data.radius, data.size, data.off, data.dist, np.int32(k_eff), np.int32(near),
+            np.float64(rel), np.int32(p2))
+    outs = (ub, cand, ncand, rowpairs)
+    smem = (8 * mt + 2 * p2 + 7) // 8 * 8
+    if mt <= 65535 and smem <= _L1_SHARED_MAX:
+        # row and order in shared memory (mt up to ~4000: n up to ~1.8 M points per side)
+        dummy_d, dummy_i = cp.empty(1, cp.float64), cp.empty(1, cp.int32)
+        _k("sweet_level1<unsigned short>")((mq,), (_L1_THREADS,), head + (np.int32(0),) + tail +
+                                           (dummy_d, dummy_i) + outs, shared_mem=smem)
+        return ub, ncand, cand, rowpairs
+    # larger tables: the same kernel on global scratch, rows in batches that fit a quarter budget
+    batch = int(max(1, min(mq, (budget // 4) // (8 * mt + 4 * p2))))
+    Dg = cp.empty(batch * mt, cp.float64)
+    Ig = cp.empty(batch * p2, cp.int32)
+    for r0 in range(0, mq, batch):
+        _k("sweet_level1<int>")((min(batch, mq - r0),), (_L1_THREADS,), head + (np.int32(r0),) + tail + (Dg, Ig) + outs)
+    return ub, ncand, cand, rowpairs
 
 
 def _choose_parts(cp, params, m, mean_cand):
+    """Workers per query (section IV-B2). ``mean_cand()`` (mean candidate clusters per query
+    cluster) costs a host sync, so it is called only when the answer depends on it: "auto" with
+    enough queries to fill the device is one worker whatever it says."""
     if params.parallelism == "query":
         return 1
     target = _CACHE_CONFLICT_R * _device_threads(cp)
@@ -211,7 +221,9 @@ def _choose_parts(cp, params, m, mean_cand):
     else:
         want = params.split_factor or (1 if m >= target else int(math.ceil(target / max(1, m))))
         lo = 1
-    return int(max(lo, min(want, 64, max(1, int(mean_cand)))))
+    if lo == 1 and want <= 1:
+        return 1
+    return int(max(lo, min(want, 64, max(1, int(mean_cand())))))
 
 
 _DUP_MIN_COPIES = 1.0
@@ -233,7 +245,7 @@ def _find_duplicates(X, rng):
     import cupy as cp
 
     n, dim = X.shape
-    if n < 2 or mean_copies(X, rng) < _DUP_MIN_COPIES:
+    if n < 2 or _mean_copies(X, rng) < _DUP_MIN_COPIES:
         return None
     h = cp.empty(n, cp.uint64)
     _k("sweet_row_hash")(_grid(n), (_BLOCK,), (X, np.int64(n), np.int32(dim), h))
@@ -251,6 +263,24 @@ def _find_duplicates(X, rng):
     _k("sweet_dup_tables")(_grid(n), (_BLOCK,), (X, order, is_new, group, np.int64(n), np.int32(dim), inv, uoff,
                                                  uidx, U))
     return U, inv, uoff, uidx
+
+
+def _mean_copies(X, rng):
+    """``_plan.mean_copies`` with the counting on the device: the same sample (same rng draws),
+    its equal pairs counted by ``sweet_sample_pairs`` (one block), the same estimate from the
+    count, so both twins still decide alike. Only the count (8 bytes) comes back, where the host
+    version copied the sample (48 KiB at d = 3) and hashed and sorted it (~0.3 ms)."""
+    import cupy as cp
+
+    n, dim = X.shape
+    pick = dup_sample(n, rng)
+    if pick is None:
+        return 0.0
+    if pick.size > _SAMPLE_MAX:  # (DUP_SAMPLE is 4096: never)
+        return mean_copies_of_sample(cp.asnumpy(X[cp.asarray(pick)]), n)
+    out = cp.empty(1, cp.uint64)
+    _k("sweet_sample_pairs")((1,), (1024,), (X, cp.asarray(pick), np.int32(pick.size), np.int32(dim), out))
+    return copies_from_pairs(int(out.get()[0]), pick.size, n)  # the phase's sync
 
 
 def _expand_unique(ud, ui, inv, out_d, out_i):
@@ -272,17 +302,28 @@ def _decode(cp, keys):
 
 
 def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
-    """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`."""
+    """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`.
+
+    Host syncs of a plain all-points call: the repeated-row gate's count, the clusters phase's
+    rank-or-sort choice, (merging only) the distinct-row count, and one at the end for the stats.
+    Phase times are CUDA events on the stream, read after that last sync, so timing adds none
+    (they include any time the device waited for the host inside a phase)."""
     import cupy as cp
 
     t_all = time.perf_counter()
+    marks = {}
+
+    def mark(name):
+        ev = cp.cuda.Event()
+        ev.record()
+        marks[name] = ev
+
     X = cp.ascontiguousarray(X, dtype=cp.float32)
     Q = X if all_points else cp.ascontiguousarray(Q, dtype=cp.float32)
     n_orig = X.shape[0]
-    t0 = time.perf_counter()
+    mark("start")
     dup = _find_duplicates(X, np.random.default_rng([seed, 1])) if all_points and qsel is None else None
-    cp.cuda.Device().synchronize()
-    t_dup = time.perf_counter() - t0
+    mark("duplicates")
     if dup is None:
         k_sel, exclude, uoff, uidx = k, bool(all_points), cp.zeros(1, cp.int64), cp.zeros(1, cp.int32)
     else:
@@ -293,8 +334,6 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     m = Q.shape[0]
     budget = max(get_memory_budget(), 64 << 20)
     rng = np.random.default_rng(seed)
-    times = {}
-    t0 = time.perf_counter()
     mt0 = default_landmarks(params.n_landmarks_data, n, 1, 0)
     mq0 = mt0 if all_points else default_landmarks(params.n_landmarks_query, m, 1, 0)
     # cap by memory: ~ (D, order, masks, level-1 pools) per cluster pair
@@ -304,30 +343,25 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     query = data if all_points and params.n_landmarks_query in (None, mt) else \
         _Clusters(cp, Q, mq, params.landmark_trials, rng)
     mq = query.L.shape[0]
-    cp.cuda.Device().synchronize()
-    times["clusters"] = time.perf_counter() - t0
+    mark("clusters")
 
-    t0 = time.perf_counter()
     rel = pruning_rel(dim)
     k_eff = k + (1 if all_points else 0)
-    ub, coff, cand, level1_pairs = _level1(cp, data, query, k_eff, rel, budget)
+    ub, ncand, cand, rowpairs = _level1(cp, data, query, k_eff, rel, budget)
     qseq = query.order  # queries grouped by cluster: the thread-to-query remapping
     if qsel is not None:
         keep = cp.zeros(m, bool)
         keep[cp.asarray(qsel)] = True
-        qseq = qseq[keep[qseq]]
-        sizes = data.size
-        qlab_sel = query.labels[qseq]
-        csum = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(sizes[cand])])
-        level1_pairs = float((csum[coff[qlab_sel + 1]] - csum[coff[qlab_sel]]).sum())
-    cp.cuda.Device().synchronize()
-    times["level1"] = time.perf_counter() - t0
+        qseq = qseq[keep[qseq]]  # (a sync: the selection's size)
+        level1_pairs = rowpairs[query.labels[qseq]].sum()
+    else:
+        level1_pairs = (query.size * rowpairs).sum()
+    ncand_sum = ncand.sum(dtype=cp.int64)  # read with the stats at the end
+    mark("level1")
 
-    t0 = time.perf_counter()
     filt = choose_filter(params, k, dim)  # by the requested k, as the CPU twin
-    nq_total = int(qseq.size)
-    mean_cand = float(coff[-1]) / max(1, mq)
-    parts = _choose_parts(cp, params, nq_total, mean_cand)
+    nq_total = int(qseq.size)  # a host-side shape, no sync
+    parts = _choose_parts(cp, params, nq_total, lambda: float(ncand_sum) / max(1, mq))
     name = level2_kernel_name(filt, k_sel)
     out_d = cp.empty((m, k_sel), cp.float32)
     out_i = cp.empty((m, k_sel), cp.int64)
@@ -335,53 +369,59 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     Xs = X[data.order]
     common = (Xs, Q, data.L, np.int32(dim), data.order, data.dist, data.off, data.radius)
     dupargs = (np.int32(dup is not None), uoff, uidx)
-    ndist = [0]
+    f1, i1, l1, u1, l2 = (cp.empty(1, cp.float32), cp.empty(1, cp.int32), cp.empty(1, cp.int64),
+                          cp.empty(1, cp.uint64), cp.empty(2, cp.int64))  # arguments a variant ignores
+    ndist = []  # per-chunk device sums, read at the end (no sync per chunk)
 
     def run_full(chunk):
-        ndist[0] = 0
+        ndist.clear()
+        direct = parts == 1  # the kernel sorts its list and writes the output row itself
         for c0 in range(0, nq_total, chunk):
             seq = qseq[c0:c0 + chunk]
             nq = int(seq.size)
             ntask = nq * parts
-            heap_d = cp.empty((k_sel, ntask), cp.float32)
-            heap_i = cp.empty((k_sel, ntask), cp.int32)
-            theta = _round_up_f32(cp, ub[query.labels[seq]])
+            if direct and name != "sweet_level2<0,0>":
+                heap_d, heap_i = f1, i1  # lists in registers/local memory
+            else:
+                heap_d = cp.empty((k_sel, ntask), cp.float32)
+                heap_i = cp.empty((k_sel, ntask), cp.int32)
+            theta = f1 if parts == 1 else _round_up_f32(cp, ub[query.labels[seq]])
             counts = cp.empty(ntask, cp.int64)
             _k(name)(_grid(ntask), (_BLOCK,), common + (
-                seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k_sel), np.int32(parts),
-                np.int32(exclude), np.float64(rel), theta, heap_d, heap_i,
-                cp.empty(1, cp.uint64), cp.zeros(2, cp.int64), counts) + dupargs)
-            keys = _keys(cp, heap_d, heap_i).T.reshape(nq, parts * k_sel)
-            keys = cp.sort(keys, axis=1)[:, :k_sel]
-            d, i = _decode(cp, keys)
-            out_d[seq] = d
-            out_i[seq] = i
-            ndist[0] += int(counts.sum())
+                seq, np.int32(nq), query.labels, ub, ncand, np.int64(mt), cand, np.int32(k_sel), np.int32(parts),
+                np.int32(exclude), np.float64(rel), theta, heap_d, heap_i, u1, l2, counts) + dupargs +
+                (np.int32(direct), out_d, out_i))
+            if not direct:
+                keys = _keys(cp, heap_d, heap_i).T.reshape(nq, parts * k_sel)
+                keys = cp.sort(keys, axis=1)[:, :k_sel]
+                d, i = _decode(cp, keys)
+                out_d[seq] = d
+                out_i[seq] = i
+            ndist.append(counts.sum())
 
     def run_partial(chunk):
-        ndist[0] = 0
+        ndist.clear()
         c0 = 0
         while c0 < nq_total:
             seq = qseq[c0:c0 + chunk]
             nq = int(seq.size)
             ntask = nq * parts
             counts = cp.empty(ntask, cp.int64)
-            args = common + (seq, np.int32(nq), query.labels, ub, coff, cand, np.int32(k_sel), np.int32(parts),
-                             np.int32(exclude), np.float64(rel), cp.empty(1, cp.float32),
-                             cp.empty(1, cp.float32), cp.empty(1, cp.int32))
+            args = common + (seq, np.int32(nq), query.labels, ub, ncand, np.int64(mt), cand, np.int32(k_sel),
+                             np.int32(parts), np.int32(exclude), np.float64(rel), f1, f1, i1)
+            tail = dupargs + (np.int32(0), f1, l1)
             # counts: the keys each task will write (one per survivor, or per copy worth keeping)
-            _k("sweet_level2<1,1>")(_grid(ntask), (_BLOCK,), args + (cp.empty(1, cp.uint64),
-                                                                      cp.zeros(2, cp.int64), counts) + dupargs)
+            _k("sweet_level2<1,1>")(_grid(ntask), (_BLOCK,), args + (u1, l2, counts) + tail)
             woff = cp.zeros(ntask + 1, cp.int64)
             woff[1:] = cp.cumsum(counts)
             per_q = counts.reshape(nq, parts).sum(axis=1)
-            total, widest = int(woff[-1]), int(per_q.max())
+            total, widest = int(woff[-1]), int(per_q.max())  # buffer sizes: syncs of the partial filter
             if (total * 3 + nq * widest * 2) * 8 > budget and chunk > 1:
                 chunk = max(1, chunk // 2)  # too many survivors for the buffers: smaller chunk
                 continue
             surv = cp.full(max(1, total), _PAD_KEY, cp.uint64)
             work = cp.empty(ntask, cp.int64)  # distances computed (survivors, not copies)
-            _k("sweet_level2<1,2>")(_grid(ntask), (_BLOCK,), args + (surv, woff, work) + dupargs)
+            _k("sweet_level2<1,2>")(_grid(ntask), (_BLOCK,), args + (surv, woff, work) + tail)
             qstart = woff[0:ntask:parts]
             slot = cp.arange(total, dtype=cp.int64)
             row = cp.searchsorted(woff[parts::parts], slot, side="right")  # query of each survivor
@@ -392,7 +432,7 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
             d, i = _decode(cp, keys)
             out_d[seq] = d
             out_i[seq] = i
-            ndist[0] += int(work.sum())
+            ndist.append(work.sum())
             c0 += nq
 
     if filt == "full":
@@ -409,12 +449,18 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
         out_i = cp.empty((n_orig, k), cp.int64)
         _expand_unique(ud, ui, inv, out_d, out_i)
         nq_total = n_orig  # every original row was answered
-    cp.cuda.Device().synchronize()
-    times["level2"] = time.perf_counter() - t0
-    times["duplicates"] = t_dup
-    times["total"] = time.perf_counter() - t_all
+    mark("level2")
+    # the call's last sync: the stats' three counts in one copy
+    counts_h = cp.stack([level1_pairs.astype(cp.int64), ncand_sum] +
+                        [v.astype(cp.int64) for v in ndist]).get()
+    level1_pairs, nd = float(counts_h[0]), int(counts_h[2:].sum())
+    mean_cand = float(counts_h[1]) / max(1, mq)
+    times = {p: cp.cuda.get_elapsed_time(marks[a], marks[p]) / 1e3
+             for a, p in (("start", "duplicates"), ("duplicates", "clusters"), ("clusters", "level1"),
+                          ("level1", "level2"))}
+    times = {"clusters": times["clusters"], "level1": times["level1"], "level2": times["level2"],
+             "duplicates": times["duplicates"], "total": time.perf_counter() - t_all}
     pairs = float(nq_total) * n_orig
-    nd = ndist[0]
     stats = dict(device="gpu", filter=filt, parallelism="query" if parts == 1 else "split", parts=parts,
                  n_landmarks_query=mq, n_landmarks_data=mt,
                  saved_level1=1.0 - level1_pairs / pairs if pairs else 0.0,

@@ -15,7 +15,7 @@ import numpy as np
 from ..._core.params import Params, check_choice, check_float, check_int
 
 __all__ = ["SweetParams", "default_landmarks", "choose_filter", "pruning_rel", "choose_landmarks",
-           "draw_landmark_sets", "mean_copies"]
+           "draw_landmark_sets", "mean_copies", "dup_sample", "mean_copies_of_sample", "copies_from_pairs"]
 
 FILTERS = ("auto", "full", "partial")
 PARALLELISMS = ("auto", "query", "split")
@@ -142,22 +142,41 @@ def mean_copies(X, rng):
 
     ``X`` may be numpy or cupy; only the sample (a few KiB) comes to the host, so both twins take
     the same decision for the same seed. Equal pairs in the sample over all sample pairs estimate
-    the chance that two rows are equal; times ``n - 1`` it is the expected copies per row."""
-    n, dim = X.shape
-    s = min(n, DUP_SAMPLE)
-    if s < 2:
+    the chance that two rows are equal; times ``n - 1`` it is the expected copies per row. (The
+    GPU engine counts the pairs of the same sample on the device: ``dup_sample`` and
+    ``copies_from_pairs`` are the two halves it shares.)"""
+    n = X.shape[0]
+    pick = dup_sample(n, rng)
+    if pick is None:
         return 0.0
-    pick = np.sort(rng.choice(n, size=s, replace=False))
     if isinstance(X, np.ndarray):
         sample = X[pick]
     else:
         import cupy as cp
 
         sample = cp.asnumpy(X[cp.asarray(pick)])
+    return mean_copies_of_sample(sample, n)
+
+
+def dup_sample(n, rng):
+    """The rows ``mean_copies`` samples (sorted), or None when there are fewer than two."""
+    s = min(n, DUP_SAMPLE)
+    if s < 2:
+        return None
+    return np.sort(rng.choice(n, size=s, replace=False))
+
+
+def mean_copies_of_sample(sample, n):
+    """``mean_copies`` from the sampled rows (host array) of an ``n``-row matrix."""
     rows = np.ascontiguousarray(sample, dtype=np.float32).view(np.uint32)
     counts = _equal_row_counts(rows)
     pairs = float((counts * (counts - 1.0) / 2.0).sum())
-    return pairs / (s * (s - 1.0) / 2.0) * (n - 1)
+    return copies_from_pairs(pairs, rows.shape[0], n)
+
+
+def copies_from_pairs(pairs, s, n):
+    """Expected other copies per row from ``pairs`` equal pairs among ``s`` sampled rows of ``n``."""
+    return float(pairs) / (s * (s - 1.0) / 2.0) * (n - 1)
 
 
 def _equal_row_counts(rows):

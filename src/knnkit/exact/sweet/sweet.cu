@@ -3,7 +3,8 @@
 //   sweet_spread / sweet_pick_landmarks / sweet_assign_lowdim / sweet_member_stats /
 //       sweet_cluster_offsets / sweet_cluster_bucket / sweet_cluster_rank: Step 1 (section III-A),
 //       landmarks by repeated random sampling, assignment, member distances (float64, stored
-//       rounded up) and the member order; sweet_centre_dist: the centre-pair distances of level 1;
+//       rounded up) and the member order; sweet_level1: Algorithm 1 (centre distances, UB,
+//       candidate clusters), one block per query cluster;
 //   sweet_level2<KCAP, MODE>: level-2 point filtering, Algorithm 2 (section III-C), with the
 //       elastic filter strength of section IV-B1 (MODE 0 = full filter, a per-worker k-best list
 //       whose k-th distance shrinks theta; MODE 1/2 = partial filter: count, then write the
@@ -281,16 +282,195 @@ extern "C" __global__ void sweet_cluster_rank(const unsigned long long* __restri
     }
 }
 
-// distance between every query landmark and every data landmark, (mq, mt) row-major
-extern "C" __global__ void sweet_centre_dist(const float* __restrict__ Lq, const float* __restrict__ Lt,
-                                             int mq, int mt, int dim, double* __restrict__ out)
+// ---------------------------------------------------------------- level 1 (Algorithm 1) in one kernel
+// One block per query cluster (row of the centre-distance table) does all of level 1 for it: the
+// row D(cq, .) (float64, sweet_centre_distance, the arithmetic the former sweet_centre_dist table had), its order by (distance, index) (the
+// stable argsort the CuPy version used, as a bitonic sort of cluster indices), UB = the k_eff-th
+// smallest of (rq + D) + r_t(i) pooled over the members closest to the `near` nearest data
+// centres (all clusters when those hold fewer than k_eff points), and the candidate clusters in
+// that order, written to row cq of a padded (mq x mt) table with their count and their points.
+// Replaces ~55 CuPy launches, two Thrust sorts and three host syncs (NOTES_sweet.md, "GPU level 1
+// in fewer launches"). IdxT = unsigned short: row and order in shared memory (mt <= ~4096);
+// IdxT = int: in the global scratch Dg / Ig (one slice per block of the launch), any mt.
+#define SWEET_L1_REG 8
+
+// Block-wide sum (blockDim a multiple of 32, every thread calls it). Two buffers used
+// alternately: a thread can only overwrite a buffer again after the next call's barrier, which
+// every thread reaches only after reading this call's sums, so one barrier per call suffices.
+__device__ __forceinline__ unsigned long long sweet_block_sum(unsigned long long v, unsigned long long* buf,
+                                                              int& parity)
 {
-    const long long total = (long long)mq * mt;
-    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += (long long)gridDim.x * blockDim.x) {
-        const int a = (int)(p / mt), b = (int)(p - (long long)a * mt);
-        out[p] = sweet_centre_distance(Lq + (long long)a * dim, Lt + (long long)b * dim, dim);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    unsigned long long* b = buf + parity * 32;
+    if ((threadIdx.x & 31) == 0) b[threadIdx.x >> 5] = v;
+    __syncthreads();
+    unsigned long long s = 0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += b[w];
+    parity ^= 1;
+    return s;
+}
+
+// (D[x], x) < (D[y], y); positions >= mt (the padding up to a power of two) after all clusters
+template <typename IdxT>
+__device__ __forceinline__ bool sweet_l1_less(const double* sD, int mt, IdxT x, IdxT y)
+{
+    const int a = (int)x, b = (int)y;
+    if (a >= mt || b >= mt) return a < b;
+    const double da = sD[a], db = sD[b];
+    return da < db || (da == db && a < b);
+}
+
+// Element e of the pool: list j = e / k_eff (cluster sI[j] of the sorted row, or cluster j),
+// member t = e % k_eff counted from the centre; (rq + D) + r is the CuPy version's evaluation
+// order, so the values, and hence the k-th, are bit-identical. Missing members are +inf.
+template <typename IdxT>
+__device__ __forceinline__ double sweet_l1_pool(long long e, int k_eff, const double* sD, const IdxT* sI,
+                                                bool sorted, double rqa, const long long* __restrict__ tsize,
+                                                const long long* __restrict__ toff, const float* __restrict__ tdist)
+{
+    const int j = (int)(e / k_eff);
+    const int t = (int)(e - (long long)j * k_eff);
+    const int c = sorted ? (int)sI[j] : j;
+    if (t >= tsize[c]) return (double)SWEET_INF;
+    return (rqa + sD[c]) + (double)tdist[toff[c + 1] - 1 - t];
+}
+
+// The k_eff-th smallest pool value over nl lists: bisection on the bit pattern (non-negative
+// doubles order like their bits), the smallest pattern with at least k_eff values <= it, which is
+// the k-th value itself (what the CuPy version read from a sorted pool). ~63 rounds of a count
+// (the first SWEET_L1_REG * blockDim values cached in registers, the rest re-read, L1-resident)
+// and one block sum: no pool array, any k. +inf when fewer than k_eff values are finite.
+template <typename IdxT>
+__device__ double sweet_l1_kth(int nl, bool sorted, int k_eff, const double* sD, const IdxT* sI, double rqa,
+                               const long long* __restrict__ tsize, const long long* __restrict__ toff,
+                               const float* __restrict__ tdist, unsigned long long* buf, int& parity)
+{
+    const long long total = (long long)nl * k_eff;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    double reg[SWEET_L1_REG];
+    unsigned long long cnt = 0;
+#pragma unroll
+    for (int r = 0; r < SWEET_L1_REG; ++r) {
+        const long long e = tid + (long long)r * nt;
+        reg[r] = e < total ? sweet_l1_pool(e, k_eff, sD, sI, sorted, rqa, tsize, toff, tdist) : (double)SWEET_INF;
+        cnt += reg[r] < (double)SWEET_INF;
+    }
+    for (long long e = tid + (long long)SWEET_L1_REG * nt; e < total; e += nt)
+        cnt += sweet_l1_pool(e, k_eff, sD, sI, sorted, rqa, tsize, toff, tdist) < (double)SWEET_INF;
+    if (sweet_block_sum(cnt, buf, parity) < (unsigned long long)k_eff) return (double)SWEET_INF;
+    unsigned long long lo = 0, hi = 0x7FF0000000000000ull;  // count(<= +inf) >= k_eff holds
+    while (lo < hi) {  // block-uniform: every thread sees the same sums
+        const unsigned long long mid = lo + ((hi - lo) >> 1);
+        const double v = __longlong_as_double((long long)mid);
+        cnt = 0;
+#pragma unroll
+        for (int r = 0; r < SWEET_L1_REG; ++r) cnt += reg[r] <= v;
+        for (long long e = tid + (long long)SWEET_L1_REG * nt; e < total; e += nt)
+            cnt += sweet_l1_pool(e, k_eff, sD, sI, sorted, rqa, tsize, toff, tdist) <= v;
+        if (sweet_block_sum(cnt, buf, parity) >= (unsigned long long)k_eff) hi = mid; else lo = mid + 1;
+    }
+    return __longlong_as_double((long long)hi);
+}
+
+// Grid: one block per row row0 + blockIdx.x (< mq). Shared variant: dynamic shared memory of
+// 8 mt + 2 p2 bytes. p2 = the power of two >= mt the bitonic sort works on.
+// Outputs per row: ub (0 for an empty query cluster, as before), cand[row * mt + j] (j < ncand),
+// ncand, rowpairs = points in the candidate clusters (level-1 pairs per query of the row).
+template <typename IdxT>
+__global__ void __launch_bounds__(256, 4) sweet_level1(const float* __restrict__ Lq, const float* __restrict__ Lt, int mq, int mt, int dim,
+                             int row0, const float* __restrict__ rq_f, const long long* __restrict__ qsize,
+                             const float* __restrict__ Rt_f, const long long* __restrict__ tsize,
+                             const long long* __restrict__ toff, const float* __restrict__ tdist, int k_eff,
+                             int near, double rel, int p2, double* __restrict__ Dg, int* __restrict__ Ig,
+                             double* __restrict__ ub_out, int* __restrict__ cand, int* __restrict__ ncand,
+                             long long* __restrict__ rowpairs)
+{
+    extern __shared__ double sweet_l1_smem[];
+    __shared__ unsigned long long buf[64];
+    __shared__ int wcount[2][32];
+    const int row = row0 + blockIdx.x;
+    if (row >= mq) return;  // whole block
+    double* sD;
+    IdxT* sI;
+    if (sizeof(IdxT) == 2) {
+        sD = sweet_l1_smem;
+        sI = (IdxT*)(sweet_l1_smem + mt);
+    } else {
+        sD = Dg + (long long)blockIdx.x * mt;
+        sI = (IdxT*)(Ig + (long long)blockIdx.x * p2);
+    }
+    const int tid = threadIdx.x, nt = blockDim.x;
+    int parity = 0;
+    const float* lq = Lq + (long long)row * dim;
+    for (int c = tid; c < mt; c += nt) sD[c] = sweet_centre_distance(lq, Lt + (long long)c * dim, dim);
+    for (int p = tid; p < p2; p += nt) sI[p] = (IdxT)p;
+    __syncthreads();
+    // bitonic sort of the cluster indices by (D, index): ties by the smaller index, as the stable sort
+    for (int size = 2; size <= p2; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = tid; i < p2; i += nt) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const IdxT x = sI[i], y = sI[j];
+                    const bool up = (i & size) == 0;
+                    if (up ? sweet_l1_less(sD, mt, y, x) : sweet_l1_less(sD, mt, x, y)) { sI[i] = y; sI[j] = x; }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    const double rqa = (double)rq_f[row];
+    double u = sweet_l1_kth(near, true, k_eff, sD, sI, rqa, tsize, toff, tdist, buf, parity);
+    // the nearest clusters hold fewer than k_eff points: pool over all of them (order irrelevant)
+    if (u == (double)SWEET_INF && near < mt) u = sweet_l1_kth(mt, false, k_eff, sD, sI, rqa, tsize, toff, tdist, buf, parity);
+    if (qsize[row] <= 0) u = 0.0;
+    if (tid == 0) ub_out[row] = u;
+    // candidates in sorted order: an ordered compaction, blockDim positions at a time. The test is
+    // the CuPy version's, operation by operation (_rn: nothing contracted into an fma).
+    const long long out0 = (long long)row * mt;
+    const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    int written = 0, wp = 0;
+    long long pts = 0;
+    for (int p0 = 0; p0 < mt; p0 += nt) {
+        const int p = p0 + tid;
+        bool keep = false;
+        int c = 0;
+        if (p < mt) {
+            c = (int)sI[p];
+            const double Dc = sD[c], R = (double)Rt_f[c];
+            const double lb = __dsub_rn(__dsub_rn(Dc, rqa), R);
+            const double slack = __dadd_rn(__dadd_rn(__dadd_rn(u, Dc), rqa), R);
+            keep = !(lb > __dadd_rn(u, __dmul_rn(rel, slack))) && tsize[c] > 0;
+        }
+        const unsigned int bal = __ballot_sync(0xffffffffu, keep);
+        if (lane == 0) wcount[wp][warp] = __popc(bal);
+        __syncthreads();
+        int before = 0, all = 0;
+        for (int w = 0; w < nw; ++w) {
+            const int v = wcount[wp][w];
+            before += w < warp ? v : 0;
+            all += v;
+        }
+        if (keep) {
+            cand[out0 + written + before + __popc(bal & ((1u << lane) - 1u))] = c;
+            pts += tsize[c];
+        }
+        written += all;
+        wp ^= 1;  // the next chunk writes the other buffer (same argument as sweet_block_sum)
+    }
+    const unsigned long long tot = sweet_block_sum((unsigned long long)pts, buf, parity);
+    if (tid == 0) {
+        ncand[row] = written;
+        rowpairs[row] = (long long)tot;
     }
 }
+
+template __global__ void sweet_level1<unsigned short>(const float*, const float*, int, int, int, int, const float*,
+    const long long*, const float*, const long long*, const long long*, const float*, int, int, double, int, double*,
+    int*, double*, int*, int*, long long*);
+template __global__ void sweet_level1<int>(const float*, const float*, int, int, int, int, const float*,
+    const long long*, const float*, const long long*, const long long*, const float*, int, int, double, int, double*,
+    int*, double*, int*, int*, long long*);
 
 // (d1, i1) < (d2, i2) lexicographically: the order of the final lists
 __device__ __forceinline__ bool sweet_less(float d1, int i1, float d2, int i2)
@@ -361,12 +541,13 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
                              int dim, const int* __restrict__ members, const float* __restrict__ mdist,
                              const long long* __restrict__ moff, const float* __restrict__ Rt,
                              const int* __restrict__ qseq, int nq, const int* __restrict__ qlab,
-                             const double* __restrict__ ub, const long long* __restrict__ coff,
+                             const double* __restrict__ ub, const int* __restrict__ ncand, long long cstride,
                              const int* __restrict__ cand, int k, int parts, int exclude_self, double rel,
                              float* __restrict__ theta_shared, float* __restrict__ heap_d, int* __restrict__ heap_i,
                              unsigned long long* __restrict__ surv, const long long* __restrict__ woff,
                              long long* __restrict__ counts, int dup, const long long* __restrict__ uoff,
-                             const int* __restrict__ uidx)
+                             const int* __restrict__ uidx, int direct, float* __restrict__ out_d,
+                             long long* __restrict__ out_i)
 {
     const long long ntask = (long long)nq * parts;
     const long long task = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -392,7 +573,9 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
     if (MODE == 2) { w = woff[task]; wend = woff[task + 1]; }
     long long ndist = 0, nwrite = 0;
 
-    for (long long j = coff[cq] + s; j < coff[cq + 1]; j += parts) {
+    // candidate clusters of cq: row cq of the padded table (sweet_level1), ncand[cq] entries
+    const long long cbeg = (long long)cq * cstride, cend = cbeg + ncand[cq];
+    for (long long j = cbeg + s; j < cend; j += parts) {
         const int c = cand[j];
         if (MODE == 0 && parts > 1) {
             const double shared = (double)theta_shared[p];
@@ -483,6 +666,26 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
         }
     }
     counts[task] = MODE == 1 ? nwrite : ndist;
+    if (MODE == 0 && direct) {
+        // one worker per query (parts == 1): the heap is the answer. Sorted here by heapsort (the
+        // max goes to the end, the rest sifts down) into ascending (distance, index), the order
+        // the host's key sort gave, and written to the query's output row: no key arrays, no
+        // segmented sort of nq * k keys, no scatter.
+        for (int kk = k; kk > 1; --kk) {
+            const float d0 = hd[0];
+            const int i0 = hi[0];
+            const float dl = hd[(kk - 1) * hs];
+            const int il = hi[(kk - 1) * hs];
+            hd[(kk - 1) * hs] = d0;
+            hi[(kk - 1) * hs] = i0;
+            sweet_heap_replace_top(hd, hi, hs, kk - 1, dl, il);
+        }
+        for (int t = 0; t < k; ++t) {
+            out_d[(long long)qi * k + t] = hd[t * hs];
+            out_i[(long long)qi * k + t] = (long long)hi[t * hs];
+        }
+        return;
+    }
     if (MODE == 0 && KCAP > 0) {
         for (int t = 0; t < k; ++t) { heap_d[t * ntask + task] = hd[t]; heap_i[t * ntask + task] = hi[t]; }
     }
@@ -490,25 +693,25 @@ __global__ void sweet_level2(const float* __restrict__ Xs, const float* __restri
 
 // explicit instantiations (NVRTC name expressions list the same set)
 template __global__ void sweet_level2<32, 0>(const float*, const float*, const float*, int, const int*, const float*,
-    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
-    const int*);
+    const long long*, const float*, const int*, int, const int*, const double*, const int*, long long, const int*, int,
+    int, int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*, int, float*, long long*);
 template __global__ void sweet_level2<128, 0>(const float*, const float*, const float*, int, const int*, const float*,
-    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
-    const int*);
+    const long long*, const float*, const int*, int, const int*, const double*, const int*, long long, const int*, int,
+    int, int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*, int, float*, long long*);
 template __global__ void sweet_level2<0, 0>(const float*, const float*, const float*, int, const int*, const float*,
-    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
-    const int*);
+    const long long*, const float*, const int*, int, const int*, const double*, const int*, long long, const int*, int,
+    int, int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*, int, float*, long long*);
 template __global__ void sweet_level2<1, 1>(const float*, const float*, const float*, int, const int*, const float*,
-    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
-    const int*);
+    const long long*, const float*, const int*, int, const int*, const double*, const int*, long long, const int*, int,
+    int, int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*, int, float*, long long*);
 template __global__ void sweet_level2<1, 2>(const float*, const float*, const float*, int, const int*, const float*,
-    const long long*, const float*, const int*, int, const int*, const double*, const long long*, const int*, int, int,
-    int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
-    const int*);
+    const long long*, const float*, const int*, int, const int*, const double*, const int*, long long, const int*, int,
+    int, int, double, float*, float*, int*, unsigned long long*, const long long*, long long*, int, const long long*,
+    const int*, int, float*, long long*);
 
 // Step 1 instantiations: dimensions 1-3 fixed (registers, unrolled), 0 = any dim <= 32
 template __global__ void sweet_spread<0>(const float*, const long long*, int, int, double*);
@@ -524,22 +727,56 @@ template __global__ void sweet_assign_lowdim<3>(const float*, const float*, long
 // 64-bit hash of each row's float32 bit patterns (equal rows, equal hashes; -0.0 and 0.0 differ,
 // which only misses a merge). The host sorts the hashes; equal hashes are then confirmed by
 // comparing the rows themselves (sweet_row_starts), so a collision never merges unequal rows.
+__device__ __forceinline__ unsigned long long sweet_hash_row(const float* __restrict__ r, int dim)
+{
+    unsigned long long h = 0x9E3779B97F4A7C15ull ^ (unsigned long long)dim;
+    for (int c = 0; c < dim; ++c) {
+        h ^= (unsigned long long)__float_as_uint(r[c]);
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 29;
+    }
+    // final avalanche (the splitmix64 finaliser)
+    h ^= h >> 30; h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 27; h *= 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return h;
+}
+
 extern "C" __global__ void sweet_row_hash(const float* __restrict__ X, long long n, int dim,
                                           unsigned long long* __restrict__ out)
 {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        unsigned long long h = 0x9E3779B97F4A7C15ull ^ (unsigned long long)dim;
-        for (int c = 0; c < dim; ++c) {
-            h ^= (unsigned long long)__float_as_uint(X[i * dim + c]);
-            h *= 0xFF51AFD7ED558CCDull;
-            h ^= h >> 29;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = sweet_hash_row(X + i * dim, dim);
+}
+
+// The repeated-row gate's count (_plan.mean_copies) on the device: the number of pairs a < b of
+// the sampled rows X[pick[a]], X[pick[b]] with equal bit patterns, the sum of c (c - 1) / 2 over
+// the groups the host counted after copying the sample over. One block: the hashes in shared
+// memory, every pair's hashes compared, equal hashes confirmed row by row (a collision is not
+// counted). s <= SWEET_SAMPLE_MAX; out[0] = the count. ~8 M hash comparisons at s = 4096.
+#define SWEET_SAMPLE_MAX 4096
+extern "C" __global__ void sweet_sample_pairs(const float* __restrict__ X, const long long* __restrict__ pick,
+                                              int s, int dim, unsigned long long* __restrict__ out)
+{
+    __shared__ unsigned long long hs[SWEET_SAMPLE_MAX];
+    __shared__ unsigned long long buf[64];
+    int parity = 0;
+    for (int a = threadIdx.x; a < s; a += blockDim.x) hs[a] = sweet_hash_row(X + pick[a] * dim, dim);
+    __syncthreads();
+    unsigned long long cnt = 0;
+    for (int a = threadIdx.x; a < s; a += blockDim.x) {
+        const unsigned long long h = hs[a];
+        const float* ra = X + pick[a] * dim;
+        for (int b = a + 1; b < s; ++b) {
+            if (hs[b] != h) continue;
+            const float* rb = X + pick[b] * dim;
+            bool eq = true;
+            for (int c = 0; c < dim && eq; ++c) eq = __float_as_uint(ra[c]) == __float_as_uint(rb[c]);
+            cnt += eq;
         }
-        // final avalanche (the splitmix64 finaliser)
-        h ^= h >> 30; h *= 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 27; h *= 0x94D049BB133111EBull;
-        h ^= h >> 31;
-        out[i] = h;
     }
+    const unsigned long long tot = sweet_block_sum(cnt, buf, parity);
+    if (threadIdx.x == 0) out[0] = tot;
 }
 
 // new[p] = 1 where the row at sorted position p starts a group of identical rows: the first
