@@ -300,3 +300,24 @@ def test_equal_row_counts_match_unique(rng, monkeypatch):
     # every hash equal: unequal rows share a run, which must be detected
     monkeypatch.setattr(_plan, "_hash_rows", lambda rows: np.zeros(rows.shape[0], np.uint64))
     assert sorted(_plan._equal_row_counts(R)) == [1, 2, 2]
+
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_stratified_landmarks_forced(rng, monkeypatch, stratified):
+    """Landmarks spread along a Morton curve (the CPU's choice for d <= 3) or the paper's sampling
+    (forced off): exact results either way, for all-points and separate queries, d = 1..3, with
+    repeated rows, and the landmark picks are distinct (also when every row is one)."""
+    if not stratified:
+        monkeypatch.setattr(sweet_cpu_module, "_STRAT_MAX_DIM", 0)
+    for dim in (1, 2, 3):
+        X = rng.standard_normal((1500, dim)).astype(np.float32)
+        Xg = rng.integers(0, 6, (900, dim)).astype(np.float32)
+        for k in (1, 5):
+            run_both(X, None, k)
+            run_both(Xg, None, k)
+            run_both(X, Xg[:150], k)
+    for count in (1, 7, 100, 400):
+        ids = sweet_cpu_module._stratified_landmarks(X[:400], count, np.random.default_rng(count))
+        assert ids.size == count and np.unique(ids).size == count and ids.min() >= 0 and ids.max() < 400
+    c = sweet_cpu_module._Clusters(X, 40, 3, np.random.default_rng(0), stratified)
+    assert np.unique(c.landmark_ids).size == 40

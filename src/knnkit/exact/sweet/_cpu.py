@@ -726,11 +726,66 @@ def _find_duplicates(X, rng):
 
 
 # ----------------------------------------------------------------------------- driver
-class _Clusters:
-    """Landmarks, assignment and per-cluster tables of one point set."""
+# Landmarks for d <= _STRAT_MAX_DIM (CPU only): a random sample of _STRAT_OVERSAMPLE * count rows in
+# Morton order, every _STRAT_OVERSAMPLE-th kept (see _stratified_landmarks)
+_STRAT_MAX_DIM = 3
+_STRAT_OVERSAMPLE = 16
 
-    def __init__(self, P, count, trials, rng):
-        self.landmark_ids = choose_landmarks(P, count, trials, rng, spread_fn=_spread)
+
+@njit(cache=True)
+def _morton_codes(P, rows):
+    """Morton codes (first three coordinates, 1024^3 grid over the rows' bounding box) of ``P[rows]``."""
+    s = rows.shape[0]
+    nd = min(P.shape[1], 3)
+    lo = np.zeros(3)
+    sc = np.zeros(3)
+    for c in range(nd):
+        mn = np.inf
+        mx = -np.inf
+        for t in range(s):
+            v = np.float64(P[rows[t], c])
+            mn = min(mn, v)
+            mx = max(mx, v)
+        lo[c] = mn
+        sc[c] = 1023.0 / (mx - mn) if mx > mn else 0.0
+    code = np.empty(s, np.int64)
+    for t in range(s):
+        key = 0
+        for c in range(nd):
+            key |= _spread_bits(int((np.float64(P[rows[t], c]) - lo[c]) * sc[c])) << c
+        code[t] = key
+    return code
+
+
+def _stratified_landmarks(P, count, rng):
+    """``count`` distinct row indices (ascending) of ``P`` spread evenly along a Morton curve: a random
+    sample of ``_STRAT_OVERSAMPLE * count`` rows sorted by Morton code, one row from the middle of
+    each run of ``_STRAT_OVERSAMPLE``.
+
+    The sample follows the density like the paper's random draws, but neighbouring landmarks are
+    rarely close together or far apart, so the clusters (Voronoi cells) are rounder and their radii
+    smaller: fewer candidate clusters per query and fewer distances at level 2 (uniform 3-D 245k
+    k = 1: 151 -> 131 per query), and no O(count^2) spread sums of the ``landmark_trials`` draws
+    (~30 ms at 1486 landmarks). Only the speed depends on the landmarks, never the results."""
+    n = P.shape[0]
+    s = min(n, count * _STRAT_OVERSAMPLE)
+    pick = np.sort(rng.choice(n, size=s, replace=False)).astype(np.int64)
+    o = np.argsort(_morton_codes(P, pick), kind="stable")
+    step = s / count  # >= 1, so the positions below are distinct
+    pos = np.minimum((np.arange(count) * step + step / 2).astype(np.int64), s - 1)
+    return np.sort(pick[o[pos]])
+
+
+class _Clusters:
+    """Landmarks, assignment and per-cluster tables of one point set. ``stratified``: landmarks by
+    ``_stratified_landmarks`` (the CPU engine's choice for d <= 3) instead of the paper's sampling
+    (``choose_landmarks``, shared with the GPU engine)."""
+
+    def __init__(self, P, count, trials, rng, stratified=False):
+        if stratified:
+            self.landmark_ids = _stratified_landmarks(P, count, rng)
+        else:
+            self.landmark_ids = choose_landmarks(P, count, trials, rng, spread_fn=_spread)
         self.L = np.ascontiguousarray(P[self.landmark_ids])
         self.labels = _assign(P, self.L)
         self.dist = np.empty(P.shape[0], np.float64)
@@ -827,9 +882,10 @@ def build_cpu(X, Q, k, params, seed, all_points):
     # the cluster-pair tables (D, order) cost ~16 bytes per pair
     while mq * mt * 16 > _CPU_TABLE_BYTES:
         mq, mt = max(1, int(mq * 0.9)), max(1, int(mt * 0.9))
-    data = _Clusters(X, mt, params.landmark_trials, rng)
+    strat = dim <= _STRAT_MAX_DIM
+    data = _Clusters(X, mt, params.landmark_trials, rng, strat)
     query = data if all_points and params.n_landmarks_query in (None, mt) else \
-        _Clusters(Q, mq, params.landmark_trials, rng)
+        _Clusters(Q, mq, params.landmark_trials, rng, strat)
     mq = query.L.shape[0]
     # data clusters contiguous, members by descending distance to the centre
     moff = np.zeros(mt + 1, np.int64)
