@@ -321,3 +321,24 @@ def test_stratified_landmarks_forced(rng, monkeypatch, stratified):
         assert ids.size == count and np.unique(ids).size == count and ids.min() >= 0 and ids.max() < 400
     c = sweet_cpu_module._Clusters(X, 40, 3, np.random.default_rng(0), stratified)
     assert np.unique(c.landmark_ids).size == 40
+
+
+@pytest.mark.parametrize("one", [True, False])
+def test_k1_path_forced(rng, monkeypatch, one):
+    """k = 1 through ``_level2_one`` (d <= 3, one worker per query, rows not merged) or forced
+    through the general level 2: exact either way, ties (integer grid) by the smaller index,
+    all-points and separate queries, queries far away; the path is not taken with merged copies,
+    in 8-D or when split."""
+    monkeypatch.setattr(sweet_cpu_module, "_ONE_PATH", one)
+    monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)
+    for dim in (1, 2, 3):
+        grid = rng.integers(0, 10, (1400, dim)).astype(np.float32)
+        smooth = rng.standard_normal((1400, dim)).astype(np.float32)
+        for X in (grid, smooth):
+            s = run_both(X, None, 1)
+            assert s["distance_computations"] > 0
+            run_both(X, X[:100] + 0.5, 1)
+            run_both(X, X[:50] + 100.0, 1)
+    X = rng.standard_normal((900, 3)).astype(np.float32)
+    run_both(X, None, 1, params=SweetParams(parallelism="split"))
+    run_both(X, X[:60] * 0.5, 1, params=SweetParams(filter="partial"))

@@ -293,6 +293,7 @@ _SORTED_K_MAX = 32
 _SEED_MAX_DIM = 3
 _SEED_MIN_K = 8
 _SEED_BLOCK = 64
+_ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
 
 
 @njit(inline="always")
@@ -660,6 +661,89 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
 
 
 @njit(parallel=True, cache=True)
+def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, exclude_self,
+                rel, out_d, out_i, counts):
+    """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
+    list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
+    outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
+    with theta tightened at each new best. ``_level2`` at k = 1 switches to straight band scans
+    after the first cluster and keeps the pair in a sorted list of one; this path measured 7-15 %
+    less level-2 time (uniform and clustered 3-D 245k) for the same distances. Coordinates come
+    from the axis-major ``XsT`` (zero rows below d = 3 add exact zeros). Same result: the smallest
+    (distance, index) pair, ties by the smaller index, ``-1`` / inf when nothing passes."""
+    x0 = XsT[0]
+    x1 = XsT[1]
+    x2 = XsT[2]
+    for p in prange(qseq.shape[0]):
+        qi = qseq[p]
+        q = Q[qi]
+        dim = q.shape[0]
+        q0 = np.float64(q[0]) if dim >= 1 else 0.0
+        q1 = np.float64(q[1]) if dim >= 2 else 0.0
+        q2 = np.float64(q[2]) if dim >= 3 else 0.0
+        cq = qlab[qi]
+        theta = ub[cq]
+        bq = qdist[qi] * (1.0 + rel)
+        best = np.float32(np.inf)
+        bi = -1
+        nd = 0
+        for j in range(coff[cq], coff[cq + 1]):
+            lim = theta * (1.0 + rel) + bq
+            if sufv[j] > lim:
+                break
+            if candv[j] > lim:
+                continue
+            c = cand[j]
+            a = math.sqrt(_dist2(q, Lt[c]))
+            beg = moff[c]
+            end = moff[c + 1]
+            thr = theta + rel * (theta + a + Rt[c])
+            if a - Rt[c] > thr:
+                continue
+            up = _first_inside(mdist, beg, end, a) - 1
+            down = up + 1
+            go_up = True
+            go_down = True
+            while go_up or go_down:
+                for side in range(2):
+                    if side == 0:
+                        if not go_up:
+                            continue
+                        if up < beg or mdist[up] - a > thr:
+                            go_up = False
+                            continue
+                        i = up
+                        up -= 1
+                    else:
+                        if not go_down:
+                            continue
+                        if down >= end or a - mdist[down] > thr:
+                            go_down = False
+                            continue
+                        i = down
+                        down += 1
+                    e0 = q0 - np.float64(x0[i])
+                    e1 = q1 - np.float64(x1[i])
+                    e2 = q2 - np.float64(x2[i])
+                    d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
+                    nd += 1
+                    if d < best or (d == best and members[i] < bi):
+                        t = members[i]
+                        if exclude_self and t == qi:
+                            nd -= 1  # the self pair is not a distance computation
+                            continue
+                        best = d
+                        bi = t
+                        th = math.sqrt(np.float64(d))
+                        if th < theta:
+                            theta = th
+                            thr = theta + rel * (theta + a + Rt[c])
+        out_d[qi, 0] = best
+        out_i[qi, 0] = bi
+        counts[p] = nd
+
+
+@njit(parallel=True, cache=True)
 def _merge_parts(hd, hi, qseq, parts, k, out_d, out_i):
     none = np.empty(1, np.int64)
     for p in prange(qseq.shape[0]):
@@ -982,6 +1066,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     direct = filt == "full" and parts == 1 and k_sel <= _SORTED_K_MAX
     straight = direct and dup is None and dim <= _SEED_MAX_DIM
     seeding = straight and k_sel >= _SEED_MIN_K
+    one = straight and k_sel == 1 and _ONE_PATH
     if seeding:
         _morton_within(Qr, tab["qseq"], tab["qoff"])
         qseq = tab["qseq"] if qsel is None else tab["qseq"][np.isin(tab["qseq"], qsel)]
@@ -995,7 +1080,12 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     dupargs = (dup is not None, uoff, uidx)
     noseed = (Xr, 0, 0)
     ndist = 0
-    if direct:
+    if one:
+        counts = np.zeros(qseq.size, np.int64)
+        _level2_one(XsT, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"], qseq, *args2[:7],
+                    exclude, tab["rel"], out_d, out_i, counts)
+        ndist += int(counts.sum())
+    elif direct:
         counts = np.zeros(qseq.size, np.int64)
         _level2(*args, qseq, *args2, True, False, True, *dupargs, out_d, out_i, out_d[0], out_i[0], counts[:1], counts,
                 Xr, int(seeding), int(straight), 1, XsT, _SEED_BLOCK)
