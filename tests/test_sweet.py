@@ -146,7 +146,7 @@ def test_duplicate_gate_auto(rng):
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
 def test_grid_assignment_is_nearest(rng, dim):
-    """The ring search over the landmark grid (d <= 3) picks what a full scan picks: the nearest
+    """The ring search over the landmark grid (d <= 3) and the per-cell candidate lists pick what a full scan picks: the nearest
     landmark by float32 distance, ties to the smaller landmark index; clustered, integer (ties),
     flat-axis and single-value inputs."""
     cases = [rng.standard_normal((3000, dim)).astype(np.float32) * np.float32(10) ** rng.integers(-3, 4),
@@ -162,6 +162,15 @@ def test_grid_assignment_is_nearest(rng, dim):
             sweet_cpu_module._assign_grid(P, L, labels)
             d2 = ((P[:, None, :] - L[None, :, :]) ** 2).sum(-1, dtype=np.float32)
             np.testing.assert_array_equal(labels, np.argmin(d2, axis=1))
+            # the per-cell candidate lists: same labels, and the exact centre distances
+            for cpl in (0.5, 2.0, 8.0):
+                lab2 = np.full(P.shape[0], -1, np.int32)
+                dist = np.empty(P.shape[0])
+                sweet_cpu_module._assign_cells(P, L, lab2, dist, cpl)
+                np.testing.assert_array_equal(lab2, labels)
+                want = np.empty(P.shape[0])
+                sweet_cpu_module._point_centre_dist(P, L, labels, want)
+                np.testing.assert_array_equal(dist, want)
 
 
 def test_k_equals_n_minus_1_and_k1(rng):
