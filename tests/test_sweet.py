@@ -351,3 +351,15 @@ def test_k1_path_forced(rng, monkeypatch, one):
     X = rng.standard_normal((900, 3)).astype(np.float32)
     run_both(X, None, 1, params=SweetParams(parallelism="split"))
     run_both(X, X[:60] * 0.5, 1, params=SweetParams(filter="partial"))
+
+
+@pytest.mark.parametrize("cells", [True, False])
+def test_cell_assignment_forced(rng, monkeypatch, cells):
+    """The engine with the per-cell candidate lists (``_assign_cells``, d <= 3) or forced back to the
+    per-point ring search plus ``_point_centre_dist``: exact either way."""
+    monkeypatch.setattr(sweet_cpu_module, "_CELL_ASSIGN", cells)
+    for dim in (1, 2, 3):
+        X = np.concatenate([rng.standard_normal((1200, dim)), rng.standard_normal((5, dim)) * 50]).astype(np.float32)
+        run_both(X, None, 1)
+        run_both(X, None, 7)
+        run_both(X, X[:80] + 0.25, 3)
