@@ -146,7 +146,7 @@ def test_duplicate_gate_auto(rng):
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
 def test_grid_assignment_is_nearest(rng, dim):
-    """The ring search over the landmark grid (d <= 3) picks what a full scan picks: the nearest
+    """The ring search over the landmark grid (d <= 3) and the per-cell candidate lists pick what a full scan picks: the nearest
     landmark by float32 distance, ties to the smaller landmark index; clustered, integer (ties),
     flat-axis and single-value inputs."""
     cases = [rng.standard_normal((3000, dim)).astype(np.float32) * np.float32(10) ** rng.integers(-3, 4),
@@ -162,6 +162,15 @@ def test_grid_assignment_is_nearest(rng, dim):
             sweet_cpu_module._assign_grid(P, L, labels)
             d2 = ((P[:, None, :] - L[None, :, :]) ** 2).sum(-1, dtype=np.float32)
             np.testing.assert_array_equal(labels, np.argmin(d2, axis=1))
+            # the per-cell candidate lists: same labels, and the exact centre distances
+            for cpl in (0.5, 2.0, 8.0):
+                lab2 = np.full(P.shape[0], -1, np.int32)
+                dist = np.empty(P.shape[0])
+                sweet_cpu_module._assign_cells(P, L, lab2, dist, cpl)
+                np.testing.assert_array_equal(lab2, labels)
+                want = np.empty(P.shape[0])
+                sweet_cpu_module._point_centre_dist(P, L, labels, want)
+                np.testing.assert_array_equal(dist, want)
 
 
 def test_k_equals_n_minus_1_and_k1(rng):
@@ -300,3 +309,57 @@ def test_equal_row_counts_match_unique(rng, monkeypatch):
     # every hash equal: unequal rows share a run, which must be detected
     monkeypatch.setattr(_plan, "_hash_rows", lambda rows: np.zeros(rows.shape[0], np.uint64))
     assert sorted(_plan._equal_row_counts(R)) == [1, 2, 2]
+
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_stratified_landmarks_forced(rng, monkeypatch, stratified):
+    """Landmarks spread along a Morton curve (the CPU's choice for d <= 3) or the paper's sampling
+    (forced off): exact results either way, for all-points and separate queries, d = 1..3, with
+    repeated rows, and the landmark picks are distinct (also when every row is one)."""
+    if not stratified:
+        monkeypatch.setattr(sweet_cpu_module, "_STRAT_MAX_DIM", 0)
+    for dim in (1, 2, 3):
+        X = rng.standard_normal((1500, dim)).astype(np.float32)
+        Xg = rng.integers(0, 6, (900, dim)).astype(np.float32)
+        for k in (1, 5):
+            run_both(X, None, k)
+            run_both(Xg, None, k)
+            run_both(X, Xg[:150], k)
+    for count in (1, 7, 100, 400):
+        ids = sweet_cpu_module._stratified_landmarks(X[:400], count, np.random.default_rng(count))
+        assert ids.size == count and np.unique(ids).size == count and ids.min() >= 0 and ids.max() < 400
+    c = sweet_cpu_module._Clusters(X, 40, 3, np.random.default_rng(0), stratified)
+    assert np.unique(c.landmark_ids).size == 40
+
+
+@pytest.mark.parametrize("one", [True, False])
+def test_k1_path_forced(rng, monkeypatch, one):
+    """k = 1 through ``_level2_one`` (d <= 3, one worker per query, rows not merged) or forced
+    through the general level 2: exact either way, ties (integer grid) by the smaller index,
+    all-points and separate queries, queries far away; the path is not taken with merged copies,
+    in 8-D or when split."""
+    monkeypatch.setattr(sweet_cpu_module, "_ONE_PATH", one)
+    monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)
+    for dim in (1, 2, 3):
+        grid = rng.integers(0, 10, (1400, dim)).astype(np.float32)
+        smooth = rng.standard_normal((1400, dim)).astype(np.float32)
+        for X in (grid, smooth):
+            s = run_both(X, None, 1)
+            assert s["distance_computations"] > 0
+            run_both(X, X[:100] + 0.5, 1)
+            run_both(X, X[:50] + 100.0, 1)
+    X = rng.standard_normal((900, 3)).astype(np.float32)
+    run_both(X, None, 1, params=SweetParams(parallelism="split"))
+    run_both(X, X[:60] * 0.5, 1, params=SweetParams(filter="partial"))
+
+
+@pytest.mark.parametrize("cells", [True, False])
+def test_cell_assignment_forced(rng, monkeypatch, cells):
+    """The engine with the per-cell candidate lists (``_assign_cells``, d <= 3) or forced back to the
+    per-point ring search plus ``_point_centre_dist``: exact either way."""
+    monkeypatch.setattr(sweet_cpu_module, "_CELL_ASSIGN", cells)
+    for dim in (1, 2, 3):
+        X = np.concatenate([rng.standard_normal((1200, dim)), rng.standard_normal((5, dim)) * 50]).astype(np.float32)
+        run_both(X, None, 1)
+        run_both(X, None, 7)
+        run_both(X, X[:80] + 0.25, 3)
