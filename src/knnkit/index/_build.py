@@ -196,9 +196,13 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             # refine_hubs=False: the hub refinement returns exact inner-product lists made of hubs
             # only, which would cut the search graph's links to everyone else
             # target_recall=None: RobustPrune keeps a few of K candidates; a 0.99 graph costs rounds for nothing
+            # delta=0.01 (as candidate_graph_gpu) instead of 0.001: the rounds past it refine list
+            # tails that RobustPrune drops (100k x 64, 1,000 tight clusters, K 64: the third round
+            # joined 65M pairs, ~40 % of the descent, for 6 inserts)
             idx, dist = candidate_lists(X, K, user, random_state, NNDescentParams(n_neighbors_internal=K,
                                                                                   refine_hubs=False,
-                                                                                  target_recall=None))
+                                                                                  target_recall=None,
+                                                                                  delta=INDEX_DELTA))
             idx = _host_array(idx, np.int64)
             est, stalled = _candidates_stalled(np.asarray(X, dtype=np.float32), idx, metric, _seed(random_state))
             if idx.shape == (n, K) and not stalled:
@@ -302,6 +306,10 @@ def _candidates_stalled(X, idx, metric, seed):
         return None, False
     return est, est < CANDIDATE_EXACT_BELOW
 
+
+#: NN-Descent's stop rule for the search graph's candidates (fewer than ``delta * n * K`` updates
+#: in a round), both devices: coarser than knn_graph's 0.001 (see candidate_graph)
+INDEX_DELTA = 0.01
 
 #: The search graph's candidates are exact up to these sizes (cheap there, and exact candidates
 #: make better search graphs than NN-Descent's; measured before knn_graph's own limit moved).

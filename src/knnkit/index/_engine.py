@@ -247,6 +247,7 @@ class SearchGraph:
                                                   device=dev, random_state=random_state, user_metric=metric))
                 cand, cand_dist = as_host(cand), as_host(cand_dist)
             nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
+            timings["candidates"] = time.perf_counter() - t0
             stage.done("candidates")
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
             g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
@@ -255,6 +256,7 @@ class SearchGraph:
             g = link_copies(g, cycle)
             stage.done("diversify")
             timings["graph"] = time.perf_counter() - t0
+            timings["diversify"] = timings["graph"] - timings["candidates"]
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
             g = xp.concatenate([g, xp.full((n, bp["graph_degree"] - g.shape[1]), -1, xp.int32)], axis=1)
         t1 = time.perf_counter()

@@ -115,6 +115,21 @@ def _prune_rows(X, cand_idx, cand_dist, node_ids, R, alpha2, is_ip, shift, fill,
         _prune_one(X, node_ids[r], cand_idx[r], cand_dist[r], R, alpha2, is_ip, shift, fill, out[r], kept, pruned)
 
 
+@njit(parallel=True, cache=True)
+def _rows_sorted(d, idx):
+    """True when every row is ascending by (distance, index), as ``np.lexsort((idx, d))`` orders it
+    (NaN distances: False, the lexsort decides)."""
+    n, C = d.shape
+    bad = 0
+    for r in prange(n):
+        for j in range(1, C):
+            a, b = d[r, j - 1], d[r, j]
+            if not (a < b or (a == b and idx[r, j - 1] <= idx[r, j])):
+                bad += 1
+                break
+    return bad == 0
+
+
 def _shift(X, metric):
     if metric != "ip":
         return 0.0
@@ -158,10 +173,13 @@ def prune_cpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, node_ids=N
     X = np.ascontiguousarray(X, dtype=np.float32)
     cand_idx = np.ascontiguousarray(cand_idx, dtype=np.int64)
     cand_dist = np.ascontiguousarray(cand_dist, dtype=np.float32)
-    # (distance, index) order, as the GPU version: ties resolve the same way on both
-    order = np.lexsort((cand_idx, cand_dist), axis=1)
-    cand_idx = np.ascontiguousarray(np.take_along_axis(cand_idx, order, axis=1))
-    cand_dist = np.ascontiguousarray(np.take_along_axis(cand_dist, order, axis=1))
+    # (distance, index) order, as the GPU version: ties resolve the same way on both. NN-Descent's
+    # and the exact search's lists come sorted so: the row-wise lexsort (0.2-0.3 s at 100k x 64)
+    # only runs when some row is not
+    if not _rows_sorted(cand_dist, cand_idx):
+        order = np.lexsort((cand_idx, cand_dist), axis=1)
+        cand_idx = np.ascontiguousarray(np.take_along_axis(cand_idx, order, axis=1))
+        cand_dist = np.ascontiguousarray(np.take_along_axis(cand_dist, order, axis=1))
     rows = cand_idx.shape[0]
     node_ids = np.arange(rows, dtype=np.int64) if node_ids is None else np.asarray(node_ids, np.int64)
     out = np.empty((rows, int(R)), np.int32)

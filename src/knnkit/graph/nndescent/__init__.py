@@ -275,13 +275,15 @@ def forest_start(X, K, *, metric, init, seed):
     if device == "cpu":
         # renumber the points by the first tree's leaf order, so that neighbours sit close in memory
         # and the joins hit the cache (the forest gives that order for free)
+        from ._cpu import renumber_lists
+
         order = fst["leaf_order"].astype(np.int64)
         Xw = X[order]
         inv = np.empty(n, np.int64)
         inv[order] = np.arange(n)
-        rows = ids[order]
-        ids = np.where(rows >= 0, inv[np.maximum(rows, 0)], -1).astype(np.int32)
-        dd = None if dd is None else dd[order]
+        ids, dd2 = renumber_lists(np.ascontiguousarray(ids), None if dd is None else np.ascontiguousarray(dd),
+                                  order, inv)
+        dd = None if dd is None else dd2
     info = {"forest": time.perf_counter() - t1}
     return Xw, order, ids, dd, info
 

@@ -168,6 +168,7 @@ def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed,
             ind[s, j] = -1
             dist[s, j] = np.inf
             flag[s, j] = 1
+        top = 0  # entries 0 .. top - 1 filled, the rest (-1, inf)
         for j in range(K0):
             v = np.int64(init_ind[s, j])
             if v < 0 or v >= n or v == s:
@@ -178,7 +179,17 @@ def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed,
                     d = _dist(X, s, v, metric)
             else:
                 d = _dist(X, s, v, metric)
-            _insert_call(ind, dist, flag, s, v, d)
+            if (top < K and d < np.inf and (top == 0 or dist[s, top - 1] < d
+                                             or (dist[s, top - 1] == d and ind[s, top - 1] < v))):
+                # a sorted init list (the forest's): _insert would shift the (-1, inf) tail and
+                # put it at `top`; placed there directly (the duplicate test stays)
+                if not _listed(ind, s, v):
+                    ind[s, top] = v
+                    dist[s, top] = d
+                    flag[s, top] = 1
+                    top += 1
+            else:
+                top = min(K, top + _insert_call(ind, dist, flag, s, v, d))
         # top up with random distinct ids (n - 1 >= K is guaranteed by the caller; otherwise
         # the list keeps -1 tails)
         filled = 0
@@ -206,6 +217,24 @@ def _init_rows(X, metric, ind, dist, flag, init_ind, init_dist, have_dist, seed,
                 flag[s, j] = 0
             else:
                 flag[s, j] = 1
+
+
+@njit(parallel=True, cache=True)
+def renumber_lists(ids, dd, order, inv):
+    """``(inv[ids[order]], dd[order])`` with -1 kept: lists of the points taken in ``order``, in
+    the new numbering ``inv`` (``inv[order] = arange(n)``). ``dd`` may be None. What NumPy did
+    with a gather, a where and two int64 temporaries of size n x K, row-parallel."""
+    n, K = ids.shape
+    out = np.empty((n, K), np.int32)
+    od = np.empty((n, K), np.float32) if dd is not None else np.empty((0, K), np.float32)
+    for r in prange(n):
+        o = order[r]
+        for j in range(K):
+            v = ids[o, j]
+            out[r, j] = inv[v] if v >= 0 else -1
+            if dd is not None:
+                od[r, j] = dd[o, j]
+    return out, od
 
 
 # ----------------------------------------------------------------------------- sampling (4.1)

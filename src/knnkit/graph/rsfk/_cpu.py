@@ -432,9 +432,24 @@ def _leaf_tiles(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, nchunks):
 
 @kernel(fastmath=_FM)
 def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, leaf1):
-    """Leaves ``leaf0 .. leaf1 - 1`` of :func:`_leaf_tiles` (one task)."""
+    """Leaves ``leaf0 .. leaf1 - 1`` of :func:`_leaf_tiles` (one task).
+
+    Each row's offers are merged into its list at once: the leaf's candidates that beat the row's
+    worst entry and are not listed yet, sorted by (distance, id), then one merge with the sorted
+    list. Same lists as offering them one by one through ``_offer`` (the top K by (distance, id)
+    of the distinct ids offered; a listed id is never offered twice, and an id pushed out of a
+    list by better ones could not come back), without a K-long shift per accepted offer (leaves
+    of ~K points into empty lists accepted nearly every pair: 65 shifts of 64 per row)."""
     K = idx.shape[1]
+    n = idx.shape[0]
     block = np.empty((leaf_size, leaf_size), np.float32)
+    cd = np.empty(leaf_size, np.float32)
+    ci = np.empty(leaf_size, np.int32)
+    od = np.empty(K, np.float32)
+    oi = np.empty(K, idx.dtype)
+    stamp = np.empty(n, np.int32)  # stamp[e] == a: e is in the list of a (row being merged)
+    for t in range(n):
+        stamp[t] = -1
     for leaf in range(leaf0, leaf1):
         lo = leaf_lo[leaf]
         hi = head[lo]
@@ -448,11 +463,58 @@ def _leaf_chunk(X, metric, perm, head, leaf_lo, idx, dist, leaf_size, leaf0, lea
                 block[j, i] = dd
         for i in range(m):
             a = perm[lo + i]
+            wd = dist[a, K - 1]
+            wi = idx[a, K - 1]
+            for t in range(K):
+                e = idx[a, t]
+                if e >= 0:
+                    stamp[e] = a
+            c = 0
             for j in range(m):
+                if j == i:
+                    continue
+                b = perm[lo + j]
                 dd = block[i, j]
-                # strictly below the worst entry, or a tie that _offer settles by id
-                if dd <= dist[a, K - 1] and j != i:
-                    _offer(idx, dist, a, perm[lo + j], dd)
+                if b == a or stamp[b] == a:
+                    continue
+                if not (dd < wd or (dd == wd and (wi < 0 or b < wi))):
+                    continue
+                # insertion into the sorted candidates (distance, id)
+                q = c
+                while q > 0 and (cd[q - 1] > dd or (cd[q - 1] == dd and ci[q - 1] > b)):
+                    cd[q] = cd[q - 1]
+                    ci[q] = ci[q - 1]
+                    q -= 1
+                cd[q] = dd
+                ci[q] = b
+                c += 1
+            if c == 0:
+                continue
+            p = 0
+            q = 0
+            for t in range(K):
+                take_old = False
+                if p < K and idx[a, p] >= 0:
+                    if q >= c:
+                        take_old = True
+                    else:
+                        e = idx[a, p]
+                        de = dist[a, p]
+                        take_old = de < cd[q] or (de == cd[q] and e < ci[q])
+                if take_old:
+                    od[t] = dist[a, p]
+                    oi[t] = idx[a, p]
+                    p += 1
+                elif q < c:
+                    od[t] = cd[q]
+                    oi[t] = ci[q]
+                    q += 1
+                else:
+                    od[t] = np.inf
+                    oi[t] = -1
+            for t in range(K):
+                idx[a, t] = oi[t]
+                dist[a, t] = od[t]
 
 
 def _nne_seen(X, metric, idx_old, idx, dist, nchunks):
