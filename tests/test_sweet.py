@@ -363,3 +363,44 @@ def test_cell_assignment_forced(rng, monkeypatch, cells):
         run_both(X, None, 1)
         run_both(X, None, 7)
         run_both(X, X[:80] + 0.25, 3)
+
+
+def test_auto_method_low_d_skips_the_estimate(monkeypatch):
+    """method="auto": up to SWEET_AUTO_ALWAYS_D dimensions Sweet KNN is taken without the
+    savings estimate (which costs a second clusters phase); above it the estimate decides."""
+    from knnkit._core.prepare import prepare
+    from knnkit.api import exact as api_exact
+    import knnkit.exact.sweet as sweet_pkg
+
+    calls = []
+
+    def fake_estimate(*a, **kw):
+        calls.append(1)
+        return 0.0  # "saves nothing": the GEMM path
+
+    monkeypatch.setattr(sweet_pkg, "estimate_savings", fake_estimate)
+    rng = np.random.default_rng(1)
+    n = 20_000  # 4e8 pairs all-points: above the CPU threshold
+    P3 = prepare(rng.random((n, 3), dtype=np.float32), metric="sqeuclidean", device="cpu")
+    assert api_exact.choose_exact_method("auto", P3, None, 10).name == "sweet" and not calls
+    P8 = prepare(rng.random((n, 8), dtype=np.float32), metric="sqeuclidean", device="cpu")
+    assert api_exact.choose_exact_method("auto", P8, None, 10).name == "sweet" and not calls
+    P12 = prepare(rng.random((n, 12), dtype=np.float32), metric="sqeuclidean", device="cpu")
+    assert api_exact.choose_exact_method("auto", P12, None, 10).name == "gemm" and calls
+    small = prepare(rng.random((500, 3), dtype=np.float32), metric="sqeuclidean", device="cpu")
+    assert api_exact.choose_exact_method("auto", small, None, 10).name == "gemm"  # too few pairs
+
+
+def test_auto_filter_full_when_rows_are_merged(rng):
+    """filter="auto" keeps the full filter when repeated rows are merged (the partial filter writes
+    every surviving copy out: skin k = 100, 138M vs 17M distances); without copies k / d > 8 still
+    picks partial. Same ids either way."""
+    X = rng.integers(0, 12, (6000, 3)).astype(np.float32)  # 1,728 distinct rows, ~3.5 copies each
+    d, i, s = sweet_knn(X, X, 40, exclude_self=True)
+    assert s["distinct_rows"] is not None and s["filter"] == "full"
+    dp, ip, sp = sweet_knn(X, X, 40, exclude_self=True, params=SweetParams(filter="partial"))
+    assert sp["filter"] == "partial"
+    np.testing.assert_array_equal(i, ip)
+    np.testing.assert_array_equal(d, dp)
+    Y = rng.random((3000, 3), dtype=np.float32)
+    assert sweet_knn(Y, Y, 40, exclude_self=True)[2]["filter"] == "partial"

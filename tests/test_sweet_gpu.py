@@ -159,7 +159,7 @@ def test_repeated_rows_gpu_equals_cpu(rng, monkeypatch, merge):
     force_merge(monkeypatch, merge)
     skin = skin_like(rng, 7777, 700)
     few = rng.integers(0, 40, (2501, 3)).astype(np.float32)
-    full = SweetParams(filter="full")  # auto picks partial from k / d > 8 (k >= 25 at d = 3)
+    full = SweetParams(filter="full")  # auto: partial from k / d > 8 (k >= 25 at d = 3), full when merged
     cases = ((1, None), (20, None), (31, full), (32, full), (127, full), (150, full), (31, None),
              (40, SweetParams(filter="partial")),
              (9, SweetParams(parallelism="split")), (20, SweetParams(parallelism="query")),

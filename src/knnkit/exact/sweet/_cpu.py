@@ -1248,7 +1248,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
         Xr, inv, uoff, uidx = dup
         Qr, k_sel, exclude = Xr, k + 1, False
     tab = build_cpu(Xr, Qr, k, params, seed, all_points)
-    filt = choose_filter(params, k, dim)
+    filt = choose_filter(params, k, dim, merged=dup is not None)
     qseq = tab["qseq"] if qsel is None else tab["qseq"][np.isin(tab["qseq"], qsel)]
     mrows = Qr.shape[0] if qsel is None else int(np.max(qsel)) + 1
     mean_cand = tab["coff"][-1] / max(1, tab["mq"])

@@ -359,7 +359,7 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
     ncand_sum = ncand.sum(dtype=cp.int64)  # read with the stats at the end
     mark("level1")
 
-    filt = choose_filter(params, k, dim)  # by the requested k, as the CPU twin
+    filt = choose_filter(params, k, dim, merged=dup is not None)  # by the requested k, as the CPU twin
     nq_total = int(qseq.size)  # a host-side shape, no sync
     parts = _choose_parts(cp, params, nq_total, lambda: float(ncand_sum) / max(1, mq))
     name = level2_kernel_name(filt, k_sel)

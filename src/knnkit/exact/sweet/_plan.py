@@ -92,10 +92,18 @@ def default_landmarks(requested, n, other, budget_bytes):
     return max(1, min(count, n))
 
 
-def choose_filter(params, k, dim):
-    """``"full"`` or ``"partial"`` (paper Fig. 8: partial when ``k/d`` exceeds the ratio)."""
+def choose_filter(params, k, dim, merged=False):
+    """``"full"`` or ``"partial"`` (paper Fig. 8: partial when ``k/d`` exceeds the ratio).
+
+    ``merged`` (repeated rows merged before level 2): always full under ``"auto"``. The partial
+    filter writes every surviving copy out, where the full filter offers copies in ascending index
+    and stops at the first refused: skin (245k x 3, 51k distinct), k = 100, CPU: 138M -> 17M
+    distances, 3.03 -> 0.70 s, identical results; on the H200 the partial filter took 1.54 s, 5x
+    the GEMM path."""
     if params.filter != "auto":
         return params.filter
+    if merged:
+        return "full"
     return "partial" if k / dim > params.partial_ratio else "full"
 
 
