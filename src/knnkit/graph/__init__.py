@@ -9,6 +9,7 @@ section 4, GGM and out-of-memory construction section 5).
 build) use: it picks the method through the registry and runs its engine on prepared arrays.
 """
 
+import os
 import time
 
 from .._core.backend import device_of
@@ -61,14 +62,18 @@ TARGET_GROWTH = 1.5
 #: ``benchmarks/results/h100-2026-11-24/graph_hard_sweep.json``).
 EXACT_FALLBACK_GAP = 0.08
 #: The exact graph is affordable up to this many multiply-adds (n * n * d): GPU ~ 2M x 100
-#: (about 10 s with the fp16 tensor-core GEMM and exact re-check), CPU ~ 45k x 100 (about 30 s on
-#: two cores).
-EXACT_FALLBACK_MAX_WORK = {"gpu": 4e14, "cpu": 2e11}
+#: (about 10 s with the fp16 tensor-core GEMM and exact re-check); CPU 1.25e12 per core, about a
+#: minute of BLAS (100k x 128 = 1.3e12 took 41-92 s on two loaded cores). The CPU limit was a
+#: fixed 2e11 (~45k x 100) until the suite ran at 100k on the CPU: uniform 128-d 100k returned
+#: recall 0.58 and uniform 960-d 50k 0.42 (with a warning, no fallback), uniform 32-d 0.984.
+EXACT_FALLBACK_MAX_WORK = {"gpu": 4e14, "cpu": 1.25e12 * max(1, os.cpu_count() or 1)}
 
 
-def exact_affordable(n, d, device):
-    """Whether the exact graph of ``n`` x ``d`` points is affordable on ``device`` (``EXACT_FALLBACK_MAX_WORK``)."""
-    return float(n) * float(n) * float(d) <= EXACT_FALLBACK_MAX_WORK[device]
+def exact_affordable(n, d, device, max_work=None):
+    """Whether the exact graph of ``n`` x ``d`` points is affordable on ``device``
+    (``n * n * d <= max_work``, default ``EXACT_FALLBACK_MAX_WORK[device]``)."""
+    limit = EXACT_FALLBACK_MAX_WORK[device] if max_work is None else max_work[device]
+    return float(n) * float(n) * float(d) <= limit
 
 
 def _exact_graph(X, k, im, device):

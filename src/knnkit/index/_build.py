@@ -286,6 +286,11 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
 #: descent stalls (1M x 96 broad clusters: ~0.7 with 96-long lists) and no pruning or beam makes up
 #: for candidates that are not there (calibrated recall 0.92 at beam 512).
 CANDIDATE_EXACT_BELOW = 0.9
+#: ... and this much exact work (n * n * d) at most: on the CPU the index keeps the old 2e11
+#: (knn_graph's own limit is higher, for its recall target); a search graph from stalled
+#: candidates still reaches its recall by beam (CPU uniform 128-d 100k: 0.98 at the default beam,
+#: 0.997 max), where an exact candidate graph would add a minute to the build
+CANDIDATE_EXACT_MAX_WORK = {"gpu": 4e14, "cpu": 2e11}
 
 
 def _candidates_stalled(X, idx, metric, seed):
@@ -296,7 +301,8 @@ def _candidates_stalled(X, idx, metric, seed):
 
     n, d = int(X.shape[0]), int(X.shape[1])
     xp = get_array_module(X)
-    if n < 4000 or metric not in ("l2", "ip") or not exact_affordable(n, d, "cpu" if xp is np else "gpu"):
+    if n < 4000 or metric not in ("l2", "ip") or not exact_affordable(n, d, "cpu" if xp is np else "gpu",
+                                                                      max_work=CANDIDATE_EXACT_MAX_WORK):
         return None, False
     try:
         probe = RecallProbe(X, min(10, idx.shape[1]), metric, 1000, seed)
