@@ -117,8 +117,10 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
         stats["iterations"] = int(stats.get("iterations", 0)) + int(st.get("iterations", 0))
         stats["K"] = K
         est = probe.recall(X, I)
-    if est < target - 0.005 and exact_ok:
-        # the descent stalls short of the target on this data: the exact graph meets it
+    if est < target and exact_ok:
+        # the descent stalls short of the target on this data: the exact graph meets it (below the
+        # target itself, not a tolerance under it: CPU tight clusters of 10 points, 100k x 64, ended
+        # at 0.9888 when 0.005 short was accepted as the estimate's noise)
         logger.info("knn_graph: NN-Descent reached an estimated recall of %.3f (target %.3f); building the "
                     "exact graph instead (%d x %d)", est, target, n, int(X.shape[1]))
         I, D = _exact_graph(X, k, im, device)
