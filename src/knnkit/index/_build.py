@@ -145,10 +145,12 @@ def copy_cycle(groups, n):
 
 def candidates_on_distinct(X, K, metric, random_state, build):
     """``build(Xs, K)`` -> (ids, dist) candidate lists, computed on the distinct rows of ``X`` when
-    copies are common (squared L2 only: a copy's distance to itself is 0 there); returns
-    ``(ids, dist, cycle)`` in the original ids, ``cycle`` from :func:`copy_cycle` or None."""
+    copies are common; returns ``(ids, dist, cycle)`` in the original ids, ``cycle`` from
+    :func:`copy_cycle` or None. Any internal metric: a copy is never among the candidates (the
+    cycle links it after the build), and every copy scores alike against any query (inner
+    product, 300 points x 100 copies: 46 components and recall 0.895 without it)."""
     n = int(X.shape[0])
-    if metric != "l2" or n < 64:
+    if metric not in ("l2", "ip") or n < 64:
         return (*build(X, K), None)
     groups = distinct_groups(X, random_state)
     if groups is None or int(groups[0].shape[0]) <= K + 1:
