@@ -267,6 +267,41 @@ __device__ __forceinline__ void ft_init_rows(int row0, int m, int wrow, int tid,
     }
 }
 
+// Register copies of this lane's rows' thresholds and excluded (self) ids; lr = mt*16 + h*8 + g.
+template <int MT>
+__device__ __forceinline__ void ft_row_registers(float (&thr)[MT][2], int (&sid)[MT][2], const float* s_thr,
+                                                 const int* __restrict__ self_ids, int row0, int wrow, int g,
+                                                 int m) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int br = wrow + mt * 16 + h * 8 + g;
+            thr[mt][h] = s_thr[br];
+            sid[mt][h] = (self_ids && row0 + br < m) ? self_ids[row0 + br] : -1;
+        }
+}
+
+// Start of a chunk at column c0: accumulators cleared, this lane's 16 colbias values loaded (used
+// only after the last k-step, so the load latency is hidden behind the main loop).
+template <int MT>
+__device__ __forceinline__ void ft_chunk_start(float (&acc)[MT][8][4], float (&cb)[8][2],
+                                               const float* __restrict__ colbias, int c0, int n, int t4) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            int c = c0 + j * 8 + 2 * t4 + e;
+            cb[j][e] = (colbias && c < n) ? __ldg(colbias + c) : 0.f;
+        }
+}
+
 template <int MT, int NW>
 __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
     const unsigned short* __restrict__ Q, const unsigned short* __restrict__ X, int m, int n, int dp,
@@ -327,17 +362,9 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
     for (int s = 0; s < FT_STAGES - 1; ++s) load_stage(s);
 
     __syncthreads();  // per-row state visible
-    // my rows: lr = mt*16 + h*8 + g; thresholds cached in registers
     float thr[MT][2];
     int sid[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            int br = wrow + mt * 16 + h * 8 + g;
-            thr[mt][h] = s_thr[br];
-            sid[mt][h] = (self_ids && row0 + br < m) ? self_ids[row0 + br] : -1;
-        }
+    ft_row_registers<MT>(thr, sid, s_thr, self_ids, row0, wrow, g, m);
 
     float acc[MT][8][4];
     float cb[8][2];  // colbias of my 16 columns of the current chunk
@@ -349,22 +376,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
 
         const int ch = it / nsl, sl = it - ch * nsl;
         const int c0 = ch * FT_BN;
-        if (sl == 0) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
-            // colbias for this chunk (loaded now, used after the last slice: latency hidden)
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    int c = c0 + j * 8 + 2 * t4 + e;
-                    cb[j][e] = (colbias && c < n) ? __ldg(colbias + c) : 0.f;
-                }
-        }
+        if (sl == 0) ft_chunk_start<MT>(acc, cb, colbias, c0, n, t4);
         const unsigned short* xs = sX + (it % FT_STAGES) * (FT_BN * FT_XS);
         const int k0 = sl * FT_KS;
         const int ksteps = ft_min(FT_KS, dp - k0) >> 4;
@@ -452,14 +464,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
                            sX + (wrow + mt * 16 + (lane & 15)) * S + ks * 16 + ((lane >> 4) << 3));
     float thr[MT][2];
     int sid[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            int br = wrow + mt * 16 + h * 8 + g;
-            thr[mt][h] = s_thr[br];
-            sid[mt][h] = (self_ids && row0 + br < m) ? self_ids[row0 + br] : -1;
-        }
+    ft_row_registers<MT>(thr, sid, s_thr, self_ids, row0, wrow, g, m);
     __syncthreads();  // every warp holds its fragments: the ring may overwrite the query tile
 
     const int nchunk = (n + FT_BN - 1) / FT_BN;
@@ -484,19 +489,7 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
         __syncthreads();  // chunk ch staged for everyone; slot (ch - 1) % STAGES free again
         load_stage(ch + FT_STAGES - 1);
         const int c0 = ch * FT_BN;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                int c = c0 + j * 8 + 2 * t4 + e;
-                cb[j][e] = (colbias && c < n) ? __ldg(colbias + c) : 0.f;
-            }
+        ft_chunk_start<MT>(acc, cb, colbias, c0, n, t4);
         const unsigned short* xs = sX + (ch % FT_STAGES) * (FT_BN * S);
 #pragma unroll
         for (int ks = 0; ks < KST; ++ks) {
