@@ -15,7 +15,7 @@ import numpy as np
 from .._core.backend import as_host, resolve_device, wrap_output
 from .._core.config import logger, progress
 from .._core.metrics import finalize_distances
-from .._core.params import check_float, check_int, merge_params
+from .._core.params import check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_index, validate_index
 from .._core.prepare import device_scope, prepare
@@ -23,7 +23,7 @@ from .._core.types import Array, ArrayLike, Device, HostArray, Metric, NeighborP
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
-from ..index._calibrate import beam_for, calibrate, raised_default_beam
+from ..index._calibrate import beam_for, calibrate, first_beam_reaching, raised_default_beam
 
 __all__ = ["GraphIndex"]
 
@@ -337,11 +337,9 @@ class GraphIndex:
         graph cannot be trusted to deliver that recall (data of very high intrinsic dimension:
         1M x 128 uniform reached 0.955 at beam 2048 on the GPU) and ``search(target_recall=...)``
         answers by an exact scan instead."""
-        cal = self.calibration
-        if not cal:
+        if not self.calibration:
             raise ValueError("this index has no calibration (built with calibrate=False, or by an older knnkit)")
-        target = check_float(target_recall, "target_recall", minimum=0.0, maximum=1.0)
-        return max(cal["recall"]) >= min(1.0, target + 0.005)
+        return first_beam_reaching(self.calibration, target_recall) is not None
 
     def _exact_all(self, q, info, k, device):
         """Exact k-NN of validated queries over every stored point (``search(target_recall=)``

@@ -17,7 +17,7 @@ from .._core.backend import get_array_module
 from .._core.config import logger
 from .._core.params import check_float
 
-__all__ = ["calibrate", "beam_for", "raised_default_beam", "BEAMS", "SAMPLE"]
+__all__ = ["calibrate", "beam_for", "first_beam_reaching", "raised_default_beam", "BEAMS", "SAMPLE"]
 
 BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 #: Beams tried after BEAMS while the calibrated recall is still below EXTEND_UNTIL: data of high
@@ -122,13 +122,19 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
         G[pos] = saved_links
 
 
-def beam_for(calibration, target_recall):
-    """The smallest calibrated beam whose recall reaches ``target_recall`` + 0.005, or the largest."""
+def first_beam_reaching(calibration, target_recall):
+    """The smallest calibrated beam whose recall reaches ``target_recall`` + 0.005, or None."""
     target = check_float(target_recall, "target_recall", minimum=0.0, maximum=1.0)
     for beam, r in zip(calibration["beams"], calibration["recall"]):
         if r >= min(1.0, target + 0.005):
             return int(beam)
-    return int(calibration["beams"][-1])
+    return None
+
+
+def beam_for(calibration, target_recall):
+    """The smallest calibrated beam whose recall reaches ``target_recall`` + 0.005, or the largest."""
+    beam = first_beam_reaching(calibration, target_recall)
+    return int(calibration["beams"][-1]) if beam is None else beam
 
 
 def raised_default_beam(calibration, default):
