@@ -787,7 +787,8 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
     if mode != "exact" and k > MAX_K // 4:
         logger.info("precision=%r with k=%d > %d: using exact mode", mode, k, MAX_K // 4)
         mode = "exact"
-    kc = _candidates_k(k, avail, mode) if (certify_rows or mode == "exact") else int(min(avail, k))
+    certify_rows = certify_rows or mode == "exact"  # the exact mode always certifies
+    kc = _candidates_k(k, avail, mode) if certify_rows else int(min(avail, k))
     prep = _Prepared(Xd, metric_internal, mode)
     extra = (prep.X.nbytes if prep.X is not Xd else 0) + Xd.nbytes // 4
 
@@ -815,7 +816,7 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
             q1 = min(m, q0 + mq)
             sid = self_ids[q0:q1] if self_ids is not None else None
             d, i, ok = _knn_rows(Xd, prep, Qd[q0:q1], sid, k, kc, metric_internal, mode, ntile,
-                                 certify_rows=certify_rows or mode == "exact")
+                                 certify_rows=certify_rows)
             if ok is not None and not bool(ok.all()):
                 bad = cp.nonzero(~ok)[0]
                 n_fallback += int(bad.size)

@@ -25,7 +25,7 @@ import numpy as np
 from .._core.config import logger
 from .._core.backend import as_host, get_array_module, twin
 from ..exact import knn_lists
-from ..graph import build_lists, choose_method, exact_affordable
+from ..graph import EXACT_FALLBACK_MAX_WORK, build_lists, choose_method, exact_affordable
 from ..graph.nndescent import NNDescentParams
 from ._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances
 
@@ -115,16 +115,10 @@ def exact_knn_cpu(X, Q, k, metric, *, exclude_self=False, block=None):
 def distinct_groups(X, random_state):
     """``(U, inv, uoff, uidx)`` of the identical rows of prepared ``X`` (see
     ``knnkit.exact.sweet._cpu._find_duplicates``), or None when copies are rare."""
-    from ..exact.sweet import _cpu as sweet_cpu
-
+    xp = get_array_module(X)
     rng = np.random.default_rng(np.random.SeedSequence([0xC0B1E5, _seed(random_state) & 0xFFFFFFFF]))
-    if get_array_module(X) is np:
-        return sweet_cpu._find_duplicates(np.ascontiguousarray(X, dtype=np.float32), rng)
-    import cupy as cp
-
-    from ..exact.sweet import _gpu as sweet_gpu
-
-    return sweet_gpu._find_duplicates(cp.ascontiguousarray(X, dtype=cp.float32), rng)
+    sweet = twin("knnkit.exact.sweet", "cpu" if xp is np else "gpu")
+    return sweet._find_duplicates(xp.ascontiguousarray(X, dtype=xp.float32), rng)
 
 
 def copy_cycle(groups, n):
@@ -292,7 +286,7 @@ CANDIDATE_EXACT_BELOW = 0.9
 #: (knn_graph's own limit is higher, for its recall target); a search graph from stalled
 #: candidates still reaches its recall by beam (CPU uniform 128-d 100k: 0.98 at the default beam,
 #: 0.997 max), where an exact candidate graph would add a minute to the build
-CANDIDATE_EXACT_MAX_WORK = {"gpu": 4e14, "cpu": 2e11}
+CANDIDATE_EXACT_MAX_WORK = {"gpu": EXACT_FALLBACK_MAX_WORK["gpu"], "cpu": 2e11}
 
 
 def _candidates_stalled(X, idx, metric, seed):
