@@ -151,14 +151,16 @@ def candidates_on_distinct(X, K, metric, random_state, build):
         # no copies worth merging, or so few distinct rows that a list cannot hold K of them
         return (*build(X, K), None)
     U, inv, uoff, uidx = groups
-    xp = get_array_module(uoff)
     logger.info("GraphIndex: %d rows, %d distinct: candidate lists built on the distinct rows", n, int(U.shape[0]))
     cu, du = build(U, K)
-    rep = uidx[uoff[:-1]].astype(xp.int64)                  # smallest original id of each group
-    inv = xp.asarray(inv, dtype=xp.int64)
-    ids = rep[xp.asarray(cu, dtype=xp.int64)][inv]
-    dist = xp.asarray(du)[inv]
-    return ids, dist, copy_cycle(groups, n)
+    # expanded where the lists came back (a host build of device data: the host), so only the
+    # n-long group tables move, never the (n, K) lists
+    xp = get_array_module(cu)
+    move = as_host if xp is np else xp.asarray
+    rep = move(uidx[uoff[:-1]]).astype(xp.int64)           # smallest original id of each group
+    inv = move(inv).astype(xp.int64)
+    ids = rep[cu.astype(xp.int64)][inv]
+    return ids, du[inv], copy_cycle(groups, n)
 
 
 def link_copies(g, cycle):
