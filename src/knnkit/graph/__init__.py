@@ -87,17 +87,19 @@ def _exact_graph(X, k, im, device):
     return I, D
 
 
-def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats):
+def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats, probe=None):
     """Estimate the recall; below ``target`` continue the descent from the current lists with
     longer internal lists, up to TARGET_ROUNDS times (the issue: NN-Descent's update threshold
-    stops well short of 0.99 on data of high intrinsic dimension)."""
+    stops well short of 0.99 on data of high intrinsic dimension). ``probe``: the estimator made
+    before the descent (for its stall watch), else made here."""
     import dataclasses
 
     from ._estimate import RecallProbe
 
     t0 = time.perf_counter()
     # exact neighbours of the sample once, for every round's estimate
-    probe = RecallProbe(X, k, im, estimate_rows(int(X.shape[0])), seed)
+    if probe is None:
+        probe = RecallProbe(X, k, im, estimate_rows(int(X.shape[0])), seed)
     est = probe.recall(X, I)
     rounds = 0
     n = int(X.shape[0])
@@ -106,7 +108,7 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
     K = params.n_neighbors_internal or k
     exact_ok = exact_affordable(n, int(X.shape[1]), device)
     first = est
-    if est < target - EXACT_FALLBACK_GAP and exact_ok:
+    if (est < target - EXACT_FALLBACK_GAP or "stalled" in stats) and exact_ok:
         rounds = TARGET_ROUNDS  # no continuation: straight to the exact graph below
     while est < target and rounds < TARGET_ROUNDS and K < cap:
         K = min(cap, int(K * TARGET_GROWTH) + 8)
@@ -125,6 +127,8 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
                     "exact graph instead (%d x %d)", est, target, n, int(X.shape[1]))
         I, D = _exact_graph(X, k, im, device)
         stats["exact_fallback"] = {"descent_estimate": round(first, 5), "after_rounds": round(est, 5)}
+        if "stalled" in stats:
+            stats["exact_fallback"]["descent_stopped_at_iteration"] = stats["stalled"]["iteration"]
         est = probe.recall(X, I)
     elif est < target - 0.005:
         logger.warning("knn_graph: estimated recall %.3f is below the target %.3f (the exact graph of %d x %d "
@@ -137,7 +141,8 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
     return I, D, stats
 
 
-def build_lists(X, k, *, metric, method, params=None, seed=0, **engine_kw):
+def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, stall_k=None, stall_max_work=None,
+                **engine_kw):
     """k-NN lists of prepared ``X`` (self excluded) by a registered graph method.
 
     Parameters
@@ -153,6 +158,13 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, **engine_kw):
     params : Params, optional
         The method's parameter object (default: its defaults); resolved here when it has a
         ``resolve`` method.
+    stall_below : float, optional
+        NN-Descent stops early when its estimated recall, extrapolated to convergence, stays below
+        this (``stats["stalled"]``; the caller builds the exact lists). Default: the params'
+        ``target_recall`` minus ``EXACT_FALLBACK_GAP`` (the level below which a finished descent
+        goes straight to the exact graph). Only where the exact graph is affordable
+        (``stall_max_work``: the limits of :func:`exact_affordable`). ``stall_k``: the recall@k
+        it watches (default ``k``).
 
     Returns
     -------
@@ -168,15 +180,27 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, **engine_kw):
     t0 = time.perf_counter()
     engine = method.load_engine()
     im = internal_metric(metric)
+    target = getattr(params, "target_recall", None)
+    probe = None
+    if stall_below is None and target is not None and n >= ESTIMATE_MIN_N and im in ("l2", "ip"):
+        stall_below = target - EXACT_FALLBACK_GAP
+    if (stall_below is not None and method.name == "nndescent" and n >= ESTIMATE_MIN_N and im in ("l2", "ip")
+            and exact_affordable(n, int(X.shape[1]), device, max_work=stall_max_work)):
+        from ._estimate import RecallProbe, StallWatch
+
+        # made before the descent (the same sample and seed the target check uses after it) so
+        # that a descent bound to end far below the target stops early for the exact graph
+        probe = RecallProbe(X, min(k, stall_k or k), im, estimate_rows(n), seed)
+        engine_kw["watch"] = StallWatch(probe, X, stall_below)
     I, D, st = engine(X, k, metric=im, params=params, seed=seed, **engine_kw)
     stats = {"method": method.name, "device": device}
     stats.update(st)
     stats.setdefault("phase_s", {})
     stats["phase_s"].setdefault(method.name if method.name == "brute" else "engine", time.perf_counter() - t0)
-    target = getattr(params, "target_recall", None)
     if target is not None and n >= ESTIMATE_MIN_N and im in ("l2", "ip"):  # (exact search serves l2, ip)
         try:
-            I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats)
+            I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats,
+                                        probe=probe if probe is not None and probe.K == k else None)
         except Exception as e:  # the estimate is a refinement: a failure must not cost the graph
             logger.warning("knn_graph: the recall estimate failed (%s: %s); the lists are the first descent's",
                            type(e).__name__, e)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._core.params import check_int
 
-__all__ = ["RecallProbe", "estimate_recall"]
+__all__ = ["RecallProbe", "StallWatch", "estimate_recall"]
 
 _METRICS = ("l2", "ip")  # the exact GEMM path serves these
 
@@ -117,6 +117,51 @@ class RecallProbe:
         dd = _row_distances(xp, X, self.rows, xp.maximum(cand, 0), self.metric)
         hits = xp.minimum(((dd <= self.kth[:, None]) & valid).sum(axis=1), K)
         return float(hits.sum()) / float(len(self.rows_h) * K)
+
+
+class StallWatch:
+    """Decides, while NN-Descent runs, that it will end below ``level``: the early form of the
+    decision ``knn_graph`` and the index build take after a full descent (an estimate that far
+    below the target goes straight to the exact graph).
+
+    Called after each iteration with the current lists of the probe's rows; it returns True (stop)
+    when the recall, extrapolated to convergence, stays under ``level``. The extrapolation assumes
+    the per-iteration gains fall off geometrically (their last ratio, at least ``MIN_RATIO``) and
+    adds ``SLACK`` times the predicted remainder: a wrong stop costs time (the exact graph), never
+    quality. On broad 1M x 128 clusters an H200 descent ran 23 iterations (2.2 s) to end at an
+    estimated 0.45 before the exact graph was built anyway.
+    """
+
+    #: first iteration (0-based) that may stop: two gains are needed for a ratio
+    START = 2
+    #: the gain ratio used is at least this (a descent that slows fast may still converge high)
+    MIN_RATIO = 0.5
+    #: multiple of the predicted remaining gain added before comparing with the level
+    SLACK = 2.0
+
+    def __init__(self, probe, X, level):
+        self.probe, self.X, self.level = probe, X, float(level)
+        self.history = []
+        self.stopped = None  # (iteration, recall, predicted) when it stopped the descent
+
+    def __call__(self, iteration, cand):
+        """``cand``: (rows, K) ids of the probe's rows (caller numbering, -1 = none)."""
+        r = self.probe.recall_of(self.X, cand)
+        h = self.history
+        h.append(r)
+        if len(h) <= self.START:
+            return False
+        g1, g0 = h[-1] - h[-2], h[-2] - h[-3]
+        if g1 <= 0:
+            remaining = 0.0
+        else:
+            ratio = min(0.95, max(self.MIN_RATIO, g1 / g0 if g0 > 0 else 1.0))
+            remaining = g1 * ratio / (1.0 - ratio)
+        predicted = r + self.SLACK * remaining
+        if predicted < self.level:
+            self.stopped = (int(iteration), round(r, 5), round(predicted, 5))
+            return True
+        return False
 
 
 def estimate_recall(X, idx, k, *, metric, sample=500, seed=0):

@@ -197,12 +197,16 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             # delta=0.01 (as candidate_graph_gpu) instead of 0.001: the rounds past it refine list
             # tails that RobustPrune drops (100k x 64, 1,000 tight clusters, K 64: the third round
             # joined 65M pairs, ~40 % of the descent, for 6 inserts)
-            idx, dist = candidate_lists(X, K, user, random_state, NNDescentParams(n_neighbors_internal=K,
-                                                                                  refine_hubs=False,
-                                                                                  target_recall=None,
-                                                                                  delta=INDEX_DELTA))
+            idx, dist, st = candidate_lists(X, K, user, random_state,
+                                            NNDescentParams(n_neighbors_internal=K, refine_hubs=False,
+                                                            target_recall=None, delta=INDEX_DELTA),
+                                            with_stats=True, stall_below=CANDIDATE_EXACT_BELOW)
             idx = _host_array(idx, np.int64)
-            est, stalled = _candidates_stalled(np.asarray(X, dtype=np.float32), idx, metric, _seed(random_state))
+            if "stalled" in st:  # stopped early: bound to end below CANDIDATE_EXACT_BELOW
+                est, stalled = st["stalled"]["recall_estimate"], True
+            else:
+                est, stalled = _candidates_stalled(np.asarray(X, dtype=np.float32), idx, metric,
+                                                   _seed(random_state))
             if idx.shape == (n, K) and not stalled:
                 return idx, _host_array(dist, np.float32)
             if stalled:
@@ -249,10 +253,15 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
             params = dict(delta=0.01, refine_hubs=False, target_recall=None)  # see candidate_graph
             params.update(knn_params or {})
             idx, dist, st = candidate_lists(X, K, user, random_state,
-                                            NNDescentParams(n_neighbors_internal=K, **params), with_stats=True)
+                                            NNDescentParams(n_neighbors_internal=K, **params), with_stats=True,
+                                            stall_below=CANDIDATE_EXACT_BELOW)
             if stats is not None:
-                stats.update({k: st.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample")})
-            est, stalled = _candidates_stalled(X, idx, metric, _seed(random_state))
+                stats.update({k: st.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample",
+                                                     "stalled")})
+            if "stalled" in st:  # stopped early: bound to end below CANDIDATE_EXACT_BELOW
+                est, stalled = st["stalled"]["recall_estimate"], True
+            else:
+                est, stalled = _candidates_stalled(X, idx, metric, _seed(random_state))
             if stats is not None and est is not None:
                 stats["candidate_recall_estimate"] = round(est, 4)
             if idx.shape == (n, K) and isinstance(idx, cp.ndarray) and not stalled:
@@ -326,15 +335,19 @@ def _seed(random_state):
     return seed_from(random_state)
 
 
-def candidate_lists(X, K, user_metric, random_state, params, with_stats=False):
+def candidate_lists(X, K, user_metric, random_state, params, with_stats=False, stall_below=None):
     """K-NN candidate lists of prepared ``X`` by the graph engine (NN-Descent above the exact
-    graph's size threshold, as ``knn_graph(method="auto")``): ids and INTERNAL distances."""
+    graph's size threshold, as ``knn_graph(method="auto")``): ids and INTERNAL distances.
+    ``stall_below``: stop a descent bound to end below this estimated recall@10 where the exact
+    candidate graph is affordable (``CANDIDATE_EXACT_MAX_WORK``); ``stats["stalled"]`` says so."""
     from .._core.backend import device_of
     from .._core.random import seed_from
 
     method = choose_method("auto", int(X.shape[0]), device_of(X), user_metric, brute_max_n=INDEX_BRUTE_MAX_N)
+    stall = {} if stall_below is None else dict(stall_below=stall_below, stall_k=10, stall_max_work=CANDIDATE_EXACT_MAX_WORK)
     I, D, st = build_lists(X, K, metric=user_metric, method=method,
-                           params=params if method.name == "nndescent" else None, seed=seed_from(random_state))
+                           params=params if method.name == "nndescent" else None, seed=seed_from(random_state),
+                           **stall)
     if user_metric == "sqeuclidean":  # as knn_graph's result: no negative rounding residue
         xp = get_array_module(D)
         D = xp.maximum(D, 0, out=D)

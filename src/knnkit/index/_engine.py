@@ -232,9 +232,14 @@ class SearchGraph:
             # all on the device: candidates with their distances, prune, reverse edges (_build.py)
             # NN-Descent runs on the internal metric ('ip' for cosine's unit rows), but its update
             # rule is the one of the user's metric (default_update: cosine has no hubs)
+            cand_stats = {}
             g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
                                      random_state=random_state, timings=timings,
-                                     knn_params={"update": default_update("gpu", metric)}, on_stage=stage.done)
+                                     knn_params={"update": default_update("gpu", metric)}, on_stage=stage.done,
+                                     stats=cand_stats)
+            # how the candidates were made (NN-Descent, or exact after a stalled descent)
+            bp["candidates"] = {k: cand_stats[k] for k in ("method", "iterations", "K", "stalled",
+                                                           "candidate_recall_estimate") if cand_stats.get(k) is not None}
         else:
             if candidates is not None:
                 cand = np.ascontiguousarray(candidates[0], dtype=np.int64)

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ..._core.backend import device_of, twin
+from ..._core.backend import device_of, get_array_module, twin
 from ..._core.config import logger, verbose_logging
 from ..._core.params import Params, check_bool, check_choice, check_float, check_int
 
@@ -200,12 +200,36 @@ def sample_for(K, device="cpu", n=100_000):
 
 
 def run_nndescent(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
-                  split=None, seed=0, update="selective", reverse="random"):
+                  split=None, seed=0, update="selective", reverse="random", callback=None):
     """NN-Descent on prepared ``X`` with the twin of its device (numpy: CPU, cupy: GPU)."""
     impl = twin(__name__, device_of(X))
     return impl.nndescent(X, K, sample=sample, max_iters=max_iters, delta=delta, metric=metric,
                           init_indices=init_indices, init_distances=init_distances, split=split, seed=seed,
-                          update=update, reverse=reverse)
+                          update=update, reverse=reverse, callback=callback)
+
+
+def _watch_callback(watch, n, order, xp):
+    """The descent's per-iteration callback for a :class:`knnkit.graph._estimate.StallWatch`: the
+    probe's rows' current lists, in the caller's numbering (the descent may work on reordered data,
+    ``order[i]`` = caller id of working row i), NEW flags (GPU: bit 31) cleared."""
+    rows = watch.probe.rows_h
+    if order is not None:
+        inverse = np.empty(n, np.int64)
+        inverse[order] = np.arange(n)
+        rows = inverse[rows]
+    rows = xp.asarray(rows)
+    order_x = None if order is None else xp.asarray(order)
+
+    def callback(iteration, ind, dist):
+        cand = ind[rows].astype(xp.int64)
+        if xp is not np:  # GPU lists carry the NEW flag in bit 31; -1 (empty) has every bit set
+            cand = cand & 0x7FFFFFFF
+        cand = xp.where((cand >= 0) & (cand < n), cand, -1)
+        if order_x is not None:
+            cand = xp.where(cand >= 0, order_x[xp.maximum(cand, 0)], -1)
+        return watch(iteration, cand)
+
+    return callback
 
 
 #: the CPU's ``init="auto"``: the forest start measured fastest to recall 0.90-0.99
@@ -288,9 +312,11 @@ def forest_start(X, K, *, metric, init, seed):
     return Xw, order, ids, dd, info
 
 
-def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
+def nndescent_graph(X, k, *, metric, params, seed, init_indices=None, watch=None):
     """Engine of the ``"nndescent"`` graph method on prepared ``X`` (contract in
     :mod:`knnkit._core.registry`); ``params`` resolved (:meth:`NNDescentParams.resolve`).
+    ``watch``: a :class:`knnkit.graph._estimate.StallWatch` that may stop the descent early
+    (``stats["stalled"]``: its verdict), for callers that then build the exact graph.
 
     Returns ``(I, D, stats)``: (n, k) ids (self excluded, -1 for missing) and internal
     distances, and a dict of statistics (iterations, updates and time per iteration, phases).
@@ -312,9 +338,10 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
         verbose_logging()
         logger.info("knn_graph: NN-Descent on %s, n=%d K=%d p=%d max_iters=%d update=%s",
                     device, n, K, p, iters, params.update)
+    callback = None if watch is None else _watch_callback(watch, n, order, get_array_module(Xw))
     I, D, st = run_nndescent(Xw, K, sample=p, max_iters=iters, delta=params.delta, metric=metric,
                              init_indices=init_indices, init_distances=init_d, seed=seed, update=params.update,
-                             reverse=params.reverse)
+                             reverse=params.reverse, callback=callback)
     if order is not None:  # back to the caller's numbering
         Io = np.empty_like(I)
         Io[order] = np.where(I >= 0, order[np.maximum(I, 0)], -1)
@@ -327,6 +354,9 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None):
     stats = dict(iterations=int(st["iterations"]), updates=[int(u) for u in st["updates"]],
                  time_s=[float(t) for t in st["time_s"]], K=K, sample=p, update=params.update, seed=seed,
                  max_iters=iters, delta=float(params.delta), phase_s=phase)
+    if watch is not None and watch.stopped is not None:
+        it, r, pred = watch.stopped
+        stats["stalled"] = {"iteration": it, "recall_estimate": r, "predicted": pred, "level": watch.level}
     if params.verbose:
         for i, (u, t) in enumerate(zip(stats["updates"], stats["time_s"])):
             logger.info("  iteration %d: %d updates, %.3f s", i, u, t)

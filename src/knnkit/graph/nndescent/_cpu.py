@@ -607,7 +607,8 @@ def nndescent_cpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     seed : int
     update : {"selective", "basic"}
     callback : callable, optional
-        ``callback(iteration, indices, distances)`` after every iteration (CPU only; used by the
+        ``callback(iteration, indices, distances)`` after every iteration; a true return value
+        stops the descent after this iteration (``stats["stopped_by_callback"]``). (Used by the
         benchmark to trace recall per iteration). The arrays are live: copy to keep them.
 
     Returns
@@ -695,8 +696,9 @@ def nndescent_cpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         stats["iterations"] = it + 1
         stats["updates"].append(total)
         stats["time_s"].append(time.perf_counter() - t0)
-        if callback is not None:
-            callback(it, ind, dist)
+        if callback is not None and callback(it, ind, dist):
+            stats["stopped_by_callback"] = it
+            break
         logger.debug("nndescent_cpu iteration %d: %d updates in %.3f s", it, total, stats["time_s"][-1])
         bar.update()
         bar.set_postfix(updates=total, refresh=False)

@@ -150,7 +150,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         serves the same nodes at every iteration (NOTES_gnnd.md, "Reverse sampling").
     callback : callable, optional
         ``callback(iteration, idx, dist)`` after every iteration with the raw graph (bit 31 of
-        ``idx`` is the NEW flag; rows are sorted per segment only); for convergence studies.
+        ``idx`` is the NEW flag; rows are sorted per segment only); a true return value stops the
+        descent after this iteration (``stats["stopped_by_callback"]``: the iteration).
     _group, _minblocks : int
         Kernel tuning knobs (lanes per insertion group, 4 or 8; minimum resident blocks per SM
         for the register allocator), see NOTES_gnnd.md.
@@ -291,8 +292,9 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         logger.debug("gnnd iteration %d: %d updates, %.4f s", it, upd, dt)
         bar.update()
         bar.set_postfix(updates=upd, refresh=False)
-        if callback is not None:
-            callback(it, g_idx, g_dist)
+        if callback is not None and callback(it, g_idx, g_dist):
+            stats["stopped_by_callback"] = it
+            break
         if upd < threshold:
             break
     finish(bar)
