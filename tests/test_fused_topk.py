@@ -3,7 +3,11 @@
 Two levels: the kernel's candidate lists against float64 keys of the *same* fp16 operands
 (catches fragment-layout, masking and merge bugs directly), and knnkit.knn in fp16_rerank mode
 with the fused kernel forced on against the float64 reference (the end result, after re-rank and
-certificate)."""
+certificate); the v2 selection (default) against the original v1 (``-DFT_SEL_V1``), ids and keys
+bit for bit; and, on the CPU, the lane-level emulation of both selection protocols."""
+
+import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -109,6 +113,37 @@ def test_fused_candidates_duplicates_tie_order():
         np.testing.assert_array_equal(bi[r], order)
 
 
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("n,d,kc,dup", [(4099, 128, 128, False), (4099, 96, 10, True), (3001, 17, 400, False),
+                                        (2050, 130, 128, True), (70, 3, 64, False)])
+def test_fused_selection_v2_equals_v1(n, d, kc, dup, monkeypatch):
+    """Both selection protocols keep the kc smallest (key, column) pairs: identical ids and keys (the
+    register-resident kernel for padded d <= 128, the shared-query one above; kc 400 takes v2's
+    streaming merge, kc <= 128 its register merge)."""
+    import cupy as cp
+
+    from knnkit.exact import _gpu
+
+    rng = np.random.default_rng(n + d + kc)
+    if dup:
+        base = rng.integers(0, 3, size=(50, d)).astype(np.float32)
+        X = base[rng.integers(0, 50, size=n)]
+    else:
+        X = rng.standard_normal((n, d)).astype(np.float32)
+    m = min(n, 300)
+    prep, Qlow, alpha = _operands(X, X[:m])
+    sid = cp.arange(m, dtype=cp.int32)
+    kc = min(kc, n - 1)
+    out = {}
+    for v1 in (True, False):
+        monkeypatch.setattr(_gpu, "_FUSED_SEL_V1", v1)
+        bd, bi = _gpu.fused_candidates(Qlow, prep.X, kc, prep.xnorm2, alpha, sid)
+        out[v1] = (bd.get(), bi.get())
+    np.testing.assert_array_equal(out[False][1], out[True][1])
+    np.testing.assert_array_equal(out[False][0], out[True][0])
+
+
 def _knn_vs_reference(X, Q, k, monkeypatch, fused=True, metric="sqeuclidean", **kw):
     from knnkit.exact import _gpu
 
@@ -203,3 +238,16 @@ def test_uncertified_candidates_near_exact(metric):
         np.testing.assert_allclose(D[r], want, rtol=1e-4, atol=1e-3)
     assert (np.diff(D, axis=1) >= 0).all()  # sorted
     assert not (I == np.arange(6000)[:, None]).any()  # self excluded
+
+
+def test_selection_protocol_emulation():
+    """CPU: the lane-level emulation of both selection protocols of fused_topk.cu (v1: shared
+    atomics; v2, the default: packed register counts, quad-shuffle appends, merges without global
+    binary search) equals a plain sort on random, duplicate, descending and self-excluding rows,
+    every buffer and merge write landing on a free slot (benchmarks/emulate_fused_merge.py)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                        "emulate_fused_merge.py")
+    spec = importlib.util.spec_from_file_location("emulate_fused_merge", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(trials=40, seed=3) == 40

@@ -412,8 +412,17 @@ _FT_SMEM_PREF = 99 * 1024
 # padded d <= 128: fused_topk_fp16_ar keeps the query fragments in registers (KST = dp / 16 k-steps)
 _FT_AR_KST = (2, 4, 6, 8)
 _FUSED_AREG = True  # A/B switch for the register-resident variant (False: fused_topk_fp16 always)
+# A/B switch for the selection protocol inside the fused kernels (NOTES_topk.md, "Cheaper
+# selection"): False = v2 (register thresholds and counts, shuffle-prefix appends, merges without
+# global binary search), True = the original v1 (compiled with -DFT_SEL_V1). Same outputs.
+_FUSED_SEL_V1 = False
 _FT_NAMES = tuple(f"fused_topk_fp16<{mt},{nw}>" for mt, nw in _FT_CONFIGS) + tuple(
     f"fused_topk_fp16_ar<2,4,{kst}>" for kst in _FT_AR_KST)
+
+
+def _fused_options():
+    """NVRTC options of fused_topk.cu for the selection protocol chosen by ``_FUSED_SEL_V1``."""
+    return ("-DFT_SEL_V1",) if _FUSED_SEL_V1 else ()
 
 
 def _fused_dim(d):
@@ -521,7 +530,7 @@ def fused_candidates(Qlow, Xlow, kc, colbias, alpha, self_ids):
         # configuration chosen above, so it runs wherever that one does)
         mt, nw, smem = 2, 4, _fused_ar_smem_bytes(dp)
         name = f"fused_topk_fp16_ar<2,4,{dp // 16}>"
-    kern = get_kernel(_FUSED_KERNEL, name, name_expressions=_FT_NAMES)
+    kern = get_kernel(_FUSED_KERNEL, name, options=_fused_options(), name_expressions=_FT_NAMES)
     if smem > 48 * 1024:
         # opt in to more than the default 48 KB of dynamic shared memory per block
         kern.max_dynamic_shared_size_bytes = smem

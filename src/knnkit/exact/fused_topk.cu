@@ -31,14 +31,17 @@
 // Selection: each warp owns 16*MT query rows and all 64 columns of a chunk. Lane (g = lane/4,
 // t = lane%4) holds, per 16-row tile and per 8-column tile, keys of rows g and g+8 at columns
 // 2t, 2t+1 (the mma accumulator layout). A key survives when key <= the row's current kc-th best
-// key (a register copy; ties refined exactly in the rare slow path). Survivors are appended to
-// a per-row shared buffer (CAP entries); before any append the warp merges every row of its own
-// whose buffer could overflow (count > CAP - 8: one 8-column step adds at most 8 per row). The
-// merge is warp-synchronous (no block barrier): sort the <= 32 buffered pairs with a register
-// bitonic network (one per lane), compute every element's rank in the merged order by binary
-// search (buffer: shuffles; list: global loads), and scatter in place, top slot first, so no
-// unread list element is overwritten. After warm-up (~kc ln(n/kc) survivors per row in total) the
-// steady state is one FFMA + one compare per key.
+// key (a register copy). Survivors are appended to a per-row shared buffer (CAP entries) and
+// merged into the row's sorted list (global memory) by the warp alone (no block barrier): sort the
+// <= 32 buffered pairs with a register bitonic network (one per lane), rank every element in the
+// merged order, scatter in place. After warm-up (~kc ln(n/kc) survivors per row in total) the
+// steady state is one FFMA + one compare per key. Two protocols (same outputs, bit for bit):
+//   v2 (default; "selection v2" below): counts in registers, slots by quad shuffles, no atomics,
+//       merge when a row's buffer would overflow, ranks by shuffle searches over list slots held
+//       in registers;
+//   v1 (-DFT_SEL_V1, kept for A/B): exact (key, index) test against the shared threshold, shared
+//       atomics, merge rows holding > CAP - 8 before a slow step, ranks of the buffer by binary
+//       search over the list in global memory.
 //
 // NVRTC: no headers at all; fp16 operands are passed as raw 16-bit words (unsigned short) and
 // only ever touched by cp.async / ldmatrix / mma.
@@ -240,6 +243,288 @@ __device__ __forceinline__ void ft_flush_rows(int row0, int wrow, int lane, int 
     }
 }
 
+// ===================================== selection v2 ===========================================
+// The default since issue 11's selection rework (NOTES_topk.md, "Cheaper selection"); compile with
+// -DFT_SEL_V1 for the protocol above (ft_select_chunk / ft_flush_rows / ft_merge_row), kept for
+// A/B. Same outputs, bit for bit: both keep, per row, the kc smallest (key, column) pairs of all
+// columns, and nothing else depends on the order in which survivors reach the list.
+// What changed, and why (H200: the selection was ~40 % of the kernel, 0.10 of 0.25 s):
+//  * slow step without shared-memory round trips: v1 re-read each key's row threshold (key, id)
+//    from shared memory and appended with one shared atomicAdd per survivor; the compiler could not
+//    reorder the loads across the atomics, so 8 dependent LDS -> compare -> ATOMS chains ran per
+//    slow step (~100 instructions, ~450 cycles of latency, divergent). v2 tests the register copy of
+//    the threshold only (key <= thr: the vote's own predicate), counts the survivors per row in a
+//    packed byte per row (4 rows per lane, one 32-bit register), and finds each survivor's slot by a
+//    quad prefix sum of those packed counts (2 shuffles for all 4 rows); the counts stay in a
+//    register (no s_cnt), so no atomics and no shared loads.
+//  * masking once per chunk: columns past n and each row's excluded (self) column get a NaN dot
+//    product, hence a NaN key, which no test accepts; v1 tested c < n and c != self per key.
+//  * a key equal to the threshold but with a larger column than the threshold's is appended too
+//    (v1 refused it): harmless, a merge ranks it past kc and drops it.
+//  * merge only when needed: a row is merged when its count plus this step's survivors would pass
+//    FT_CAP (v1: whenever it held > CAP - 8 before a slow step): ~31 instead of ~26 entries per
+//    merge, ~16 % fewer merges (benchmarks/sim_fused_selection.py: 1712 -> 1431 per warp of
+//    32 rows, 1M columns, kc 128).
+//  * merge without dependent global loads: v1 ranked each buffer entry by an 11-step binary search
+//    over the list in global memory (11 dependent L2 round trips per merge); v2 loads the list slots
+//    first (all of them into registers when kc <= 128, else one slot ahead), and gets both ranks by
+//    shuffle searches per slot (list element among the buffer, buffer entry among the slot); list
+//    elements that do not move are not rewritten.
+
+#define FT_NAN __int_as_float(0x7fffffff)
+#define FT_REG_SLOTS 4  // lists of kc <= 128 (the default kc for k <= 32) are merged from registers
+
+// one buffer entry: plain st.shared, so each address is one register plus an immediate (the
+// generic-pointer form cost two IMADs per store)
+// (key at shared address a, column at a + BI: s_bi starts BI bytes after s_bk)
+template <unsigned BI>
+__device__ __forceinline__ void ft_sts2(unsigned a, float key, int col) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(key) : "memory");
+    asm volatile("st.shared.s32 [%0+%2], %1;\n" ::"r"(a), "r"(col), "n"(BI) : "memory");
+}
+
+// 0xffffffff when a <= b, else 0 (false when either is NaN, as the C comparison): one FSET, so the
+// per-row survivor counts are integer adds instead of predicate selects.
+__device__ __forceinline__ unsigned ft_le_mask(float a, float b) {
+    unsigned r;
+    asm("set.le.u32.f32 %0, %1, %2;" : "=r"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+// Ascending bitonic sort of one (key, index) pair per lane across the warp.
+__device__ __forceinline__ void ft_sort32(float& bk, int& bi, int lane) {
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            float ok = __shfl_xor_sync(0xffffffffu, bk, stride);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, stride);
+            bool up = (lane & size) == 0;  // size == 32: every lane ascending
+            bool lower = (lane & stride) == 0;
+            bool take_min = (lower == up);
+            bool other_less = ft_less(ok, oi, bk, bi);
+            if (take_min ? other_less : ft_less(bk, bi, ok, oi)) { bk = ok; bi = oi; }
+        }
+    }
+}
+
+// Ranks for one 32-element slot of the sorted list (this lane: list element (lk, li); padding past
+// kc is (+inf, NOIDX)) against the sorted buffer (this lane: (bk, bi); real entries in lanes < cnt):
+//   lo: # buffer entries before my list element (it moves from i to i + lo),
+//   cb: # elements of this slot before my buffer entry (summed over the slots: its list rank).
+// Two independent 6-step shuffle searches.
+__device__ __forceinline__ void ft_slot_ranks(float lk, int li, float bk, int bi, int cnt, int& lo, int& cb) {
+    lo = 0;
+    cb = 0;
+#pragma unroll
+    for (int step = 32; step > 0; step >>= 1) {
+        const int p = lo + step - 1, q = cb + step - 1;
+        const float pk = __shfl_sync(0xffffffffu, bk, p & 31);
+        const int pi = __shfl_sync(0xffffffffu, bi, p & 31);
+        const float qk = __shfl_sync(0xffffffffu, lk, q & 31);
+        const int qi = __shfl_sync(0xffffffffu, li, q & 31);
+        if (p < cnt && ft_less(pk, pi, lk, li)) lo += step;
+        if (q < 32 && ft_less(qk, qi, bk, bi)) cb += step;
+    }
+}
+
+// Merge row br's cnt buffered pairs (any order, cnt <= 32) into its sorted global list L (kc
+// entries); updates s_thr[br] to the new kc-th key. Warp-synchronous: all 32 lanes call it with the
+// same arguments. An element of the list moves from i to i + lo >= i and a buffer entry j goes to
+// j + (# list elements before it); the targets are distinct, so with every read done before the
+// writes of a slot (registers: all slots; streaming: slots top first, the next one read ahead, the
+// targets of slot s are >= 32 s) the list is merged in place. Not inlined (rare; 9 call sites).
+__device__ __noinline__ void ft_merge_row2(int br, int cnt, float* __restrict__ Ld, int* __restrict__ Li, int kc,
+                                           const float* s_bk, const int* s_bi, float* s_thr, int lane) {
+    float bk = lane < cnt ? s_bk[br * FT_CAP + lane] : FT_INF;
+    int bi = lane < cnt ? s_bi[br * FT_CAP + lane] : FT_NOIDX;
+    int before = 0;  // list elements before my buffer entry
+    if (kc <= 32 * FT_REG_SLOTS) {
+        float lk[FT_REG_SLOTS];
+        int li[FT_REG_SLOTS];
+#pragma unroll
+        for (int s = 0; s < FT_REG_SLOTS; ++s) {  // issued before the sort: its latency hides theirs
+            const int i = s * 32 + lane;
+            lk[s] = i < kc ? Ld[i] : FT_INF;
+            li[s] = i < kc ? Li[i] : FT_NOIDX;
+        }
+        ft_sort32(bk, bi, lane);
+        // all slots, also those past kc (padding: no list element before a buffer entry, never
+        // written): no branch, so the four independent searches interleave
+        int lo[FT_REG_SLOTS];
+#pragma unroll
+        for (int s = 0; s < FT_REG_SLOTS; ++s) {
+            int cb;
+            ft_slot_ranks(lk[s], li[s], bk, bi, cnt, lo[s], cb);
+            before += cb;
+        }
+        __syncwarp();  // every lane has read the whole list
+#pragma unroll
+        for (int s = 0; s < FT_REG_SLOTS; ++s) {
+            const int i = s * 32 + lane, rank = i + lo[s];
+            if (i < kc && lo[s] > 0 && rank < kc) {  // lo == 0: already in place
+                Ld[rank] = lk[s];
+                Li[rank] = li[s];
+                if (rank == kc - 1) s_thr[br] = lk[s];
+            }
+        }
+    } else {
+        const int nslot = (kc + 31) >> 5;
+        int i = (nslot - 1) * 32 + lane;
+        float lk = i < kc ? Ld[i] : FT_INF;
+        int li = i < kc ? Li[i] : FT_NOIDX;
+        ft_sort32(bk, bi, lane);
+        for (int s = nslot - 1; s >= 0; --s, i -= 32) {
+            float nk = FT_INF;
+            int ni = FT_NOIDX;
+            if (s > 0) { nk = Ld[i - 32]; ni = Li[i - 32]; }  // next slot, read before this slot's writes
+            int lo, cb;
+            ft_slot_ranks(lk, li, bk, bi, cnt, lo, cb);
+            before += cb;
+            __syncwarp();  // every lane has read slot s (and s - 1) before any lane overwrites it
+            const int rank = i + lo;
+            if (i < kc && lo > 0 && rank < kc) {
+                Ld[rank] = lk;
+                Li[rank] = li;
+                if (rank == kc - 1) s_thr[br] = lk;
+            }
+            lk = nk;
+            li = ni;
+        }
+    }
+    const int brank = lane + before;
+    if (lane < cnt && brank < kc) {
+        Ld[brank] = bk;
+        Li[brank] = bi;
+        if (brank == kc - 1) s_thr[br] = bk;
+    }
+    __syncwarp();
+}
+
+// Merge the rows flagged in `need` (bit 4 g + r: row slot r = 2 mt + h of quad g, as reported by
+// lane (g, t4 = r)); counts come from the packed per-lane register. Then every lane reloads its
+// rows' thresholds. Warp-uniform.
+template <int MT>
+__device__ __forceinline__ void ft_merge_flagged(unsigned need, unsigned cntpk, float (&thr)[MT][2], int row0,
+                                                 int wrow, int g, int lane, int kc, float* __restrict__ best_d,
+                                                 int* __restrict__ best_i, const float* s_bk, const int* s_bi,
+                                                 float* s_thr) {
+    __syncwarp();  // the buffer entries written by every lane are visible to every lane
+    while (need) {
+        const int p = __ffs(need) - 1;
+        need &= need - 1;
+        const int r = p & 3;
+        const int br = wrow + (r >> 1) * 16 + (r & 1) * 8 + (p >> 2);
+        const int cnt = (__shfl_sync(0xffffffffu, cntpk, p) >> (8 * r)) & 0xff;
+        const long long off = (long long)(row0 + br) * kc;
+        ft_merge_row2(br, cnt, best_d + off, best_i + off, kc, s_bk, s_bi, s_thr, lane);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) thr[mt][h] = s_thr[wrow + mt * 16 + h * 8 + g];
+}
+
+// v2 selection of one chunk (see ft_select_chunk for the layout). cntpk: this lane's buffer
+// counts, byte r = 2 mt + h for row wrow + 16 mt + 8 h + g (the same on the 4 lanes of a quad).
+template <int MT, int NW>
+__device__ __forceinline__ void ft_select_chunk2(float (&acc)[MT][8][4], const float (&cb)[8][2],
+                                                 float (&thr)[MT][2], const int (&sid)[MT][2], unsigned& cntpk,
+                                                 int c0, int n, int kc, int row0, int wrow, int lane, int t4, int g,
+                                                 float* __restrict__ best_d, int* __restrict__ best_i, float* s_bk,
+                                                 int* s_bi, float* s_thr, float alpha) {
+    static_assert(MT <= 2, "one count byte per row: 4 rows per lane at most");
+    // columns past n and excluded columns: NaN dot product -> NaN key, refused by every test
+    // (warp-uniform branch, taken for the last chunk and the chunks holding a row's own column)
+    {
+        bool hit = c0 + FT_BN > n;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) hit |= (unsigned)(sid[mt][h] - c0) < (unsigned)FT_BN;
+        if (__any_sync(0xffffffffu, hit)) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int c = c0 + j * 8 + 2 * t4 + (e & 1);
+                        if (c >= n || c == sid[mt][e >> 1]) acc[mt][j][e] = FT_NAN;
+                    }
+        }
+    }
+    const unsigned m1 = (t4 & 1) ? 0xffffffffu : 0u, m2 = (t4 & 2) ? 0xffffffffu : 0u;
+    // shared-window byte address of my rows' key buffers (row (mt, h): + (16 mt + 8 h) FT_CAP entries;
+    // the columns follow at s_bi = s_bk + BM FT_CAP)
+    const unsigned ak = ft_smem_addr(s_bk + (wrow + g) * FT_CAP);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        bool maybe = false;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float key = fmaf(alpha, acc[mt][j][e], cb[j][e & 1]);
+                acc[mt][j][e] = key;
+                maybe |= key <= thr[mt][e >> 1];
+            }
+        if (!__any_sync(0xffffffffu, maybe)) continue;
+        // slow step: survivors per row (byte 2 mt + h), quad prefix, merge rows that would overflow
+        unsigned sv[MT][4];  // survivor masks (0 / ~0): key <= the row's threshold (NaN: never)
+        unsigned ex, tot;
+        for (;;) {  // at most twice: after a merge the merged rows hold 0 (+ <= 8 <= FT_CAP)
+            unsigned x = 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    sv[mt][2 * h] = ft_le_mask(acc[mt][j][2 * h], thr[mt][h]);
+                    sv[mt][2 * h + 1] = ft_le_mask(acc[mt][j][2 * h + 1], thr[mt][h]);
+                    x += (0u - sv[mt][2 * h] - sv[mt][2 * h + 1]) << (8 * (2 * mt + h));
+                }
+            const unsigned px = __shfl_xor_sync(0xffffffffu, x, 1);
+            const unsigned pair = x + px;
+            const unsigned opp = __shfl_xor_sync(0xffffffffu, pair, 2);
+            tot = pair + opp;                  // the quad's survivors per row (bytes <= 8)
+            ex = (px & m1) + (opp & m2);       // survivors of the quad's lanes before mine
+            // byte of cntpk + tot > FT_CAP (bytes <= FT_CAP + 8: no carry between bytes)
+            const unsigned over = (cntpk + tot + (0x7fu - FT_CAP) * 0x01010101u) & 0x80808080u;
+            const unsigned need = __ballot_sync(0xffffffffu, (over >> (8 * t4 + 7)) & 1u);
+            if (!need) break;
+            ft_merge_flagged<MT>(need, cntpk, thr, row0, wrow, g, lane, kc, best_d, best_i, s_bk, s_bi, s_thr);
+            // clear the merged rows' counts: bit r of my quad's nibble -> byte r
+            const unsigned mine = (need >> (lane & ~3)) & 0xfu;
+            cntpk &= ~(((mine * 0x00204081u) & 0x01010101u) * 0xffu);
+        }
+        const unsigned pos = cntpk + ex;
+        cntpk += tot;
+        const int ca = c0 + j * 8 + 2 * t4;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // byte offsets of my entries: row (mt, h) at + (16 mt + 8 h) FT_CAP 4 (an immediate)
+                const unsigned o = __byte_perm(pos, 0u, 0x4440u + 2 * mt + h) * 4u;
+                const unsigned o1 = o - sv[mt][2 * h] * 4u;  // after my first column's entry, if any
+                constexpr unsigned BI = ft_bm(MT, NW) * FT_CAP * 4;
+                const unsigned a = ak + (mt * 16 + h * 8) * FT_CAP * 4;  // constant per unrolled (mt, h)
+                if (sv[mt][2 * h]) ft_sts2<BI>(a + o, acc[mt][j][2 * h], ca);
+                if (sv[mt][2 * h + 1]) ft_sts2<BI>(a + o1, acc[mt][j][2 * h + 1], ca + 1);
+            }
+    }
+}
+
+// v2 final merge of every row of this warp whose buffer is not empty.
+template <int MT>
+__device__ __forceinline__ void ft_flush_rows2(unsigned cntpk, float (&thr)[MT][2], int row0, int wrow, int g,
+                                               int lane, int t4, int kc, float* __restrict__ best_d,
+                                               int* __restrict__ best_i, const float* s_bk, const int* s_bi,
+                                               float* s_thr) {
+    const unsigned need = __ballot_sync(0xffffffffu, ((cntpk >> (8 * t4)) & 0xffu) != 0);
+    if (need) ft_merge_flagged<MT>(need, cntpk, thr, row0, wrow, g, lane, kc, best_d, best_i, s_bk, s_bi, s_thr);
+}
+
 // Per-row state of the block and the warp's output lists: lists start as (+inf, NOIDX); rows past
 // m never accept anything (no key is <= -inf). FT_EXP_NOSELECT (experiments only: the cost of
 // the main loop + filter alone) makes every row refuse everything.
@@ -365,6 +650,9 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
     float thr[MT][2];
     int sid[MT][2];
     ft_row_registers<MT>(thr, sid, s_thr, self_ids, row0, wrow, g, m);
+#ifndef FT_SEL_V1
+    unsigned cntpk = 0;  // v2: buffer counts of this lane's rows, one byte each
+#endif
 
     float acc[MT][8][4];
     float cb[8][2];  // colbias of my 16 columns of the current chunk
@@ -401,12 +689,21 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
         }
         if (sl != nsl - 1) continue;
 
+#ifdef FT_SEL_V1
         ft_select_chunk<MT>(acc, cb, thr, sid, c0, n, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
                             s_cnt, s_thr, s_thri, alpha);
+#else
+        ft_select_chunk2<MT, NW>(acc, cb, thr, sid, cntpk, c0, n, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk,
+                             s_bi, s_thr, alpha);
+#endif
     }
     ft_cp_wait<0>();
 
+#ifdef FT_SEL_V1
     ft_flush_rows<MT>(row0, wrow, lane, kc, best_d, best_i, s_bk, s_bi, s_cnt, s_thr, s_thri);
+#else
+    ft_flush_rows2<MT>(cntpk, thr, row0, wrow, g, lane, t4, kc, best_d, best_i, s_bk, s_bi, s_thr);
+#endif
 }
 
 // Variant for padded d = 16 KST <= 128: the block's query fragments live in registers for the
@@ -465,6 +762,9 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
     float thr[MT][2];
     int sid[MT][2];
     ft_row_registers<MT>(thr, sid, s_thr, self_ids, row0, wrow, g, m);
+#ifndef FT_SEL_V1
+    unsigned cntpk = 0;  // v2: buffer counts of this lane's rows, one byte each
+#endif
     __syncthreads();  // every warp holds its fragments: the ring may overwrite the query tile
 
     const int nchunk = (n + FT_BN - 1) / FT_BN;
@@ -506,9 +806,18 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
                 }
             }
         }
+#ifdef FT_SEL_V1
         ft_select_chunk<MT>(acc, cb, thr, sid, c0, n, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
                             s_cnt, s_thr, s_thri, alpha);
+#else
+        ft_select_chunk2<MT, NW>(acc, cb, thr, sid, cntpk, c0, n, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk,
+                             s_bi, s_thr, alpha);
+#endif
     }
     ft_cp_wait<0>();
+#ifdef FT_SEL_V1
     ft_flush_rows<MT>(row0, wrow, lane, kc, best_d, best_i, s_bk, s_bi, s_cnt, s_thr, s_thri);
+#else
+    ft_flush_rows2<MT>(cntpk, thr, row0, wrow, g, lane, t4, kc, best_d, best_i, s_bk, s_bi, s_thr);
+#endif
 }
