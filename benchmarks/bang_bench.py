@@ -12,15 +12,16 @@ IVF-PQ with refinement (when ``cuvs`` imports). Rows are written to JSON as they
     PYTHONPATH=src python benchmarks/bang_bench.py --n 3000000 --beams 32,64,128 --widths 1,2,4,8 \
         --rerank on --out $OUT/bang_width.json
     PYTHONPATH=src python benchmarks/bang_bench.py --n 3000000 --beams 32,64,128 --widths 4 --prefetch on \
-        --rerank on --paths legacy,new,new-gpuvec --profile --out $OUT/bang_call.json
+        --rerank on --paths legacy,new,new-host,new-gpuvec --profile --out $OUT/bang_call.json
 
 ``--paths``: ``legacy`` is the v2 search path (``_search_gpu.configure(legacy=True)``: per-call
 allocations, CuPy table expression, host re-rank after the walk), ``new`` the current one under the
-benchmark's memory budget (vectors do not fit: re-rank rows stashed during the walk),
-``new-gpuvec`` the current one with the budget lifted for the call (the vectors fit: re-rank from a
-device copy). Every configuration gets one full-size warm-up call (the cached buffers are made
-there), then the timed call; ``--profile`` adds a third, profiled call (per-phase times, device
-synchronised at phase boundaries) as its own row.
+benchmark's memory budget (vectors do not fit: re-rank rows stashed during the walk), ``new-host``
+the same with the re-rank rows gathered after the walk (pinned chunks), ``new-gpuvec`` the current
+one with the budget lifted for the call (the vectors fit: re-rank from a device copy). Every
+configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
+call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
+boundaries) as its own row.
 """
 
 import argparse
@@ -86,7 +87,7 @@ def main():
     ap.add_argument("--cuvs-probes", default="8,16,32,64,128,256")
     ap.add_argument("--graph-degree", type=int, default=32)
     ap.add_argument("--pq-bytes", type=int, default=None)
-    ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-gpuvec")
+    ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
     ap.add_argument("--no-cuvs", action="store_true")
@@ -147,7 +148,8 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        _search_gpu.configure(legacy=path == "legacy", profile=False)
+                        _search_gpu.configure(legacy=path == "legacy", profile=False,
+                                              rerank_mode="host" if path == "new-host" else None)
                         knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width)
@@ -179,7 +181,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None)
     knnkit.set_memory_budget(budget)
     index._engine.release_gpu_buffers()
     if a.device_peer:

@@ -212,12 +212,26 @@ def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
 
 
 def test_configure_round_trip():
-    old = sg.configure(profile=True, legacy=True)
+    old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
-        assert sg._cfg == {"profile": True, "legacy": True}
+        assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host"}
+        with pytest.raises(ValueError, match="rerank_mode"):
+            sg.configure(rerank_mode="disk")
     finally:
         sg.configure(**old)
     assert sg._cfg == old
+
+
+def test_fake_gpu_forced_modes(small, monkeypatch):
+    index, Q = small
+    dl, il = _fake_search(monkeypatch, index, Q, legacy=True)
+    for forced, rerank, want in (("host", None, "host"), ("stash", 5, "stash"), (None, 5, "host")):
+        monkeypatch.setitem(sg._cfg, "rerank_mode", forced)
+        d, i = _fake_search(monkeypatch, index, Q, rerank=rerank)
+        assert sg.last_stats()["rerank_mode"] == want
+        if rerank is None:
+            np.testing.assert_array_equal(i, il)
+            np.testing.assert_array_equal(d, dl)
 
 
 # ------------------------------------------------------------------------------------------ GPU

@@ -6,7 +6,8 @@
 #    -> $OUT/bang_call_tests.log
 # 2. benchmarks/bang_bench.py: 3M x 96 float32 made on the GPU, graph degree 32, 48-byte PQ, 10k
 #    queries, W = 4, prefetch on, re-rank on, L in {64, 32, 128} x path in {legacy (v2), new (vectors
-#    over the budget: stash), new-gpuvec (budget lifted: vectors on the GPU)}: timed call + profiled
+#    over the budget: re-rank rows stashed during the walk), new-host (same, rows gathered after the
+#    walk into pinned chunks), new-gpuvec (budget lifted: vectors on the GPU)}: timed call + profiled
 #    call (per-phase times) each; cuVS IVF-PQ + host refine as the peer when cuvs imports
 #    -> $OUT/bang_call.json, $OUT/bang_call.log
 # Each step has its own time limit (150 s + 140 s) so the run stays under 5 minutes; the benchmark
@@ -32,7 +33,7 @@ tail -15 "$out/bang_call_tests.log"
 echo "=== per-call profile, before (legacy) / after (new, new-gpuvec) (limit 140 s)"
 export TMPDIR=${TMPDIR:-/tmp}
 timeout 140 python3 benchmarks/bang_bench.py --n 3000000 --d 96 --queries 10000 --beams 64,32,128 --widths 4 \
-  --prefetch on --rerank on --paths legacy,new,new-gpuvec --profile --cuvs-probes 8,32 $cuvs \
+  --prefetch on --rerank on --paths legacy,new,new-host,new-gpuvec --profile --cuvs-probes 8,32 $cuvs \
   --out "$out/bang_call.json" > "$out/bang_call.log" 2>&1 || rc=1
 tail -3 "$out/bang_call.log"
 python3 - "$out/bang_call.json" <<'PY' || true
@@ -43,7 +44,7 @@ for r in res.get("rows", []):
     if r["method"] != "knnkit-host":
         print(r)
     elif not r.get("profiled"):
-        print(f"L={r['beam']:4d} {r['path']:10s} recall={r['recall']:.4f} qps={r['qps']:9.0f} ms={ms(r['seconds'])} "
+        print(f"L={r['beam']:4d} {r['path']:11s} recall={r['recall']:.4f} qps={r['qps']:9.0f} ms={ms(r['seconds'])} "
               f"mode={r['rerank_mode']} iters={r['iterations']} setup={ms(r['setup_s'])} loop={ms(r['loop_s'])} "
               f"rerank={ms(r['rerank_s'])} wait={ms(r['host_wait_s'])} gather={ms(r['host_gather_s'])} "
               f"launch={ms(r['host_launch_s'])} reused={r['workspace_reused']} fallback={r['rerank_fallback_rows']}")

@@ -177,6 +177,8 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
                     nbr_out[i, j] = -1
         if stash:
             off[q + 1] = min(nv, max(0, slots - count[q]))  # rows of q that get a slot
+        else:
+            count[q] += nv
     total = 0
     for i in range(nb * width):
         if cand[i] >= 0:
@@ -188,17 +190,17 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
             off[q + 1] += off[q]
         n_kept = off[nb]
         for q in numba.prange(nb):
+            base = count[q]
             o = off[q]
             for c in range(off[q + 1] - o):
                 node = cand[q * width + c]
                 for j in range(d):
                     vec_out[o + c, j] = data[node, j]
-                dst[o + c] = q * slots + count[q] + c
-    for q in numba.prange(nb):
-        c = 0
-        while c < width and cand[q * width + c] >= 0:  # the valid ones come first
-            c += 1
-        count[q] += c
+                dst[o + c] = q * slots + base + c
+            c = 0
+            while c < width and cand[q * width + c] >= 0:  # the valid ones come first
+                c += 1
+            count[q] = base + c
     return total, n_kept
 
 

@@ -70,10 +70,12 @@ def _env_flag(name):
     return os.environ.get(name, "").strip() not in ("", "0", "false", "no")
 
 
-_cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY")}
+_cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
+        "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None}
+_UNSET = object()
 
 
-def configure(*, profile=None, legacy=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -84,12 +86,20 @@ def configure(*, profile=None, legacy=None):
     legacy : bool
         The v2 search path (before the per-call work was cut), for before/after measurements.
         Same results. Environment: ``KNNKIT_BANG_LEGACY=1``.
+    rerank_mode : {None, "stash", "host"}
+        Where the re-rank rows come from when the vectors are not on the GPU: None chooses
+        ("stash" when ``2 * rerank >= L``, else "host"); for measuring one against the other.
+        Environment: ``KNNKIT_BANG_RERANK``.
     """
     old = dict(_cfg)
     if profile is not None:
         _cfg["profile"] = bool(profile)
     if legacy is not None:
         _cfg["legacy"] = bool(legacy)
+    if rerank_mode is not _UNSET:
+        if rerank_mode not in (None, "stash", "host"):
+            raise ValueError(f"rerank_mode must be None, 'stash' or 'host', got {rerank_mode!r}")
+        _cfg["rerank_mode"] = rerank_mode
     return old
 
 
@@ -534,9 +544,10 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
         mode = "legacy"
     else:
         Xdev = engine._rerank_data_gpu()
+        want = _cfg["rerank_mode"] or ("stash" if 2 * rr >= L else "host")
         if Xdev is not None:
             mode = "device"
-        elif 2 * rr >= L and max(sizes) * stash_slots(L, W, rr, max_iters) < 2 ** 31:
+        elif want == "stash" and max(sizes) * stash_slots(L, W, rr, max_iters) < 2 ** 31:
             mode, S = "stash", stash_slots(L, W, rr, max_iters)
         else:
             mode = "host"
