@@ -11,6 +11,17 @@ IVF-PQ with refinement (when ``cuvs`` imports). Rows are written to JSON as they
     PYTHONPATH=src python benchmarks/bang_bench.py --n 2000000 --out $OUT/bang_2m.json
     PYTHONPATH=src python benchmarks/bang_bench.py --n 3000000 --beams 32,64,128 --widths 1,2,4,8 \
         --rerank on --out $OUT/bang_width.json
+    PYTHONPATH=src python benchmarks/bang_bench.py --n 3000000 --beams 32,64,128 --widths 4 --prefetch on \
+        --rerank on --paths legacy,new,new-host,new-gpuvec --profile --out $OUT/bang_call.json
+
+``--paths``: ``legacy`` is the v2 search path (``_search_gpu.configure(legacy=True)``: per-call
+allocations, CuPy table expression, host re-rank after the walk), ``new`` the current one under the
+benchmark's memory budget (vectors do not fit: re-rank rows stashed during the walk), ``new-host``
+the same with the re-rank rows gathered after the walk (pinned chunks), ``new-gpuvec`` the current
+one with the budget lifted for the call (the vectors fit: re-rank from a device copy). Every
+configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
+call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
+boundaries) as its own row.
 """
 
 import argparse
@@ -76,6 +87,8 @@ def main():
     ap.add_argument("--cuvs-probes", default="8,16,32,64,128,256")
     ap.add_argument("--graph-degree", type=int, default=32)
     ap.add_argument("--pq-bytes", type=int, default=None)
+    ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec")
+    ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
     ap.add_argument("--no-cuvs", action="store_true")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_bench.json"))
@@ -84,6 +97,7 @@ def main():
     import cupy as cp
 
     import knnkit
+    from knnkit.index.bang import _search_gpu
     from knnkit.index.bang._search_gpu import last_stats
 
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
@@ -128,25 +142,48 @@ def main():
     widths = [int(w) for w in a.widths.split(",")]
     prefetches = [p.strip() == "on" for p in a.prefetch.split(",")]
     reranks = [r.strip() for r in a.rerank.split(",")]
+    paths = [p.strip() for p in a.paths.split(",")]
     for beam in [int(b) for b in a.beams.split(",")]:
         for width in widths:
             for prefetch in prefetches:
                 for rr in reranks:
-                    sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
-                                                   search_width=width)
-                    index.search(Qd[:256], k=a.k, beam=beam, params=sp)  # warm-up (compilation, caches)
-                    pool.free_all_blocks()
-                    cp.cuda.Device().synchronize()
-                    t = time.perf_counter()
-                    _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
-                    cp.cuda.Device().synchronize()
-                    dt = time.perf_counter() - t
-                    row = {"method": "knnkit-host", "beam": beam, "width": width, "prefetch": prefetch, "rerank": rr,
-                           "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k), "qps": a.queries / dt, "seconds": dt,
-                           "gpu_pool_bytes": int(pool.total_bytes()), **last_stats()}
-                    res["rows"].append(row)
-                    print(json.dumps(row), flush=True)
-                    dump()
+                    for path in paths:
+                        _search_gpu.configure(legacy=path == "legacy", profile=False,
+                                              rerank_mode="host" if path == "new-host" else None)
+                        knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
+                        sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
+                                                       search_width=width)
+                        # warm-up at full size: compilation, and the buffers the new path keeps
+                        index.search(Qd, k=a.k, beam=beam, params=sp)
+                        pool.free_all_blocks()
+                        cp.cuda.Device().synchronize()
+                        t = time.perf_counter()
+                        _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
+                        cp.cuda.Device().synchronize()
+                        dt = time.perf_counter() - t
+                        row = {"method": "knnkit-host", "path": path, "beam": beam, "width": width,
+                               "prefetch": prefetch, "rerank": rr, "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k),
+                               "qps": a.queries / dt, "seconds": dt, "gpu_pool_bytes": int(pool.total_bytes()),
+                               **last_stats()}
+                        res["rows"].append(row)
+                        print(json.dumps({k: v for k, v in row.items() if k not in ("phases", "gpu_s")}), flush=True)
+                        if a.profile:
+                            _search_gpu.configure(profile=True)
+                            pool.free_all_blocks()
+                            cp.cuda.Device().synchronize()
+                            t = time.perf_counter()
+                            index.search(Qd, k=a.k, beam=beam, params=sp)
+                            cp.cuda.Device().synchronize()
+                            dt = time.perf_counter() - t
+                            _search_gpu.configure(profile=False)
+                            prow = dict(row, profiled=True, qps=a.queries / dt, seconds=dt, **last_stats())
+                            res["rows"].append(prow)
+                            print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
+                                              "gpu_s": prow.get("gpu_s")}), flush=True)
+                        dump()
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None)
+    knnkit.set_memory_budget(budget)
+    index._engine.release_gpu_buffers()
     if a.device_peer:
         try:
             knnkit.set_memory_budget(None)

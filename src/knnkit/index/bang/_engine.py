@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from ..._core.backend import as_host, cupy_or_none
-from ..._core.config import logger
+from ..._core.config import get_memory_budget, logger
 from ..._core.metrics import internal_metric, prepare_vectors
 from ..._core.params import check_int
 from .._engine import SearchGraph
@@ -127,6 +127,9 @@ class HostIndex:
         self.scale = float(scale)
         self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
         self._gpu = None  # (codes, codebook, entry) on the GPU, made on first GPU search
+        self._gpu_extra = {}  # more GPU copies made on demand: PQ centroid norms, the vectors (re-rank)
+        self._bang_ws = None  # the GPU search's per-call buffers, kept for the next call (_search_gpu)
+        self._bang_upload = None  # pinned chunks of the GPU search's host re-rank gather
 
     # ------------------------------------------------------------------ properties
     n = property(lambda self: int(self._data.shape[0]))
@@ -230,6 +233,50 @@ class HostIndex:
             self._gpu = (cp.asarray(np.asarray(self._codes)), cp.asarray(self._codebook), self._entry.to(cp))
         return self._gpu
 
+    def _gpu_cache(self, name, make):
+        """A GPU array kept by the index, made by ``make()`` on first use."""
+        a = self._gpu_extra.get(name)
+        if a is None:
+            a = self._gpu_extra[name] = make()
+        return a
+
+    def _rerank_data_gpu(self):
+        """The vectors on the GPU (storage dtype, copied once in 64 MB pieces) when they and the PQ
+        codes fit half the memory budget, so the GPU search re-ranks from device memory; else None
+        (the re-rank rows come from host memory). A copy already held counts towards the budget
+        when the budget is automatic (a fraction of the free memory, which the copy itself lowers);
+        a copy that no longer fits an explicitly set budget is dropped."""
+        from ..._core import config
+
+        cp = cupy_or_none()
+        nbytes = self.n * self.dim * self.dtype.itemsize
+        have = self._gpu_extra.get("data")
+        budget = get_memory_budget()
+        if have is not None and config._globals["memory_budget"] is None:
+            budget += have.nbytes
+        if self.n * self.pq_bytes + nbytes > budget // 2:
+            if have is not None:
+                del self._gpu_extra["data"]
+            return None
+        if have is None:
+            t = time.perf_counter()
+            have = cp.empty((self.n, self.dim), self.dtype)
+            step = max(1, (64 << 20) // max(1, self.dim * self.dtype.itemsize))
+            for s in range(0, self.n, step):
+                have[s:s + step] = cp.asarray(np.asarray(self._data[s:s + step]))
+            self._gpu_extra["data"] = have
+            logger.info("GraphIndex (host placement): %d vectors (%.1f MB) copied to the GPU for the re-rank in "
+                        "%.2f s (they fit half the memory budget)", self.n, nbytes / 1e6, time.perf_counter() - t)
+        return have
+
+    def release_gpu_buffers(self):
+        """Give back the GPU memory the GPU search keeps between calls (per-call buffers, pinned
+        host buffers, the vectors' device copy); the next GPU search makes them again. The PQ codes
+        stay."""
+        self._bang_ws = None
+        self._bang_upload = None
+        self._gpu_extra.pop("data", None)
+
     def search(self, q, k, *, beam, tau=None, max_iters, n_seeds, device, batch_size=None, traversal=None,
                rerank=None, prefetch=True, pipeline_batch=None, search_width=4):
         """Search validated queries ``q``; INTERNAL distances and int64 ids (numpy or cupy by
@@ -237,7 +284,9 @@ class HostIndex:
         expanded nodes re-ranked exactly (``k``: only the k PQ-best get exact distances);
         ``search_width`` (1 <= W <= 64) the work-list entries expanded together per iteration (at most L
         can be unexpanded, so W is capped at L without changing results); ``tau`` and
-        ``traversal`` do not apply here (the walk stops when its work list is all expanded)."""
+        ``traversal`` do not apply here (the walk stops when its work list is all expanded).
+        GPU: the per-call buffers stay with the index for the next call (``release_gpu_buffers``);
+        the vectors go to the GPU for the re-rank when they fit half the memory budget."""
         L = int(beam)
         width = min(check_int(4 if search_width is None else search_width, "search_width", minimum=1,
                               maximum=MAX_SEARCH_WIDTH), L)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..._core.metrics import prepare_vectors
 
-__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "bloom_words_for"]
+__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for"]
 
 
 def bloom_words_for(max_iters, R, s):
@@ -147,6 +147,61 @@ def _gather_rows(src, ids, out, fill):
         else:
             for j in range(src.shape[1]):
                 out[i, j] = fill
+
+
+@numba.njit(parallel=True, cache=True)
+def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off):
+    """One host step of the GPU walk for a batch of ``nb = count.shape[0]`` queries: the graph rows
+    of each query's ``width`` candidates (``cand`` (nb * width,) int32, valid ids first, -1 after)
+    into ``nbr_out`` (nb * width, R) (-1 rows for -1 candidates). ``count[q]``: expansions of query
+    q logged so far (the GPU's ``n_exp``: every selection comes through here); it is advanced.
+
+    With ``stash``: the full vectors of the candidates whose log position ``count[q] + c`` is below
+    ``slots`` are gathered too, packed query by query into ``vec_out`` rows ``0 .. n_kept - 1``,
+    each with its re-rank slot ``q * slots + position`` in ``dst``; ``off`` (nb + 1) is scratch.
+    Returns ``(valid candidates, n_kept)`` (no valid candidate: the batch's walk is over)."""
+    nb = count.shape[0]
+    R = graph.shape[1]
+    d = data.shape[1]
+    for q in numba.prange(nb):
+        nv = 0
+        for c in range(width):
+            i = q * width + c
+            node = cand[i]
+            if node >= 0:
+                nv += 1
+                for j in range(R):
+                    nbr_out[i, j] = graph[node, j]
+            else:
+                for j in range(R):
+                    nbr_out[i, j] = -1
+        if stash:
+            off[q + 1] = min(nv, max(0, slots - count[q]))  # rows of q that get a slot
+        else:
+            count[q] += nv
+    total = 0
+    for i in range(nb * width):
+        if cand[i] >= 0:
+            total += 1
+    n_kept = 0
+    if stash:
+        off[0] = 0
+        for q in range(nb):
+            off[q + 1] += off[q]
+        n_kept = off[nb]
+        for q in numba.prange(nb):
+            base = count[q]
+            o = off[q]
+            for c in range(off[q + 1] - o):
+                node = cand[q * width + c]
+                for j in range(d):
+                    vec_out[o + c, j] = data[node, j]
+                dst[o + c] = q * slots + base + c
+            c = 0
+            while c < width and cand[q * width + c] >= 0:  # the valid ones come first
+                c += 1
+            count[q] = base + c
+    return total, n_kept
 
 
 def gather_rows(src, ids, out=None, fill=0):

@@ -2,21 +2,43 @@
 
 Each iteration of a query batch: the GPU's chosen candidate ids (W per query, the search width)
 go to pinned host memory (D2H), host threads gather the candidates' neighbour rows from the host
-graph (a Numba parallel gather, ``_search_cpu._gather_rows``) into a pinned buffer, the rows go
-back (H2D, async), and ``bang_distances`` / ``bang_merge`` (``bang.cu``) compute the PQ distances
-of the W*R neighbours, filter visited nodes and merge into the work lists. With prefetch (4.6)
-``bang_distances`` already picks the next W candidates and their copy to the host is queued before
-the merge, so the host gathers while the GPU merges; without, the merge kernel picks them.
-Pipelining: the queries are split into batches, each with its own CUDA stream, buffers, event and
-prebuilt kernel arguments; the host serves whichever batch's candidates have arrived (round-robin
-when none has), so one batch's gather overlaps the other batches' kernels and copies. Re-ranking
-(4.9): the best logged candidates' full-precision rows are gathered on the host, copied in, and
-their exact distances computed on the GPU.
+graph (``_search_cpu.gather_walk``, Numba) into a pinned buffer, the rows go back (H2D, async), and
+``bang_distances`` / ``bang_merge`` (``bang.cu``) compute the PQ distances of the W*R neighbours,
+filter visited nodes and merge into the work lists. With prefetch (4.6) ``bang_distances`` already
+picks the next W candidates and their copy to the host is queued before the merge, so the host
+gathers while the GPU merges; without, the merge kernel picks them. Pipelining: the queries are
+split into batches, each with its own CUDA stream, buffers, event and kernel arguments; the host
+serves whichever batch's candidates have arrived (round-robin when none has), so one batch's gather
+overlaps the other batches' kernels and copies.
 
-Timers (``last_stats``): seconds the host spent waiting for candidates, gathering rows, queueing
-copies and launches, and in total; iterations of the longest batch.
+Re-ranking (4.9), three ways (``last_stats()["rerank_mode"]``):
+
+* ``"device"``: the vectors fit half the memory budget (with the codes), so the index keeps a copy
+  on the GPU (made on first use) and the re-rank gathers its rows there;
+* ``"stash"`` (BANG 3.2.3): the host gathers each candidate's full vector together with its
+  neighbour row during the walk (in the time it otherwise waits for the GPU), the rows travel with
+  the iteration and ``bang_stash`` files them by log position; when the walk ends the re-rank rows
+  are already on the GPU. Log positions past the slot count (rare: ``stash_slots``) are gathered
+  after the walk;
+* ``"host"`` (re-rank short against the walk, ``2 * rerank < L``): after the walk, gathered on the
+  host into two pinned chunks that alternate with their copies.
+
+Per-call buffers (device and pinned) are kept by the index (``HostIndex._bang_ws``) and reused by
+the next call of the same shape; the PQ tables are one cuBLAS GEMM plus one kernel (``bang_tables``)
+per batch. ``configure(legacy=True)`` runs the v2 path (commit edfb1d5) for comparison: per-call
+allocations, the CuPy expression of the tables, the 4-byte table fill and the host re-rank into
+pageable memory after the walk. All paths give the same ids and distances.
+
+Timers (``last_stats``): host seconds waiting for candidates, gathering rows, queueing copies and
+launches, finishing batches, and in total; iterations of the longest batch; counters of launches,
+copies, bytes and host synchronisations. ``configure(profile=True)``: also ``phases`` (device
+synchronised at the phase boundaries) and ``gpu_s`` (CUDA events around every copy and kernel,
+summed per operation over all batches: stream time, so it includes queueing behind the other
+batch's work).
 """
 
+import os
+import threading
 import time
 
 import numpy as np
@@ -24,23 +46,70 @@ import numpy as np
 from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
-from ._pq import pq_tables, table_bytes
-from ._search_cpu import _gather_rows, bloom_words_for, exact_topk, gather_rows
+from ._pq import _padded, pq_tables, table_bytes
+from ._search_cpu import _gather_rows, bloom_words_for, exact_topk, gather_rows, gather_walk
 
-__all__ = ["search_host_gpu", "last_stats", "MAX_WIDTH"]
+__all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
+           "rows_from_device", "MAX_WIDTH"]
 
 _KERNEL = kernel_path(__file__, "bang.cu")
-_NT = 128  # threads per block
+_NT = 128  # threads per block of the walk kernels
+_EW = 256  # threads per block of the elementwise kernels (tables, stash)
 _SMEM_STATIC = 48 * 1024
 _SMEM_MAX = 200 * 1024  # opt-in dynamic shared memory we allow ourselves (H100/H200: 227 KB)
 _H2D, _D2H = 1, 2  # cudaMemcpyKind
 MAX_WIDTH = 64  # BANG_MAX_W of bang.cu (shared scratch of the candidate selection)
+UPLOAD_CHUNK_BYTES = 16 << 20  # "host" re-rank: rows gathered per pinned chunk
 _stats = {}
+_smem_fit = {}  # (device, table bytes) -> tables in shared memory (the opt-in, once set, stays)
+_NO_ROWS = np.zeros((1, 1), np.float32)  # stand-ins for gather_walk's vector arguments without stash
+_NO_DST = np.zeros(1, np.int32)
+
+
+def _env_flag(name):
+    return os.environ.get(name, "").strip() not in ("", "0", "false", "no")
+
+
+_cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
+        "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None}
+_UNSET = object()
+
+
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET):
+    """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
+    passed back as ``configure(**old)``).
+
+    profile : bool
+        Per-phase timing in ``last_stats()``: ``phases`` (seconds, the device synchronised at every
+        phase boundary) and ``gpu_s`` (CUDA events around every copy and kernel). For measuring
+        only: it adds synchronisations. Environment: ``KNNKIT_BANG_PROFILE=1``.
+    legacy : bool
+        The v2 search path (before the per-call work was cut), for before/after measurements.
+        Same results. Environment: ``KNNKIT_BANG_LEGACY=1``.
+    rerank_mode : {None, "stash", "host"}
+        Where the re-rank rows come from when the vectors are not on the GPU: None chooses
+        ("stash" when ``2 * rerank >= L``, else "host"); for measuring one against the other.
+        Environment: ``KNNKIT_BANG_RERANK``.
+    """
+    old = dict(_cfg)
+    if profile is not None:
+        _cfg["profile"] = bool(profile)
+    if legacy is not None:
+        _cfg["legacy"] = bool(legacy)
+    if rerank_mode is not _UNSET:
+        if rerank_mode not in (None, "stash", "host"):
+            raise ValueError(f"rerank_mode must be None, 'stash' or 'host', got {rerank_mode!r}")
+        _cfg["rerank_mode"] = rerank_mode
+    return old
 
 
 def last_stats():
     """Timers and counters of the last GPU host-placement search (a copy)."""
-    return dict(_stats)
+    out = dict(_stats)
+    for key in ("phases", "gpu_s"):
+        if key in out:
+            out[key] = dict(out[key])
+    return out
 
 
 def _kernel(name):
@@ -53,83 +122,263 @@ def _pinned(shape, dtype):
     return cupyx.empty_pinned(shape, dtype=dtype)
 
 
-class _Batch:
-    """One pipelined query batch: its stream, device state, pinned host buffers and the kernel
-    arguments (built once: an iteration only launches, it allocates nothing)."""
+def stash_slots(L, W, rerank, max_iters):
+    """Re-rank slots per query of the "stash" mode: log positions ``< slots`` have their vector
+    gathered during the walk. A walk logs about L + a few W expansions (3M x 96, L = 64, W = 4:
+    68.6 on average), so L + 2W + 16 covers nearly every query; a position past it is gathered
+    after the walk."""
+    return int(min(max_iters, max(rerank, L) + 2 * W + 16))
 
-    def __init__(self, cp, T, seeds, *, L, R, W, max_iters, codes, use_smem, GS, prefetch):
+
+# ------------------------------------------------------------------------------ re-rank helpers
+# numpy or cupy (``xp``): the CPU tests check them against the legacy host gather
+
+
+def rerank_plan(xp, log_ids, log_d, rerank, C):
+    """``(cand, pos)``: the ``rerank`` best logged nodes of each query by PQ distance (ids, -1
+    padded, int32) and their log positions, from the first ``C`` log columns only. Every column
+    from C on is empty (id -1, distance inf) when C >= the largest expansion count, so with a
+    stable sort this is exactly ``argsort(log_d)[:, :rerank]`` over the whole log (v2), on
+    C (~L + W) columns instead of max_iters (8 L)."""
+    nb = log_ids.shape[0]
+    C = int(max(1, min(int(C), log_ids.shape[1])))
+    if xp is np:
+        order = np.argsort(log_d[:, :C], axis=1, kind="stable")[:, :rerank]
+    else:
+        order = xp.argsort(log_d[:, :C], axis=1)[:, :rerank]  # CuPy sorts stably (Thrust)
+    cand = xp.take_along_axis(log_ids[:, :C], order, axis=1)
+    if order.shape[1] < rerank:  # fewer columns than the re-rank: the rest is empty, as in v2
+        pad = rerank - order.shape[1]
+        cand = xp.concatenate([cand, xp.full((nb, pad), -1, cand.dtype)], axis=1)
+        order = xp.concatenate([order, xp.full((nb, pad), C, order.dtype)], axis=1)
+    return xp.ascontiguousarray(cand), order
+
+
+def rows_from_device(xp, X, cand):
+    """Rows ``X[cand]`` (flattened, storage dtype) with zero rows for -1: what v2's host gather
+    (``gather_rows(..., fill=0)``) returned, from a device copy of the vectors."""
+    flat = cand.reshape(-1)
+    rows = X[xp.maximum(flat, 0)]
+    return xp.where((flat >= 0)[:, None], rows, 0).astype(X.dtype, copy=False)
+
+
+def rows_from_slots(xp, slots, S, cand, pos):
+    """``(rows, missing)``: the re-rank rows (flattened, storage dtype, zero rows for -1) from the
+    stash ``slots`` ((nb * S, d): row ``q * S + p`` = vector of query q's p-th expansion), and the
+    (nb, rerank) mask of candidates whose log position is ``>= S`` (not stashed: their rows are
+    zero here and must be gathered)."""
+    nb = cand.shape[0]
+    ok = (cand >= 0) & (pos < S)
+    idx = xp.arange(nb, dtype=xp.int64)[:, None] * S + xp.minimum(pos, S - 1)
+    rows = slots[idx.reshape(-1)]
+    rows = xp.where(ok.reshape(-1)[:, None], rows, 0).astype(slots.dtype, copy=False)
+    return rows, (cand >= 0) & (pos >= S)
+
+
+# ------------------------------------------------------------------------------ profiling
+class _Prof:
+    """CUDA event spans per named operation (profile on only), summed over batches at the end."""
+
+    def __init__(self, cp, on):
+        self.cp, self.on, self.spans = cp, bool(on), []
+
+    def ev(self, stream):
+        e = self.cp.cuda.Event()
+        e.record(stream)
+        return e
+
+    def sums(self):
+        out = {}
+        for name, a, b in self.spans:
+            out[name] = out.get(name, 0.0) + self.cp.cuda.get_elapsed_time(a, b) / 1e3
+        return out
+
+
+_OFF = _Prof(None, False)
+
+
+# ------------------------------------------------------------------------------ one query batch
+class _Batch:
+    """One pipelined query batch: its stream, device buffers, pinned host buffers (all for up to
+    ``cap`` queries; kept by the index across calls) and, per call (:meth:`bind`), views of the
+    first ``nq`` rows and the kernel arguments (an iteration only launches, it allocates nothing)."""
+
+    def __init__(self, cp, cap, *, L, R, W, max_iters, s, m, ksub, S=0, d=0, vdtype=None, own=True):
         self.cp = cp
-        nq = T.shape[0]
-        self.nq, self.L, self.R, self.W, self.max_iters = nq, L, R, W, max_iters
-        self.prefetch = prefetch
+        self.cap, self.L, self.R, self.W, self.max_iters, self.s = cap, L, R, W, max_iters, s
+        self.m, self.ksub, self.S, self.d = m, ksub, S, d
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.event = cp.cuda.Event(disable_timing=True)
-        self.T = T
-        self.seeds = cp.ascontiguousarray(seeds, dtype=cp.int32)
+        self.bloom_words = bloom_words_for(max_iters, R, s)
+        self.new_cap = max(W * R, s)
+        e = cp.empty
         with self.stream:
-            self.wl_ids = cp.full((nq, L), -1, cp.int32)
-            self.wl_d = cp.full((nq, L), np.inf, cp.float32)
-            self.wl_x = cp.zeros((nq, L), cp.uint8)
-            self.bloom_words = bloom_words_for(max_iters, R, seeds.shape[1])
-            self.bloom = cp.zeros((nq, self.bloom_words), cp.uint32)
-            self.cap = max(W * R, seeds.shape[1])
-            self.new_ids = cp.empty((nq, self.cap), cp.int32)
-            self.new_d = cp.empty((nq, self.cap), cp.float32)
-            self.new_x = cp.zeros((nq, self.cap), cp.uint8)
-            self.n_new = cp.zeros(nq, cp.int32)
-            self.cand = cp.full((nq, W), -1, cp.int32)
-            self.log_ids = cp.full((nq, max_iters), -1, cp.int32)
-            self.log_d = cp.full((nq, max_iters), np.inf, cp.float32)
-            self.n_exp = cp.zeros(nq, cp.int32)
-            self.nbr_dev = cp.empty((nq, W * R), cp.int32)
-        # the host's view of the W candidates of each query, and the W rows it gathers for them
-        self.cand_host = _pinned((nq, W), np.int32)
-        self.nbr_host = _pinned((nq, W * R), np.int32)
+            self._wl_ids = e((cap, L), cp.int32)
+            self._wl_d = e((cap, L), cp.float32)
+            self._wl_x = e((cap, L), cp.uint8)
+            self._bloom = e((cap, self.bloom_words), cp.uint32)
+            self._new_ids = e((cap, self.new_cap), cp.int32)
+            self._new_d = e((cap, self.new_cap), cp.float32)
+            self._new_x = e((cap, self.new_cap), cp.uint8)
+            self._n_new = e(cap, cp.int32)
+            self._cand = e((cap, W), cp.int32)
+            self._log_ids = e((cap, max_iters), cp.int32)
+            self._log_d = e((cap, max_iters), cp.float32)
+            self._n_exp = e(cap, cp.int32)
+            self._nbr_dev = e((cap, W * R), cp.int32)
+            # own: tables and seeds written in place each call (legacy: made per call and handed in)
+            self._T = e((cap, m, ksub), cp.float32) if own else None
+            self._seeds = e((cap, s), cp.int32) if own else None
+            if S:
+                self._slots = e((cap * S, d), vdtype)
+                self._vec_dev = e((cap * W, d), vdtype)
+                self._dst_dev = e(cap * W, cp.int32)
+        # the host's view of the W candidates of each query, the W rows it gathers for them, and
+        # (stash) two alternating pinned buffers of candidate vectors and their slots
+        self._cand_host = _pinned((cap, W), np.int32)
+        self._nbr_host = _pinned((cap, W * R), np.int32)
+        self._off = np.empty(cap + 1, np.int32)
+        if S:
+            self._vec_host = [_pinned((cap * W, d), vdtype) for _ in range(2)]
+            self._dst_host = [_pinned(cap * W, np.int32) for _ in range(2)]
+            self.row_bytes = d * np.dtype(vdtype).itemsize
+            self.word = 16 if self.row_bytes % 16 == 0 else (4 if self.row_bytes % 4 == 0 else 1)
+        self.k_dist, self.k_merge = _kernel("bang_distances"), _kernel("bang_merge")
+        self.k_stash = _kernel("bang_stash") if S else None
+        self.smem_merge = 17 * self.new_cap + 9 * L
+        _merge_smem_opt_in(self.k_merge, self.smem_merge)
+        self.nbytes = int(sum(a.nbytes for a in vars(self).values() if isinstance(a, cp.ndarray)))
+        self.prof = _OFF
+
+    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF):
+        """Views of the first ``nq`` rows for this call, the work state reset on the stream (after
+        the tables and seeds already queued there), kernel arguments. ``T`` / ``seeds``: the
+        tables and seeds when made elsewhere (legacy), else this batch's own buffers."""
+        cp = self.cp
+        i32 = np.int32
+        L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
+        self.nq, self.prefetch, self.prof = nq, prefetch, prof
+        self.T = self._T[:nq] if T is None else T
+        self.seeds = self._seeds[:nq] if seeds is None else cp.ascontiguousarray(seeds, dtype=cp.int32)
+        if self.seeds.shape != (nq, self.s):
+            raise RuntimeError(f"seeds of shape {self.seeds.shape}, expected {(nq, self.s)}")
+        self.wl_ids, self.wl_d, self.wl_x = self._wl_ids[:nq], self._wl_d[:nq], self._wl_x[:nq]
+        self.bloom = self._bloom[:nq]
+        self.new_ids, self.new_d, self.new_x = self._new_ids[:nq], self._new_d[:nq], self._new_x[:nq]
+        self.n_new, self.cand, self.n_exp = self._n_new[:nq], self._cand[:nq], self._n_exp[:nq]
+        self.log_ids, self.log_d = self._log_ids[:nq], self._log_d[:nq]
+        self.nbr_dev = self._nbr_dev[:nq]
+        with self.stream:
+            if prof.on:
+                self._tick()
+            self.wl_ids.fill(-1)
+            self.wl_d.fill(np.inf)
+            self.wl_x.fill(0)
+            self.bloom.fill(0)
+            self.new_x.fill(0)
+            self.n_new.fill(0)
+            self.cand.fill(-1)
+            self.log_ids.fill(-1)
+            self.log_d.fill(np.inf)
+            self.n_exp.fill(0)
+            if prof.on:
+                self._tick("reset")
+        self.cand_host, self.nbr_host = self._cand_host[:nq], self._nbr_host[:nq]
         self.cand_flat = self.cand_host.reshape(nq * W)
         self.nbr_rows = self.nbr_host.reshape(nq * W, R)
+        self.off = self._off[:nq + 1]
+        self.count = np.zeros(nq, np.int32)  # expansions logged per query, as the host saw them
+        if self.S:
+            self.slots = self._slots[:nq * self.S]
+            self.vec_host = [v[:nq * W] for v in self._vec_host]
+            self.dst_host = [v[:nq * W] for v in self._dst_host]
+            self.turn = 0
         self.done = False
         self.iters = 0
-        i32 = np.int32
-        m, ksub = codes.shape[1], T.shape[2]
-        self.k_dist, self.k_merge = _kernel("bang_distances"), _kernel("bang_merge")
+        self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
         self.smem_dist = m * ksub * 4 if use_smem else 0
-        self.smem_merge = 17 * self.cap + 9 * L
-        _merge_smem_opt_in(self.k_merge, self.smem_merge)
 
         def dist_args(nbrs, width):
-            return (nbrs, i32(width), codes, i32(m), T, i32(ksub), i32(1 if use_smem else 0), self.bloom,
-                    i32(self.bloom_words), self.wl_ids, self.wl_d, self.wl_x, i32(L), self.new_ids, self.new_d,
-                    self.new_x, self.n_new, i32(self.cap), i32(1 if prefetch else 0), i32(W), self.cand,
-                    self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(GS), i32(nq))
+            return (nbrs, i32(width), codes, i32(m), self.T, i32(ksub), i32(1 if use_smem else 0),
+                    i32(1 if vec_load else 0), self.bloom, i32(self.bloom_words), self.wl_ids, self.wl_d, self.wl_x,
+                    i32(L), self.new_ids, self.new_d, self.new_x, self.n_new, i32(self.new_cap),
+                    i32(1 if prefetch else 0), i32(W), self.cand, self.log_ids, self.log_d, self.n_exp,
+                    i32(max_iters), i32(GS), i32(nq))
 
-        self.args_seed = dist_args(self.seeds, self.seeds.shape[1])  # iteration 0: the seeds are the rows
+        self.args_seed = dist_args(self.seeds, self.s)  # iteration 0: the seeds are the rows
         self.args_dist = dist_args(self.nbr_dev, W * R)
         self.args_merge = (self.wl_ids, self.wl_d, self.wl_x, i32(L), self.new_ids, self.new_d, self.new_x,
-                           self.n_new, i32(self.cap), i32(0 if prefetch else 1), i32(W), self.cand, self.log_ids,
-                           self.log_d, self.n_exp, i32(max_iters), i32(nq))
+                           self.n_new, i32(self.new_cap), i32(0 if prefetch else 1), i32(W), self.cand,
+                           self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(nq))
         self.grid, self.block = (nq,), (_NT,)
-        self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, self.cand.nbytes, _D2H)
-        self.nbr_args = (self.nbr_dev.data.ptr, self.nbr_host.ctypes.data, self.nbr_host.nbytes, _H2D)
+        self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
+        self.nbr_args = (self.nbr_dev.data.ptr, self.nbr_host.ctypes.data, nq * W * R * 4, _H2D)
 
-    def step(self, first=False):
-        """Queue one iteration on this batch's stream: (rows H2D,) distances, candidate copy and
-        merge. With prefetch (4.6) the candidates are chosen by the distance kernel and leave
-        before the merge; without, the merge kernel chooses them and the copy follows it. The
-        event marks the candidates' arrival in ``cand_host``."""
+    def _tick(self, name=None):
+        """Profile: an event on this stream; the span since the previous tick is ``name``."""
+        e = self.prof.ev(self.stream)
+        if name is not None:
+            self.prof.spans.append((name, self._t, e))
+        self._t = e
+
+    def step(self, first=False, n_kept=0):
+        """Queue one iteration on this batch's stream: rows H2D, distances, candidate copy and
+        merge, then (stash) the ``n_kept`` candidate vectors the host gathered with the rows. With
+        prefetch (4.6) the candidates are chosen by the distance kernel and leave before the merge;
+        without, the merge kernel chooses them and the copy follows it. The event marks the
+        candidates' arrival in ``cand_host``; the vectors go last, off the path to the next
+        candidates (their pinned buffer alternates: the one being refilled was copied before the
+        event the host waited for)."""
         memcpy, sp = self.cp.cuda.runtime.memcpyAsync, self.stream.ptr
+        p = self.prof.on
         with self.stream:
+            if p:
+                self._tick()
             if not first:
                 memcpy(*self.nbr_args, sp)
+                self.h2d_bytes += self.nbr_args[2]
+                if p:
+                    self._tick("h2d_nbr")
             self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
                         shared_mem=self.smem_dist)
+            if p:
+                self._tick("distances")
             if self.prefetch:
                 memcpy(*self.cand_args, sp)
                 self.event.record(self.stream)
+                if p:
+                    self._tick("d2h_cand")
                 self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+                if p:
+                    self._tick("merge")
             else:
                 self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+                if p:
+                    self._tick("merge")
                 memcpy(*self.cand_args, sp)
                 self.event.record(self.stream)
+                if p:
+                    self._tick("d2h_cand")
+            self.n_launch += 2
+            self.n_copy += 1 if first else 2
+            self.d2h_bytes += self.cand_args[2]
+            if n_kept:
+                t = self.turn
+                vb = n_kept * self.row_bytes
+                memcpy(self._vec_dev.data.ptr, self.vec_host[t].ctypes.data, vb, _H2D, sp)
+                memcpy(self._dst_dev.data.ptr, self.dst_host[t].ctypes.data, n_kept * 4, _H2D, sp)
+                if p:
+                    self._tick("h2d_vec")
+                words = n_kept * (self.row_bytes // self.word)
+                self.k_stash((int(min(-(-words // _EW), 1 << 16)),), (_EW,),
+                             (self._vec_dev, self._dst_dev, np.int32(n_kept), np.int32(self.row_bytes),
+                              np.int32(self.word), self._slots))
+                if p:
+                    self._tick("stash")
+                self.turn ^= 1
+                self.n_launch += 1
+                self.n_copy += 2
+                self.h2d_bytes += vb + n_kept * 4
         self.iters += 1
 
 
@@ -137,17 +386,23 @@ def _table_fits_shared(tbytes):
     """Whether one query's PQ table (``tbytes``) goes to shared memory; raises the kernel's dynamic
     shared-memory limit when it does. The kernel's own static shared variables count against the
     same per-block limit: a table of exactly 48 KB needs the opt-in too (a launch with 48 KB of
-    dynamic memory and a few static bytes is refused by the driver as an invalid argument)."""
+    dynamic memory and a few static bytes is refused by the driver as an invalid argument).
+    Decided once per device and table size (the device attribute query alone walks ~100 driver
+    attributes)."""
     import cupy as cp
 
+    key = (cp.cuda.Device().id, int(tbytes))
+    hit = _smem_fit.get(key)
+    if hit is not None:
+        return hit
     kern = _kernel("bang_distances")
     static = int(kern.attributes.get("shared_size_bytes", 0))
     optin = int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_STATIC))
-    if tbytes > _SMEM_MAX or tbytes + static > optin:
-        return False
-    if tbytes + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < tbytes:
+    fits = not (tbytes > _SMEM_MAX or tbytes + static > optin)
+    if fits and tbytes + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < tbytes:
         kern.max_dynamic_shared_size_bytes = tbytes
-    return True
+    _smem_fit[key] = fits
+    return fits
 
 
 def _merge_smem_opt_in(kern, nbytes):
@@ -172,39 +427,167 @@ def _group_size(m):
     return 32
 
 
+def _tables_into(cp, Qb, codebook, cn, metric, out):
+    """PQ tables of prepared queries ``Qb`` into ``out`` (nb, m, ksub), on the current stream: the
+    batched GEMM of :func:`_pq.pq_tables` (same call, same dot products), then ``bang_tables``
+    (the rest of that expression in one pass, bit for bit)."""
+    nb = Qb.shape[0]
+    m, ksub = codebook.shape[0], codebook.shape[1]
+    Qs = _padded(cp.ascontiguousarray(Qb, dtype=cp.float32), m).transpose(1, 0, 2)  # (m, nb, dsub)
+    dots = cp.ascontiguousarray(cp.matmul(Qs, codebook.transpose(0, 2, 1)))  # (m, nb, ksub)
+    ip = metric == "ip"
+    qn = dots if ip else cp.ascontiguousarray((Qs * Qs).sum(axis=2))  # (m, nb); unused for ip
+    total = nb * m * ksub
+    _kernel("bang_tables")((int(min(-(-total // _EW), 1 << 20)),), (_EW,),
+                           (dots, qn, cn, out, np.int32(nb), np.int32(m), np.int32(ksub), np.int32(1 if ip else 0)))
+
+
+_ws_lock = threading.Lock()
+
+
+def _workspace(engine, cp, sizes, shape):
+    """The index's cached batches when they fit this call (same shape parameters, as many batches,
+    each large enough), else new ones (the old ones released first), marked busy until
+    :func:`_release` (a concurrent call on the same index gets batches of its own, not kept).
+    ``(batches, reused)``."""
+    key = (cp.cuda.Device().id,) + tuple(sorted(shape.items()))
+    with _ws_lock:
+        ws = getattr(engine, "_bang_ws", None)
+        if ws is not None and ws["busy"]:
+            return [_Batch(cp, nb, own=True, **shape) for nb in sizes], False
+        if ws is not None and ws["key"] == key and len(ws["batches"]) >= len(sizes) \
+                and all(b.cap >= nb for b, nb in zip(ws["batches"], sizes)):
+            ws["busy"] = True
+            return ws["batches"][:len(sizes)], True
+        engine._bang_ws = None
+        batches = [_Batch(cp, nb, own=True, **shape) for nb in sizes]
+        engine._bang_ws = {"key": key, "batches": batches, "busy": True}
+        return batches, False
+
+
+def _release(engine, batches):
+    """End of a call: the index's cached batches are free for the next one."""
+    with _ws_lock:
+        ws = getattr(engine, "_bang_ws", None)
+        if ws is not None and batches and ws["batches"][0] is batches[0]:
+            ws["busy"] = False
+
+
+def _exact(engine, Qb, rows, cand, k):
+    """Exact top-k of the re-rank rows (as v2: prepare, reshape, ``exact_topk``)."""
+    Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], cand.shape[1], -1)
+    return exact_topk(Qb, Xc, cand, k, engine._imetric)
+
+
+def _upload_rows(cp, data, ids, out, stream, bufs, events):
+    """``out[i] = data[ids[i]]`` (zero rows for -1; ``out`` a flat device array of rows): host
+    gathers into two pinned chunks in turn, each copied asynchronously on ``stream`` while the next
+    one is gathered. Returns the bytes copied."""
+    n = int(ids.shape[0])
+    rb = data.shape[1] * data.dtype.itemsize
+    chunk = bufs[0].shape[0]
+    for i, s in enumerate(range(0, n, chunk)):
+        buf, ev = bufs[i % 2], events[i % 2]
+        ev.synchronize()  # the copy that last read this buffer (this call's or an earlier batch's)
+        e = min(n, s + chunk)
+        _gather_rows(data, ids[s:e], buf[:e - s], 0)
+        cp.cuda.runtime.memcpyAsync(out.data.ptr + s * rb, buf.ctypes.data, (e - s) * rb, _H2D, stream.ptr)
+        ev.record(stream)
+    return n * rb
+
+
+def _upload_buffers(engine, cp, data):
+    """Two pinned chunks (and their events) for :func:`_upload_rows`, kept by the index."""
+    ub = getattr(engine, "_bang_upload", None)
+    rb = data.shape[1] * data.dtype.itemsize
+    rows = max(1, UPLOAD_CHUNK_BYTES // max(1, rb))
+    if ub is None or ub[0][0].shape != (rows, data.shape[1]) or ub[0][0].dtype != data.dtype:
+        ub = ([_pinned((rows, data.shape[1]), data.dtype) for _ in range(2)],
+              [cp.cuda.Event(disable_timing=True) for _ in range(2)])
+        engine._bang_upload = ub
+    return ub
+
+
+# ------------------------------------------------------------------------------ the search
 def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds, rerank, prefetch,
-                    pipeline_batch=None, width=1):
+                    pipeline_batch=None, width=1, legacy=None, profile=None):
     """Search prepared cupy queries ``Q`` over a :class:`HostIndex` (host graph, GPU ``codes``);
     INTERNAL distances (nq, k) float32 and int64 ids, cupy. ``width``: the search width W (work-list
-    entries expanded per query per iteration, <= :data:`MAX_WIDTH`)."""
+    entries expanded per query per iteration, <= :data:`MAX_WIDTH`). ``legacy`` / ``profile``:
+    this call's :func:`configure` switches (None: the process-wide ones)."""
     import cupy as cp
 
     W = int(width)
     if not 1 <= W <= MAX_WIDTH:
         raise ValueError(f"search_width must be in [1, {MAX_WIDTH}] on the GPU, got {W}")
+    legacy = _cfg["legacy"] if legacy is None else bool(legacy)
+    profile = _cfg["profile"] if profile is None else bool(profile)
+    prof = _Prof(cp, profile)
+    phases = {}
+    if profile:
+        cp.cuda.Device().synchronize()  # earlier work stays out of this call's phases
     t_start = time.perf_counter()
     nq = Q.shape[0]
     graph = np.asarray(engine._graph)
+    data = np.asarray(engine._data)
     R = graph.shape[1]
     m = codes.shape[1]
     ksub = codebook.shape[1]
-    tbytes = table_bytes(m, ksub)
-    use_smem = _table_fits_shared(tbytes)
+    use_smem = _table_fits_shared(table_bytes(m, ksub))
     GS = _group_size(m)
     pb = int(pipeline_batch) if pipeline_batch else max(1, -(-nq // 2))
-    batches = []
-    for s in range(0, nq, pb):
-        Qb = Q[s:s + pb]
-        T = pq_tables(Qb, codebook, engine._imetric)
-        seeds = entry.seeds_for(Qb, n_seeds)
-        batches.append(_Batch(cp, T, seeds, L=L, R=R, W=W, max_iters=max_iters, codes=codes, use_smem=use_smem,
-                              GS=GS, prefetch=prefetch))
-    cp.cuda.get_current_stream().synchronize()  # tables and seeds made on the current stream
-    for b in batches:  # iteration 0: the seeds are the first "neighbour list"
+    starts = list(range(0, nq, pb))
+    sizes = [min(pb, nq - s) for s in starts]
+    rr = int(rerank)
+    Xdev, S = None, 0
+    if legacy:
+        mode = "legacy"
+    else:
+        Xdev = engine._rerank_data_gpu()
+        want = _cfg["rerank_mode"] or ("stash" if 2 * rr >= L else "host")
+        if Xdev is not None:
+            mode = "device"
+        elif want == "stash" and max(sizes) * stash_slots(L, W, rr, max_iters) < 2 ** 31:
+            mode, S = "stash", stash_slots(L, W, rr, max_iters)
+        else:
+            mode = "host"
+    n_sync = 0
+    common = dict(codes=codes, codebook=codebook, entry=entry, L=L, R=R, W=W, max_iters=max_iters, n_seeds=n_seeds,
+                  m=m, ksub=ksub, use_smem=use_smem, GS=GS, prefetch=prefetch, prof=prof)
+    if legacy:
+        batches, reused = _setup_legacy(engine, cp, Q, starts, sizes, **common), False
+        n_sync += 1
+    else:
+        batches, reused = _setup(engine, cp, Q, starts, sizes, S=S, data=data, **common)
+    try:
+        return _run(engine, cp, Q, k, batches, starts, t_start=t_start, reused=reused, legacy=legacy, mode=mode, S=S,
+                    Xdev=Xdev, graph=graph, data=data, W=W, rr=rr, use_smem=use_smem, prof=prof, phases=phases,
+                    n_sync=n_sync)
+    finally:
+        for b in batches:  # the events of this call's profile go with it
+            b.prof = _OFF
+        if not legacy:
+            _release(engine, batches)
+
+
+def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S, Xdev, graph, data, W, rr, use_smem,
+         prof, phases, n_sync):
+    """The walk of every batch (host loop), then the re-rank; stats into ``_stats``."""
+    profile = prof.on
+    if profile:
+        cp.cuda.Device().synchronize()
+        phases["setup"] = time.perf_counter() - t_start
+    t_setup = time.perf_counter() - t_start
+    for s0, b in zip(starts, batches):  # iteration 0: the seeds are the first "neighbour list"
+        b.q0 = s0
         b.step(first=True)
-    t_wait = t_gather = t_launch = 0.0
+    t_wait = t_gather = t_launch = t_finish = 0.0
     n_polled = 0
+    gathered = 0  # host rows gathered during the walk (graph rows, vector rows)
+    gathered_vec = 0
+    stash = mode == "stash"
     active = list(batches)
+    t_loop = time.perf_counter()
     while active:
         # serve a batch whose candidates have arrived, else wait for the one served longest ago
         # (round-robin when all are busy): one batch's gather overlaps the others' GPU work
@@ -217,40 +600,238 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
                 break
         b = active.pop(pick)
         b.event.synchronize()
+        n_sync += 1
         t1 = time.perf_counter()
         t_wait += t1 - t0
-        if b.cand_flat.max() < 0:  # no query of the batch has a candidate left
-            b.done = True
-            continue
-        # the candidates' rows; -1 rows for finished queries (the kernel skips those queries)
-        _gather_rows(graph, b.cand_flat, b.nbr_rows, -1)
+        n_kept = 0
+        if legacy:
+            if b.cand_flat.max() < 0:  # no query of the batch has a candidate left
+                b.done = True
+                continue
+            # the candidates' rows; -1 rows for finished queries (the kernel skips those queries)
+            _gather_rows(graph, b.cand_flat, b.nbr_rows, -1)
+            gathered += b.cand_flat.shape[0]
+        else:
+            t = b.turn if stash else 0
+            n_valid, n_kept = gather_walk(graph, data if stash else _NO_ROWS, b.cand_flat, W, S, b.count, b.nbr_rows,
+                                          b.vec_host[t] if stash else _NO_ROWS, b.dst_host[t] if stash else _NO_DST,
+                                          stash, b.off)
+            if n_valid == 0:  # walk over: queue this batch's re-rank behind it on its stream
+                b.done = True
+                t2 = time.perf_counter()
+                t_gather += t2 - t1
+                _finish(engine, cp, b, Q[b.q0:b.q0 + b.nq], k, rr, mode, Xdev, prof)
+                t_finish += time.perf_counter() - t2
+                continue
+            gathered += int(n_valid)
+            gathered_vec += int(n_kept)
         t2 = time.perf_counter()
         t_gather += t2 - t1
-        b.step()
+        b.step(n_kept=n_kept)
         t_launch += time.perf_counter() - t2
         active.append(b)
-    t_walk = time.perf_counter() - t_start
+    t_loop_end = time.perf_counter()
+    if profile:
+        cp.cuda.Device().synchronize()
+        phases["walk"] = time.perf_counter() - t_loop
+    t_rr = time.perf_counter()
+    fallback_rows = 0
+    host_rr_bytes = 0
     D_parts, I_parts = [], []
+    if legacy:
+        D_parts, I_parts, host_rr_bytes = _rerank_legacy(engine, cp, batches, Q, k, rr, profile, phases)
+        n_sync += len(batches)
+    else:
+        for s0, b in zip(starts, batches):
+            d, i, extra = _collect(engine, cp, b, Q[s0:s0 + b.nq], k, rr, mode, data, prof)
+            fallback_rows += extra[0]
+            host_rr_bytes += extra[1]
+            n_sync += extra[2]
+            D_parts.append(d)
+            I_parts.append(i)
+            b.rr_cand = b.rr_pos = b.rr_rows = b.rr_missing = b.rr_nmiss = b.rr_result = None
+    cp.cuda.Device().synchronize()
+    n_sync += 1
+    t_end = time.perf_counter()
+    if profile:
+        phases["rerank"] = t_end - t_rr
+        phases["total"] = t_end - t_start
+    if legacy:
+        exp_mean = float(np.mean([float(b.n_exp.mean()) for b in batches]))
+    else:
+        exp_mean = float(np.mean([float(b.count.mean()) for b in batches]))
+    _stats.clear()
+    _stats.update(total_s=t_end - t_start, walk_s=t_loop_end - t_start, setup_s=t_setup, loop_s=t_loop_end - t_loop,
+                  rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
+                  host_finish_s=t_finish, iterations=max(b.iters for b in batches), batches=len(batches),
+                  table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
+                  legacy=legacy, rerank_mode=mode, stash_slots=S, rerank_fallback_rows=fallback_rows,
+                  workspace_reused=reused, workspace_bytes=int(sum(b.nbytes for b in batches)),
+                  launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
+                  h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
+                  d2h_bytes=int(sum(b.d2h_bytes for b in batches)),
+                  host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync)
+    if profile:
+        _stats["phases"] = phases
+        _stats["gpu_s"] = prof.sums()
+    logger.debug("BANG GPU search: %s", _stats)
+    if len(D_parts) == 1:
+        return D_parts[0], I_parts[0]
+    return cp.concatenate(D_parts), cp.concatenate(I_parts)
+
+
+def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
+                  use_smem, GS, prefetch, prof):
+    """v2's setup: per batch the tables (CuPy expression) and seeds on the current stream, buffers
+    allocated for this call only, then one wait for the current stream."""
+    cur = cp.cuda.get_current_stream()
+    batches = []
+    for s0, nb in zip(starts, sizes):
+        Qb = Q[s0:s0 + nb]
+        e0 = prof.ev(cur) if prof.on else None
+        T = pq_tables(Qb, codebook, engine._imetric)
+        e1 = prof.ev(cur) if prof.on else None
+        seeds = entry.seeds_for(Qb, n_seeds)
+        if prof.on:
+            prof.spans += [("tables", e0, e1), ("seeds", e1, prof.ev(cur))]
+        b = _Batch(cp, nb, L=L, R=R, W=W, max_iters=max_iters, s=int(seeds.shape[1]), m=m, ksub=ksub, own=False)
+        b.bind(nb, codes, T=T, seeds=seeds, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=False, prof=prof)
+        batches.append(b)
+    cur.synchronize()  # tables and seeds made on the current stream
+    return batches
+
+
+def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
+           use_smem, GS, prefetch, prof):
+    """The index's cached batches (or new ones), each with its tables (``_tables_into``), seeds and
+    reset queued on its own stream behind the caller's work: no host wait. ``(batches, reused)``."""
+    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S,
+                 d=data.shape[1] if S else 0, vdtype=data.dtype.str if S else None)
+    batches, reused = _workspace(engine, cp, sizes, shape)
+    try:
+        cn = engine._gpu_cache("pq_cnorms", lambda: (codebook * codebook).sum(axis=2))
+        ready = cp.cuda.Event(disable_timing=True)
+        ready.record(cp.cuda.get_current_stream())  # the queries (and whatever the caller queued) first
+        for s0, nb, b in zip(starts, sizes, batches):
+            b.stream.wait_event(ready)
+            b.prof = prof
+            Qb = Q[s0:s0 + nb]
+            with b.stream:
+                if prof.on:
+                    b._tick()
+                _tables_into(cp, Qb, codebook, cn, engine._imetric, b._T[:nb])
+                if prof.on:
+                    b._tick("tables")
+                b._seeds[:nb] = entry.seeds_for(Qb, n_seeds)
+                if prof.on:
+                    b._tick("seeds")
+            b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof)
+    except BaseException:
+        _release(engine, batches)
+        raise
+    return batches, reused
+
+
+def _rerank_legacy(engine, cp, batches, Q, k, rerank, profile, phases):
+    """v2's re-rank, after every batch's walk, one batch after the other: sort the whole log, copy
+    the candidates to the host, gather their rows into new pageable memory, copy them in, exact
+    top k (on the current stream). Profile: its four steps in ``phases`` (device synchronised)."""
+    D_parts, I_parts = [], []
+    host_bytes = 0
     s = 0
+    sub = {"rerank_select": 0.0, "rerank_host_gather": 0.0, "rerank_h2d": 0.0, "rerank_exact": 0.0}
     for b in batches:  # 4.9: exact distances of the best logged candidates
+        ta = time.perf_counter()
         with b.stream:
             order = cp.argsort(b.log_d, axis=1)[:, :rerank]
             cand = cp.take_along_axis(b.log_ids, order, axis=1)
             cand_h = _pinned(cand.shape, np.int32)
             cand.get(out=cand_h)
+        tb = time.perf_counter()
         rows = gather_rows(engine._data, cand_h)
-        Xc = prepare_vectors(cp.asarray(rows), engine.metric, engine.scale).reshape(cand.shape[0], cand.shape[1], -1)
+        tc = time.perf_counter()
+        Xd = cp.asarray(rows)
+        if profile:
+            cp.cuda.Device().synchronize()
+        td = time.perf_counter()
+        Xc = prepare_vectors(Xd, engine.metric, engine.scale).reshape(cand.shape[0], cand.shape[1], -1)
         d, i = exact_topk(Q[s:s + b.nq], Xc, cand, k, engine._imetric)
+        if profile:
+            cp.cuda.Device().synchronize()
+        te = time.perf_counter()
+        for key, v in zip(sub, (tb - ta, tc - tb, td - tc, te - td)):
+            sub[key] += v
+        host_bytes += rows.nbytes
         s += b.nq
         D_parts.append(d)
         I_parts.append(i)
-    cp.cuda.Device().synchronize()
-    _stats.clear()
-    _stats.update(total_s=time.perf_counter() - t_start, walk_s=t_walk, host_wait_s=t_wait, host_gather_s=t_gather,
-                  host_launch_s=t_launch, iterations=max(b.iters for b in batches), batches=len(batches),
-                  table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled,
-                  expansions_mean=float(np.mean([float(b.n_exp.mean()) for b in batches])))
-    logger.debug("BANG GPU search: %s", _stats)
-    if len(D_parts) == 1:
-        return D_parts[0], I_parts[0]
-    return cp.concatenate(D_parts), cp.concatenate(I_parts)
+    if profile:
+        phases.update(sub)
+    return D_parts, I_parts, host_bytes
+
+
+def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
+    """A batch's walk is over: queue its re-rank on its stream (no host wait), so it runs while
+    the other batches still walk. "device" / "stash": rows, exact distances, top k; a stash miss
+    (log position past the slots) is counted on the device and repaired in :func:`_collect`.
+    "host": the candidates only (the host gathers their rows in :func:`_collect`)."""
+    with b.stream:
+        if prof.on:
+            b._tick()
+        C = min(b.max_iters, b.W * b.iters)  # every query logged at most W per step
+        cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
+        b.rr_cand, b.rr_pos = cand, pos
+        if prof.on:
+            b._tick("rerank_plan")
+        if mode == "host":
+            b.rr_rows = b.rr_missing = b.rr_result = None
+            return
+        if mode == "device":
+            rows, b.rr_missing = rows_from_device(cp, Xdev, cand), None
+        else:
+            rows, b.rr_missing = rows_from_slots(cp, b.slots, b.S, cand, pos)
+            b.rr_nmiss = b.rr_missing.sum()
+        b.rr_rows = rows
+        if prof.on:
+            b._tick("rerank_rows")
+        b.rr_result = _exact(engine, Qb, rows, cand, k)
+        if prof.on:
+            b._tick("rerank_exact")
+
+
+def _collect(engine, cp, b, Qb, k, rr, mode, data, prof):
+    """The re-ranked ``(D, I, (fallback rows, host bytes copied, host syncs))`` of a finished batch."""
+    if mode == "device":
+        d, i = b.rr_result
+        return d, i, (0, 0, 0)
+    if mode == "stash":
+        with b.stream:
+            nmiss = int(b.rr_nmiss)  # on this stream: waits for the batch's queued work
+        if not nmiss:
+            d, i = b.rr_result
+            return d, i, (0, 0, 1)
+        with b.stream:  # positions past the slots: their rows from the host, then the top k again
+            if prof.on:
+                b._tick()
+            where = cp.nonzero(b.rr_missing.reshape(-1))[0]
+            ids = cp.asnumpy(b.rr_cand.reshape(-1)[where])
+            got = gather_rows(data, ids)
+            b.rr_rows[where] = cp.asarray(got)
+            d, i = _exact(engine, Qb, b.rr_rows, b.rr_cand, k)
+            if prof.on:
+                b._tick("rerank_fallback")
+        return d, i, (nmiss, got.nbytes, 2)
+    # "host": gather after the walk, two pinned chunks alternating with their copies
+    with b.stream:
+        ids = cp.asnumpy(b.rr_cand.reshape(-1))
+        if prof.on:
+            b._tick()
+        rows = cp.empty((ids.shape[0], data.shape[1]), data.dtype)
+        bufs, events = _upload_buffers(engine, cp, data)
+        nbytes = _upload_rows(cp, data, ids, rows, b.stream, bufs, events)
+        if prof.on:
+            b._tick("rerank_upload")
+        d, i = _exact(engine, Qb, rows, b.rr_cand, k)
+        if prof.on:
+            b._tick("rerank_exact")
+    return d, i, (0, nbytes, 1)

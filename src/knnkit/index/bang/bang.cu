@@ -65,7 +65,8 @@ __device__ __forceinline__ void log_expansion(int q, int ne, int node, float d, 
 
 // PQ distances of each query's fresh neighbours (section 4.5). nbrs: (nq, width) ids (-1 = none;
 // width = W*R, or the seed count on the first call); tables: (nq, m, ksub) float; copied to shared
-// memory when use_smem (4.2). Neighbours that pass the Bloom filter and beat the work list's worst
+// memory when use_smem (4.2), with 16-byte loads when vec_load (0: the 4-byte loop of v1/v2, kept
+// for the legacy path of the per-call profile). Neighbours that pass the Bloom filter and beat the work list's worst
 // entry are appended to new_ids/new_d/new_x (nq, new_cap >= width; flag 0) and counted in n_new.
 // With `select` (prefetch, 4.6) the next W candidates are chosen here already: the W smallest
 // unexpanded entries of (work list + new entries) whose rank in that union is < L -- exactly the
@@ -75,12 +76,13 @@ __device__ __forceinline__ void log_expansion(int q, int ne, int node, float d, 
 // key order, -1 padded. GS: lanes per neighbour, a power of two <= 32 dividing blockDim.x.
 extern "C" __global__ void bang_distances(
     const int* __restrict__ nbrs, int width, const unsigned char* __restrict__ codes, int m,
-    const float* __restrict__ tables, int ksub, int use_smem, unsigned* __restrict__ bloom, int bloom_words,
+    const float* __restrict__ tables, int ksub, int use_smem, int vec_load, unsigned* __restrict__ bloom,
+    int bloom_words,
     const int* __restrict__ wl_ids, const float* __restrict__ wl_d, unsigned char* __restrict__ wl_x, int L,
     int* __restrict__ new_ids, float* __restrict__ new_d, unsigned char* __restrict__ new_x, int* __restrict__ n_new,
     int new_cap, int select, int W, int* __restrict__ cand, int* __restrict__ log_ids, float* __restrict__ log_d,
     int* __restrict__ n_exp, int max_iters, int GS, int nq) {
-    extern __shared__ float s_table[];
+    extern __shared__ __align__(16) float s_table[];
     __shared__ int s_cnt, s_nold;
     __shared__ int s_opos[BANG_MAX_W];   // positions of the first W unexpanded work-list entries
     __shared__ int s_oless[BANG_MAX_W];  // per such entry: new entries smaller than it
@@ -102,7 +104,24 @@ extern "C" __global__ void bang_distances(
     if (has) {
         const float* T = tables + (size_t)q * m * ksub;
         if (use_smem) {
-            for (int i = threadIdx.x; i < m * ksub; i += blockDim.x) s_table[i] = T[i];
+            const int n = m * ksub;
+            if (vec_load && (n & 3) == 0 && (reinterpret_cast<size_t>(T) & 15) == 0) {
+                // 16-byte loads, four in flight per thread: the table (48 KB at m = 48) is reloaded
+                // by every live query every iteration, and 4-byte loads at 4 blocks per SM left
+                // the fill latency-bound (same values in shared memory, results unchanged)
+                const float4* T4 = reinterpret_cast<const float4*>(T);
+                float4* S4 = reinterpret_cast<float4*>(s_table);
+                const int n4 = n >> 2, bs = blockDim.x;
+                int i = threadIdx.x;
+                for (; i + 3 * bs < n4; i += 4 * bs) {  // four loads issued before the first store
+                    const float4 a = __ldg(T4 + i), b = __ldg(T4 + i + bs), c = __ldg(T4 + i + 2 * bs),
+                                 e = __ldg(T4 + i + 3 * bs);
+                    S4[i] = a; S4[i + bs] = b; S4[i + 2 * bs] = c; S4[i + 3 * bs] = e;
+                }
+                for (; i < n4; i += bs) S4[i] = __ldg(T4 + i);
+            } else {
+                for (int i = threadIdx.x; i < n; i += blockDim.x) s_table[i] = T[i];
+            }
             T = s_table;
         }
         __syncthreads();
@@ -272,5 +291,55 @@ extern "C" __global__ void bang_merge(int* __restrict__ wl_ids, float* __restric
         }
         n_exp[q] = ne;
         for (; c < W; ++c) cand[(size_t)q * W + c] = -1;
+    }
+}
+
+// Per-query PQ distance tables (section 4.2) from the batched GEMM's dot products, one pass:
+// dots (m, nq, ksub) = Q_j . C_j^T as cuBLAS returned it, qn (m, nq) = |Q_j|^2, cn (m, ksub) =
+// |C_j|^2; T (nq, m, ksub) = max((qn - 2 dot) + cn, 0) for l2 (each step rounded as the CuPy
+// expression of _pq.pq_tables rounds it, so T is bit-identical to it), -dot for ip. Replaces five
+// elementwise passes and a transposing copy of the whole (m, nq, ksub) array.
+extern "C" __global__ void bang_tables(const float* __restrict__ dots, const float* __restrict__ qn,
+                                       const float* __restrict__ cn, float* __restrict__ T, int nq, int m,
+                                       int ksub, int ip) {
+    const size_t total = (size_t)nq * m * ksub;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % ksub);
+        const size_t qj = i / ksub;
+        const int j = (int)(qj % m);
+        const int q = (int)(qj / m);
+        const float dot = dots[((size_t)j * nq + q) * ksub + c];
+        float t;
+        if (ip) {
+            t = -dot;
+        } else {
+            t = __fadd_rn(__fsub_rn(qn[(size_t)j * nq + q], __fmul_rn(2.0f, dot)), cn[(size_t)j * ksub + c]);
+            t = (t >= 0.f || isnan(t)) ? t : 0.f;  // cupy.maximum(T, 0.0)
+        }
+        T[i] = t;
+    }
+}
+
+// Re-rank rows gathered during the walk (BANG 3.2.3 / 4.9: the candidates' full vectors travel with
+// their neighbour rows, so they are on the GPU when the re-rank starts). rows: (nrows, row_bytes)
+// as the host gathered them for this iteration's candidates; dst[r]: the slot (query * S + log
+// position) row r goes to, -1 = not kept. word: 16, 4 or 1 bytes per copy (row_bytes a multiple).
+extern "C" __global__ void bang_stash(const unsigned char* __restrict__ rows, const int* __restrict__ dst, int nrows,
+                                      int row_bytes, int word, unsigned char* __restrict__ slots) {
+    const int wpr = row_bytes / word;
+    const size_t total = (size_t)nrows * wpr;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(i / wpr);
+        const int w = (int)(i % wpr);
+        const int to = dst[r];
+        if (to < 0) continue;
+        const size_t src_off = (size_t)r * row_bytes, dst_off = (size_t)to * row_bytes;
+        if (word == 16) {
+            reinterpret_cast<uint4*>(slots + dst_off)[w] = reinterpret_cast<const uint4*>(rows + src_off)[w];
+        } else if (word == 4) {
+            reinterpret_cast<unsigned*>(slots + dst_off)[w] = reinterpret_cast<const unsigned*>(rows + src_off)[w];
+        } else {
+            slots[dst_off + w] = rows[src_off + w];
+        }
     }
 }

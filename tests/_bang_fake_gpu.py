@@ -1,0 +1,265 @@
+"""A NumPy stand-in for the CuPy calls of the BANG GPU driver (``index/bang/_search_gpu.py``), so
+the CPU tests can run its host loop end to end: batches, pinned buffers, copies, the stash of
+re-rank rows, the fallback, the cached workspace, the legacy path.
+
+Arrays are NumPy arrays of a subclass with ``.data.ptr`` (copies are ``ctypes.memmove`` between
+real host buffers); streams and events run everything at once, in queue order; the four kernels of
+``bang.cu`` are emulated query by query from their source (``bang_distances``, ``bang_merge``,
+``bang_tables``, ``bang_stash``), PQ sums in subspace order as the CPU twin adds them, so the
+emulated GPU walk and the CPU twin agree exactly. What this cannot check: CUDA itself (launch
+limits, races between streams, the kernels' real code): the GPU tests do.
+
+Use: ``install(monkeypatch)`` returns the fake module; ``dev(a)`` makes a "device" array."""
+
+import ctypes
+import sys
+import types
+
+import numpy as np
+
+from knnkit.index.bang._search_cpu import _bloom_insert
+
+
+class FakeArray(np.ndarray):
+    """A host array posing as a device array (``.data.ptr``, ``.get``)."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    def get(self, stream=None, out=None):
+        if out is not None:
+            out[...] = np.asarray(self)
+            return out
+        return np.array(self)
+
+
+def dev(a):
+    return np.array(a).view(FakeArray)
+
+
+def _h(a):
+    """The plain ndarray behind a (possibly fake) array, sharing memory."""
+    return a.view(np.ndarray) if isinstance(a, np.ndarray) else a
+
+
+class _Stream:
+    ptr = 0
+
+    def __init__(self, non_blocking=False):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def wait_event(self, event):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class _Event:
+    done = True
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class _Device:
+    id = 0
+    attributes = {"MaxSharedMemoryPerBlockOptin": 232448}
+
+    def __init__(self, i=0):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def _memcpy(dst, src, size, kind, stream):
+    ctypes.memmove(dst, src, size)
+
+
+def _key_less(da, ia, db, ib):
+    return da < db or (da == db and (int(ia) & 0xFFFFFFFF) < (int(ib) & 0xFFFFFFFF))
+
+
+def _pq(codes, T, q, node):
+    acc = np.float32(0)
+    for j in range(codes.shape[1]):
+        acc = np.float32(acc + T[q, j, codes[node, j]])
+    return acc
+
+
+class _Kernel:
+    def __init__(self, fn):
+        self.fn = fn
+        self.attributes = {"shared_size_bytes": 0}
+        self.max_dynamic_shared_size_bytes = 0
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.fn(*[_h(a) for a in args])
+
+
+def _distances(nbrs, width, codes, m, T, ksub, use_smem, vec_load, bloom, bloom_words, wl_ids, wl_d, wl_x, L,
+               new_ids, new_d, new_x, n_new, new_cap, select, W, cand, log_ids, log_d, n_exp, max_iters, GS, nq):
+    width, L, W, max_iters, nq = int(width), int(L), int(W), int(max_iters), int(nq)
+    wmask = int(bloom_words) - 1
+    for q in range(nq):
+        row = nbrs[q, :width]
+        cnt = 0
+        if (row >= 0).any():
+            worst_i = int(wl_ids[q, L - 1])
+            worst_d = wl_d[q, L - 1] if worst_i >= 0 else np.float32(np.inf)
+            for node in row:
+                if node >= 0 and _bloom_insert(bloom[q], 0, wmask, int(node)):
+                    d = _pq(codes, T, q, int(node))
+                    if _key_less(d, node, worst_d, worst_i):
+                        new_ids[q, cnt], new_d[q, cnt], new_x[q, cnt] = node, d, 0
+                        cnt += 1
+        n_new[q] = cnt
+        if not select:
+            continue
+        opos = [i for i in range(L) if wl_ids[q, i] >= 0 and not wl_x[q, i]][:W]
+        oless = [sum(_key_less(new_d[q, t], new_ids[q, t], wl_d[q, p], wl_ids[q, p]) for t in range(cnt)) for p in opos]
+        nidx, nless = [None] * W, [None] * W
+        for t in range(cnt):
+            r = sum(_key_less(new_d[q, u], new_ids[q, u], new_d[q, t], new_ids[q, t]) for u in range(cnt))
+            if r < W:
+                nidx[r] = t
+                nless[r] = sum(_key_less(wl_d[q, i], wl_ids[q, i], new_d[q, t], new_ids[q, t]) for i in range(L))
+        nnew = min(cnt, W)
+        ne = int(n_exp[q])
+        io = inn = c = 0
+        while c < W and ne < max_iters and (io < len(opos) or inn < nnew):
+            if io >= len(opos):
+                take_old = False
+            elif inn >= nnew:
+                take_old = True
+            else:
+                p, t = opos[io], nidx[inn]
+                take_old = _key_less(wl_d[q, p], wl_ids[q, p], new_d[q, t], new_ids[q, t])
+            if take_old:
+                p = opos[io]
+                if p + oless[io] >= L:
+                    break
+                node, d = wl_ids[q, p], wl_d[q, p]
+                wl_x[q, p] = 1
+                io += 1
+            else:
+                t = nidx[inn]
+                if inn + nless[inn] >= L:
+                    break
+                node, d = new_ids[q, t], new_d[q, t]
+                new_x[q, t] = 1
+                inn += 1
+            log_ids[q, ne], log_d[q, ne] = node, d
+            cand[q, c] = node
+            ne += 1
+            c += 1
+        n_exp[q] = ne
+        cand[q, c:] = -1
+
+
+def _merge(wl_ids, wl_d, wl_x, L, new_ids, new_d, new_x, n_new, new_cap, select, W, cand, log_ids, log_d, n_exp,
+           max_iters, nq):
+    L, W, max_iters = int(L), int(W), int(max_iters)
+    for q in range(int(nq)):
+        cnt = int(n_new[q])
+        if cnt > 0:
+            old = [(wl_d[q, i], int(wl_ids[q, i]), int(wl_x[q, i]), 0, i) for i in range(L)]
+            new = [(new_d[q, t], int(new_ids[q, t]), int(new_x[q, t]), 1, t) for t in range(cnt)]
+
+            def key(e):  # list entries before new ones among equal keys (only empty slots tie)
+                return (float(e[0]), e[1] & 0xFFFFFFFF, e[3], e[4])
+
+            merged = sorted(old + new, key=key)[:L]
+            for i, e in enumerate(merged):
+                wl_d[q, i], wl_ids[q, i], wl_x[q, i] = e[0], e[1], e[2]
+        if not select:
+            continue
+        ne = int(n_exp[q])
+        c = 0
+        for p in [i for i in range(L) if wl_ids[q, i] >= 0 and not wl_x[q, i]][:W]:
+            if ne >= max_iters:
+                break
+            wl_x[q, p] = 1
+            log_ids[q, ne], log_d[q, ne] = wl_ids[q, p], wl_d[q, p]
+            cand[q, c] = wl_ids[q, p]
+            ne += 1
+            c += 1
+        n_exp[q] = ne
+        cand[q, c:] = -1
+
+
+def _tables(dots, qn, cn, T, nq, m, ksub, ip):
+    dots = dots.reshape(int(m), int(nq), int(ksub))
+    if ip:
+        t = -dots
+    else:
+        t = np.maximum(qn.reshape(int(m), int(nq))[:, :, None] - 2.0 * dots + cn[:, None, :], 0.0)
+    T[...] = t.transpose(1, 0, 2).astype(np.float32)
+
+
+def _stash(rows, dst, nrows, row_bytes, word, slots):
+    n = int(nrows)
+    raw_rows = rows.reshape(-1).view(np.uint8).reshape(rows.shape[0], -1)
+    raw_slots = slots.reshape(-1).view(np.uint8).reshape(slots.shape[0], -1)
+    for r in range(n):
+        if dst[r] >= 0:
+            raw_slots[dst[r]] = raw_rows[r]
+
+
+KERNELS = {"bang_distances": _distances, "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash}
+
+
+def _fake_module():
+    cp = types.ModuleType("cupy")
+    for name in ("int32", "int64", "uint8", "uint32", "float32", "float64", "inf", "take_along_axis", "concatenate",
+                 "where", "maximum", "minimum", "nonzero", "matmul"):
+        setattr(cp, name, getattr(np, name))
+    cp.ndarray = FakeArray
+
+    def wrap(fn):
+        def f(*a, **kw):
+            out = fn(*a, **kw)
+            return out.view(FakeArray) if isinstance(out, np.ndarray) else out
+        return f
+
+    cp.empty = wrap(np.empty)
+    cp.zeros = wrap(np.zeros)
+    cp.full = wrap(np.full)
+    cp.arange = wrap(np.arange)
+    cp.ascontiguousarray = wrap(np.ascontiguousarray)
+    cp.asarray = dev
+    cp.argsort = wrap(lambda a, axis=-1: np.argsort(a, axis=axis, kind="stable"))  # CuPy sorts stably
+    cp.asnumpy = lambda a, stream=None: np.array(a)
+    cp.cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, Device=_Device,
+                                    get_current_stream=lambda: _Stream(),
+                                    get_elapsed_time=lambda a, b: 0.0,
+                                    runtime=types.SimpleNamespace(memcpyAsync=_memcpy))
+    return cp
+
+
+def install(monkeypatch):
+    """Route ``_search_gpu``'s CuPy use to the fake: ``import cupy`` inside it, pinned buffers,
+    kernels. Returns the fake module."""
+    from knnkit.index.bang import _search_gpu as sg
+
+    cp = _fake_module()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(sg, "_pinned", lambda shape, dtype: np.empty(shape, dtype))
+    kernels = {name: _Kernel(fn) for name, fn in KERNELS.items()}
+    monkeypatch.setattr(sg, "_kernel", lambda name: kernels[name])
+    monkeypatch.setattr(sg, "_smem_fit", {})
+    return cp

@@ -1,0 +1,320 @@
+"""BANG per-call costs (issue 16): the GPU search's re-rank paths ("stash": candidate vectors
+gathered with the neighbour rows during the walk; "device": vectors on the GPU; "host": pinned
+chunks after the walk), the cached per-call buffers, the fused PQ tables and the per-phase profile
+must give the same ids and distances as the v2 path (``configure(legacy=True)``).
+
+CPU: the helpers against plain NumPy, and the whole GPU driver over a NumPy stand-in for CuPy whose
+kernels are emulated from ``bang.cu`` (``_bang_fake_gpu.py``): new paths = legacy path = CPU twin,
+exactly. GPU (marker ``gpu``): the real thing, new against legacy, bit for bit."""
+
+import numpy as np
+import pytest
+
+import knnkit
+from knnkit.datasets import make_clustered
+from knnkit.index.bang import _search_gpu as sg
+from knnkit.index.bang._pq import pq_tables
+from knnkit.index.bang._search_cpu import gather_rows, gather_walk, search_pq_cpu
+
+from _bang_fake_gpu import dev, install
+
+
+def _host(a):
+    a = a[0] if isinstance(a, tuple) else a
+    return np.asarray(a.get() if hasattr(a, "get") else a)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def test_gather_walk_counts_slots_and_packs(rng):
+    n, R, d, W, S = 50, 4, 3, 3, 5
+    graph = rng.integers(0, n, (n, R)).astype(np.int32)
+    data = rng.random((n, d), dtype=np.float32)
+    cand = np.array([[1, 2, -1], [-1, -1, -1], [3, 4, 5], [6, -1, -1]], np.int32)
+    count = np.array([0, 7, 4, 5], np.int32)  # query 2: positions 4, 5, 6 -> only 4 < S
+    nb = cand.shape[0]
+    nbr = np.empty((nb * W, R), np.int32)
+    vec = np.full((nb * W, d), -9, np.float32)
+    dst = np.full(nb * W, -9, np.int32)
+    off = np.empty(nb + 1, np.int32)
+    valid, kept = gather_walk(graph, data, cand.reshape(-1), W, S, count, nbr, vec, dst, True, off)
+    assert (valid, kept) == (6, 3)
+    np.testing.assert_array_equal(count, [2, 7, 7, 6])
+    for i, c in enumerate(cand.reshape(-1)):
+        np.testing.assert_array_equal(nbr[i], graph[c] if c >= 0 else -1)
+    np.testing.assert_array_equal(dst[:3], [0 * S + 0, 0 * S + 1, 2 * S + 4])
+    np.testing.assert_array_equal(vec[:3], data[[1, 2, 3]])
+    # without the stash: rows and counts only
+    count2 = np.zeros(nb, np.int32)
+    valid, kept = gather_walk(graph, np.zeros((1, 1), np.float32), cand.reshape(-1), W, 0, count2, nbr,
+                              np.zeros((1, 1), np.float32), np.zeros(1, np.int32), False, off)
+    assert (valid, kept) == (6, 0)
+    np.testing.assert_array_equal(count2, [2, 0, 3, 1])
+
+
+def _random_logs(rng, nb, max_iters, ties=True):
+    n_exp = rng.integers(0, max_iters // 2, nb)
+    log_ids = np.full((nb, max_iters), -1, np.int32)
+    log_d = np.full((nb, max_iters), np.inf, np.float32)
+    for q in range(nb):
+        e = int(n_exp[q])
+        log_ids[q, :e] = rng.choice(10 ** 6, e, replace=False)
+        vals = rng.integers(0, 6, e) if ties else rng.random(e)  # many equal PQ distances
+        log_d[q, :e] = vals.astype(np.float32)
+    return log_ids, log_d, n_exp
+
+
+@pytest.mark.parametrize("rr", [1, 7, 40])
+def test_rerank_plan_is_the_full_log_sort(rr, rng):
+    log_ids, log_d, n_exp = _random_logs(rng, 30, 64)
+    order = np.argsort(log_d, axis=1, kind="stable")[:, :rr]  # v2: the whole log
+    want = np.take_along_axis(log_ids, order, axis=1)
+    C = int(n_exp.max())
+    for c in (C, C + 3, 64):
+        cand, pos = sg.rerank_plan(np, log_ids, log_d, rr, c)
+        np.testing.assert_array_equal(cand, want)
+        ok = cand >= 0
+        np.testing.assert_array_equal(pos[ok], order[ok])
+
+
+def test_rows_from_slots_and_device_match_the_host_gather(rng):
+    n, d, nb, max_iters, rr, S = 1000, 6, 20, 48, 16, 12
+    data = rng.random((n, d), dtype=np.float32)
+    log_ids, log_d, n_exp = _random_logs(rng, nb, max_iters, ties=False)
+    log_ids[log_ids >= 0] %= n
+    cand, pos = sg.rerank_plan(np, log_ids, log_d, rr, max_iters)
+    want = gather_rows(data, cand)  # v2 (zero rows for -1)
+    slots = np.zeros((nb * S, d), np.float32)
+    for q in range(nb):  # what the stash holds: the first S expansions' vectors
+        for p in range(min(S, int(n_exp[q]))):
+            slots[q * S + p] = data[log_ids[q, p]]
+    rows, missing = sg.rows_from_slots(np, slots, S, cand, pos)
+    np.testing.assert_array_equal(missing, (cand >= 0) & (pos >= S))
+    assert missing.any() and (~missing & (cand >= 0)).any()
+    fixed = rows.copy()
+    where = np.nonzero(missing.reshape(-1))[0]
+    fixed[where] = gather_rows(data, cand.reshape(-1)[where])
+    np.testing.assert_array_equal(fixed, want)
+    np.testing.assert_array_equal(sg.rows_from_device(np, data, cand), want)
+
+
+# ------------------------------------------------------------------------- the driver on a fake GPU
+@pytest.fixture
+def small():
+    X = _host(make_clustered(2400 + 40, 16, random_state=3, device="cpu"))
+    X, Q = X[:2400], X[2400:]
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=3, pq_bytes=8)
+    return index, Q
+
+
+def _fake_search(monkeypatch, index, Q, k=5, L=24, W=4, rerank=None, prefetch=True, pipeline_batch=None, **kw):
+    install(monkeypatch)
+    e = index._engine
+    max_iters = 8 * L
+    rr = max(k, min(rerank or L, max_iters))
+    return sg.search_host_gpu(e, dev(Q), k, codes=dev(e._codes), codebook=dev(e._codebook), entry=e._entry, L=L,
+                              max_iters=max_iters, n_seeds=4, rerank=rr, prefetch=prefetch,
+                              pipeline_batch=pipeline_batch, width=W, **kw)
+
+
+@pytest.mark.parametrize("W,prefetch,pb", [(1, True, None), (4, True, 13), (4, False, None), (8, False, 7)])
+def test_fake_gpu_new_paths_equal_legacy_and_cpu(W, prefetch, pb, small, monkeypatch):
+    index, Q = small
+    e = index._engine
+    L, k = 24, 5
+    dl, il = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb, legacy=True)
+    assert sg.last_stats()["rerank_mode"] == "legacy"
+    dn, i_n = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
+    st = sg.last_stats()
+    assert st["rerank_mode"] == "stash" and st["rerank_fallback_rows"] == 0 and st["host_gather_vec_rows"] > 0
+    np.testing.assert_array_equal(i_n, il)
+    np.testing.assert_array_equal(dn, dl)
+    # the same walk as the CPU twin (the emulated kernels add PQ terms in the same order)
+    dc, ic = e.search(Q, k, beam=L, max_iters=8 * L, n_seeds=4, device="cpu", search_width=W)
+    np.testing.assert_array_equal(i_n, ic)
+    np.testing.assert_allclose(dn, dc, rtol=1e-6, atol=1e-6)
+
+
+def test_fake_gpu_logs_and_counts_equal_the_cpu_twin(small, monkeypatch):
+    index, Q = small
+    e = index._engine
+    L, W = 24, 4
+    _fake_search(monkeypatch, index, Q, 5, L, W, pipeline_batch=len(Q))
+    (b,) = e._bang_ws["batches"]
+    T = pq_tables(Q, e._codebook, e._imetric)
+    li, ld, ne = search_pq_cpu(e._graph, e._codes, T, e._entry.seeds_for(Q, 4), L=L, max_iters=8 * L, width=W)
+    np.testing.assert_array_equal(_host(b.log_ids), li)
+    np.testing.assert_array_equal(_host(b.n_exp), ne)
+    np.testing.assert_array_equal(b.count, ne)  # the host's count of expansions is the GPU's
+
+
+def test_fake_gpu_fallback_device_and_host_modes(small, monkeypatch):
+    index, Q = small
+    e = index._engine
+    L, k = 24, 5
+    dl, il = _fake_search(monkeypatch, index, Q, k, L, legacy=True)
+    monkeypatch.setattr(sg, "stash_slots", lambda *a: 9)  # most re-rank rows past the slots
+    d1, i1 = _fake_search(monkeypatch, index, Q, k, L)
+    st = sg.last_stats()
+    assert st["rerank_mode"] == "stash" and st["stash_slots"] == 9 and st["rerank_fallback_rows"] > 0
+    np.testing.assert_array_equal(i1, il)
+    np.testing.assert_array_equal(d1, dl)
+    monkeypatch.setattr(type(e), "_rerank_data_gpu", lambda self: dev(self._data))
+    d2, i2 = _fake_search(monkeypatch, index, Q, k, L)
+    assert sg.last_stats()["rerank_mode"] == "device"
+    np.testing.assert_array_equal(i2, il)
+    np.testing.assert_array_equal(d2, dl)
+    monkeypatch.setattr(type(e), "_rerank_data_gpu", lambda self: None)
+    monkeypatch.setattr(sg, "UPLOAD_CHUNK_BYTES", 1000)  # many pinned chunks in turn
+    dl3, il3 = _fake_search(monkeypatch, index, Q, k, L, rerank=k, legacy=True)
+    d3, i3 = _fake_search(monkeypatch, index, Q, k, L, rerank=k)
+    assert sg.last_stats()["rerank_mode"] == "host"
+    np.testing.assert_array_equal(i3, il3)
+    np.testing.assert_array_equal(d3, dl3)
+
+
+def test_fake_gpu_workspace_reuse(small, monkeypatch):
+    index, Q = small
+    e = index._engine
+    d0, i0 = _fake_search(monkeypatch, index, Q)
+    assert not sg.last_stats()["workspace_reused"]
+    ws = e._bang_ws
+    d1, i1 = _fake_search(monkeypatch, index, Q)
+    assert sg.last_stats()["workspace_reused"] and e._bang_ws is ws and not ws["busy"]
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(d1, d0)
+    d2, i2 = _fake_search(monkeypatch, index, Q[:9])  # fewer queries: views of the same buffers
+    assert sg.last_stats()["workspace_reused"]
+    np.testing.assert_array_equal(i2, i0[:9])
+    np.testing.assert_array_equal(d2, d0[:9])
+    ws["busy"] = True  # a call in flight elsewhere: this one gets buffers of its own
+    d3, i3 = _fake_search(monkeypatch, index, Q)
+    assert not sg.last_stats()["workspace_reused"] and e._bang_ws is ws
+    np.testing.assert_array_equal(i3, i0)
+    ws["busy"] = False
+    _fake_search(monkeypatch, index, Q, L=32)  # another shape: replaced
+    assert not sg.last_stats()["workspace_reused"] and e._bang_ws is not ws
+    e.release_gpu_buffers()
+    assert e._bang_ws is None
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
+    index, Q = small
+    _fake_search(monkeypatch, index, Q, legacy=legacy, profile=True)
+    st = sg.last_stats()
+    assert {"setup", "walk", "rerank", "total"} <= set(st["phases"])
+    assert {"tables", "seeds", "distances", "merge", "d2h_cand", "h2d_nbr"} <= set(st["gpu_s"])
+    if not legacy:
+        assert {"reset", "h2d_vec", "stash", "rerank_plan", "rerank_rows", "rerank_exact"} <= set(st["gpu_s"])
+    assert st["launches"] > 0 and st["h2d_bytes"] > 0 and st["host_syncs"] > st["iterations"]
+    _fake_search(monkeypatch, index, Q, legacy=legacy)
+    assert "phases" not in sg.last_stats()
+
+
+def test_configure_round_trip():
+    old = sg.configure(profile=True, legacy=True, rerank_mode="host")
+    try:
+        assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host"}
+        with pytest.raises(ValueError, match="rerank_mode"):
+            sg.configure(rerank_mode="disk")
+    finally:
+        sg.configure(**old)
+    assert sg._cfg == old
+
+
+def test_fake_gpu_forced_modes(small, monkeypatch):
+    index, Q = small
+    dl, il = _fake_search(monkeypatch, index, Q, legacy=True)
+    for forced, rerank, want in (("host", None, "host"), ("stash", 5, "stash"), (None, 5, "host")):
+        monkeypatch.setitem(sg._cfg, "rerank_mode", forced)
+        d, i = _fake_search(monkeypatch, index, Q, rerank=rerank)
+        assert sg.last_stats()["rerank_mode"] == want
+        if rerank is None:
+            np.testing.assert_array_equal(i, il)
+            np.testing.assert_array_equal(d, dl)
+
+
+# ------------------------------------------------------------------------------------------ GPU
+@pytest.fixture(scope="module")
+def _gpu_built():
+    X = _host(make_clustered(20000 + 500, 32, random_state=16, device="cpu"))
+    X, Q = X[:20000], X[20000:]
+    return knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=16), Q  # built once (~10 s)
+
+
+@pytest.fixture
+def gpu_index(_gpu_built):
+    yield _gpu_built
+    knnkit.set_memory_budget(None)
+    sg.configure(legacy=False, profile=False)
+
+
+def _both(index, Q, **kw):
+    """(legacy, new) results of the same call, host arrays."""
+    sp = knnkit.index.SearchParams(**kw)
+    sg.configure(legacy=True)
+    dl, il = index.search(Q, k=10, beam=64, params=sp)
+    sg.configure(legacy=False)
+    dn, i_n = index.search(Q, k=10, beam=64, params=sp)
+    return (_host(dl), _host(il)), (_host(dn), _host(i_n))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("budget", ["small", "auto"])
+def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
+    """stash (small budget; host with a short re-rank) and device (automatic budget: the vectors
+    fit) re-ranks, prefetch on and off, W = 1 and 4, several pipeline batches: ids and distances
+    equal to v2's, bit for bit."""
+    index, Q = gpu_index
+    knnkit.set_memory_budget(1 << 20 if budget == "small" else None)
+    for kw in (dict(), dict(prefetch=False), dict(search_width=1), dict(pipeline_batch=37), dict(rerank=10)):
+        (dl, il), (dn, i_n) = _both(index, Q, **kw)
+        st = sg.last_stats()
+        want = "device" if budget == "auto" else ("host" if "rerank" in kw else "stash")
+        assert st["rerank_mode"] == want, (kw, st["rerank_mode"])
+        np.testing.assert_array_equal(i_n, il, err_msg=str(kw))
+        np.testing.assert_array_equal(dn, dl, err_msg=str(kw))
+    index.search(Q, k=10, beam=64)
+    assert sg.last_stats()["workspace_reused"]
+
+
+@pytest.mark.gpu
+def test_gpu_stash_fallback_and_counts(gpu_index, monkeypatch):
+    import cupy as cp
+
+    index, Q = gpu_index
+    knnkit.set_memory_budget(1 << 20)
+    (dl, il), _ = _both(index, Q)
+    monkeypatch.setattr(sg, "stash_slots", lambda *a: 20)
+    dn, i_n = index.search(Q, k=10, beam=64)
+    st = sg.last_stats()
+    assert st["rerank_mode"] == "stash" and st["rerank_fallback_rows"] > 0
+    np.testing.assert_array_equal(_host(i_n), il)
+    np.testing.assert_array_equal(_host(dn), dl)
+    for b in index._engine._bang_ws["batches"]:
+        np.testing.assert_array_equal(b.count, cp.asnumpy(b.n_exp))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_gpu_tables_bit_identical(metric, rng):
+    import cupy as cp
+
+    for m, dsub in ((48, 2), (16, 4), (7, 3)):
+        Q = cp.asarray(rng.standard_normal((333, m * dsub), dtype=np.float32))
+        cb = cp.asarray(rng.standard_normal((m, 256, dsub), dtype=np.float32))
+        want = pq_tables(Q, cb, metric)
+        out = cp.empty_like(want)
+        sg._tables_into(cp, Q, cb, (cb * cb).sum(axis=2), metric, out)
+        assert bool((out == want).all()), (metric, m, dsub)
+
+
+@pytest.mark.gpu
+def test_gpu_profile_phases(gpu_index):
+    index, Q = gpu_index
+    knnkit.set_memory_budget(1 << 20)
+    sg.configure(profile=True)
+    index.search(Q, k=10, beam=64)
+    st = sg.last_stats()
+    assert {"setup", "walk", "rerank", "total"} <= set(st["phases"])
+    assert st["gpu_s"]["distances"] > 0 and st["gpu_s"]["stash"] > 0
