@@ -274,6 +274,9 @@ def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
         assert st["rerank_mode"] == want, (kw, st["rerank_mode"])
         np.testing.assert_array_equal(i_n, il, err_msg=str(kw))
         np.testing.assert_array_equal(dn, dl, err_msg=str(kw))
+    # the last call above had other shape parameters (rerank=10): the first call with these
+    # makes the index's buffers, the second reuses them
+    index.search(Q, k=10, beam=64)
     index.search(Q, k=10, beam=64)
     assert sg.last_stats()["workspace_reused"]
 
