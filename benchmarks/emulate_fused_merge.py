@@ -12,6 +12,9 @@ in-place scatter order, buffer bounds), not of the CUDA code itself.
   without global binary search (list slots in registers for kc <= 128, else streamed top slot
   first, one slot read ahead). Every shared-memory buffer write is checked to land on a fresh slot
   below CAP, and every merge write on a target no other lane writes and no unread element holds.
+  Each v2 warp runs twice: in the original main loop's order and in the main loop v2's order
+  (``pipelined``: a whole-half vote against the thresholds as of the half's start gates the half's
+  4 steps, each then re-tested; NOTES_topk.md, "Pipelined main loop").
 
     python benchmarks/emulate_fused_merge.py [--trials 300]
 """
@@ -219,9 +222,12 @@ def byte(x, r):
     return (x >> (8 * r)) & 0xFF
 
 
-def run_v2(n, kc, keys, sids, valid, MT):
+def run_v2(n, kc, keys, sids, valid, MT, pipelined=False):
     """One warp of 16 MT rows through ft_select_chunk2 / ft_flush_rows2; keys[r][c] (any floats,
-    duplicates allowed), sids[r] the excluded column (-1: none), valid[r] False: a row past m."""
+    duplicates allowed), sids[r] the excluded column (-1: none), valid[r] False: a row past m.
+    pipelined: the order of fused_topk_fp16_ar's main loop v2 (ft_keys_half / ft_slow_half): the
+    steps of each 32-column half are entered only when a warp vote over the whole half, against
+    the thresholds at the start of the half, fires; each step is then re-tested as before."""
     WR = 16 * MT
     rows = [Row(kc, valid[r]) for r in range(WR)]
 
@@ -258,6 +264,11 @@ def run_v2(n, kc, keys, sids, valid, MT):
                             if c >= n or c == sid[lane][mt][e >> 1]:
                                 acc[lane][mt][j][e] = NAN
         for j in range(8):
+            if pipelined and j % 4 == 0:  # ft_keys_half's vote, thresholds as of the half's start
+                half = any(acc[lane][mt][jj][e] <= thr[lane][mt][e >> 1]
+                           for lane in range(32) for mt in range(MT) for jj in range(j, j + 4) for e in range(4))
+            if pipelined and not half:
+                continue
             if not any(acc[lane][mt][j][e] <= thr[lane][mt][e >> 1]
                        for lane in range(32) for mt in range(MT) for e in range(4)):
                 continue
@@ -341,13 +352,19 @@ def check_v2(trials):
         keys = [random_row(n, dup, random.random() < 0.3) for _ in range(WR)]
         if random.random() < 0.2:  # rows with identical keys (ties across the whole row)
             keys = [[1.0] * n for _ in range(WR)]
+        elif random.random() < 0.3:  # ascending rows with a few late drops: isolated survivors late
+            keys = [sorted(random.random() for _ in range(n)) for _ in range(WR)]
+            for row in keys:
+                for _ in range(3):
+                    row[random.randrange(n)] = -random.random()
         sids = [random.randint(-1, n - 1) for _ in range(WR)]
         valid = [random.random() > 0.1 for _ in range(WR)]
-        rows = run_v2(n, kc, keys, sids, valid, MT)
-        for r in range(WR):
-            got = list(zip(rows[r].L_d, rows[r].L_i))
-            want = reference(keys[r], n, kc, sids[r]) if valid[r] else [(INF, NOIDX)] * kc
-            assert got == want, ("v2", trial, r, n, kc, MT)
+        for pipelined in (False, True):  # main loop v1 / v2 order
+            rows = run_v2(n, kc, keys, sids, valid, MT, pipelined)
+            for r in range(WR):
+                got = list(zip(rows[r].L_d, rows[r].L_i))
+                want = reference(keys[r], n, kc, sids[r]) if valid[r] else [(INF, NOIDX)] * kc
+                assert got == want, ("v2", trial, r, n, kc, MT, pipelined)
 
 
 def main(trials=300, seed=1):

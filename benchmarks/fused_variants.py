@@ -5,14 +5,20 @@ launch of 2^17 queries against n x d data, all variants in one process:
   d <= 128) with the v2 selection (the default) and with the original v1 selection
   (``-DFT_SEL_V1``);
 * ``shared_q`` / ``shared_q_v1``: ``fused_topk_fp16`` (query tile in shared memory), same two;
+* ``register_q_main1`` / ``register_q_main1_noselect``: ``fused_topk_fp16_ar`` with the original
+  main loop (``-DFT_MAIN_V1``) instead of the pipelined one (the default since NOTES_topk.md,
+  "Pipelined main loop"), v2 selection;
 * ``*_noselect``: compiled with ``-DFT_EXP_NOSELECT`` (every row refuses every key: the main loop +
   filter alone, no append, no merge).
 
-Ids *and* keys of every variant are compared with the first one (``register_q_v1`` where it
-exists): the selection is exact under the threshold, so they must be equal bit for bit.
+Ids *and* keys of every variant are compared with the first one that selects (``register_q_v1`` or
+``register_q_main1`` where listed first): the selection is exact under the threshold and the
+accumulation order is the same in every variant, so they must be equal bit for bit.
+``--rounds`` > 1 times the variants round-robin (``--repeats`` launches each per round) instead of all
+of one variant's launches back to back.
 
     PYTHONPATH=src python benchmarks/fused_variants.py --out "$OUT" [--n 1000000] [--dims 128,96]
-        [--variants register_q_v1,register_q,register_q_noselect]
+        [--variants register_q_v1,register_q,register_q_noselect] [--rounds 1]
 """
 
 import argparse
@@ -21,7 +27,10 @@ import os
 
 import numpy as np
 
-ALL = ("register_q_v1", "register_q", "register_q_noselect", "shared_q_v1", "shared_q", "shared_q_noselect")
+ALL = ("register_q_v1", "register_q", "register_q_noselect", "register_q_main1", "register_q_main1_noselect",
+       "shared_q_v1", "shared_q", "shared_q_noselect")
+# label suffix -> NVRTC option
+OPTS = {"v1": "-DFT_SEL_V1", "main1": "-DFT_MAIN_V1", "noselect": "-DFT_EXP_NOSELECT"}
 
 
 def main():
@@ -32,7 +41,8 @@ def main():
     p.add_argument("--m", type=int, default=1 << 17)
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--kc", type=int, default=0, help="candidates per row (0: the fp16_rerank default for k)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="launches per variant and round")
+    p.add_argument("--rounds", type=int, default=1, help="> 1: time the variants round-robin")
     p.add_argument("--data", default="broad", choices=("broad", "clustered"))
     p.add_argument("--variants", default="register_q_v1,register_q,register_q_noselect")
     args = p.parse_args()
@@ -64,7 +74,7 @@ def main():
         Qf = _gpu._pad_half(Qlow, dp)
         sid = cp.arange(m, dtype=cp.int32)
         mt, nw, smem_shared = _gpu._fused_config(d)
-        ref = None
+        runs = []  # (label, name, opts, smem, launch, bd, bi)
         for label in wanted:
             base = label.split("_")[0]
             if base == "register":
@@ -73,7 +83,7 @@ def main():
                 name, smem, bm, nthreads = f"fused_topk_fp16_ar<2,4,{dp // 16}>", _gpu._fused_ar_smem_bytes(dp), 128, 128
             else:
                 name, smem, bm, nthreads = f"fused_topk_fp16<{mt},{nw}>", smem_shared, 16 * mt * nw, 32 * nw
-            opts = {"v1": ("-DFT_SEL_V1",), "noselect": ("-DFT_EXP_NOSELECT",)}.get(label.split("_")[-1], ())
+            opts = tuple(OPTS[part] for part in label.split("_")[2:])
             # only this instantiation: one short NVRTC compile per variant
             kern = get_kernel(_gpu._FUSED_KERNEL, name, options=opts, name_expressions=(name,))
             if smem > 48 * 1024:
@@ -85,23 +95,29 @@ def main():
                 kern((-(-mm // bm),), (nthreads,),
                      (Qf, Xf, np.int32(mm), np.int32(n), np.int32(dp), prep.xnorm2, alpha, sid, bd, bi,
                       np.int32(kc)), shared_mem=smem)
-            launch(256)
-            cp.cuda.Device().synchronize()
-            ts = []
-            for _ in range(args.repeats):
-                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                e0.record()
-                launch(m)
-                e1.record()
-                e1.synchronize()
-                ts.append(cp.cuda.get_elapsed_time(e0, e1) / 1e3)
+            launch(256)  # compile + warm up
+            runs.append((label, name, opts, smem, launch, bd, bi))
+        cp.cuda.Device().synchronize()
+        times = {r[0]: [] for r in runs}
+        for _ in range(args.rounds):  # rounds > 1: round-robin over the variants
+            for label, _, _, _, launch, _, _ in runs:
+                for _ in range(args.repeats):
+                    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                    e0.record()
+                    launch(m)
+                    e1.record()
+                    e1.synchronize()
+                    times[label].append(cp.cuda.get_elapsed_time(e0, e1) / 1e3)
+        ref = None
+        for label, name, opts, smem, _, bd, bi in runs:
+            ts = times[label]
             s = float(np.median(ts))
             row = {"d": d, "dp": dp, "kc": kc, "variant": label, "kernel": name, "options": list(opts), "smem": smem,
                    "median_s": s, "all_s": ts, "tflops_padded": 2.0 * m * n * dp / s / 1e12,
                    "extrapolated_graph_kernel_s": s * n / m}
             if not label.endswith("noselect"):
                 if ref is None:
-                    ref = (label, bd.copy(), bi.copy())
+                    ref = (label, bd, bi)
                 else:
                     row["vs"] = ref[0]
                     row["rows_ids_differ"] = int((ref[2] != bi).any(axis=1).sum())
@@ -109,9 +125,9 @@ def main():
                     ok &= row["rows_ids_differ"] == 0 and row["rows_keys_differ"] == 0
             out["cases"].append(row)
             print(json.dumps(row), flush=True)
-            with open(os.path.join(args.out, "fused_variants.json"), "w") as f:  # row by row: a cut run keeps its rows
-                json.dump(out, f, indent=1)
-        del ref
+        with open(os.path.join(args.out, "fused_variants.json"), "w") as f:  # per d: a cut run keeps its rows
+            json.dump(out, f, indent=1)
+        del runs
         cp.get_default_memory_pool().free_all_blocks()
     out["all_equal"] = bool(ok)
     with open(os.path.join(args.out, "fused_variants.json"), "w") as f:

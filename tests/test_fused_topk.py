@@ -3,8 +3,9 @@
 Two levels: the kernel's candidate lists against float64 keys of the *same* fp16 operands
 (catches fragment-layout, masking and merge bugs directly), and knnkit.knn in fp16_rerank mode
 with the fused kernel forced on against the float64 reference (the end result, after re-rank and
-certificate); the v2 selection (default) against the original v1 (``-DFT_SEL_V1``), ids and keys
-bit for bit; and, on the CPU, the lane-level emulation of both selection protocols."""
+certificate); the v2 selection (default) against the original v1 (``-DFT_SEL_V1``) and the pipelined
+main loop (default) against the original one (``-DFT_MAIN_V1``), ids and keys bit for bit; and, on
+the CPU, the lane-level emulation of both selection protocols (and of the pipelined step order)."""
 
 import importlib.util
 import os
@@ -142,6 +143,50 @@ def test_fused_selection_v2_equals_v1(n, d, kc, dup, monkeypatch):
         out[v1] = (bd.get(), bi.get())
     np.testing.assert_array_equal(out[False][1], out[True][1])
     np.testing.assert_array_equal(out[False][0], out[True][0])
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("n,d,kc,dup,colbias", [(4099, 128, 128, False, "l2"), (4099, 96, 10, True, "l2"),
+                                                (65, 17, 64, False, "l2"), (64, 128, 63, False, "ip"),
+                                                (2051, 50, 400, False, "misaligned"), (129, 3, 1, True, "misaligned"),
+                                                (1000, 128, 128, True, "ip"), (6000, 64, 32, False, "l2")])
+def test_fused_main_v2_equals_v1(n, d, kc, dup, colbias, monkeypatch):
+    """The pipelined main loop of fused_topk_fp16_ar (default) and the original one (-DFT_MAIN_V1)
+    give identical ids and keys, bit for bit (same fp32 accumulation order, same key formula, same
+    selection): padded d 32 / 64 / 96 / 128, chunks cut by n, self exclusion, rows past m, kc 1..400,
+    no colbias (inner product: zero-filled ring) and a colbias not 16-byte aligned (4-byte copies)."""
+    import cupy as cp
+
+    from knnkit.exact import _gpu
+
+    rng = np.random.default_rng(n + d + kc)
+    if dup:
+        base = rng.integers(0, 3, size=(50, d)).astype(np.float32)
+        X = base[rng.integers(0, 50, size=n)]
+    else:
+        X = rng.standard_normal((n, d)).astype(np.float32)
+    m = min(n, 300)
+    prep, Qlow, alpha = _operands(X, X[:m], metric="ip" if colbias == "ip" else "l2")
+    cb = prep.xnorm2
+    if colbias == "misaligned":
+        big = cp.empty(n + 1, cp.float32)
+        big[1:] = cb
+        cb = big[1:]
+        assert cb.data.ptr % 16 != 0
+    sid = cp.arange(m, dtype=cp.int32)
+    kc = min(kc, n - 1)
+    out = {}
+    for v1 in (True, False):
+        monkeypatch.setattr(_gpu, "_FUSED_MAIN_V1", v1)
+        bd, bi = _gpu.fused_candidates(Qlow, prep.X, kc, cb, alpha, sid)
+        out[v1] = (bd.get(), bi.get())
+    np.testing.assert_array_equal(out[False][1], out[True][1])
+    np.testing.assert_array_equal(out[False][0], out[True][0])
+    if colbias == "misaligned":  # the same values through the 16-byte path
+        bd, bi = _gpu.fused_candidates(Qlow, prep.X, kc, prep.xnorm2, alpha, sid)
+        np.testing.assert_array_equal(bi.get(), out[False][1])
+        np.testing.assert_array_equal(bd.get(), out[False][0])
 
 
 def _knn_vs_reference(X, Q, k, monkeypatch, fused=True, metric="sqeuclidean", **kw):

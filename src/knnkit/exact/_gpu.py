@@ -401,8 +401,8 @@ class _Prepared:
 
 # --------------------------------------------------------------------------- fused fp16 kernel
 
-# constants mirrored from fused_topk.cu (FT_BN, FT_KS, FT_STAGES, FT_CAP)
-_FT_BN, _FT_KS, _FT_STAGES, _FT_CAP = 64, 64, 3, 32
+# constants mirrored from fused_topk.cu (FT_BN, FT_KS, FT_STAGES, FT_CAP, FT_CBS)
+_FT_BN, _FT_KS, _FT_STAGES, _FT_CAP, _FT_CBS = 64, 64, 3, 32, 4
 # (m16 tiles per warp, warps): 128, 64, then 32 query rows per block; the first whose shared
 # memory fits is used (more rows per block = fewer re-reads of the data from L2)
 _FT_CONFIGS = ((2, 4), (1, 4), (1, 2))
@@ -416,13 +416,19 @@ _FUSED_AREG = True  # A/B switch for the register-resident variant (False: fused
 # selection"): False = v2 (register thresholds and counts, shuffle-prefix appends, merges without
 # global binary search), True = the original v1 (compiled with -DFT_SEL_V1). Same outputs.
 _FUSED_SEL_V1 = False
+# A/B switch for the main loop of fused_topk_fp16_ar (NOTES_topk.md, "Pipelined main loop"): False =
+# v2 (half-chunk software pipeline: the keys of one 32-column half are filtered while the other
+# half's mma run), True = the original loop (compiled with -DFT_MAIN_V1). Same keys and ids, bit for
+# bit. The v1 selection (_FUSED_SEL_V1) always runs the original loop.
+_FUSED_MAIN_V1 = False
 _FT_NAMES = tuple(f"fused_topk_fp16<{mt},{nw}>" for mt, nw in _FT_CONFIGS) + tuple(
     f"fused_topk_fp16_ar<2,4,{kst}>" for kst in _FT_AR_KST)
 
 
 def _fused_options():
-    """NVRTC options of fused_topk.cu for the selection protocol chosen by ``_FUSED_SEL_V1``."""
-    return ("-DFT_SEL_V1",) if _FUSED_SEL_V1 else ()
+    """NVRTC options of fused_topk.cu for the selection protocol and main loop chosen by
+    ``_FUSED_SEL_V1`` and ``_FUSED_MAIN_V1``."""
+    return (("-DFT_SEL_V1",) if _FUSED_SEL_V1 else ()) + (("-DFT_MAIN_V1",) if _FUSED_MAIN_V1 else ())
 
 
 def _fused_dim(d):
@@ -439,9 +445,10 @@ def _fused_smem_bytes(mt, nw, dp):
 
 def _fused_ar_smem_bytes(dp):
     """Dynamic shared memory of ``fused_topk_fp16_ar<2, 4, dp / 16>`` (ring of whole chunks, the
-    query tile staged in the ring's space, then the buffers and per-row state)."""
+    query tile staged in the ring's space, then the buffers and per-row state, then the main loop
+    v2's colbias ring of _FT_CBS chunks; the original loop leaves those 1 KB unused)."""
     bm = 128
-    return _FT_STAGES * _FT_BN * (dp + 8) * 2 + bm * _FT_CAP * 8 + 3 * bm * 4
+    return _FT_STAGES * _FT_BN * (dp + 8) * 2 + bm * _FT_CAP * 8 + 3 * bm * 4 + _FT_CBS * _FT_BN * 4
 
 
 def _fused_config(d):

@@ -43,6 +43,10 @@
 //       atomics, merge rows holding > CAP - 8 before a slow step, ranks of the buffer by binary
 //       search over the list in global memory.
 //
+// Main loop of the register-resident kernel (padded d <= 128): v2 (default; "main loop v2" at the
+// end of the file: half-chunk software pipeline, the filter of one 32-column half runs between the
+// mma of the other) or the original one (-DFT_MAIN_V1, kept for A/B). Same keys and outputs.
+//
 // NVRTC: no headers at all; fp16 operands are passed as raw 16-bit words (unsigned short) and
 // only ever touched by cp.async / ldmatrix / mma.
 
@@ -425,6 +429,62 @@ __device__ __forceinline__ void ft_merge_flagged(unsigned need, unsigned cntpk, 
         for (int h = 0; h < 2; ++h) thr[mt][h] = s_thr[wrow + mt * 16 + h * 8 + g];
 }
 
+// v2 slow step j (compile-time after unrolling) of a chunk whose keys are already formed in acc[.][j]:
+// survivors per row against the current register thresholds, merges of the rows that would overflow,
+// appends. Warp-uniform; a step where no key survives appends nothing (so a caller may enter it on a
+// superset test, e.g. thresholds older than the current ones, which only ever decrease).
+// ak: shared byte address of this lane's first row buffer (s_bk + (wrow + g) FT_CAP); m1 / m2: masks
+// of the quad lanes before this one (see ft_select_chunk2).
+template <int MT, int NW>
+__device__ __forceinline__ void ft_slow_step2(const int j, float (&acc)[MT][8][4], float (&thr)[MT][2],
+                                              unsigned& cntpk, int c0, int kc, int row0, int wrow, int lane, int t4,
+                                              int g, float* __restrict__ best_d, int* __restrict__ best_i,
+                                              float* s_bk, int* s_bi, float* s_thr, unsigned m1, unsigned m2,
+                                              unsigned ak) {
+    // slow step: survivors per row (byte 2 mt + h), quad prefix, merge rows that would overflow
+    unsigned sv[MT][4];  // survivor masks (0 / ~0): key <= the row's threshold (NaN: never)
+    unsigned ex, tot;
+    for (;;) {  // at most twice: after a merge the merged rows hold 0 (+ <= 8 <= FT_CAP)
+        unsigned x = 0;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                sv[mt][2 * h] = ft_le_mask(acc[mt][j][2 * h], thr[mt][h]);
+                sv[mt][2 * h + 1] = ft_le_mask(acc[mt][j][2 * h + 1], thr[mt][h]);
+                x += (0u - sv[mt][2 * h] - sv[mt][2 * h + 1]) << (8 * (2 * mt + h));
+            }
+        const unsigned px = __shfl_xor_sync(0xffffffffu, x, 1);
+        const unsigned pair = x + px;
+        const unsigned opp = __shfl_xor_sync(0xffffffffu, pair, 2);
+        tot = pair + opp;                  // the quad's survivors per row (bytes <= 8)
+        ex = (px & m1) + (opp & m2);       // survivors of the quad's lanes before mine
+        // byte of cntpk + tot > FT_CAP (bytes <= FT_CAP + 8: no carry between bytes)
+        const unsigned over = (cntpk + tot + (0x7fu - FT_CAP) * 0x01010101u) & 0x80808080u;
+        const unsigned need = __ballot_sync(0xffffffffu, (over >> (8 * t4 + 7)) & 1u);
+        if (!need) break;
+        ft_merge_flagged<MT>(need, cntpk, thr, row0, wrow, g, lane, kc, best_d, best_i, s_bk, s_bi, s_thr);
+        // clear the merged rows' counts: bit r of my quad's nibble -> byte r
+        const unsigned mine = (need >> (lane & ~3)) & 0xfu;
+        cntpk &= ~(((mine * 0x00204081u) & 0x01010101u) * 0xffu);
+    }
+    const unsigned pos = cntpk + ex;
+    cntpk += tot;
+    const int ca = c0 + j * 8 + 2 * t4;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // byte offsets of my entries: row (mt, h) at + (16 mt + 8 h) FT_CAP 4 (an immediate)
+            const unsigned o = __byte_perm(pos, 0u, 0x4440u + 2 * mt + h) * 4u;
+            const unsigned o1 = o - sv[mt][2 * h] * 4u;  // after my first column's entry, if any
+            constexpr unsigned BI = ft_bm(MT, NW) * FT_CAP * 4;
+            const unsigned a = ak + (mt * 16 + h * 8) * FT_CAP * 4;  // constant per unrolled (mt, h)
+            if (sv[mt][2 * h]) ft_sts2<BI>(a + o, acc[mt][j][2 * h], ca);
+            if (sv[mt][2 * h + 1]) ft_sts2<BI>(a + o1, acc[mt][j][2 * h + 1], ca + 1);
+        }
+}
+
 // v2 selection of one chunk (see ft_select_chunk for the layout). cntpk: this lane's buffer
 // counts, byte r = 2 mt + h for row wrow + 16 mt + 8 h + g (the same on the 4 lanes of a quad).
 template <int MT, int NW>
@@ -470,48 +530,8 @@ __device__ __forceinline__ void ft_select_chunk2(float (&acc)[MT][8][4], const f
                 maybe |= key <= thr[mt][e >> 1];
             }
         if (!__any_sync(0xffffffffu, maybe)) continue;
-        // slow step: survivors per row (byte 2 mt + h), quad prefix, merge rows that would overflow
-        unsigned sv[MT][4];  // survivor masks (0 / ~0): key <= the row's threshold (NaN: never)
-        unsigned ex, tot;
-        for (;;) {  // at most twice: after a merge the merged rows hold 0 (+ <= 8 <= FT_CAP)
-            unsigned x = 0;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    sv[mt][2 * h] = ft_le_mask(acc[mt][j][2 * h], thr[mt][h]);
-                    sv[mt][2 * h + 1] = ft_le_mask(acc[mt][j][2 * h + 1], thr[mt][h]);
-                    x += (0u - sv[mt][2 * h] - sv[mt][2 * h + 1]) << (8 * (2 * mt + h));
-                }
-            const unsigned px = __shfl_xor_sync(0xffffffffu, x, 1);
-            const unsigned pair = x + px;
-            const unsigned opp = __shfl_xor_sync(0xffffffffu, pair, 2);
-            tot = pair + opp;                  // the quad's survivors per row (bytes <= 8)
-            ex = (px & m1) + (opp & m2);       // survivors of the quad's lanes before mine
-            // byte of cntpk + tot > FT_CAP (bytes <= FT_CAP + 8: no carry between bytes)
-            const unsigned over = (cntpk + tot + (0x7fu - FT_CAP) * 0x01010101u) & 0x80808080u;
-            const unsigned need = __ballot_sync(0xffffffffu, (over >> (8 * t4 + 7)) & 1u);
-            if (!need) break;
-            ft_merge_flagged<MT>(need, cntpk, thr, row0, wrow, g, lane, kc, best_d, best_i, s_bk, s_bi, s_thr);
-            // clear the merged rows' counts: bit r of my quad's nibble -> byte r
-            const unsigned mine = (need >> (lane & ~3)) & 0xfu;
-            cntpk &= ~(((mine * 0x00204081u) & 0x01010101u) * 0xffu);
-        }
-        const unsigned pos = cntpk + ex;
-        cntpk += tot;
-        const int ca = c0 + j * 8 + 2 * t4;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                // byte offsets of my entries: row (mt, h) at + (16 mt + 8 h) FT_CAP 4 (an immediate)
-                const unsigned o = __byte_perm(pos, 0u, 0x4440u + 2 * mt + h) * 4u;
-                const unsigned o1 = o - sv[mt][2 * h] * 4u;  // after my first column's entry, if any
-                constexpr unsigned BI = ft_bm(MT, NW) * FT_CAP * 4;
-                const unsigned a = ak + (mt * 16 + h * 8) * FT_CAP * 4;  // constant per unrolled (mt, h)
-                if (sv[mt][2 * h]) ft_sts2<BI>(a + o, acc[mt][j][2 * h], ca);
-                if (sv[mt][2 * h + 1]) ft_sts2<BI>(a + o1, acc[mt][j][2 * h + 1], ca + 1);
-            }
+        ft_slow_step2<MT, NW>(j, acc, thr, cntpk, c0, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi, s_thr,
+                              m1, m2, ak);
     }
 }
 
@@ -716,6 +736,13 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16(
 // Same keys, selection, outputs and constraints as fused_topk_fp16 (dp == 16 * KST exactly).
 __host__ __device__ constexpr int ft_ar_stride(int kst) { return 16 * kst + 8; }  // halves
 
+// Main loop of fused_topk_fp16_ar: v2 (default; NOTES_topk.md, "Pipelined main loop") or the
+// original one (-DFT_MAIN_V1, kept for A/B; implied by -DFT_SEL_V1, whose step code v2 does not use).
+#if defined(FT_MAIN_V1) || defined(FT_SEL_V1)
+#define FT_AR_MAIN_V1 1
+#endif
+
+#ifdef FT_AR_MAIN_V1
 template <int MT, int NW, int KST>
 __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
     const unsigned short* __restrict__ Q, const unsigned short* __restrict__ X, int m, int n, int dp,
@@ -821,3 +848,266 @@ __global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
     ft_flush_rows2<MT>(cntpk, thr, row0, wrow, g, lane, t4, kc, best_d, best_i, s_bk, s_bi, s_thr);
 #endif
 }
+
+#else  // main loop v2
+
+// ===================================== main loop v2 ===========================================
+// Same keys, bit for bit (every accumulator still sums its k-steps 0..KST-1 in order, starting from
+// zero, and key = fmaf(alpha, dot, colbias) as before), same selection (ft_slow_step2 is v2's step),
+// same outputs. What changed (NOTES_topk.md, "Pipelined main loop"):
+//  * half-chunk software pipeline: a chunk's 64 columns are two halves of 32 (A: acc[.][0..3],
+//    B: acc[.][4..7]); the keys of one half are formed and tested (FFMA + FSETP + one warp vote per
+//    half) in the same basic block as the mma of the other half, so the filter runs in the issue
+//    slots between mma instead of after them:
+//        barrier(c); loads(c + 2); [mma A(c) | keys B(c - 1)]; slow steps B(c - 1) if the vote fired;
+//        [mma B(c) | keys A(c)]; slow steps A(c) if the vote fired
+//    (the B half of chunk c - 1 is filtered after the barrier of chunk c: its accumulators are
+//    registers, its colbias is in a 4-deep ring of its own, FT_CBS, so the loads of chunk c + 2 do
+//    not overwrite it). Within a half the mma go k-step outer, 8 independent accumulators per k-step.
+//  * a half whose vote fires re-tests each of its 4 steps against the current thresholds (a merge in
+//    step j lowers them for step j + 1), so the slow steps are exactly v2's;
+//  * 32-bit shared addresses with immediate offsets for ldmatrix / cp.async / colbias (v1 built a
+//    64-bit generic address per ldmatrix and ran a generic strided copy loop per chunk: ~300 integer
+//    instructions per chunk and warp, more than the 128 mma);
+//  * colbias staged by cp.async with the chunk (v1: 16 predicated global loads per chunk and lane).
+#define FT_CBS 4  // colbias ring depth in chunks (> FT_STAGES: chunk c - 1's entry outlives the loads of c + 2)
+
+__device__ __forceinline__ void ft_ldsm_x4a(unsigned (&r)[4], unsigned a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ft_cp16a(unsigned s, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void ft_cp4a(unsigned s, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+// mma of half H (columns 32 H .. 32 H + 31, acc[.][4 H .. 4 H + 3]) of the chunk staged at xs (this
+// lane's ldmatrix address in the ring stage); the accumulators start from zero.
+template <int MT, int KST, int S, int H>
+__device__ __forceinline__ void ft_mma_half(float (&acc)[MT][8][4], const unsigned (&areg)[KST][MT][4],
+                                            unsigned xs) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 4 * H; j < 4 * H + 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KST; ++ks)
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) {
+            const int p = 2 * H + pp;  // 16-column pair: n8 tiles 2p, 2p + 1
+            unsigned b[4];
+            ft_ldsm_x4a(b, xs + (unsigned)((p * 16 * S + ks * 16) * 2));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                ft_mma(acc[mt][2 * p], areg[ks][mt], b[0], b[1]);
+                ft_mma(acc[mt][2 * p + 1], areg[ks][mt], b[2], b[3]);
+            }
+        }
+}
+
+// Columns past n and excluded (self) columns of half H of the chunk at c0: NaN dot product.
+template <int MT, int H>
+__device__ __forceinline__ void ft_mask_half(float (&acc)[MT][8][4], int c0, int n, const int (&sid)[MT][2], int t4) {
+#pragma unroll
+    for (int j = 4 * H; j < 4 * H + 4; ++j)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int c = c0 + j * 8 + 2 * t4 + (e & 1);
+                if (c >= n || c == sid[mt][e >> 1]) acc[mt][j][e] = FT_NAN;
+            }
+}
+
+// Keys of half H formed in place (key = colbias + alpha dot, as ft_select_chunk2), tested against the
+// register thresholds; returns the warp vote "some key of the half may survive". cbs: colbias of the
+// chunk (its ring entry; this lane's columns 8 j + 2 t4, + 1 at cbs[8 j], cbs[8 j + 1]).
+template <int MT, int H>
+__device__ __forceinline__ bool ft_keys_half(float (&acc)[MT][8][4], const float* cbs, const float (&thr)[MT][2],
+                                             float alpha) {
+    bool maybe = false;
+#pragma unroll
+    for (int j = 4 * H; j < 4 * H + 4; ++j) {
+        const float2 cb = *reinterpret_cast<const float2*>(cbs + 8 * j);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float key = fmaf(alpha, acc[mt][j][e], (e & 1) ? cb.y : cb.x);
+                acc[mt][j][e] = key;
+                maybe |= key <= thr[mt][e >> 1];
+            }
+    }
+    return __any_sync(0xffffffffu, maybe);
+}
+
+// The 4 steps of half H whose half vote fired: each re-tested against the current thresholds
+// (v2's per-step vote), slow step where a key survives.
+template <int MT, int NW, int H>
+__device__ __forceinline__ void ft_slow_half(float (&acc)[MT][8][4], float (&thr)[MT][2], unsigned& cntpk, int c0,
+                                             int kc, int row0, int wrow, int lane, int t4, int g,
+                                             float* __restrict__ best_d, int* __restrict__ best_i, float* s_bk,
+                                             int* s_bi, float* s_thr, unsigned m1, unsigned m2, unsigned ak) {
+#pragma unroll
+    for (int j = 4 * H; j < 4 * H + 4; ++j) {
+        bool maybe = false;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) maybe |= acc[mt][j][e] <= thr[mt][e >> 1];
+        if (__any_sync(0xffffffffu, maybe))
+            ft_slow_step2<MT, NW>(j, acc, thr, cntpk, c0, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
+                                  s_thr, m1, m2, ak);
+    }
+}
+
+template <int MT, int NW, int KST>
+__global__ void __launch_bounds__(32 * NW, 2) fused_topk_fp16_ar(
+    const unsigned short* __restrict__ Q, const unsigned short* __restrict__ X, int m, int n, int dp,
+    const float* __restrict__ colbias, float alpha, const int* __restrict__ self_ids,
+    float* __restrict__ best_d, int* __restrict__ best_i, int kc)
+{
+    constexpr int BM = ft_bm(MT, NW);
+    constexpr int WR = 16 * MT;
+    constexpr int NT = 32 * NW;
+    constexpr int S = ft_ar_stride(KST);       // row stride (halves) of the query tile and the ring
+    constexpr int DP = 16 * KST;
+    constexpr int CPR = DP / 8;                // 16-byte pieces per row
+    constexpr int PIECES = FT_BN * CPR;        // per chunk: 128 KST, i.e. KST per thread when NT = 128
+    constexpr unsigned STB = FT_BN * S * 2;    // bytes per ring stage
+    static_assert(FT_STAGES * FT_BN >= BM, "the query tile is staged in the ring's space");
+    static_assert(FT_CBS > FT_STAGES && (FT_CBS & (FT_CBS - 1)) == 0, "colbias ring");
+    extern __shared__ uint4 ft_smem[];
+    unsigned short* sX = reinterpret_cast<unsigned short*>(ft_smem);   // ring; query tile at start
+    float* s_bk = reinterpret_cast<float*>(sX + FT_STAGES * FT_BN * S);
+    int* s_bi = reinterpret_cast<int*>(s_bk + BM * FT_CAP);
+    int* s_cnt = s_bi + BM * FT_CAP;
+    float* s_thr = reinterpret_cast<float*>(s_cnt + BM);
+    int* s_thri = reinterpret_cast<int*>(s_thr + BM);
+    float* s_cb = reinterpret_cast<float*>(s_thri + BM);   // FT_CBS x FT_BN colbias (16-byte aligned)
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int row0 = blockIdx.x * BM;
+    const int wrow = warp * WR;
+
+    // --- query tile -> shared (rows past m clamp to m - 1) -> registers (as v1)
+    for (int p = tid; p < BM * CPR; p += NT) {
+        int r = p / CPR, c = (p - r * CPR) << 3;
+        int gr = ft_min(row0 + r, m - 1);
+        ft_cp_async16(sX + r * S + c, Q + (long long)gr * DP + c);
+    }
+    ft_cp_commit();
+    ft_init_rows<MT, NW>(row0, m, wrow, tid, lane, kc, best_d, best_i, s_cnt, s_thr, s_thri);
+    ft_cp_wait<0>();
+    __syncthreads();
+    unsigned areg[KST][MT][4];
+#pragma unroll
+    for (int ks = 0; ks < KST; ++ks)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            ft_ldmatrix_x4(areg[ks][mt][0], areg[ks][mt][1], areg[ks][mt][2], areg[ks][mt][3],
+                           sX + (wrow + mt * 16 + (lane & 15)) * S + ks * 16 + ((lane >> 4) << 3));
+    float thr[MT][2];
+    int sid[MT][2];
+    ft_row_registers<MT>(thr, sid, s_thr, self_ids, row0, wrow, g, m);
+    unsigned cntpk = 0;  // v2: buffer counts of this lane's rows, one byte each
+    const bool has_cb = colbias != nullptr;
+    const bool cb16 = has_cb && (reinterpret_cast<unsigned long long>(colbias) & 15u) == 0;
+    if (!has_cb)
+        for (int i = tid; i < FT_CBS * FT_BN; i += NT) s_cb[i] = 0.f;
+    __syncthreads();  // every warp holds its fragments: the ring may overwrite the query tile
+
+    const int nchunk = (n + FT_BN - 1) / FT_BN;
+    const unsigned sx0 = ft_smem_addr(sX), scb0 = ft_smem_addr(s_cb);
+    // a chunk is FT_BN contiguous rows of DP halves in X: piece p (16 bytes) of it is at byte 16 p there
+    // and at byte 16 (p + p / CPR) in the stage (rows padded by 8 halves)
+    const char* xg = reinterpret_cast<const char*>(X) + 16 * tid;
+    auto load_chunk = [&](int ch) {
+        if (ch < nchunk) {
+            const unsigned dst = sx0 + (unsigned)(ch % FT_STAGES) * STB;
+            const unsigned cdst = scb0 + (unsigned)(ch & (FT_CBS - 1)) * (FT_BN * 4);
+            if ((ch + 1) * FT_BN <= n) {
+                const char* src = xg + (long long)ch * (FT_BN * DP * 2);
+#pragma unroll
+                for (int i = 0; i < (PIECES + NT - 1) / NT; ++i) {
+                    const int p = tid + NT * i;
+                    const int r = (NT % CPR == 0) ? tid / CPR + i * (NT / CPR) : p / CPR;
+                    if (PIECES % NT == 0 || p < PIECES) ft_cp16a(dst + 16u * (unsigned)(p + r), src + 16 * NT * i);
+                }
+                if (cb16 && tid < FT_BN / 4) ft_cp16a(cdst + 16u * tid, colbias + ch * FT_BN + 4 * tid);
+                else if (has_cb && !cb16 && tid < FT_BN) ft_cp4a(cdst + 4u * tid, colbias + ch * FT_BN + tid);
+            } else {  // the last, partial chunk: rows past n clamped to n - 1 (masked in the selection)
+                for (int p = tid; p < PIECES; p += NT) {
+                    const int r = p / CPR, c = p - r * CPR;
+                    const int gc = ft_min(ch * FT_BN + r, n - 1);
+                    ft_cp16a(dst + 16u * (unsigned)(p + r), X + (long long)gc * DP + 8 * c);
+                }
+                if (has_cb && tid < FT_BN) ft_cp4a(cdst + 4u * tid, colbias + ft_min(ch * FT_BN + tid, n - 1));
+            }
+        }
+        ft_cp_commit();  // always commit: keeps the group count uniform for wait_group
+    };
+#pragma unroll
+    for (int s = 0; s < FT_STAGES - 1; ++s) load_chunk(s);
+
+    // this lane's ldmatrix offset in a stage (rows of the 16-column pair, 8-half k offset), bytes
+    const unsigned lb = (unsigned)(((((lane & 7) + ((lane >> 4) << 3)) * S) + (((lane >> 3) & 1) << 3)) * 2);
+    const float* cbl = s_cb + 2 * t4;  // + entry * FT_BN: this lane's colbias columns
+    const unsigned m1 = (t4 & 1) ? 0xffffffffu : 0u, m2 = (t4 & 2) ? 0xffffffffu : 0u;
+    const unsigned ak = ft_smem_addr(s_bk + (wrow + g) * FT_CAP);
+
+    float acc[MT][8][4];
+    // the B half of "chunk -1": NaN keys, no survivor, no vote
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 4; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][j][e] = FT_NAN;
+    bool hit_prev = false;  // chunk ch - 1 needs masking (past n or a row's own column)
+
+    for (int ch = 0; ch < nchunk; ++ch) {
+        ft_cp_wait<FT_STAGES - 2>();
+        __syncthreads();  // chunk ch staged for everyone; stage (ch - 1) % STAGES free again
+        load_chunk(ch + FT_STAGES - 1);
+        const int c0 = ch * FT_BN;
+        const unsigned xs = sx0 + (unsigned)(ch % FT_STAGES) * STB + lb;
+        bool hit = c0 + FT_BN > n;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) hit |= (unsigned)(sid[mt][h] - c0) < (unsigned)FT_BN;
+        hit = __any_sync(0xffffffffu, hit);
+
+        // mma of the A half of chunk ch | keys of the B half of chunk ch - 1
+        if (hit_prev) ft_mask_half<MT, 1>(acc, c0 - FT_BN, n, sid, t4);
+        ft_mma_half<MT, KST, S, 0>(acc, areg, xs);
+        if (ft_keys_half<MT, 1>(acc, cbl + ((ch - 1) & (FT_CBS - 1)) * FT_BN, thr, alpha))
+            ft_slow_half<MT, NW, 1>(acc, thr, cntpk, c0 - FT_BN, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk,
+                                    s_bi, s_thr, m1, m2, ak);
+
+        // mma of the B half of chunk ch | keys of the A half of chunk ch
+        if (hit) ft_mask_half<MT, 0>(acc, c0, n, sid, t4);
+        ft_mma_half<MT, KST, S, 1>(acc, areg, xs);
+        if (ft_keys_half<MT, 0>(acc, cbl + (ch & (FT_CBS - 1)) * FT_BN, thr, alpha))
+            ft_slow_half<MT, NW, 0>(acc, thr, cntpk, c0, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
+                                    s_thr, m1, m2, ak);
+        hit_prev = hit;
+    }
+    if (nchunk > 0) {  // the B half of the last chunk
+        const int c0 = (nchunk - 1) * FT_BN;
+        if (hit_prev) ft_mask_half<MT, 1>(acc, c0, n, sid, t4);
+        if (ft_keys_half<MT, 1>(acc, cbl + ((nchunk - 1) & (FT_CBS - 1)) * FT_BN, thr, alpha))
+            ft_slow_half<MT, NW, 1>(acc, thr, cntpk, c0, kc, row0, wrow, lane, t4, g, best_d, best_i, s_bk, s_bi,
+                                    s_thr, m1, m2, ak);
+    }
+    ft_cp_wait<0>();
+    ft_flush_rows2<MT>(cntpk, thr, row0, wrow, g, lane, t4, kc, best_d, best_i, s_bk, s_bi, s_thr);
+}
+#endif  // main loop v2
