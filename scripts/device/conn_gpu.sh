@@ -21,8 +21,8 @@ py=${PYTHON:-python3}
 cat "$out/env.txt"
 rc=0
 
-echo "=== 1. GPU connectivity tests (limit 75 s)"
-timeout 75 $py -m pytest -q -p no:cacheprovider tests/test_connect_gpu.py tests/test_connect_gpu_emulated.py \
+echo "=== 1. GPU connectivity tests (limit 80 s)"
+timeout 80 $py -m pytest -q -p no:cacheprovider tests/test_connect_gpu.py tests/test_connect_gpu_emulated.py \
   tests/test_connect_kernels_host.py > "$out/conn_gpu_tests.log" 2>&1 || rc=1
 tail -15 "$out/conn_gpu_tests.log"
 

@@ -623,6 +623,10 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     target has another in-link (rows of a pruned graph end with their farthest neighbours) and that
     was not itself written by the repair.
 
+    A GPU graph (``GPU_KERNELS``) is first checked on the device (``connect.cu``): one component with
+    every node reachable is returned as it is, with the stats the host path gives, without a host
+    copy; anything else goes the host way above (with the kernels' component labels).
+
     Parameters
     ----------
     X : float32 array (n, d), numpy or cupy (same module as ``graph``)
@@ -641,8 +645,8 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     copy : bool
         Work on a copy of ``graph`` (default) or in place.
     components_of : (labels, count), optional
-        The graph's weakly connected components when the caller has them already (host labels):
-        saves one union-find pass.
+        The graph's weakly connected components when the caller has them already (host or device
+        labels): saves one union-find pass.
 
     Returns
     -------
