@@ -63,3 +63,163 @@ def test_argmin_per_label_gpu_equals_host(rng):
     ref = _argmin_per_label(np, labels, d)
     got = _argmin_per_label(cp, cp.asarray(labels), cp.asarray(d)).get()
     assert np.array_equal(got, ref)
+
+
+# ---------------------------------------------------------------------------------- connect.cu kernels
+def _kernel_graphs(rng):
+    """(name, graph): random with holes, many components, chains (long BFS), self loops, sizes that
+    are no multiple of a block, rows wider than a warp, one bigger graph for the races."""
+    out = []
+    n = 50_001
+    g = rng.integers(0, n, (n, 16)).astype(np.int32)
+    g[rng.random(g.shape) < 0.3] = -1
+    out.append(("random_holes", g))
+    n = 30_007
+    g = rng.integers(0, n, (n, 2)).astype(np.int32)
+    g[rng.random(g.shape) < 0.75] = -1
+    out.append(("many_components", g))
+    n = 5_003
+    g = np.full((n, 3), -1, np.int32)
+    perm = rng.permutation(n)
+    g[perm[:-1], 1] = perm[1:]
+    out.append(("chain", g))
+    n = 4_099
+    g = np.full((n, 1), -1, np.int32)
+    g[1:, 0] = np.arange(n - 1)
+    out.append(("descending_chain", g))
+    n = 1_025
+    g = np.tile(np.arange(n, dtype=np.int32)[:, None], (1, 4))
+    g[::4, 2] = (np.arange(0, n, 4) * 7 + 3) % n
+    g[3, 1] = n + 100
+    out.append(("self_loops", g))
+    n = 3_001
+    g = rng.integers(0, n, (n, 70)).astype(np.int32)
+    g[rng.random(g.shape) < 0.985] = -1
+    out.append(("wide_rows", g))
+    n = 400_000
+    g = rng.integers(0, n, (n, 32)).astype(np.int32)  # one component: every hook races to the root
+    out.append(("random_400k", g))
+    out.append(("no_edges", np.full((77, 5), -1, np.int32)))
+    return out
+
+
+def test_kernel_components_equal_union_find(rng):
+    import cupy as cp
+
+    from knnkit.index._connect import _union_find_roots
+    from knnkit.index._connect_gpu import component_roots
+
+    for name, g in _kernel_graphs(rng):
+        for rep in range(2):  # the hooking order differs between runs
+            roots = component_roots(cp.asarray(g)).get()
+            assert np.array_equal(roots, _union_find_roots(g)), (name, rep)
+        lab_g, c_g = components(cp.asarray(g))
+        lab_c, c_c = components(g)
+        assert c_g == c_c and np.array_equal(lab_g.get(), lab_c), name
+    g = _kernel_graphs(rng)[0][1]
+    assert np.array_equal(components(cp.asarray(g.astype(np.int64)))[0].get(), components(g)[0])
+
+
+def test_kernel_reach_equals_host_bfs(rng):
+    import cupy as cp
+
+    from knnkit.index._connect_gpu import reach_count
+
+    for name, g in _kernel_graphs(rng):
+        n = g.shape[0]
+        src = rng.choice(n, min(n, 5), replace=False)
+        want = reachable_from(g, src)
+        got = reachable_from(cp.asarray(g), np.concatenate([src, src]))
+        assert np.array_equal(got.get(), want), name
+        assert reach_count(cp.asarray(g), src) == int(want.sum()), name
+    chain = dict(_kernel_graphs(rng))["chain"]
+    head = np.flatnonzero(~np.isin(np.arange(chain.shape[0]), chain[:, 1]))
+    assert reach_count(cp.asarray(chain), head) == chain.shape[0]
+    assert reach_count(cp.asarray(chain), head, max_levels=100) is None
+
+
+def test_kernel_edge_lengths_sequential_float32(rng):
+    import cupy as cp
+
+    from knnkit.index._connect_gpu import drop_long_edges, edge_sqdist
+
+    for n, d, R in [(3_001, 128, 64), (1_000, 37, 5), (500, 960, 40)]:
+        X = rng.standard_normal((n, d)).astype(np.float32)
+        X[1] = X[0]
+        g = rng.integers(0, n, (n, R)).astype(np.int32)
+        g[rng.random(g.shape) < 0.1] = -1
+        g[0, 0], g[1, 0] = 1, 0
+        dist = edge_sqdist(cp.asarray(X), cp.asarray(g)).get()
+        valid = g >= 0
+        ref = np.zeros((n, R), np.float32)
+        for k in range(d):
+            t = X[np.where(valid, g, 0), k] - X[:, None, k]
+            ref = ref + t * t
+        assert np.isnan(dist[~valid]).all()
+        assert np.array_equal(dist[valid], ref[valid]), (n, d, R)   # bit for bit
+        near = np.where(dist > 0, dist, np.inf).min(axis=1)
+        near = np.where(np.isfinite(near), near, 0).astype(np.float32)
+        gi = np.where(valid, g, 0)
+        for factor in (64.0, 1.1):
+            short, n_long = drop_long_edges(cp.asarray(g), cp.asarray(dist), cp.asarray(near), factor)
+            long_ = (dist > np.float32(factor) * np.maximum(near[:, None], near[gi])) & (near[:, None] > 0) \
+                & (near[gi] > 0)
+            assert n_long == int(long_.sum()) and np.array_equal(short.get(), np.where(long_, -1, g))
+
+
+def test_kernel_short_edge_components_match_host_and_old_path(rng, monkeypatch):
+    import cupy as cp
+
+    import knnkit.index._connect as conn
+
+    X = make_tight_clusters(20_000, 16, 400, 0.01, random_state=int(rng.integers(1 << 30)))
+    _, idx = knnkit.knn(X, k=12, device="cpu")
+    g = idx.astype(np.int32)
+    g[rng.choice(len(g), 1500, replace=False), -1] = rng.integers(0, len(g), 1500)
+    own = components(g)
+    lab_h, c_h = conn.short_edge_components(X, g, components_of=own)
+    lab_k, c_k = conn.short_edge_components(cp.asarray(X), cp.asarray(g), components_of=own)
+    monkeypatch.setattr(conn, "GPU_KERNELS", False)
+    lab_o, c_o = conn.short_edge_components(cp.asarray(X), cp.asarray(g), components_of=own)
+    assert c_k == c_h == c_o > own[1]
+    assert np.array_equal(cp.asnumpy(lab_k), lab_h) and np.array_equal(np.asarray(lab_o), lab_h)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_repair_gpu_fast_path_equals_old_path(copy, monkeypatch):
+    """A connected, reachable graph: the kernel path returns the graph untouched without a host copy,
+    with the stats of the old (host) path."""
+    import cupy as cp
+
+    import knnkit.index._connect as conn
+
+    X = np.random.default_rng(0).standard_normal((30_000, 16)).astype(np.float32)
+    _, idx = knnkit.knn(X, k=8, device="cpu")
+    g = np.concatenate([idx.astype(np.int32), np.roll(idx.astype(np.int32), 1, axis=0)], axis=1)
+    g[:, -1] = np.roll(np.arange(30_000, dtype=np.int32), -1)  # a cycle through every node
+    _, st_old = conn.repair_connectivity(X, g, metric="l2", entry_ids=[0])
+    assert st_old["components_before"] == 1 and st_old["unreachable_before"] == 0
+    gets = []
+    to_host = conn._to_host
+    monkeypatch.setattr(conn, "_to_host", lambda a: gets.append(a.shape) or to_host(a))
+    gd = cp.asarray(g)
+    g2, st = conn.repair_connectivity(cp.asarray(X), gd, metric="l2", entry_ids=[0], copy=copy)
+    assert g.shape not in gets and (g2 is gd) != copy and np.array_equal(g2.get(), g)
+    assert {k: v for k, v in st.items() if "seconds" not in k} == \
+        {k: v for k, v in st_old.items() if "seconds" not in k}
+
+
+def test_repair_gpu_kernel_path_equals_old_path_when_repairing(data, monkeypatch):
+    """Several components: the kernel path hands the host repair the kernels' labels; the repaired
+    graph and the stats equal the old path's."""
+    import cupy as cp
+
+    import knnkit.index._connect as conn
+
+    X, g = data
+    g_new, st_new = conn.repair_connectivity(cp.asarray(X), cp.asarray(g), metric="l2", entry_ids=[0])
+    monkeypatch.setattr(conn, "GPU_KERNELS", False)
+    g_old, st_old = conn.repair_connectivity(cp.asarray(X), cp.asarray(g), metric="l2", entry_ids=[0])
+    assert np.array_equal(g_new.get(), g_old.get())
+    assert {k: v for k, v in st_new.items() if "seconds" not in k} == \
+        {k: v for k, v in st_old.items() if "seconds" not in k}

@@ -6,8 +6,9 @@ A fixed-degree graph built from k-NN candidates falls apart into one piece per c
 made of tight, well-separated clusters; a beam search started from entry points that miss a
 piece can never return its points, whatever the beam (GGNN section 3.2.1 names this pitfall:
 ``y in N_x`` does not give ``x in N_y``, and a kNN graph has no link between far groups). The
-functions here are pure functions on arrays: numpy (CPU, Numba loops) or cupy (GPU, CuPy array
-operations only, no custom kernel), chosen by the type of the ``graph`` argument.
+functions here are pure functions on arrays: numpy (CPU, Numba loops) or cupy (GPU: the kernels of
+``connect.cu`` through ``_connect_gpu.py``, CuPy array operations for the rest), chosen by the type
+of the ``graph`` argument.
 
 Graphs are int32 ``(n, R)`` arrays of neighbour ids, ``-1`` in empty slots. Metrics are the internal
 ones: ``"l2"`` (squared Euclidean) and ``"ip"`` (negative inner product).
@@ -23,6 +24,12 @@ from ._search_cpu import njit as _njit
 
 __all__ = ["components", "reachable_from", "repair_connectivity", "entry_points_per_component",
            "combine_entry_points"]
+
+#: GPU graphs use the kernels of ``connect.cu`` (components, reachability, edge lengths) and skip
+#: the host copy when the graph is one component reachable from the entries. False: the earlier
+#: path (CuPy label propagation and frontier expansion, CuPy gathers for the edge lengths, the
+#: graph copied to the host for the union-find and the BFS), kept for A/B timings.
+GPU_KERNELS = True
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -121,9 +128,10 @@ def components(graph, *, method=None):
     ----------
     graph : int array (n, R), numpy or cupy
         Neighbour ids, ``-1`` (or any id outside ``[0, n)``) for an empty slot.
-    method : {None, "union_find", "propagate"}
-        ``None``: Numba union-find for numpy, label propagation for cupy. ``"propagate"`` forces the
-        array-operation label propagation (the GPU algorithm) on numpy too.
+    method : {None, "union_find", "propagate", "kernel"}
+        ``None``: Numba union-find for numpy, the ``connect.cu`` kernels (``"kernel"``: hooking and
+        pointer jumping) for cupy (label propagation when ``GPU_KERNELS`` is False).
+        ``"propagate"`` forces the array-operation label propagation on numpy too.
 
     Returns
     -------
@@ -146,15 +154,21 @@ def components(graph, *, method=None):
     if n == 0:
         return xp.zeros(0, xp.int32), 0
     if method is None:
-        method = "union_find" if xp is np else "propagate"
+        method = "union_find" if xp is np else "kernel" if GPU_KERNELS else "propagate"
     if method == "union_find":
         if xp is not np:
             raise ValueError("method='union_find' needs a numpy graph")
         roots = _union_find_roots(np.ascontiguousarray(graph))
     elif method == "propagate":
         roots = _propagate_roots(xp, graph)
+    elif method == "kernel":
+        if xp is np:
+            raise ValueError("method='kernel' needs a cupy graph")
+        from ._connect_gpu import component_roots
+
+        roots = component_roots(graph)
     else:
-        raise ValueError(f"method must be None, 'union_find' or 'propagate', got {method!r}")
+        raise ValueError(f"method must be None, 'union_find', 'propagate' or 'kernel', got {method!r}")
     is_root = roots == xp.arange(n, dtype=roots.dtype)
     rank = xp.cumsum(is_root.astype(xp.int32)) - 1  # roots are their component's smallest id
     labels = rank[roots].astype(xp.int32)
@@ -185,9 +199,10 @@ def reachable_from(graph, sources, *, method=None):
         ``-1`` (or any id outside ``[0, n)``) for an empty slot.
     sources : int array-like
         Start nodes (entry points); negative ids are ignored.
-    method : {None, "bfs", "frontier"}
-        ``None``: Numba BFS for numpy, frontier expansion in array operations for cupy;
-        ``"frontier"`` forces the array version (the GPU algorithm) on numpy.
+    method : {None, "bfs", "frontier", "kernel"}
+        ``None``: Numba BFS for numpy, the ``connect.cu`` BFS kernels (``"kernel"``) for cupy
+        (frontier expansion in array operations when ``GPU_KERNELS`` is False); ``"frontier"``
+        forces the array version on numpy.
 
     Returns
     -------
@@ -208,10 +223,16 @@ def reachable_from(graph, sources, *, method=None):
     if src.size and bool((src >= n).any()):
         raise ValueError(f"sources must be node ids < n = {n}")
     src = src[src >= 0]
+    if method is None:
+        method = "bfs" if xp is np else "kernel" if GPU_KERNELS else "frontier"
+    if method == "kernel":
+        if xp is np:
+            raise ValueError("method='kernel' needs a cupy graph")
+        from ._connect_gpu import reachable_mask
+
+        return reachable_mask(graph, src)
     seen = xp.zeros(n, dtype=bool)
     seen[src] = True
-    if method is None:
-        method = "bfs" if xp is np else "frontier"
     if method == "bfs":
         if xp is not np:
             raise ValueError("method='bfs' needs a numpy graph")
@@ -220,7 +241,7 @@ def reachable_from(graph, sources, *, method=None):
         return parent != -2
     if method == "frontier":
         return _frontier(xp, graph, seen, xp.unique(src))
-    raise ValueError(f"method must be None, 'bfs' or 'frontier', got {method!r}")
+    raise ValueError(f"method must be None, 'bfs', 'frontier' or 'kernel', got {method!r}")
 
 
 # ---------------------------------------------------------------------------------- geometry
@@ -571,6 +592,17 @@ def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, 
     return int(_insert_links(gh, parent, touched, repair_links, cap, src, un.astype(np.int64)))
 
 
+def _nothing_to_repair(graph, copy, t0):
+    """``repair_connectivity``'s result for a graph that is one component with every node
+    reachable (the same stats as the host path gives it)."""
+    sec = round(time.perf_counter() - t0, 4)
+    stats = {"components_before": 1, "unreachable_before": 0, "component_rounds": 0, "component_seconds": sec,
+             "reach_rounds": 0, "reach_seconds": 0.0, "components_after": 1, "unreachable_after": 0,
+             "links_added": 0, "seconds": sec}
+    logger.debug("repair_connectivity: components 1 -> 1, unreachable 0 -> 0, 0 links added (%.3f s, GPU check)", sec)
+    return (graph.copy() if copy else graph), stats
+
+
 def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, max_rounds=64, copy=True,
                         components_of=None):
     """Make every node of a search graph reachable from the entry points.
@@ -591,6 +623,10 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     target has another in-link (rows of a pruned graph end with their farthest neighbours) and that
     was not itself written by the repair.
 
+    A GPU graph (``GPU_KERNELS``) is first checked on the device (``connect.cu``): one component with
+    every node reachable is returned as it is, with the stats the host path gives, without a host
+    copy; anything else goes the host way above (with the kernels' component labels).
+
     Parameters
     ----------
     X : float32 array (n, d), numpy or cupy (same module as ``graph``)
@@ -609,8 +645,8 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     copy : bool
         Work on a copy of ``graph`` (default) or in place.
     components_of : (labels, count), optional
-        The graph's weakly connected components when the caller has them already (host labels):
-        saves one union-find pass.
+        The graph's weakly connected components when the caller has them already (host or device
+        labels): saves one union-find pass.
 
     Returns
     -------
@@ -648,8 +684,22 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     entry = entry[entry >= 0]
     if entry.size == 0 or entry.max() >= n:
         raise ValueError(f"entry_ids must hold at least one node id in [0, {n})")
-    # links are written into a host copy (the GPU graph is refreshed from it after each round)
-    gh = _to_host(graph).astype(np.int32, copy=copy or xp is not np)
+    if xp is not np and GPU_KERNELS:
+        # the common case on the GPU: one component, every node reachable -- answered by the
+        # kernels of connect.cu on the device graph, without the host copy and the host BFS
+        if components_of is None:
+            components_of = components(graph)
+        if int(components_of[1]) == 1:
+            from ._connect_gpu import reach_count
+
+            reached = reach_count(graph, entry)   # None: too many BFS levels, ask the host
+            if reached == n:
+                return _nothing_to_repair(graph, copy, t0)
+            logger.debug("repair_connectivity: %s of %d reachable on the GPU; host repair",
+                         "?" if reached is None else n - reached, n)
+    # links are written into a host copy (the GPU graph is refreshed from it after each round);
+    # a GPU graph's host copy is new already (the kernel path copies it once)
+    gh = _to_host(graph).astype(np.int32, copy=copy or (xp is not np and not GPU_KERNELS))
     X = X.astype(xp.float32, copy=False)
     stats = {}
 
@@ -738,14 +788,17 @@ NUMBA_EDGE_WORK = 2e8
 
 
 def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, block=8192, components_of=None):
-    """Weakly connected components of ``graph`` without its long edges (host labels, count).
+    """Weakly connected components of ``graph`` without its long edges (labels, count).
 
     Separated clusters joined only by a few stray links (a GPU NN-Descent graph keeps some of its
     random start: 10,000 clusters of 1M x 128 were one component) are one component of the graph
     but several here, so each can get its own entry point. ``X``: prepared vectors (numpy or
     cupy, like ``graph``); ``metric``: internal (``"ip"``: unit rows are compared by squared
     Euclidean distance too). ``components_of``: the graph's own ``(labels, count)``, returned as
-    they are when no edge is long.
+    they are when no edge is long. Labels are host arrays, but device arrays on the GPU kernel
+    path (``GPU_KERNELS``), where the edge lengths are summed in dimension order (float32, see
+    ``connect.cu``) instead of CuPy's reduction order: an edge within a few float32 roundings of
+    ``factor`` times its scale may be judged the other way.
 
     Examples
     --------
@@ -757,6 +810,19 @@ def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, blo
     """
     xp = _xp_of(graph)
     n, R = graph.shape
+    if xp is not np and GPU_KERNELS:
+        # one kernel for the edge lengths (no (block, R, d) gathers), one for the long-edge rule;
+        # the short graph's components on the GPU too (labels stay on the device)
+        from ._connect_gpu import drop_long_edges, edge_sqdist
+
+        dist = edge_sqdist(X, graph)
+        near = xp.where(dist > 0, dist, xp.inf).min(axis=1)
+        near = xp.where(xp.isfinite(near), near, 0).astype(xp.float32)
+        short, n_long = drop_long_edges(graph, dist, near, factor)
+        del dist
+        if components_of is not None and n_long == 0:
+            return components_of
+        return components(short)
     if xp is np and n * R * X.shape[1] > NUMBA_EDGE_WORK:
         # large graphs: the Numba edge-distance kernel of the pruning step (squared l2, +inf at
         # -1); small ones stay in NumPy, so a first run does not compile it for them

@@ -75,11 +75,15 @@ def _connect(X, g, entry, im):
     between neighbouring components in both directions, and every point reachable from the
     entries. Tight, well-separated clusters otherwise leave whole clusters unreachable (1M x 128,
     1000 clusters: recall 0.905 at every beam)."""
+    from . import _connect as conn_mod
     from ._connect import (combine_entry_points, components, entry_points_per_component, repair_connectivity,
                            short_edge_components)
 
     xp = get_array_module(g)
-    labels, c = components(as_host(g))  # Numba union-find on the host: faster than propagation on the GPU
+    if xp is not np and conn_mod.GPU_KERNELS:
+        labels, c = components(g)  # the kernels of connect.cu: device labels, no host copy
+    else:
+        labels, c = components(as_host(g))  # Numba union-find on the host: faster than propagation on the GPU
     own = (labels, c)
     if isinstance(entry, EntryPoints):
         # clusters joined only by stray long links are one component here; their short-edge
