@@ -1,48 +1,75 @@
-import numpy as np, time, sys
-sys.path.insert(0, "/work/main/src")
-from knnkit.index.bang._pq import train_pq, encode, reconstruct, pq_tables, pad_dim
-from knnkit.datasets.suite import robustness_sets
-from knnkit.exact._cpu import knn_cpu
+"""Does OPQ pay for BANG's PQ walk? (issue 16: "optional OPQ rotation if it pays (measure)").
 
-def opq_train(S, m, iters=6, seed=0):
-    d = S.shape[1]; dsub, dp = pad_dim(d, m)
-    Sp = np.zeros((S.shape[0], dp), np.float32); Sp[:, :d] = S
-    R = np.eye(dp, dtype=np.float32)
-    for it in range(iters):
-        Y = Sp @ R
-        cb = train_pq(Y, m, random_state=seed, iters=4)
-        Yh = reconstruct(encode(Y, cb), cb, dp)
-        U, _, Vt = np.linalg.svd(Sp.T.astype(np.float64) @ Yh.astype(np.float64))
-        R = (U @ Vt).astype(np.float32)
-    cb = train_pq(Sp @ R, m, random_state=seed)
-    return R, cb
+For robustness sets (first 50,000 points, 300 held-out queries), PQ and OPQ codebooks trained on a
+20,000-point sample with ``m = ceil(d / dsub)`` subspaces; for each query every point is ranked by
+its PQ (asymmetric) distance, and the script reports recall@10 of the PQ top 10 and of the PQ top
+100 (what a re-rank of 100 would see). CPU only (NumPy + Numba).
 
-def evaluate(X, Q, m, R=None, cb=None):
-    d = X.shape[1]; dsub, dp = pad_dim(d, m)
-    def rot(A):
-        if R is None: return A
-        Ap = np.zeros((A.shape[0], dp), np.float32); Ap[:, :d] = A; return Ap @ R
-    codes = encode(rot(X), cb)
-    T = pq_tables(rot(Q), cb, "l2")  # (nq, m, ksub)
-    D = T[:, np.arange(m)[None, :], codes.astype(np.int64)].sum(-1) if False else None
-    out = []
+    PYTHONPATH=src KNNKIT_DATA=... python benchmarks/opq_measure.py --sets broad_clusters,siftsmall --dsub 8
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+
+import numpy as np  # noqa: E402
+
+from knnkit.datasets.suite import robustness_sets  # noqa: E402
+from knnkit.exact._cpu import knn_cpu  # noqa: E402
+from knnkit.index.bang._pq import encode, pq_tables, train_opq, train_pq  # noqa: E402
+
+
+def pq_top(X, Q, m, codebook, rotation, depth=100):
+    codes = encode(X, codebook, rotation=rotation)
+    T = pq_tables(Q, codebook, "l2", rotation)
+    top = np.empty((Q.shape[0], depth), np.int64)
+    cols = np.arange(m)[None, :]
     for qi in range(Q.shape[0]):
-        dq = T[qi][np.arange(m)[None, :], codes].sum(1)
-        out.append(np.argpartition(dq, 100)[:100][np.argsort(dq[np.argpartition(dq, 100)[:100]])])
-    return np.array(out)
+        dq = T[qi][cols, codes].sum(1)
+        part = np.argpartition(dq, depth)[:depth]
+        top[qi] = part[np.argsort(dq[part])]
+    return top
 
-names = sys.argv[1].split(",")
-mdiv = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-for name, X, Q, metric in robustness_sets("small", names=names, n_queries=300):
-    if metric != "sqeuclidean": continue
-    X = np.asarray(X, np.float32)[:50000]; Q = np.asarray(Q, np.float32)[:300]
-    d = X.shape[1]; m = max(1, -(-d // mdiv))
-    _, truth = knn_cpu(X, Q, 10, "l2", False)
-    S = X[np.random.default_rng(0).choice(len(X), min(20000, len(X)), replace=False)]
-    t = time.time(); cb = train_pq(S, m); t_pq = time.time() - t
-    t = time.time(); R, cbo = opq_train(S, m); t_opq = time.time() - t
-    for label, RR, C in (("pq", None, cb), ("opq", R, cbo)):
-        top = evaluate(X, Q, m, RR, C)
-        r10 = np.mean([len(set(top[i, :10]) & set(truth[i])) for i in range(len(Q))]) / 10
-        r100 = np.mean([len(set(top[i, :100]) & set(truth[i])) for i in range(len(Q))]) / 10
-        print(f"{name:16s} d={d:4d} m={m:3d} {label:4s} recall10@10={r10:.3f} recall10@100={r100:.3f} train={t_pq if RR is None else t_opq:.1f}s", flush=True)
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sets", default="broad_clusters,sift_like_u8,manifold,siftsmall")
+    ap.add_argument("--dsub", type=int, default=2, help="dimensions per subspace (m = ceil(d / dsub))")
+    ap.add_argument("--out", default=None, help="JSON file to write")
+    a = ap.parse_args()
+    rows = []
+    for name, X, Q, metric in robustness_sets("small", names=a.sets.split(","), n_queries=300):
+        if metric != "sqeuclidean":
+            continue
+        X = np.asarray(X, np.float32)[:50000]
+        Q = np.asarray(Q, np.float32)[:300]
+        d = X.shape[1]
+        m = max(1, -(-d // a.dsub))
+        _dist, truth = knn_cpu(X, Q, 10, "l2", False)
+        S = X[np.random.default_rng(0).choice(len(X), min(20000, len(X)), replace=False)]
+        t = time.perf_counter()
+        cb = train_pq(S, m)
+        t_pq = time.perf_counter() - t
+        t = time.perf_counter()
+        R, cbo = train_opq(S, m)
+        t_opq = time.perf_counter() - t
+        for label, rot, C, tt in (("pq", None, cb, t_pq), ("opq", R, cbo, t_opq)):
+            top = pq_top(X, Q, m, C, rot)
+            r10 = np.mean([len(set(top[i, :10]) & set(truth[i])) for i in range(len(Q))]) / 10
+            r100 = np.mean([len(set(top[i, :100]) & set(truth[i])) for i in range(len(Q))]) / 10
+            row = dict(set=name, d=d, m=m, dsub=-(-d // m), method=label, recall10_at10=round(float(r10), 4),
+                       recall10_at100=round(float(r100), 4), train_s=round(tt, 1))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -240,9 +240,13 @@ class GraphIndex:
             (:func:`knnkit.set_memory_budget`; on a CPU-only machine only an explicit budget
             counts); logged and shown in ``repr``. Host indexes are not calibrated and do not
             support :meth:`extend`.
-        compression : {None, "pq"}
-            Vector compression for the GPU walk: ``"pq"`` (product quantisation, 256 centroids per
-            subspace) is what host placement uses (None picks it there); device placement has none.
+        compression : {None, "pq", "opq"}
+            Vector compression for the GPU walk (host placement; device placement has none):
+            ``"pq"`` (product quantisation, 256 centroids per subspace) or ``"opq"`` (PQ after a
+            learned orthogonal rotation, Ge et al.; queries are rotated the same way). None picks
+            OPQ when each subspace spans 8 or more dimensions (codes cut down by ``pq_bytes`` or
+            the memory budget: measured +0.01 to +0.11 recall@10 of the PQ order there, nothing at
+            the default 2 dimensions per subspace), PQ otherwise.
         pq_bytes : int, optional
             PQ code bytes per vector (subspaces), ``1 <= pq_bytes <= d``; default ``ceil(d / 2)``
             (at most 128), lowered so that the codes take at most half of the memory budget.
@@ -266,7 +270,7 @@ class GraphIndex:
                           n_seeds=n_seeds)
         host = _resolve_placement(data, device, placement, compression, pq_bytes, graph_degree=bp.graph_degree)
         if host is not None:
-            return cls._build_host(host, metric, bp, sp, random_state, pq_bytes)
+            return cls._build_host(host, metric, bp, sp, random_state, pq_bytes, compression)
         P = prepare(data, metric=metric, device=device)
         if P.n < 2:
             raise ValueError("a GraphIndex needs at least 2 data points")
@@ -290,7 +294,7 @@ class GraphIndex:
         return index
 
     @classmethod
-    def _build_host(cls, host, metric, bp, sp, random_state, pq_bytes):
+    def _build_host(cls, host, metric, bp, sp, random_state, pq_bytes, compression=None):
         """placement="host": the HostIndex engine (BANG) over host data, no calibration."""
         from .._core.metrics import scale_for_max, scaled_absmax
         from .._core.validation import check_metric
@@ -307,7 +311,8 @@ class GraphIndex:
                                           else None if random_state is None else repr(random_state)))
         with device_scope(dev, dev_id):
             engine = HostIndex.build(a, metric, build_params, random_state, device=dev,
-                                     scale=scale_for_max(scaled_absmax(a)), pq_bytes=pq_bytes, budget=budget)
+                                     scale=scale_for_max(scaled_absmax(a)), pq_bytes=pq_bytes, budget=budget,
+                                     compression=compression)
         return cls(engine, sp)
 
     # ------------------------------------------------------------------ calibration
@@ -759,7 +764,7 @@ def _resolve_placement(data, device, placement, compression, pq_bytes, *, graph_
 
     check_choice(placement, "placement", ("auto", "device", "host"))
     if compression is not None:
-        check_choice(compression, "compression", ("pq",))
+        check_choice(compression, "compression", ("pq", "opq"))
     pq_bytes = check_int(pq_bytes, "pq_bytes", minimum=1, allow_none=True)
     if placement == "device":
         if compression is not None or pq_bytes is not None:

@@ -17,7 +17,7 @@ from ..._core.metrics import internal_metric, prepare_vectors
 from ..._core.params import check_int
 from .._engine import SearchGraph
 from .._entry import EntryPoints
-from ._pq import choose_m, encode, pq_tables, train_pq, TRAIN_SAMPLE
+from ._pq import choose_m, encode, pq_tables, train_opq, train_pq, use_opq, TRAIN_SAMPLE
 from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
 
 __all__ = ["HostIndex", "host_bytes", "build_bytes", "BANG_SEARCH_KEYS"]
@@ -114,7 +114,7 @@ class HostIndex:
     placement = "host"
 
     def __init__(self, data, graph, entry, codebook, codes, *, metric, build_params, device="cpu", nn1_max=None,
-                 scale=1.0):
+                 scale=1.0, rotation=None):
         self.metric = metric
         self._imetric = internal_metric(metric)
         self._data = data
@@ -122,6 +122,8 @@ class HostIndex:
         self._entry = entry
         self._codebook = np.ascontiguousarray(codebook, dtype=np.float32)
         self._codes = codes
+        # OPQ's rotation of the padded space (None: plain PQ); queries are rotated before their tables
+        self._rotation = None if rotation is None else np.ascontiguousarray(rotation, dtype=np.float32)
         self.build_params = dict(build_params)
         self.device = device
         self.scale = float(scale)
@@ -162,11 +164,20 @@ class HostIndex:
 
     def describe(self):
         """A short text for ``repr``."""
-        return f"placement='host', compression='pq', pq_bytes={self.pq_bytes}"
+        return f"placement='host', compression='{self.compression}', pq_bytes={self.pq_bytes}"
+
+    compression = property(lambda self: "pq" if self._rotation is None else "opq")
+
+    def rotation_on_device(self):
+        """OPQ's rotation as a GPU array (kept by the index), or None for plain PQ."""
+        if self._rotation is None:
+            return None
+        cp = cupy_or_none()
+        return self._gpu_cache("opq_rotation", lambda: cp.asarray(self._rotation))
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def build(cls, a, metric, bp, random_state, *, device, scale=1.0, pq_bytes=None, budget=0):
+    def build(cls, a, metric, bp, random_state, *, device, scale=1.0, pq_bytes=None, budget=0, compression=None):
         """Build on validated host data ``a`` (storage dtype; a memory map is read in batches
         for PQ). The graph is built by :meth:`SearchGraph.build` on ``device`` (the data is copied
         there for the build only), then kept on the host; PQ is trained on a sample and every
@@ -206,21 +217,23 @@ class HostIndex:
         rows = np.sort(np.random.default_rng([seed & 0xFFFFFFFF, 0x5A]).choice(n, min(n, TRAIN_SAMPLE),
                                                                              replace=False))
         sample = prepare_vectors(np.asarray(a[rows]), metric, scale)
-        if device == "gpu":
-            cp = cupy_or_none()
-            codebook = cp.asnumpy(train_pq(cp.asarray(sample), m, random_state=seed))
+        opq = use_opq(compression, d, m)
+        xp = cupy_or_none() if device == "gpu" else np
+        if opq:
+            rotation, codebook = train_opq(xp.asarray(sample), m, random_state=seed)
+            rotation, codebook = as_host(rotation), as_host(codebook)
         else:
-            codebook = train_pq(sample, m, random_state=seed)
+            rotation, codebook = None, as_host(train_pq(xp.asarray(sample), m, random_state=seed))
         timings["pq_train"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        codes = encode_all(a, codebook, metric, scale, device)
+        codes = encode_all(a, codebook, metric, scale, device, rotation=rotation)
         timings["pq_encode"] = time.perf_counter() - t2
-        bp = dict(bp, placement="host", compression="pq", pq_bytes=int(m))
+        bp = dict(bp, placement="host", compression="opq" if opq else "pq", pq_bytes=int(m))
         logger.info("GraphIndex: host placement, PQ %d bytes/vector; build phases (s): %s", m,
                     {k: round(v, 3) for k, v in timings.items()})
         nn1 = None
         engine = cls(a, graph, entry, codebook, codes, metric=metric, build_params=bp, device=device, nn1_max=nn1,
-                     scale=scale)
+                     scale=scale, rotation=rotation)
         engine.build_timings = timings
         return engine
 
@@ -312,7 +325,7 @@ class HostIndex:
         I = np.empty((nq, k), np.int64)
         for s in range(0, nq, bs):
             qb = qh[s:s + bs]
-            T = pq_tables(qb, self._codebook, self._imetric)
+            T = pq_tables(qb, self._codebook, self._imetric, self._rotation)
             seeds = self._entry.seeds_for(qb, n_seeds)
             log_ids, log_d, _n = search_pq_cpu(self._graph, self._codes, T, seeds, L=L, max_iters=max_iters,
                                                width=width)
@@ -341,7 +354,7 @@ class HostIndex:
         meta = {"metric": self.metric, "dtype": self.dtype.name, "n": self.n, "dim": self.dim,
                 "graph_degree": self.graph_degree, "build_params": self.build_params,
                 "entry_metric": self._entry.metric, "scale": self.scale, "placement": "host",
-                "compression": "pq", "pq_bytes": self.pq_bytes,
+                "compression": self.compression, "pq_bytes": self.pq_bytes,
                 "nn1_max": self.nn1_max if np.isfinite(self.nn1_max) else None}
         arrays = {
             "data": np.asarray(self._data),
@@ -351,6 +364,8 @@ class HostIndex:
             "pq_codebook": self._codebook,
             "pq_codes": np.asarray(self._codes),
         }
+        if self._rotation is not None:
+            arrays["pq_rotation"] = self._rotation
         return meta, arrays
 
     @classmethod
@@ -365,26 +380,35 @@ class HostIndex:
             raise ValueError("invalid knnkit host-placement index: PQ codebook narrower than the data")
         if int(np.asarray(codes).max(initial=0)) >= cb.shape[1]:
             raise ValueError("invalid knnkit host-placement index: PQ code out of range")
+        rotation = arrays.get("pq_rotation")
+        dp = cb.shape[0] * cb.shape[2]
+        if rotation is not None and (rotation.shape != (dp, dp) or rotation.dtype != np.float32):
+            raise ValueError(f"invalid knnkit host-placement index: OPQ rotation of shape {rotation.shape}, "
+                             f"expected ({dp}, {dp}) float32")
+        if (meta.get("compression") == "opq") != (rotation is not None):
+            raise ValueError("invalid knnkit host-placement index: compression and OPQ rotation disagree")
         metric = meta["metric"]
         entry = EntryPoints(np.asarray(arrays["entry_centroids"]), np.asarray(arrays["entry_medoids"]),
                             meta.get("entry_metric", internal_metric(metric)))
         return cls(arrays["data"], arrays["graph"], entry, cb, codes, metric=metric,
                    build_params=meta.get("build_params", {}), device=device, nn1_max=meta.get("nn1_max"),
-                   scale=meta.get("scale", 1.0))
+                   scale=meta.get("scale", 1.0), rotation=None if rotation is None else np.asarray(rotation))
 
 
-def encode_all(a, codebook, metric, scale, device):
+def encode_all(a, codebook, metric, scale, device, rotation=None):
     """PQ codes of every row of ``a`` (host array or memory map), prepared and encoded in batches
-    of :data:`ENCODE_BATCH` rows on ``device``; host uint8 (n, m)."""
+    of :data:`ENCODE_BATCH` rows on ``device`` (``rotation``: OPQ's); host uint8 (n, m)."""
     n = a.shape[0]
     out = np.empty((n, codebook.shape[0]), np.uint8)
     if device == "gpu":
         cp = cupy_or_none()
         cb = cp.asarray(codebook)
+        rot = None if rotation is None else cp.asarray(rotation)
         for s in range(0, n, ENCODE_BATCH):
             Xb = prepare_vectors(cp.asarray(np.asarray(a[s:s + ENCODE_BATCH])), metric, scale)
-            out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb, cb))
+            out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb, cb, rotation=rot))
         return out
     for s in range(0, n, ENCODE_BATCH):
-        out[s:s + ENCODE_BATCH] = encode(prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale), codebook)
+        out[s:s + ENCODE_BATCH] = encode(prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale), codebook,
+                                         rotation=rotation)
     return out

@@ -427,13 +427,13 @@ def _group_size(m):
     return 32
 
 
-def _tables_into(cp, Qb, codebook, cn, metric, out):
+def _tables_into(cp, Qb, codebook, cn, metric, out, rotation=None):
     """PQ tables of prepared queries ``Qb`` into ``out`` (nb, m, ksub), on the current stream: the
     batched GEMM of :func:`_pq.pq_tables` (same call, same dot products), then ``bang_tables``
-    (the rest of that expression in one pass, bit for bit)."""
+    (the rest of that expression in one pass, bit for bit). ``rotation``: OPQ's (device array)."""
     nb = Qb.shape[0]
     m, ksub = codebook.shape[0], codebook.shape[1]
-    Qs = _padded(cp.ascontiguousarray(Qb, dtype=cp.float32), m).transpose(1, 0, 2)  # (m, nb, dsub)
+    Qs = _padded(cp.ascontiguousarray(Qb, dtype=cp.float32), m, rotation).transpose(1, 0, 2)  # (m, nb, dsub)
     dots = cp.ascontiguousarray(cp.matmul(Qs, codebook.transpose(0, 2, 1)))  # (m, nb, ksub)
     ip = metric == "ip"
     qn = dots if ip else cp.ascontiguousarray((Qs * Qs).sum(axis=2))  # (m, nb); unused for ip
@@ -689,7 +689,7 @@ def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R,
     for s0, nb in zip(starts, sizes):
         Qb = Q[s0:s0 + nb]
         e0 = prof.ev(cur) if prof.on else None
-        T = pq_tables(Qb, codebook, engine._imetric)
+        T = pq_tables(Qb, codebook, engine._imetric, engine.rotation_on_device())
         e1 = prof.ev(cur) if prof.on else None
         seeds = entry.seeds_for(Qb, n_seeds)
         if prof.on:
@@ -719,7 +719,7 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
             with b.stream:
                 if prof.on:
                     b._tick()
-                _tables_into(cp, Qb, codebook, cn, engine._imetric, b._T[:nb])
+                _tables_into(cp, Qb, codebook, cn, engine._imetric, b._T[:nb], engine.rotation_on_device())
                 if prof.on:
                     b._tick("tables")
                 b._seeds[:nb] = entry.seeds_for(Qb, n_seeds)
