@@ -32,7 +32,7 @@ def patch():
 
     graph.build_lists = graphops.build_lists = build_lists
     exact.exact_search = exact_search
-    try:  # the cross searches (second_stage="search"): no walk, no seed selection
+    try:  # the cross searches (second_stage="search"): no walk, no seed selection, no sorts
         import knnkit.index._cpu as icpu
         from knnkit.index._entry import EntryPoints
 
@@ -43,7 +43,19 @@ def patch():
 
         icpu.search = search
         EntryPoints.seeds_for = lambda self, q, s, exact=False: np.zeros((q.shape[0], s), np.int32)
-    except ImportError:
+        import knnkit.dask._tasks as tasks
+
+        # the search graph's reverse edges and the reverse candidates are sorts on the GPU (the CPU
+        # twin's sequential insertion is CPU-path compute): stubs of the same output sizes
+        tasks.search_graph = lambda xp, I, D, width: I
+
+        def group_topk(xp, owner, other, d, width, n_owner):
+            r = min(int(n_owner), owner.size // width)
+            return (np.arange(r, dtype=np.int64), other[:r * width].reshape(r, width).astype(np.int64),
+                    np.sort(d[:r * width].reshape(r, width), axis=1))
+
+        tasks._group_topk = group_topk
+    except (ImportError, AttributeError):
         pass
     return True
 

@@ -14,7 +14,9 @@ On a CPU box every process runs ``--threads`` Numba threads (default 1: each wor
 device, the single process and the one-worker run for one device too); wall seconds, CPU seconds
 (user + system of the client and all workers) and the per-worker compute seconds of each stage
 are recorded, and per worker the thread CPU seconds of each task prefix (distributed's
-fine performance metrics; robust where the wall clock is not). ``--device gpu`` (one worker per GPU, as dask_scaling.py) runs the same on GPUs.
+fine performance metrics; robust where the wall clock is not). ``--device gpu`` (one worker per
+GPU, as dask_scaling.py) runs the same on GPUs (scripts/device/dask_2gpu.sh); the data lives in
+host memory everywhere (the single process copies it to its GPU, the workers hold numpy blocks).
 """
 
 import argparse
@@ -96,7 +98,14 @@ def _cpu_delta(before, after):
 def _cluster(workers, device, threads):
     from distributed import LocalCluster
 
-    if device == "gpu":
+    if device == "gpu":  # one worker per GPU (as dask_overhead.py)
+        try:
+            from dask_cuda import LocalCUDACluster
+
+            return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(map(str, range(workers))), n_workers=workers,
+                                    threads_per_worker=1, dashboard_address=None)
+        except ImportError:  # what LocalCUDACluster does: one Nanny per GPU, each seeing only its own
+            pass
         from distributed import Nanny, Scheduler, SpecCluster
 
         spec = {f"gpu{g}": {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0,
@@ -132,8 +141,8 @@ def main():
 
     has_stage = "second_stage" in inspect.signature(knnkit.dask.knn_graph).parameters
     dev = args.device
-    X, _ = make_clustered(args.n, args.d, n_queries=10, n_clusters=args.clusters, random_state=0, device="cpu")
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    X, _ = make_clustered(args.n, args.d, n_queries=10, n_clusters=args.clusters, random_state=0, device=dev)
+    X = np.ascontiguousarray(X.get() if hasattr(X, "get") else X, dtype=np.float32)  # host data, as a numpy input
     rows = np.sort(np.random.default_rng(0).choice(args.n, 2000, replace=False))
     Dt, _ = knnkit.knn(X, X[rows], k=args.k + 1, device=dev)
     kth = np.asarray(Dt.get() if hasattr(Dt, "get") else Dt)[:, args.k]

@@ -157,8 +157,11 @@ def test_knn_graph_second_stage_runs_on_both_workers(client, partition, n, d):
     assert _second_stage_workers(ts.data, "cross_search") == set(workers)
     assert _second_stage_workers(ts.data, "merge_leaf") == set(workers)
     assert not _second_stage_workers(ts.data, "pair_merge")  # no GGM merge
+    # the recall estimate's exact lists came from the partition graphs' tasks: no separate search
+    assert not _second_stage_workers(ts.data, "exact_part")
     r, r0 = recall(g.indices, T), recall(g0.indices, T)
     assert r >= r0 - 0.003 and r >= 0.99, (r, r0, st)
+    assert abs(st["recall_estimate"] - r) <= 0.01, (st["recall_estimate"], r)
     I, D = np.asarray(g.indices), np.asarray(g.distances)
     assert (np.diff(D, axis=1) >= 0).all()
     assert not (I == np.arange(n)[:, None]).any() and all(len(set(row)) == 10 for row in I.tolist())

@@ -16,8 +16,8 @@ import numpy as np
 from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import (as_leaf, assemble, cross_search, exact_part, fit_tree, globalize, keep, leaf_graph, merge_leaf,
-                     merge_running, merge_topk,
+from ._tasks import (as_leaf, assemble, concat_rows, cross_search, exact_part, fit_tree, globalize, keep, leaf_graph,
+                     merge_leaf, merge_running, merge_topk,
                      pair_merge, part_graph, compact, route, rows_of, sample_rows, single_graph, slab_samples, select_leaf,
                      select_slab, size_of, slab_for_leaf, take, tree_nodes)
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
@@ -144,28 +144,50 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
 ESTIMATE_ROWS = 1000
 
 
-def _estimate_recall(client, parts, I, D, k, metric, device, seed):
-    """recall@k of the lists (I, D) on ESTIMATE_ROWS sampled rows, ties forgiven: exact neighbours
-    of those rows by the distributed exact search (k + 1, self dropped)."""
-    from .._core.metrics import to_internal
+def _estimate_rows(n, seed):
+    """The ESTIMATE_ROWS rows (sorted global ids) whose exact neighbours estimate the recall."""
+    return np.sort(np.random.default_rng(seed ^ 0x5AFE).choice(n, ESTIMATE_ROWS, replace=False))
 
-    n = I.shape[0]
-    rows = np.sort(np.random.default_rng(seed ^ 0x5AFE).choice(n, ESTIMATE_ROWS, replace=False))
+
+def _probe(client, parts, rows):
+    """A future of the data's rows ``rows`` (sorted global ids), gathered worker to worker."""
     pieces = []
     for o, r, f in parts:
         sel = rows[(rows >= o) & (rows < o + r)] - o
         if sel.size:
             pieces.append(client.submit(rows_of, f, sel, pure=False))
-    S = np.concatenate(client.gather(pieces))
-    qf = client.scatter(S, broadcast=True, hash=False)
-    # the graph's build validated the data: no second NaN scan of every partition
-    lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, True, pure=False) for o, _r, f in parts]
-    Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
+    return client.submit(concat_rows, *pieces, pure=False)
+
+
+def _recall_from(rows, Dx, Ix, D, k, metric):
+    """recall@k of the lists ``D`` at ``rows``, ties forgiven, against the exact ``k + 1`` lists
+    ``(Dx, Ix)`` of those rows (self dropped)."""
+    from .._core.metrics import to_internal
+
     Dx, _ = _drop_self(Dx, Ix - rows[:, None] + np.arange(len(rows))[:, None], k)
     kth = to_internal(Dx[:, -1], metric)
     kth = kth + 1e-5 * np.abs(kth) + 1e-12
     got = to_internal(D[rows], metric)
     return float(np.mean(got <= kth[:, None]))
+
+
+def _probe_recall(client, probes, rows, D, k, metric):
+    """The recall estimate from the partition graphs' probe lists (futures of ``(I, D, (pD, pI))``:
+    each partition's exact ``k + 1`` nearest of the probe rows, computed in its graph's task)."""
+    lists = [client.submit(take, f, 2, pure=False) for f in probes]
+    Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
+    return _recall_from(rows, Dx, Ix, D, k, metric)
+
+
+def _estimate_recall(client, parts, I, D, k, metric, device, seed):
+    """recall@k of the lists (I, D) on ESTIMATE_ROWS sampled rows, ties forgiven: exact neighbours
+    of those rows by the distributed exact search (k + 1, self dropped)."""
+    rows = _estimate_rows(I.shape[0], seed)
+    qf = _probe(client, parts, rows)
+    # the graph's build validated the data: no second NaN scan of every partition
+    lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, True, pure=False) for o, _r, f in parts]
+    Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
+    return _recall_from(rows, Dx, Ix, D, k, metric)
 
 
 def _drop_self(D, I, k):
@@ -228,16 +250,20 @@ def _weighted_quantile(pieces, q):
 
 
 def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quantile, sample, seed, phases,
-                stage="search"):
+                stage="search", estimate=False):
     """knn_graph(partition="tree"): leaves of a hyperplane tree, each graphed on its worker; then,
     for every splitting hyperplane, its boundary slab: ``stage="search"``, each leaf's slab rows
     searched in the graphs of the leaves across it, on their workers (all in parallel), or
     ``stage="graph"``, one graph of the whole slab on one worker. Each point keeps the k nearest
-    of its lists. Returns ``(I, D, stats)``; client-side seconds are added to ``phases``."""
+    of its lists. ``estimate``: the recall estimate's exact lists come from the leaf graphs' tasks
+    (``stats["recall_estimate"]``). Returns ``(I, D, stats)``; client-side seconds are added to
+    ``phases``."""
     from distributed import wait
 
     t0 = time.perf_counter()
     workers = worker_addresses(client)
+    rows = _estimate_rows(n, seed) if estimate else None
+    probe = _probe(client, parts, rows) if estimate else None
     W = len(workers)
     unit = metric == "cosine"
     nodes = tree_nodes(P)
@@ -252,8 +278,8 @@ def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quant
     for L in range(P):
         pieces = [client.submit(select_leaf, f, rt, o, L, pure=False) for (o, _r, f), rt in zip(parts, routed)]
         leaves.append(client.submit(assemble, *pieces, pure=False, workers=[home[L]], allow_other_workers=True))
-        lists.append(client.submit(leaf_graph, leaves[L], k, metric, device, seed + 7919 * L + 1, True, pure=False,
-                                   workers=[home[L]], allow_other_workers=True))
+        lists.append(client.submit(leaf_graph, leaves[L], k, metric, device, seed + 7919 * L + 1, True, probe,
+                                   pure=False, workers=[home[L]], allow_other_workers=True))
     # 3. slab widths: per node, a quantile of what its leaves' graphs say (see knn_graph, slab_width)
     needs = client.gather([client.submit(slab_samples, leaves[L], lists[L], tree, L, P, k, metric, width_rule,
                                          RADII_SAMPLE, seed + 13 * L + 7, pure=False, workers=[home[L]],
@@ -311,12 +337,19 @@ def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quant
             D[ids] = Dl
     del out
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
+    est = None
+    if estimate:
+        t4 = time.perf_counter()
+        est = _probe_recall(client, lists, rows, D, k, metric)
+        phases["estimate_s"] = time.perf_counter() - t4
     frac = float(sum(slab_sizes)) / n
     stats = {"method": "dask-tree", "partitions": P, "split": split, "second_stage": stage,
              "cross_searches": n_searches, "leaf_sizes": [int(v) for v in leaf_sizes],
              "slab_sizes": [int(v) for v in slab_sizes], "slab_widths": [round(float(v), 6) for v in widths],
              "slab_samples": needy, "slab_width": width_rule, "slab_quantile": quantile, "slab_fraction": round(frac, 4),
              "workers": W}
+    if est is not None:
+        stats["recall_estimate"] = round(est, 5)
     if frac > SLAB_WARN_FRACTION:
         logger.warning("knnkit.dask.knn_graph: the boundary slabs hold %.0f%% of the points (the tree's hyperplanes "
                        "cut through dense regions, e.g. uniform high-dimensional data); %s", 100 * frac,
@@ -470,6 +503,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         raise ValueError("knnkit.dask.knn_graph: more than 2**31 - 2 points do not fit int32 ids")
     k = check_k(k, n, self_excluded=True)
     seed = int(random_state)
+    # the recall estimate: exact neighbours of sampled rows (graphs of more than 2,000 points, not L1)
+    estimate = recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan"
     phases = {"input_s": time.perf_counter() - t_start}
     if partition == "tree":
         P = n_parts or len(worker_addresses(client))
@@ -485,14 +520,14 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                          slab_samples=[], slab_width=slab_width, slab_quantile=slab_quantile, slab_fraction=0.0)
     elif partition == "tree":
         I, D, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
-                                  tree_sample, seed, phases, second_stage)
+                                  tree_sample, seed, phases, second_stage, estimate)
     elif second_stage == "search":
-        I, D, stats = _rows_search(client, parts, n, k, metric, device, seed, phases)
+        I, D, stats = _rows_search(client, parts, n, k, metric, device, seed, phases, estimate)
     else:
         I, D, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases)
     if (I < 0).any():
         raise RuntimeError("knnkit.dask.knn_graph: some lists are short of k neighbours (internal error)")
-    if recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan" and stats.get("recall_estimate") is None:
+    if estimate and stats.get("recall_estimate") is None:
         t = time.perf_counter()
         est = _estimate_recall(client, parts, I, D, k, metric, device, seed)
         phases["estimate_s"] = time.perf_counter() - t
@@ -531,19 +566,22 @@ def _single_graph(client, parts, n, k, metric, device, seed, phases):
     return I, D, stats
 
 
-def _rows_search(client, parts, n, k, metric, device, seed, phases):
+def _rows_search(client, parts, n, k, metric, device, seed, phases, estimate=False):
     """knn_graph(partition="rows", second_stage="search"): GGNN's sharded all-points search
     (section 5.5). Every partition's graph is built on its worker (the single-device build); every
     partition's rows are searched in every other partition's graph, on that partition's worker
     (all pairs in parallel), and each point keeps the k nearest of its own list, its searches'
     lists and the rows whose searches found it. Each partition is copied to the other partitions'
     workers while their graphs are built (a pinned :func:`keep` task), so the searches find their
-    queries there. ``(I, D, stats)``; client-side seconds are added to ``phases``."""
+    queries there. ``estimate``: the recall estimate's exact lists come from the partition graphs'
+    tasks. ``(I, D, stats)``; client-side seconds are added to ``phases``."""
     from distributed import wait
 
     t0 = time.perf_counter()
     if len(parts) > 1 and min(r for _o, r, _f in parts) < 2:
         raise ValueError("every partition needs at least 2 points; use fewer partitions")
+    rows = _estimate_rows(n, seed) if estimate else None
+    probe = _probe(client, parts, rows) if estimate else None
     futs = [f for _o, _r, f in parts]
     wait(futs)  # (a dask array's blocks are computed first: where they live decides where the work runs)
     who = client.who_has(futs)
@@ -551,7 +589,7 @@ def _rows_search(client, parts, n, k, metric, device, seed, phases):
     P = len(parts)
     leaves = [client.submit(as_leaf, f, o, pure=False, workers=[home[p]], allow_other_workers=True)
               for p, (o, _r, f) in enumerate(parts)]
-    lists = [client.submit(leaf_graph, leaves[p], k, metric, device, seed + 7919 * p + 1, True, pure=False,
+    lists = [client.submit(leaf_graph, leaves[p], k, metric, device, seed + 7919 * p + 1, True, probe, pure=False,
                            workers=[home[p]], allow_other_workers=True) for p in range(P)]
     rows_of_part = [[] for _ in range(P)]
     copies = {}
@@ -581,6 +619,10 @@ def _rows_search(client, parts, n, k, metric, device, seed, phases):
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     stats = {"method": "dask-rows", "partitions": P, "second_stage": "search", "cross_searches": P * (P - 1),
              "merges": 0, "n_neighbors_internal": None, "workers": len(worker_addresses(client))}
+    if estimate:
+        t4 = time.perf_counter()
+        stats["recall_estimate"] = round(_probe_recall(client, lists, rows, D, k, metric), 5)
+        phases["estimate_s"] = time.perf_counter() - t4
     return I, D, stats
 
 

@@ -12,7 +12,7 @@ from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
 __all__ = ["exact_part", "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
-           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of", "tree_nodes", "leaf_path",
+           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "concat_rows", "size_of", "rows_of", "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search"]
 
@@ -25,6 +25,11 @@ def _host(a, dtype=None):
 def rows_of(X, rows):
     """Rows ``rows`` (local ids) of a partition, host float32."""
     return np.ascontiguousarray(_host(X)[np.asarray(rows, dtype=np.int64)])
+
+
+def concat_rows(*pieces):
+    """Row blocks stacked (host float32)."""
+    return np.ascontiguousarray(np.concatenate([_host(p, np.float32) for p in pieces]))
 
 
 def size_of(t):
@@ -120,13 +125,16 @@ def single_graph(k, metric, device, seed, *blocks):
     return I, _host(out["distances"], np.float32), stats
 
 
-def part_graph(X, k, K, metric, device, seed, final=False):
+def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=None):
     """NN-Descent (or the exact graph, by the single-device rule) lists of one partition, ids local:
     ``(I int32 (n, K'), D float32 user metric)``, ``K' = min(K, n - 1)``.
 
     ``final=False``: lists of length ``K`` without the recall target (GGM merges follow and set the
     quality). ``final=True``: the single-device build as :func:`knnkit.knn_graph` runs it (its
-    default internal list length and recall target), ``K`` ignored, ``min(k, n - 1)`` columns."""
+    default internal list length and recall target), ``K`` ignored, ``min(k, n - 1)`` columns.
+    ``probe`` (rows of the whole data set, validated): also their exact top ``probe_k`` among this
+    partition, on the data the build just prepared (no second copy to the device): a third
+    element ``(distances float32 user metric, local ids int64)``."""
     from .._core.prepare import prepare
     from ..graph import GRAPH_METRICS, build_lists, choose_method
     from ..graph.nndescent import NNDescentParams
@@ -145,7 +153,14 @@ def part_graph(X, k, K, metric, device, seed, final=False):
         cols = min(K, n - 1)
     I, D, _ = build_lists(P.X, cols, metric=metric, method=method, params=params, seed=int(seed))
     D = finalize_distances(D, metric, P.scale)
-    return _host(I, np.int32), _host(D, np.float32)
+    if probe is None:
+        return _host(I, np.int32), _host(D, np.float32)
+    from .._core.prepare import prepare_queries, rescaled
+    from ..api.exact import exact_search
+
+    Qp = prepare_queries(probe, P, check_finite=False)
+    pd, pi, _st = exact_search(rescaled(P, Qp.scale), Qp, min(int(probe_k), n))
+    return _host(I, np.int32), _host(D, np.float32), (_host(pd, np.float32), _host(pi, np.int64))
 
 
 def globalize(base, offset, k):
@@ -343,21 +358,32 @@ def _kth_radius(D, k, metric):
     return np.where(np.isfinite(r), r, np.inf)
 
 
-def leaf_graph(leaf, k, metric, device, seed, local=False):
+def leaf_graph(leaf, k, metric, device, seed, local=False, probe=None):
     """The single-device graph of one leaf (or slab): ``(I (m, k), D float32 (m, k))``, ``-1`` /
     ``inf`` where the set has at most ``k`` points. Ids are global (int64), or with ``local``
     positions in the leaf (int32: the leaf's own graph, searched by :func:`cross_search`; the
-    leaf's ``ids`` turn them into global ids)."""
+    leaf's ``ids`` turn them into global ids). ``probe``: rows of the data set whose exact
+    ``k + 1`` nearest among this leaf come third, ``(distances, global ids int64)`` (the recall
+    estimate, computed where the leaf's data already is)."""
     ids, X = leaf[0], leaf[1]
     m = int(ids.shape[0])
     I = np.full((m, int(k)), -1, np.int32 if local else np.int64)
     D = np.full((m, int(k)), np.inf, np.float32)
+    pr = None
     if m >= 2:
-        Il, Dl = part_graph(X, k, None, metric, device, seed, final=True)
+        out = part_graph(X, k, None, metric, device, seed, final=True, probe=probe, probe_k=int(k) + 1)
+        Il, Dl = out[0], out[1]
         c = Il.shape[1]
         I[:, :c] = Il if local else np.where(Il >= 0, ids[np.maximum(Il, 0)], -1)
         D[:, :c] = np.where(Il >= 0, Dl, np.inf)
-    return I, D
+        if probe is not None:
+            pd, pi = out[2]
+            pr = (pd, np.where(pi >= 0, ids[np.maximum(pi, 0)], -1))
+    elif probe is not None:  # zero or one point
+        pd, pi = exact_part(X, probe, int(k) + 1, metric, device, 0, True) if m else \
+            (np.zeros((len(probe), 0), np.float32), np.zeros((len(probe), 0), np.int64))
+        pr = (pd, np.where(pi >= 0, ids[np.maximum(pi, 0)], -1))
+    return (I, D) if probe is None else (I, D, pr)
 
 
 slab_graph = leaf_graph
@@ -422,34 +448,39 @@ def slab_for_leaf(slab, lists, j):
     return slab[2][lo:hi], lists[0][lo:hi], lists[1][lo:hi]
 
 
+def _to_global(ids, I):
+    """Local ids ``I`` (-1: none) of a leaf whose ascending global ids are ``ids``, as int32 global
+    ids: an offset for a contiguous range (a row partition), else one int32 gather (numpy's int64
+    fancy indexing with a clip took 10x longer at 2M x 10)."""
+    I = np.asarray(I)
+    I32 = I if I.dtype == np.int32 else I.astype(np.int32)
+    if ids.size and int(ids[-1]) - int(ids[0]) == ids.size - 1 and (ids.size < 2 or bool((np.diff(ids) > 0).all())):
+        out = I32 + np.int32(ids[0])
+    else:
+        out = np.take(ids.astype(np.int32), I32)
+    out[I32 < 0] = -1
+    return out
+
+
 def merge_leaf(leaf, lists, k, metric, *slab_rows):
     """A leaf's final lists: its own graph's lists (local ids) united with the candidates of its
     rows found by the second stage (``(positions in the leaf, global ids, user-metric distances)``
-    per slab graph or cross search; duplicate ids kept once), top ``k``, sorted by distance:
-    ``(global ids, I int32, D float32)`` (int32 ids: the graph's own dtype, half the bytes to move).
-    Only the rows that got candidates are merged (one pass over all their candidates); the others
-    keep their lists."""
-    from ..graph._merge import merge_lists
+    per slab graph or cross search, positions distinct within each; duplicate ids kept once), top
+    ``k``, sorted by distance: ``(global ids, I int32, D float32)`` (int32 ids: the graph's own
+    dtype, half the bytes to move). Each candidate block is inserted into its rows' lists in place
+    (one parallel Numba pass per block, no (rows, candidates) temporaries)."""
+    from ..graph.nndescent._cpu import merge_rows_at
 
-    I, D = lists
-    Ii = np.where(I >= 0, leaf[0][np.maximum(I, 0)], -1).astype(np.int32)
-    Do = np.where(I >= 0, D, np.inf).astype(np.float32)
-    extra = [(np.asarray(pos, np.int64), SI, SD) for pos, SI, SD in slab_rows if len(pos)]
-    if extra:
-        rows = np.unique(np.concatenate([pos for pos, _si, _sd in extra]))
-        w = sum(SI.shape[1] for _pos, SI, _sd in extra)
-        AI = np.full((rows.size, w), -1, np.int32)
-        AD = np.full((rows.size, w), np.inf, np.float32)
-        c = 0
-        for pos, SI, SD in extra:
-            r = np.searchsorted(rows, pos)
-            AI[r, c:c + SI.shape[1]] = np.where(SI >= 0, SI, -1)
-            AD[r, c:c + SI.shape[1]] = np.where(SI >= 0, to_internal(SD, metric), np.inf)
-            c += SI.shape[1]
-        Ti, Td = merge_lists(Ii[rows], np.where(Ii[rows] >= 0, to_internal(Do[rows], metric), np.inf), AI, AD, k)
-        Ii[rows] = Ti
-        Do[rows] = np.where(Ti >= 0, finalize_distances(np.array(Td, dtype=np.float32), metric), np.inf)
-    return leaf[0], Ii, Do
+    I, D = lists[0], lists[1]
+    Ii = np.ascontiguousarray(_to_global(leaf[0], I))
+    Di = np.ascontiguousarray(np.where(I >= 0, to_internal(D, metric), np.inf), dtype=np.float32)
+    for pos, SI, SD in slab_rows:
+        if len(pos) == 0:
+            continue
+        merge_rows_at(Ii, Di, np.ascontiguousarray(pos, dtype=np.int64), np.ascontiguousarray(SI, dtype=np.int32),
+                      np.ascontiguousarray(np.where(SI >= 0, to_internal(SD, metric), np.inf), dtype=np.float32))
+    Do = finalize_distances(Di, metric)
+    return leaf[0], Ii, np.where(Ii >= 0, Do, np.float32(np.inf)).astype(np.float32, copy=False)
 
 
 # --------------------------------------------------------------------------- cross search (the tree's second stage)
@@ -579,7 +610,7 @@ def cross_search(target, lists, queries, level, w, k, metric, device, seed, beam
         i, d, rows, rid, rd = (_host(a) for a in (i, d, rows, rid, rd))
     fid = np.full((nq, k), -1, np.int32)
     fd = np.full((nq, k), np.inf, np.float32)
-    fid[:, :kk] = np.where(i >= 0, ids[np.maximum(i, 0)], -1)
+    fid[:, :kk] = _to_global(ids, i)
     fd[:, :kk] = np.where(i >= 0, d, np.inf)
     forward = (np.asarray(qpos, np.int64), fid, fd)
     reverse = (rows, np.where(rid >= 0, rid, -1).astype(np.int32), np.where(rid >= 0, rd, np.inf).astype(np.float32))

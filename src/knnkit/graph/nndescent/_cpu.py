@@ -565,6 +565,18 @@ def merge_rows(ind, dist, add_ind, add_dist):
                 _insert_plain(ind, dist, s, v, add_dist[s, j])
 
 
+@njit(parallel=True, cache=True)
+def merge_rows_at(ind, dist, rows, add_ind, add_dist):
+    """Merge candidate row ``s`` (add_ind, add_dist; -1 ignored) into the sorted list
+    ``rows[s]``, in place; ``rows`` must not repeat (rows run in parallel)."""
+    for s in prange(rows.shape[0]):
+        a = rows[s]
+        for j in range(add_ind.shape[1]):
+            v = add_ind[s, j]
+            if v >= 0:
+                _insert_plain(ind, dist, a, v, add_dist[s, j])
+
+
 @njit(cache=True)
 def insert_pairs(ind, dist, owner, other, d):
     """Insert the pairs ``(owner[j], other[j], d[j])`` (``owner`` -1: none) into the sorted lists
