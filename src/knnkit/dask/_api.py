@@ -16,7 +16,7 @@ import numpy as np
 from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import (as_leaf, assemble, concat_rows, cross_search, exact_part, fit_tree, globalize, keep, leaf_graph,
+from ._tasks import (as_leaf, assemble, cross_search, exact_part, fit_tree, globalize, keep, leaf_graph,
                      merge_leaf, merge_running, merge_topk,
                      pair_merge, part_graph, compact, route, rows_of, sample_rows, single_graph, slab_samples, select_leaf,
                      select_slab, size_of, slab_for_leaf, take, tree_nodes)
@@ -150,13 +150,15 @@ def _estimate_rows(n, seed):
 
 
 def _probe(client, parts, rows):
-    """A future of the data's rows ``rows`` (sorted global ids), gathered worker to worker."""
+    """The data's rows ``rows`` (sorted global ids) on the client (ESTIMATE_ROWS rows: small). Passed
+    to the partition-graph tasks as an argument: a dependency to fetch instead could queue behind
+    a partition that is being copied to the same worker, and hold up that worker's build."""
     pieces = []
     for o, r, f in parts:
         sel = rows[(rows >= o) & (rows < o + r)] - o
         if sel.size:
             pieces.append(client.submit(rows_of, f, sel, pure=False))
-    return client.submit(concat_rows, *pieces, pure=False)
+    return np.ascontiguousarray(np.concatenate(client.gather(pieces)))
 
 
 def _recall_from(rows, Dx, Ix, D, k, metric):
@@ -183,7 +185,7 @@ def _estimate_recall(client, parts, I, D, k, metric, device, seed):
     """recall@k of the lists (I, D) on ESTIMATE_ROWS sampled rows, ties forgiven: exact neighbours
     of those rows by the distributed exact search (k + 1, self dropped)."""
     rows = _estimate_rows(I.shape[0], seed)
-    qf = _probe(client, parts, rows)
+    qf = client.scatter(_probe(client, parts, rows), broadcast=True, hash=False)
     # the graph's build validated the data: no second NaN scan of every partition
     lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, True, pure=False) for o, _r, f in parts]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))

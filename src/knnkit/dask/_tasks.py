@@ -12,7 +12,7 @@ from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
 __all__ = ["exact_part", "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
-           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "concat_rows", "size_of", "rows_of", "tree_nodes", "leaf_path",
+           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of", "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search"]
 
@@ -25,11 +25,6 @@ def _host(a, dtype=None):
 def rows_of(X, rows):
     """Rows ``rows`` (local ids) of a partition, host float32."""
     return np.ascontiguousarray(_host(X)[np.asarray(rows, dtype=np.int64)])
-
-
-def concat_rows(*pieces):
-    """Row blocks stacked (host float32)."""
-    return np.ascontiguousarray(np.concatenate([_host(p, np.float32) for p in pieces]))
 
 
 def size_of(t):
