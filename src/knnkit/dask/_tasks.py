@@ -22,9 +22,18 @@ def _host(a, dtype=None):
     return a if dtype is None else a.astype(dtype, copy=False)
 
 
+def _take_rows(X, rows):
+    """Rows ``rows`` of ``X`` as host float32, selected where ``X`` lives (a device partition's
+    few rows are copied, not the partition)."""
+    from .._core.backend import get_array_module
+
+    xp = get_array_module(X)
+    return np.ascontiguousarray(_host(X[xp.asarray(np.asarray(rows, dtype=np.int64))], np.float32))
+
+
 def rows_of(X, rows):
     """Rows ``rows`` (local ids) of a partition, host float32."""
-    return np.ascontiguousarray(_host(X)[np.asarray(rows, dtype=np.int64)])
+    return _take_rows(X, rows)
 
 
 def size_of(t):
@@ -242,9 +251,8 @@ def _unit_rows(X):
 
 def sample_rows(X, m, seed, unit):
     """``m`` random rows of a partition (host float32; unit rows when ``unit``)."""
-    X = _host(X, np.float32)
     rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], min(int(m), X.shape[0]), replace=False))
-    S = np.ascontiguousarray(X[rows])
+    S = _take_rows(X, rows)
     return _unit_rows(S) if unit else S
 
 
