@@ -12,7 +12,8 @@ from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
 __all__ = ["exact_part", "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
-           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of", "tree_nodes", "leaf_path",
+           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of",
+           "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search"]
 
