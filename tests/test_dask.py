@@ -86,18 +86,25 @@ def test_validation(client, rng):
         knnkit.dask.ShardedIndex.build(X, shards=60, client=client, device="cpu")
 
 
-def test_knn_graph_recall_matches_single_process(client):
+@pytest.mark.parametrize("second_stage", ["search", "graph"])
+def test_knn_graph_recall_matches_single_process(client, second_stage):
     from knnkit.datasets import make_clustered
 
     X = np.asarray(make_clustered(8000, 24, random_state=3), dtype=np.float32)
     _, T = knnkit.knn(X, k=10, device="cpu")
-    g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=3, random_state=1, partition="rows")
+    g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=3, random_state=1, partition="rows",
+                              second_stage=second_stage)
     g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=1)
     r, r0 = recall(g.indices, T), recall(g0.indices, T)
     assert g.indices.shape == (8000, 10) and (g.indices >= 0).all()
     assert not (g.indices == np.arange(8000)[:, None]).any()
     assert r >= r0 - 0.01, (r, r0)
-    assert g.stats.extra["merges"] == 3
+    st = g.stats.extra
+    assert st["second_stage"] == second_stage
+    if second_stage == "search":  # every ordered pair of partitions: 3 * 2 cross searches, no GGM merge
+        assert g.stats.method == "dask-rows" and st["cross_searches"] == 6 and st["merges"] == 0
+    else:
+        assert g.stats.method == "dask-ggm" and st["merges"] == 3
     assert abs(g.stats.extra["recall_estimate"] - r) <= 0.01, (g.stats.extra, r)
     d = ((X[:, None, :] - X[g.indices[:, :3]]) ** 2).sum(-1)  # distances are the points' own
     np.testing.assert_allclose(np.asarray(g.distances)[:, :3], d, rtol=1e-4, atol=1e-4)
@@ -123,6 +130,112 @@ def test_knn_graph_tree_recall_matches_single_process(client, kind, P, metric):
     assert r >= r0 - 0.005, (r, r0, st)
     assert not (g.indices == np.arange(n)[:, None]).any() and (g.indices >= 0).all()
     assert all(len(set(row)) == 10 for row in g.indices[:500].tolist())
+
+
+def _second_stage_workers(records, name):
+    from dask.utils import key_split
+
+    return {r["worker"] for r in records if key_split(r["key"]) == name}
+
+
+@pytest.mark.parametrize("partition, n, d", [("tree", 20000, 24), ("rows", 12000, 16)])
+def test_knn_graph_second_stage_runs_on_both_workers(client, partition, n, d):
+    """Two workers, two partitions: the stage after the partition graphs (cross searches) runs on
+    BOTH workers, as do the final per-partition merges; recall against exact neighbours matches
+    the single process; lists hold the points' own distances, sorted."""
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(n, d, n_clusters=200, random_state=8), dtype=np.float32)
+    D0, T = knnkit.knn(X, k=10, device="cpu")
+    with distributed.get_task_stream(client=client) as ts:
+        g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=2, random_state=3,
+                                  partition=partition)
+    g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=3)
+    st = g.stats.extra
+    assert st["second_stage"] == "search" and st["cross_searches"] == 2
+    workers = sorted(client.scheduler_info()["workers"])
+    assert _second_stage_workers(ts.data, "cross_search") == set(workers)
+    assert _second_stage_workers(ts.data, "merge_leaf") == set(workers)
+    assert not _second_stage_workers(ts.data, "pair_merge")  # no GGM merge
+    # the recall estimate's exact lists came from the partition graphs' tasks: no separate search
+    assert not _second_stage_workers(ts.data, "exact_part")
+    r, r0 = recall(g.indices, T), recall(g0.indices, T)
+    assert r >= r0 - 0.003 and r >= 0.99, (r, r0, st)
+    assert abs(st["recall_estimate"] - r) <= 0.01, (st["recall_estimate"], r)
+    I, D = np.asarray(g.indices), np.asarray(g.distances)
+    assert (np.diff(D, axis=1) >= 0).all()
+    assert not (I == np.arange(n)[:, None]).any() and all(len(set(row)) == 10 for row in I.tolist())
+    own = ((X[:, None, :] - X[I]) ** 2).sum(-1)
+    np.testing.assert_allclose(D, own, rtol=1e-4, atol=1e-4)
+    # the k-th distance is never below the exact one (no list holds a point nearer than truly exists)
+    assert (D[:, -1] >= np.asarray(D0)[:, -1] - 1e-4).all()
+
+
+def test_knn_graph_tree_cross_searches_on_four_leaves(client):
+    """Four leaves on two workers: every ordered pair of leaves on opposite sides of a hyperplane
+    is searched once (at their lowest common node: 8 at the root, 2 + 2 below), both workers
+    search, and recall matches the single process."""
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(16000, 16, random_state=9), dtype=np.float32)
+    _, T = knnkit.knn(X, k=10, device="cpu")
+    with distributed.get_task_stream(client=client) as ts:
+        g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=4, random_state=2)
+    st = g.stats.extra
+    assert st["cross_searches"] == 12 and len(st["slab_sizes"]) == 3
+    assert len(_second_stage_workers(ts.data, "cross_search")) == 2
+    g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=2)
+    assert recall(g.indices, T) >= recall(g0.indices, T) - 0.003
+
+
+def test_second_stage_option(client, rng):
+    X = rng.random((3000, 6), dtype=np.float32)
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", n_parts=2, second_stage="graph")
+    assert g.stats.extra["second_stage"] == "graph" and g.stats.extra["cross_searches"] == 0  # one slab graph
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", n_parts=2, metric="manhattan")
+    assert g.stats.extra["second_stage"] == "graph"  # no graph search for L1
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", n_parts=2, partition="rows",
+                              n_neighbors_internal=12)
+    assert g.stats.method == "dask-ggm" and g.stats.extra["n_neighbors_internal"] == 12  # a GGM parameter: GGM
+    with pytest.raises(ValueError, match="second_stage"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", second_stage="slab")
+    with pytest.raises(ValueError, match="second_stage='search'"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", metric="inner_product", second_stage="search")
+    with pytest.raises(ValueError, match="second_stage='search'"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", metric="manhattan", second_stage="search")
+
+
+class _NotNumpy:
+    """numpy behind another module object: runs the device (sort-based) branches of the dask tasks."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+@pytest.mark.parametrize("xp", [np, _NotNumpy()], ids=["cpu", "sort-branch"])
+def test_group_topk_and_search_graph(rng, xp):
+    from knnkit.dask import _tasks as t
+
+    owner = rng.integers(-1, 50, 4000)
+    other = rng.permutation(4000).astype(np.int64)
+    d = rng.random(4000).astype(np.float32)
+    rows, ids, dist = t._group_topk(xp, owner, other, d, 3, 50)
+    for r, row_ids, row_d in zip(rows.tolist(), ids, dist):
+        sel = owner == r
+        best = np.lexsort((other[sel], d[sel]))[:3]
+        got = row_ids >= 0
+        assert row_ids[got].tolist() == other[sel][best].tolist()
+        np.testing.assert_array_equal(row_d[got], d[sel][best])
+    assert set(np.flatnonzero(np.bincount(owner[owner >= 0], minlength=50)).tolist()) <= set(rows.tolist())
+    I = np.stack([rng.permutation(30)[:4] for _ in range(30)]).astype(np.int32)  # distinct ids per list
+    I[3] = -1
+    D = rng.random((30, 4)).astype(np.float32)
+    G = t.search_graph(xp, I, D, 7)
+    assert G.shape == (30, 7) and (G[:, :4] == I).all()
+    for a in range(30):  # the reverse edges: up to 3 of the points that list a, the nearest first
+        listing = [(D[b, j], b) for b in range(30) for j in range(4) if I[b, j] == a]
+        want = [b for _d, b in sorted(listing)[:3]]
+        assert [b for b in G[a, 4:].tolist() if b >= 0] == want
 
 
 def test_tree_leaves_cover_every_point_once(rng):

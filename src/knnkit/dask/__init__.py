@@ -2,8 +2,9 @@
 workers of a ``dask.distributed`` cluster (``dask_cuda.LocalCUDACluster`` gives one worker per
 GPU; a ``LocalCluster`` of CPU workers runs the same code).
 
-Install with ``pip install 'knnkit[dask]'``. Papers: GGNN section 5.5 (sharding, replication),
-GNND section 5 (GGM merges of partition graphs).
+Install with ``pip install 'knnkit[dask]'``. Papers: GGNN section 5.5 (sharding, replication,
+every point searched in every other shard: the graph's second stage), GNND section 5 (GGM merges
+of partition graphs).
 
 >>> import knnkit.dask
 >>> sorted(knnkit.dask.__all__)

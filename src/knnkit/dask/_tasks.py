@@ -12,9 +12,10 @@ from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
 __all__ = ["exact_part", "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
-           "search_shard", "save_shard", "load_shard", "shard_info", "take", "size_of", "rows_of", "tree_nodes", "leaf_path",
+           "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of",
+           "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
-           "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf"]
+           "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search"]
 
 
 def _host(a, dtype=None):
@@ -22,9 +23,18 @@ def _host(a, dtype=None):
     return a if dtype is None else a.astype(dtype, copy=False)
 
 
+def _take_rows(X, rows):
+    """Rows ``rows`` of ``X`` as host float32, selected where ``X`` lives (a device partition's
+    few rows are copied, not the partition)."""
+    from .._core.backend import get_array_module
+
+    xp = get_array_module(X)
+    return np.ascontiguousarray(_host(X[xp.asarray(np.asarray(rows, dtype=np.int64))], np.float32))
+
+
 def rows_of(X, rows):
     """Rows ``rows`` (local ids) of a partition, host float32."""
-    return np.ascontiguousarray(_host(X)[np.asarray(rows, dtype=np.int64)])
+    return _take_rows(X, rows)
 
 
 def size_of(t):
@@ -35,6 +45,20 @@ def size_of(t):
 def take(pair, i):
     """Element ``i`` of a task's tuple result (a separate tiny task, so halves move separately)."""
     return pair[i]
+
+
+def keep(x):
+    """``x`` itself, as a new result on the worker this task runs on: pinned to a worker, it makes
+    Dask copy ``x`` there as soon as ``x`` exists (the transfer overlaps whatever that worker
+    computes meanwhile), and later tasks there find it local."""
+    return x
+
+
+def as_leaf(X, offset):
+    """A row partition as a leaf: ``(global ids, rows, positions)`` (positions ``0..m-1``: the
+    partition is its own leaf, and its rows are the queries of :func:`cross_search` as they are)."""
+    m = int(X.shape[0])
+    return np.arange(int(offset), int(offset) + m, dtype=np.int64), X, np.arange(m, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------- exact
@@ -106,13 +130,16 @@ def single_graph(k, metric, device, seed, *blocks):
     return I, _host(out["distances"], np.float32), stats
 
 
-def part_graph(X, k, K, metric, device, seed, final=False):
+def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=None):
     """NN-Descent (or the exact graph, by the single-device rule) lists of one partition, ids local:
     ``(I int32 (n, K'), D float32 user metric)``, ``K' = min(K, n - 1)``.
 
     ``final=False``: lists of length ``K`` without the recall target (GGM merges follow and set the
     quality). ``final=True``: the single-device build as :func:`knnkit.knn_graph` runs it (its
-    default internal list length and recall target), ``K`` ignored, ``min(k, n - 1)`` columns."""
+    default internal list length and recall target), ``K`` ignored, ``min(k, n - 1)`` columns.
+    ``probe`` (rows of the whole data set, validated): also their exact top ``probe_k`` among this
+    partition, on the data the build just prepared (no second copy to the device): a third
+    element ``(distances float32 user metric, local ids int64)``."""
     from .._core.prepare import prepare
     from ..graph import GRAPH_METRICS, build_lists, choose_method
     from ..graph.nndescent import NNDescentParams
@@ -131,7 +158,14 @@ def part_graph(X, k, K, metric, device, seed, final=False):
         cols = min(K, n - 1)
     I, D, _ = build_lists(P.X, cols, metric=metric, method=method, params=params, seed=int(seed))
     D = finalize_distances(D, metric, P.scale)
-    return _host(I, np.int32), _host(D, np.float32)
+    if probe is None:
+        return _host(I, np.int32), _host(D, np.float32)
+    from .._core.prepare import prepare_queries, rescaled
+    from ..api.exact import exact_search
+
+    Qp = prepare_queries(probe, P, check_finite=False)
+    pd, pi, _st = exact_search(rescaled(P, Qp.scale), Qp, min(int(probe_k), n))
+    return _host(I, np.int32), _host(D, np.float32), (_host(pd, np.float32), _host(pi, np.int64))
 
 
 def globalize(base, offset, k):
@@ -218,9 +252,8 @@ def _unit_rows(X):
 
 def sample_rows(X, m, seed, unit):
     """``m`` random rows of a partition (host float32; unit rows when ``unit``)."""
-    X = _host(X, np.float32)
     rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], min(int(m), X.shape[0]), replace=False))
-    S = np.ascontiguousarray(X[rows])
+    S = _take_rows(X, rows)
     return _unit_rows(S) if unit else S
 
 
@@ -285,7 +318,10 @@ def route(X, tree, P, unit):
         sel = np.flatnonzero((lo == nlo) & (hi == nhi))
         if sel.size == 0:
             continue
-        m = (Xu[sel].astype(np.float64) @ U[h] - t[h]).astype(np.float32)
+        # float32 product (a float64 copy of every row cost seconds at 2M x 96), no row copy at the root
+        u = U[h].astype(np.float32)
+        m = ((Xu if sel.size == n else Xu[sel]) @ u).astype(np.float64)
+        m = (m - t[h]).astype(np.float32)
         margins[sel, lvl] = m
         right = m >= 0
         lo[sel[right]] = mid
@@ -326,19 +362,32 @@ def _kth_radius(D, k, metric):
     return np.where(np.isfinite(r), r, np.inf)
 
 
-def leaf_graph(leaf, k, metric, device, seed):
-    """The single-device graph of one leaf (or slab), global ids: ``(I int64 (m, k), D float32 (m, k))``,
-    ``-1`` / ``inf`` where the set has at most ``k`` points."""
+def leaf_graph(leaf, k, metric, device, seed, local=False, probe=None):
+    """The single-device graph of one leaf (or slab): ``(I (m, k), D float32 (m, k))``, ``-1`` /
+    ``inf`` where the set has at most ``k`` points. Ids are global (int64), or with ``local``
+    positions in the leaf (int32: the leaf's own graph, searched by :func:`cross_search`; the
+    leaf's ``ids`` turn them into global ids). ``probe``: rows of the data set whose exact
+    ``k + 1`` nearest among this leaf come third, ``(distances, global ids int64)`` (the recall
+    estimate, computed where the leaf's data already is)."""
     ids, X = leaf[0], leaf[1]
     m = int(ids.shape[0])
-    I = np.full((m, int(k)), -1, np.int64)
+    I = np.full((m, int(k)), -1, np.int32 if local else np.int64)
     D = np.full((m, int(k)), np.inf, np.float32)
+    pr = None
     if m >= 2:
-        Il, Dl = part_graph(X, k, None, metric, device, seed, final=True)
+        out = part_graph(X, k, None, metric, device, seed, final=True, probe=probe, probe_k=int(k) + 1)
+        Il, Dl = out[0], out[1]
         c = Il.shape[1]
-        I[:, :c] = np.where(Il >= 0, ids[np.maximum(Il, 0)], -1)
+        I[:, :c] = Il if local else np.where(Il >= 0, ids[np.maximum(Il, 0)], -1)
         D[:, :c] = np.where(Il >= 0, Dl, np.inf)
-    return I, D
+        if probe is not None:
+            pd, pi = out[2]
+            pr = (pd, np.where(pi >= 0, ids[np.maximum(pi, 0)], -1))
+    elif probe is not None:  # zero or one point
+        pd, pi = exact_part(X, probe, int(k) + 1, metric, device, 0, True) if m else \
+            (np.zeros((len(probe), 0), np.float32), np.zeros((len(probe), 0), np.int64))
+        pr = (pd, np.where(pi >= 0, ids[np.maximum(pi, 0)], -1))
+    return (I, D) if probe is None else (I, D, pr)
 
 
 slab_graph = leaf_graph
@@ -346,7 +395,7 @@ slab_graph = leaf_graph
 
 def slab_samples(leaf, lists, tree, leaf_index, P, k, metric, rule, cap, seed):
     """What sets the slab widths, for each level of the leaf's path: ``(count, sample)`` with at
-    most ``cap`` sampled values.
+    most ``cap`` sampled values (``lists``: the leaf's graph, local ids).
 
     ``rule="bound"``: the k-th radii of the points that can have a neighbour across that level's
     hyperplane (``|margin| <= radius``). ``rule="projected"``: ``|u . (a - b)|`` over the leaf
@@ -369,12 +418,11 @@ def slab_samples(leaf, lists, tree, leaf_index, P, k, metric, rule, cap, seed):
     U = tree[0]
     path = leaf_path(tree_nodes(P), leaf_index)
     rows = rng.choice(ids.shape[0], min(ids.shape[0], max(1, int(cap) // max(1, k))), replace=False)
-    nb = I[rows]
-    pos = np.searchsorted(ids, np.maximum(nb, 0))  # ids are ascending (assemble keeps partition order)
-    ok = (nb >= 0) & (pos < ids.shape[0]) & (ids[np.minimum(pos, ids.shape[0] - 1)] == nb)
+    nb = I[rows]  # positions in the leaf (its local lists)
+    ok = nb >= 0
     Xu = _unit_rows(X) if metric == "cosine" else X
     a = np.repeat(rows, nb.shape[1])[ok.ravel()]
-    b = pos.ravel()[ok.ravel()]
+    b = nb.ravel()[ok.ravel()].astype(np.int64)
     for h in path:  # (a shallower leaf's path is shorter than the margins' columns)
         u = U[h]
         diff = np.abs((Xu[a].astype(np.float64) - Xu[b]) @ u)
@@ -404,25 +452,173 @@ def slab_for_leaf(slab, lists, j):
     return slab[2][lo:hi], lists[0][lo:hi], lists[1][lo:hi]
 
 
-def merge_leaf(leaf, lists, k, metric, *slab_rows):
-    """A leaf's final lists: its own graph's lists united with its rows of every slab graph
-    (duplicate ids kept once), top ``k``: ``(global ids, I int32, D float32)`` (int32 ids: the
-    graph's own dtype, half the bytes to move)."""
-    from ..graph._merge import merge_lists
+def _to_global(ids, I):
+    """Local ids ``I`` (-1: none) of a leaf whose ascending global ids are ``ids``, as int32 global
+    ids: an offset for a contiguous range (a row partition), else one int32 gather (numpy's int64
+    fancy indexing with a clip took 10x longer at 2M x 10)."""
+    I = np.asarray(I)
+    I32 = I if I.dtype == np.int32 else I.astype(np.int32)
+    if ids.size and int(ids[-1]) - int(ids[0]) == ids.size - 1 and (ids.size < 2 or bool((np.diff(ids) > 0).all())):
+        out = I32 + np.int32(ids[0])
+    else:
+        out = np.take(ids.astype(np.int32), I32)
+    out[I32 < 0] = -1
+    return out
 
-    I, D = lists
-    Ii = np.where(I >= 0, I, -1).astype(np.int32)
-    Di = np.where(I >= 0, to_internal(D, metric), np.inf).astype(np.float32)
+
+def merge_leaf(leaf, lists, k, metric, *slab_rows):
+    """A leaf's final lists: its own graph's lists (local ids) united with the candidates of its
+    rows found by the second stage (``(positions in the leaf, global ids, user-metric distances)``
+    per slab graph or cross search, positions distinct within each; duplicate ids kept once), top
+    ``k``, sorted by distance: ``(global ids, I int32, D float32)`` (int32 ids: the graph's own
+    dtype, half the bytes to move). Each candidate block is inserted into its rows' lists in place
+    (one parallel Numba pass per block, no (rows, candidates) temporaries)."""
+    from ..graph.nndescent._cpu import merge_rows_at
+
+    I, D = lists[0], lists[1]
+    Ii = np.ascontiguousarray(_to_global(leaf[0], I))
+    Di = np.ascontiguousarray(np.where(I >= 0, to_internal(D, metric), np.inf), dtype=np.float32)
     for pos, SI, SD in slab_rows:
-        if pos.size == 0:
+        if len(pos) == 0:
             continue
-        AI = np.full(Ii.shape, -1, np.int32)
-        AD = np.full(Ii.shape, np.inf, np.float32)
-        AI[pos] = np.where(SI >= 0, SI, -1)
-        AD[pos] = np.where(SI >= 0, to_internal(SD, metric), np.inf)
-        Ii, Di = merge_lists(Ii, Di, AI, AD, k)
-    Do = finalize_distances(np.array(Di, dtype=np.float32), metric)
-    return leaf[0], Ii.astype(np.int32, copy=False), np.where(Ii >= 0, Do, np.inf).astype(np.float32)
+        merge_rows_at(Ii, Di, np.ascontiguousarray(pos, dtype=np.int64), np.ascontiguousarray(SI, dtype=np.int32),
+                      np.ascontiguousarray(np.where(SI >= 0, to_internal(SD, metric), np.inf), dtype=np.float32))
+    Do = finalize_distances(Di, metric)
+    return leaf[0], Ii, np.where(Ii >= 0, Do, np.float32(np.inf)).astype(np.float32, copy=False)
+
+
+# --------------------------------------------------------------------------- cross search (the tree's second stage)
+# GGNN's multi-GPU all-points search (section 5.5: every point searched in every shard, results
+# merged per point), restricted to the points that can have a neighbour across a hyperplane: the
+# rows of a leaf within the slab width of an ancestor's hyperplane are searched in the graph of
+# every leaf on the other side, on that leaf's worker. Each pair found serves both ends: the query
+# row gets its nearest points of the other leaf (forward), and every point of the other leaf gets
+# the query rows that found it (reverse), so a neighbour pair is missed only when neither
+# direction's search finds it.
+
+#: beam of the cross searches (candidate list; k <= beam)
+CROSS_BEAM = 32
+#: seeds per query: the nearest of a sample of the target leaf's boundary rows
+CROSS_SEEDS = 8
+#: boundary rows of the target leaf sampled as seed candidates (all of them when fewer)
+CROSS_SEED_SAMPLE = 16384
+
+
+def _group_topk(xp, owner, other, d, width, n_owner):
+    """Per owner row, the ``width`` nearest of the pairs ``(owner, other, d)`` (``owner`` -1: no
+    pair): ``(rows (r,) int64 ascending, ids (r, width), d (r, width) float32)``, -1 / inf padded,
+    ties by smaller id (an id once per row on the CPU). The CPU inserts the pairs into per-row
+    lists in one Numba pass (rows: all ``n_owner``); the GPU sorts them."""
+    if xp is np:
+        from ..graph.nndescent._cpu import insert_pairs
+
+        ids = np.full((int(n_owner), int(width)), -1, np.int32)
+        dist = np.full((int(n_owner), int(width)), np.inf, np.float32)
+        insert_pairs(ids, dist, np.ascontiguousarray(owner, dtype=np.int64), np.ascontiguousarray(other, dtype=np.int32),
+                     np.ascontiguousarray(d, dtype=np.float32))
+        return np.arange(int(n_owner), dtype=np.int64), ids, dist
+    ok = owner >= 0
+    owner, other, d = owner[ok], other[ok], d[ok]
+    if owner.size == 0:
+        return (xp.zeros(0, xp.int64), xp.full((0, width), -1, xp.int64), xp.full((0, width), xp.inf, xp.float32))
+    order = xp.lexsort(xp.stack([other.astype(xp.float64), d.astype(xp.float64), owner.astype(xp.float64)]))
+    owner, other, d = owner[order], other[order], d[order]
+    start = xp.searchsorted(owner, owner, side="left")
+    rank = xp.arange(owner.size) - start
+    keep = rank < width
+    owner, other, d, rank = owner[keep], other[keep], d[keep], rank[keep]
+    rows = xp.unique(owner)
+    r = xp.searchsorted(rows, owner)
+    ids = xp.full((rows.size, width), -1, xp.int64)
+    dist = xp.full((rows.size, width), xp.inf, xp.float32)
+    ids[r, rank] = other
+    dist[r, rank] = d
+    return rows.astype(xp.int64), ids, dist
+
+
+def search_graph(xp, I, D, width):
+    """The graph a cross search walks: each point's k-NN list plus up to ``width - k`` reverse
+    edges (the nearest points that list it), ``-1`` padded, int32 ``(m, width)``. A k-NN graph's
+    directed lists alone leave points that no list names unreachable."""
+    m, c = I.shape
+    if width <= c:
+        return xp.ascontiguousarray(I, dtype=xp.int32)
+    src = xp.repeat(xp.arange(m, dtype=xp.int64), c)
+    rows, rev, _ = _group_topk(xp, I.astype(xp.int64).ravel(), src, D.astype(xp.float32).ravel(), width - c, m)
+    G = xp.full((m, width), -1, xp.int32)
+    G[:, :c] = I
+    G[rows, c:] = rev.astype(xp.int32)
+    return G
+
+
+def cross_search(target, lists, queries, level, w, k, metric, device, seed, beam=CROSS_BEAM, n_seeds=CROSS_SEEDS,
+                 sample=CROSS_SEED_SAMPLE):
+    """Search a leaf's graph (``target`` a leaf, ``lists`` its graph with local ids) for the ``k``
+    nearest of each query row (``queries``: ``(global ids, rows, positions in their leaf)``,
+    another leaf's rows near the hyperplane of ``level``).
+
+    The walk: the leaf's lists plus reverse edges (:func:`search_graph`), from the medoids of
+    each query's nearest seed candidates (up to ``sample`` of the leaf's rows within ``w`` of
+    the hyperplane, ``level`` None: any rows), beam ``beam``, on ``device`` (the GPU kernel or
+    its CPU twin). Returns ``(forward, reverse)``, each ``(positions, global ids int32, distances
+    float32 user metric)``: the queries' lists (positions in their leaf) and, for every point of
+    this leaf that some query found, up to ``k`` of those queries, nearest first (positions in
+    this leaf)."""
+    from .._core.backend import twin
+    from .._core.prepare import device_scope, prepare, prepare_queries, rescaled
+    from ..graph import GRAPH_METRICS
+    from ..index._entry import EntryPoints
+
+    ids, X = target[0], target[1]
+    qids, Q, qpos = queries[0], queries[1], queries[2]
+    m, nq, k = int(ids.shape[0]), int(qids.shape[0]), int(k)
+    empty = (np.zeros(0, np.int64), np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))
+    if nq == 0 or m == 0:
+        return empty, empty
+    P = prepare(X, metric=metric, device=device, metrics=GRAPH_METRICS, check_finite=False)
+    if P.internal not in ("l2", "ip"):
+        raise ValueError(f"cross_search: no graph search for metric {metric!r}")
+    Qp = prepare_queries(Q, P, check_finite=False)
+    P = rescaled(P, Qp.scale)
+    kk = min(k, m)
+    rng = np.random.default_rng(seed)
+    near = np.arange(m) if level is None else np.flatnonzero(np.abs(target[2][:, level]) <= w)
+    if near.size == 0:
+        near = np.arange(m)
+    samp = np.sort(rng.choice(near, min(int(sample), near.size), replace=False)).astype(np.int32)
+    with device_scope(P.device, P.device_id):
+        xp = np
+        if P.device == "gpu":
+            import cupy as xp
+        G = search_graph(xp, xp.asarray(lists[0]), xp.asarray(lists[1]), 2 * lists[0].shape[1])
+        ms = xp.asarray(samp)
+        ep = EntryPoints(xp.ascontiguousarray(P.X[ms]), ms, P.internal)
+        if xp is np:
+            seeds = ep.seeds_for(Qp.X, int(n_seeds))
+        else:  # the GPU's seed selection multiplies (queries, sample) at once: blocks of <= 256 MB
+            bs = max(1024, (1 << 26) // max(1, samp.size))
+            seeds = xp.concatenate([ep.seeds_for(Qp.X[a:a + bs], int(n_seeds)) for a in range(0, nq, bs)])
+        xmax = float(xp.sqrt((P.X * P.X).sum(axis=1).max())) if P.internal == "ip" else None
+        b = max(int(beam), kk)
+        d, i = twin("knnkit.index", P.device).search(P.X, G, Qp.X, kk, seeds=seeds, beam=b, tau=float("inf"),
+                                                     max_iters=max(64, 8 * b), metric=P.internal, xnorm_max=xmax)
+        del G, seeds
+        i = i.astype(xp.int64)
+        # reverse: every found point of this leaf gets the queries that found it
+        rq = xp.repeat(xp.asarray(qids, dtype=xp.int64), kk)
+        rows, rid, rd = _group_topk(xp, i.ravel(), rq, d.ravel(), k, m)
+        found = rid[:, 0] >= 0
+        rows, rid, rd = rows[found], rid[found], rd[found]
+        d = finalize_distances(d, metric, P.scale)
+        rd = finalize_distances(rd, metric, P.scale)
+        i, d, rows, rid, rd = (_host(a) for a in (i, d, rows, rid, rd))
+    fid = np.full((nq, k), -1, np.int32)
+    fd = np.full((nq, k), np.inf, np.float32)
+    fid[:, :kk] = _to_global(ids, i)
+    fd[:, :kk] = np.where(i >= 0, d, np.inf)
+    forward = (np.asarray(qpos, np.int64), fid, fd)
+    reverse = (rows, np.where(rid >= 0, rid, -1).astype(np.int32), np.where(rid >= 0, rd, np.inf).astype(np.float32))
+    return forward, reverse
 
 
 # --------------------------------------------------------------------------- sharded index

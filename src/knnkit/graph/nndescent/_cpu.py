@@ -565,6 +565,29 @@ def merge_rows(ind, dist, add_ind, add_dist):
                 _insert_plain(ind, dist, s, v, add_dist[s, j])
 
 
+@njit(parallel=True, cache=True)
+def merge_rows_at(ind, dist, rows, add_ind, add_dist):
+    """Merge candidate row ``s`` (add_ind, add_dist; -1 ignored) into the sorted list
+    ``rows[s]``, in place; ``rows`` must not repeat (rows run in parallel)."""
+    for s in prange(rows.shape[0]):
+        a = rows[s]
+        for j in range(add_ind.shape[1]):
+            v = add_ind[s, j]
+            if v >= 0:
+                _insert_plain(ind, dist, a, v, add_dist[s, j])
+
+
+@njit(cache=True)
+def insert_pairs(ind, dist, owner, other, d):
+    """Insert the pairs ``(owner[j], other[j], d[j])`` (``owner`` -1: none) into the sorted lists
+    ``ind[owner]`` / ``dist[owner]``, in place, in order (one pass, no sort of the pairs): each list
+    keeps its nearest, ties by smaller id, an id once."""
+    for j in range(owner.shape[0]):
+        a = owner[j]
+        if a >= 0:
+            _insert_plain(ind, dist, a, other[j], d[j])
+
+
 def pairwise_distances(X, rows, cols, metric="l2"):
     """Internal-metric distances between X[rows[i]] and X[cols[i, j]] (helper for merges)."""
     return row_distances(X, np.ascontiguousarray(rows, dtype=np.int64),
