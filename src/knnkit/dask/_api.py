@@ -403,7 +403,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     (no graph search kernel).
 
     Measured on CPU workers (2 workers, one thread each, 200k x 32 clustered,
-    ``benchmarks/results/cpu/dask_second_stage_2026-11-27.md``): the second stage runs on both
+    ``benchmarks/results/cpu/dask_second_stage_2026-11-26b.md``): the second stage runs on both
     workers; recall 0.9989 (tree) / 0.9975 (rows), single process 0.9993.
 
     Parameters
