@@ -32,6 +32,12 @@ __all__ = ["components", "reachable_from", "repair_connectivity", "entry_points_
 GPU_KERNELS = True
 
 
+def gpu_kernels_on():
+    """The current value of :data:`GPU_KERNELS` (read at call time, so a caller outside this module
+    sees a flag switched after its import)."""
+    return GPU_KERNELS
+
+
 # ---------------------------------------------------------------------------------- helpers
 def _xp_of(a):
     return get_array_module(a)

@@ -75,12 +75,11 @@ def _connect(X, g, entry, im):
     between neighbouring components in both directions, and every point reachable from the
     entries. Tight, well-separated clusters otherwise leave whole clusters unreachable (1M x 128,
     1000 clusters: recall 0.905 at every beam)."""
-    from . import _connect as conn_mod
-    from ._connect import (combine_entry_points, components, entry_points_per_component, repair_connectivity,
-                           short_edge_components)
+    from ._connect import (combine_entry_points, components, entry_points_per_component, gpu_kernels_on,
+                           repair_connectivity, short_edge_components)
 
     xp = get_array_module(g)
-    if xp is not np and conn_mod.GPU_KERNELS:
+    if xp is not np and gpu_kernels_on():
         labels, c = components(g)  # the kernels of connect.cu: device labels, no host copy
     else:
         labels, c = components(as_host(g))  # Numba union-find on the host: faster than propagation on the GPU
