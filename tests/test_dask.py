@@ -149,7 +149,7 @@ def test_knn_graph_second_stage_runs_on_both_workers(client, partition, n, d):
     D0, T = knnkit.knn(X, k=10, device="cpu")
     with distributed.get_task_stream(client=client) as ts:
         g = knnkit.dask.knn_graph(X, k=10, client=client, device="cpu", n_parts=2, random_state=3,
-                                  partition=partition)
+                                  partition=partition, second_stage="search")
     g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=3)
     st = g.stats.extra
     assert st["second_stage"] == "search" and st["cross_searches"] == 2

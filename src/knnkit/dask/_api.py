@@ -397,14 +397,18 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
       serves every metric.
 
     ``"auto"``: ``"tree"``, except for ``inner_product`` (no distance bound to a hyperplane),
-    which uses ``"rows"``. ``second_stage="auto"``: ``"search"`` for sqeuclidean, euclidean and
-    cosine (rows: unless ``n_neighbors_internal`` is given), ``"graph"`` for inner_product (a
-    walk of its k-NN graph found 0.87 recall: 200k x 32 clustered, two partitions) and manhattan
-    (no graph search kernel).
+    which uses ``"rows"``. ``second_stage="auto"``: ``"search"`` for the tree schedule with
+    sqeuclidean, euclidean and cosine; ``"graph"`` otherwise: for the rows schedule (on 2 x H200,
+    4M x 96 clustered, its cross searches reached recall 0.986 against the GGM merges' 0.997),
+    inner_product (a walk of its k-NN graph found 0.87 recall: 200k x 32 clustered, two
+    partitions) and manhattan (no graph search kernel).
 
     Measured on CPU workers (2 workers, one thread each, 200k x 32 clustered,
     ``benchmarks/results/cpu/dask_second_stage_2026-11-26b.md``): the second stage runs on both
-    workers; recall 0.9989 (tree) / 0.9975 (rows), single process 0.9993.
+    workers; recall 0.9989 (tree) / 0.9975 (rows), single process 0.9993. On 2 x H200 (4M x 96,
+    ``benchmarks/results/dask-h200x2-2026-11-26b/``): tree + search 6.7 s (0.9977), tree + graph
+    7.8 s, rows + graph 8.6 s, against 4.8 s on one worker: two GPUs do not pay yet (host copies
+    and transfers between the stages).
 
     Parameters
     ----------
@@ -497,8 +501,9 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     if partition == "auto":
         partition = "tree" if metric in TREE_METRICS else "rows"
     if second_stage == "auto":  # n_neighbors_internal is a parameter of the rows' GGM merges
-        second_stage = "search" if metric in SEARCH_METRICS and (partition == "tree" or n_neighbors_internal is None) \
-            else "graph"
+        # rows: the GGM merges (on 2 x H200, 4M x 96 the rows' cross searches reached 0.986 against
+        # the merges' 0.997; the tree's searches 0.9977, as its slab graph)
+        second_stage = "search" if metric in SEARCH_METRICS and partition == "tree" else "graph"
     parts, shape, _dtype, kind = partitions(client, data, None if partition == "tree" else n_parts)
     n = shape[0]
     if n >= 2 ** 31 - 1:
