@@ -17,30 +17,11 @@ import types
 
 import numpy as np
 
+from _fake_device_array import FakeArray, _h, dev  # noqa: F401 (dev: used by the tests)
+
 from knnkit.index.bang._search_cpu import _bloom_insert
 
 
-class FakeArray(np.ndarray):
-    """A host array posing as a device array (``.data.ptr``, ``.get``)."""
-
-    @property
-    def data(self):
-        return types.SimpleNamespace(ptr=self.ctypes.data)
-
-    def get(self, stream=None, out=None):
-        if out is not None:
-            out[...] = np.asarray(self)
-            return out
-        return np.array(self)
-
-
-def dev(a):
-    return np.array(a).view(FakeArray)
-
-
-def _h(a):
-    """The plain ndarray behind a (possibly fake) array, sharing memory."""
-    return a.view(np.ndarray) if isinstance(a, np.ndarray) else a
 
 
 class _Stream:
