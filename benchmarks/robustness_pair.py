@@ -7,7 +7,6 @@ machine) into one paired JSON + markdown table (issue 11, CPU uniform 960-d foll
 import argparse
 import glob
 import json
-import os
 
 
 def _load(prefix):
@@ -68,7 +67,7 @@ def main():
              "| QPS@0.95 | QPS@0.99 | calibrated recall at last beam | target 0.99: recall (QPS, how) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in names:
-        (db, sb), (da, sa) = B[n], A[n]
+        sb, sa = B[n][1], A[n][1]
         rb, ra = _row(sb), _row(sa)
         doc["sets"][n] = {"n": sa["n"], "d": sa["d"], "metric": sa["metric"], "before": rb, "after": ra}
 
@@ -86,7 +85,8 @@ def main():
             n, f"{sa['n']} × {sa['d']}", cand, pair("build_s", 1), pair("default_beam"),
             f"{_f(rb['rec_default'])} ({_f(rb['rec_default_strict'])}) → {_f(ra['rec_default'])} ({_f(ra['rec_default_strict'])})",
             pair("max"), pair("q95"), pair("q99"),
-            f"{_f(rb['cal_last'][1])} @ {rb['cal_last'][0]} ({rb['cal_how']}) → {_f(ra['cal_last'][1])} @ {ra['cal_last'][0]} ({ra['cal_how']})",
+            f"{_f(rb['cal_last'][1])} @ {rb['cal_last'][0]} ({rb['cal_how']}) → "
+            f"{_f(ra['cal_last'][1])} @ {ra['cal_last'][0]} ({ra['cal_how']})",
             f"{t99(rb)} → {t99(ra)}"]) + " |")
     lines += ["", "candidates: how the index's candidate lists were made after the change (nndescent; brute below "
               "INDEX_BRUTE_MAX_N or when NN-Descent stalled, with the descent's estimated recall@10). "

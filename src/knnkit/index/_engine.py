@@ -59,12 +59,13 @@ def _resolve_auto_params(X, bp, random_state):
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
 
 
-#: The calibration's hold-out graph (one more diversification: 7-21 % of a CPU build on the
-#: robustness suite) is built for RobustPrune slack up to this, i.e. where the automatic parameters
-#: saw high-dimensional neighbourhoods (LID >= 28, or clusters smaller than the degree): there
-#: cutting the held-out rows out of the finished graph read 0.03-0.07 low at small beams (uniform
-#: 128-d / 960-d). Elsewhere the cut curve (conservative) stays: within 0.003 of the hold-out curve
-#: on SIFT-like, Fashion-MNIST and skin, but 0.01-0.04 low on uniform 32-d (LID 23.5).
+#: The calibration's hold-out graph (one more diversification: 9-15 % of the CPU build of the
+#: suite's sets it is made for; 20 % on tight clusters / manifold and ~50 % on skin and duplicates,
+#: which do not get it) is built for RobustPrune slack up to this, i.e. where the automatic
+#: parameters saw high-dimensional neighbourhoods (LID >= 28, or clusters smaller than the degree):
+#: there cutting the held-out rows out of the finished graph read 0.03-0.07 low at small beams
+#: (uniform 128-d / 960-d). Elsewhere the cut curve (conservative) stays: within 0.003 of the
+#: hold-out curve on SIFT-like, Fashion-MNIST and skin, but 0.01-0.04 low on uniform 32-d (LID 23.5).
 HOLDOUT_MAX_ALPHA = 1.0
 
 
