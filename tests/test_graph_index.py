@@ -544,6 +544,85 @@ def test_calibration_holds_out_its_queries_and_restores_the_graph():
             assert abs(got - r) < 0.05, (beam, got, r)
 
 
+def test_calibration_estimates_a_graph_built_without_its_queries():
+    """The calibration walks the graph diversified without its held-out rows (their candidates
+    taken out before RobustPrune and the reverse edges), so its curve is the recall those rows get
+    from a graph built without them. Cutting the rows out of the finished graph instead left their
+    neighbourhoods without the links the rows had occluded: on uniform 128-d data the curve was
+    0.02-0.06 below that recall at beams 16-48 (uniform 960-d, 50k: 0.9884 at beam 2048 against
+    0.9957 for unseen queries, so search(target_recall=0.99) scanned exactly)."""
+    from knnkit.datasets.suite import make_uniform_cube
+
+    X = make_uniform_cube(3000, 128, random_state=3)
+    n = X.shape[0]
+    # the calibration's rows (its seeded choice of min(500, n // 50) rows)
+    rs = np.random.default_rng(np.random.SeedSequence([0x5AFE, 0xCA1B]))
+    rows = np.sort(rs.choice(n, size=min(500, n // 50), replace=False))
+    keep = np.setdiff1d(np.arange(n), rows)
+    a = GraphIndex.build(X, device="cpu", random_state=0)
+    cal = dict(zip(a.calibration["beams"], a.calibration["recall"]))
+    b = GraphIndex.build(X[keep], device="cpu", random_state=0, calibrate=False)
+    _, T = knnkit.knn(X[keep], X[rows], k=10, device="cpu")
+    gaps = [abs(cal[beam] - recall(b.search(X[rows], k=10, beam=beam)[1], T)) for beam in (16, 24, 32, 48, 64)]
+    assert np.mean(gaps) < 0.015 and max(gaps) < 0.03, gaps
+
+
+def test_calibration_never_seeds_a_held_out_query_with_itself():
+    """A held-out row that is an entry medoid must not seed its own walk (found at distance 0 from
+    a dead row, one of its k slots lost): 1,000 tight clusters of 10 points have ~1,100 entries,
+    and the curve stopped at 0.9845 at every beam while unseen queries got 1.0 (so
+    search(target_recall=0.99) scanned exactly)."""
+    from knnkit.datasets.suite import make_tight_clusters
+
+    X, Q = make_tight_clusters(10000, 16, 1000, 0.01, n_queries=100, random_state=1)
+    _, T = knnkit.knn(X, Q, k=10, device="cpu")
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    assert len(index.entry_points) > 500
+    assert min(index.calibration["recall"]) >= 0.999, index.calibration
+    assert index.reaches(0.99) and recall(index.search(Q, k=10, target_recall=0.99)[1], T) >= 0.99
+
+
+def test_target_recall_scans_exactly_where_the_calibrated_walk_is_slower(caplog):
+    """A CPU calibration times its walks and an exact search of its rows; a target reached only at
+    a beam that walked more than EXACT_FASTER times slower is answered by the exact scan."""
+    import logging
+
+    from knnkit.index._calibrate import EXACT_FASTER, exact_is_faster
+
+    rng = np.random.default_rng(6)
+    X = rng.random((3000, 24), dtype=np.float32)
+    Q = rng.random((40, 24), dtype=np.float32)
+    D_true, T = knnkit.knn(X, Q, k=10, device="cpu")
+    index = GraphIndex.build(X, graph_degree=16, device="cpu", random_state=0)
+    cal = index.calibration
+    assert len(cal["seconds"]) == len(cal["beams"]) and cal["exact_seconds"] > 0
+    slow = dict(beams=[16, 32], recall=[0.9, 0.999], seconds=[0.01, 1.0], exact_seconds=0.1)
+    assert exact_is_faster(slow, 32) and not exact_is_faster(slow, 16)
+    assert not exact_is_faster(dict(slow, seconds=[0.01, 0.1 * EXACT_FASTER]), 32)
+    assert not exact_is_faster({k: v for k, v in slow.items() if k != "seconds"}, 32)  # GPU / older
+    index.build_params["calibration"] = dict(slow, k=10, queries=100)
+    with caplog.at_level(logging.INFO, logger="knnkit"):
+        d, i = index.search(Q, k=10, target_recall=0.99)
+    assert "walked slower" in caplog.text
+    np.testing.assert_array_equal(i, T)
+    walked = index.search(Q, k=10, target_recall=0.85)  # beam 16: faster than the scan, a walk
+    np.testing.assert_array_equal(walked[1], index.search(Q, k=10, beam=16)[1])
+
+
+def test_candidate_fallback_budget_is_knn_graphs():
+    """Stalled NN-Descent candidates are rebuilt exactly up to knn_graph's own CPU budget: the CPU
+    index had its own 2e11 (15k x 960 was past it, 50k x 960 uniform kept candidates of recall@10
+    0.56 and its search stopped at 0.989); now both limits are one."""
+    from knnkit.graph import EXACT_FALLBACK_MAX_WORK
+    from knnkit.index._build import CANDIDATE_EXACT_MAX_WORK, _candidates_stalled
+
+    assert CANDIDATE_EXACT_MAX_WORK["cpu"] == EXACT_FALLBACK_MAX_WORK["cpu"]
+    rng = np.random.default_rng(3)
+    X = rng.random((15000, 960), dtype=np.float32)  # n * n * d = 2.2e11
+    est, stalled = _candidates_stalled(X, rng.integers(0, 15000, size=(15000, 12)), "l2", 0)
+    assert stalled and est < 0.05
+
+
 def test_candidate_stall_detector():
     """The index build's candidate check: exact lists pass, random lists are flagged (and then
     built exactly), small sets are not estimated."""

@@ -23,7 +23,7 @@ from .._core.types import Array, ArrayLike, Device, HostArray, Metric, NeighborP
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
-from ..index._calibrate import beam_for, calibrate, first_beam_reaching, raised_default_beam
+from ..index._calibrate import beam_for, calibrate, exact_is_faster, first_beam_reaching, raised_default_beam
 
 __all__ = ["GraphIndex"]
 
@@ -283,7 +283,8 @@ class GraphIndex:
         # one bar over the build's stages (the engine adds its own; calibration is the last one)
         with device_scope(P.device, P.device_id), \
                 progress(total=1 if calibrate else 0, desc="GraphIndex.build", unit="stage") as bar:
-            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale, bar=bar)
+            engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale, bar=bar,
+                                        holdout=calibrate)
             index = cls(engine, sp)
             if calibrate:
                 t_cal = time.perf_counter()
@@ -346,15 +347,20 @@ class GraphIndex:
             raise ValueError("this index has no calibration (built with calibrate=False, or by an older knnkit)")
         return first_beam_reaching(self.calibration, target_recall) is not None
 
-    def _exact_all(self, q, info, k, device):
+    def _exact_all(self, q, info, k, device, beam=None):
         """Exact k-NN of validated queries over every stored point (``search(target_recall=)``
-        beyond what the graph reached in calibration). Distances in the user metric, as a walk's."""
+        beyond what the graph reached in calibration, or where the calibrated ``beam`` that reached
+        it walked slower than the exact search). Distances in the user metric, as a walk's."""
         from .._core.prepare import prepare_queries, rescaled
         from .exact import exact_search
 
         cal = self.calibration
-        logger.info("GraphIndex.search: no calibrated beam reached the target recall (best %.3f at beam %d); "
-                    "searching exactly over all %d points", max(cal["recall"]), cal["beams"][-1], self.n)
+        if beam is None:
+            logger.info("GraphIndex.search: no calibrated beam reached the target recall (best %.3f at beam %d); "
+                        "searching exactly over all %d points", max(cal["recall"]), cal["beams"][-1], self.n)
+        else:
+            logger.info("GraphIndex.search: the calibrated beam %d for the target recall walked slower than an "
+                        "exact search in calibration; searching exactly over all %d points", beam, self.n)
         dev = self.device if device is None else resolve_device(device, info)[0]
         # deleted points are returned here too: the caller (_search_filtered) drops them
         P = prepare(self._engine.data, metric=self.metric, device=dev)
@@ -398,7 +404,9 @@ class GraphIndex:
             Choose the beam from the index's calibration (``index.calibration``): the smallest
             measured beam whose recall@10 reached the target plus 0.005. When no calibrated beam
             reached it (:meth:`reaches` is False: data of very high intrinsic dimension), the
-            search is an exact scan over every point instead (logged), so the target holds.
+            search is an exact scan over every point instead (logged), so the target holds; also
+            where the calibration (CPU) timed that beam's walk slower than an exact search of the
+            same queries (high-dimensional data at large beams).
         traversal : {"auto", "fp16", "fp32"}
             GPU only. ``"fp16"`` walks the graph on a cached float16 copy of the vectors (half the
             bytes per expansion) and re-ranks the final candidate list with exact float32
@@ -458,9 +466,13 @@ class GraphIndex:
         if target_recall is not None:
             if beam is not None:
                 raise ValueError("give beam or target_recall, not both")
-            if not self.reaches(target_recall):
-                if not isinstance(self._engine, HostIndex):
-                    return self._exact_all(q, info, k, device)
+            reached = self.reaches(target_recall)
+            # the calibration's timings are the index's own device's (CPU): they decide there only
+            here = device is None or resolve_device(device, info)[0] == self.device
+            if not isinstance(self._engine, HostIndex) and (
+                    not reached or (here and exact_is_faster(self.calibration, self.beam_for(target_recall)))):
+                return self._exact_all(q, info, k, device, None if not reached else self.beam_for(target_recall))
+            if not reached:
                 # host placement: the data need not fit the device, so no exact scan is attempted
                 logger.warning("GraphIndex.search: no calibrated beam reached target_recall=%s (best %.3f); "
                                "searching with the largest calibrated beam", target_recall,

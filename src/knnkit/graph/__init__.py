@@ -142,7 +142,7 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
 
 
 def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, stall_k=None, stall_max_work=None,
-                **engine_kw):
+                stall_rows=None, **engine_kw):
     """k-NN lists of prepared ``X`` (self excluded) by a registered graph method.
 
     Parameters
@@ -164,7 +164,8 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
         ``target_recall`` minus ``EXACT_FALLBACK_GAP`` (the level below which a finished descent
         goes straight to the exact graph). Only where the exact graph is affordable
         (``stall_max_work``: the limits of :func:`exact_affordable`). ``stall_k``: the recall@k
-        it watches (default ``k``).
+        it watches (default ``k``); ``stall_rows``: the probe's rows (default that of the recall
+        estimate, :func:`estimate_rows`).
 
     Returns
     -------
@@ -190,7 +191,7 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
 
         # made before the descent (the same sample and seed the target check uses after it) so
         # that a descent bound to end far below the target stops early for the exact graph
-        probe = RecallProbe(X, min(k, stall_k or k), im, estimate_rows(n), seed)
+        probe = RecallProbe(X, min(k, stall_k or k), im, min(n, stall_rows or estimate_rows(n)), seed)
         engine_kw["watch"] = StallWatch(probe, X, stall_below)
     I, D, st = engine(X, k, metric=im, params=params, seed=seed, **engine_kw)
     stats = {"method": method.name, "device": device}
@@ -200,7 +201,8 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
     if target is not None and n >= ESTIMATE_MIN_N and im in ("l2", "ip"):  # (exact search serves l2, ip)
         try:
             I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats,
-                                        probe=probe if probe is not None and probe.K == k else None)
+                                        probe=probe if probe is not None and probe.K == k and stall_rows is None
+                                        else None)
         except Exception as e:  # the estimate is a refinement: a failure must not cost the graph
             logger.warning("knn_graph: the recall estimate failed (%s: %s); the lists are the first descent's",
                            type(e).__name__, e)

@@ -175,17 +175,20 @@ def link_copies(g, cycle):
 
 
 def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", random_state=None,
-                    user_metric=None):
+                    user_metric=None, stats=None):
     """Candidate lists with their distances, as host numpy arrays: ``(idx int64 (n, K), dist
     float32 (n, K))``, self excluded, ``dist`` in the internal metric.
 
     ``build_algo="nndescent"`` uses the graph engine (:func:`candidate_lists`) and falls back to
     exact brute force (logged) otherwise; ``"brute"`` is exact. The distances are the ones the
-    search computed (converted to the internal metric), not computed again.
+    search computed (converted to the internal metric), not computed again. ``stats`` (a dict)
+    receives ``method`` and, where it was estimated, the descent's ``recall_estimate``.
     """
     n = X.shape[0]
     K = min(K, n - 1)
     user = _user_metric_for(metric, user_metric)
+    stats = {} if stats is None else stats
+    stats["method"] = "brute"
     if build_algo == "nndescent" and n > 4096:
         try:
             # the search graph needs good candidates, not a 0.99-recall K-NN graph: build with the
@@ -207,10 +210,22 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             else:
                 est, stalled = _candidates_stalled(np.asarray(X, dtype=np.float32), idx, metric,
                                                    _seed(random_state))
+            if est is not None:
+                stats["recall_estimate"] = round(est, 4)
             if idx.shape == (n, K) and not stalled:
+                stats["method"] = st.get("method") or "nndescent"  # (exact below INDEX_BRUTE_MAX_N)
                 return idx, _host_array(dist, np.float32)
             if stalled:
+                stats["method"] = "brute (NN-Descent stalled)"
                 logger.info("NN-Descent candidates reach an estimated recall@10 of %.3f; building them exactly", est)
+                if device != "gpu":
+                    # knnkit's exact CPU engine (one BLAS thread per core, Numba selection): 50k x 960,
+                    # K 96 on two loaded cores 44 s where the NumPy blocks below took 112 s
+                    from ..exact._cpu import knn_cpu
+
+                    Xh = np.ascontiguousarray(as_host(X), dtype=np.float32)
+                    d, idx = knn_cpu(Xh, Xh, K, metric, True)
+                    return np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(d, dtype=np.float32)
             else:
                 logger.warning("candidate lists have shape %s, expected %s; using brute force", idx.shape, (n, K))
         except Exception as e:  # a failing optional path must not break the index build
@@ -293,16 +308,24 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
 #: descent stalls (1M x 96 broad clusters: ~0.7 with 96-long lists) and no pruning or beam makes up
 #: for candidates that are not there (calibrated recall 0.92 at beam 512).
 CANDIDATE_EXACT_BELOW = 0.9
-#: ... and this much exact work (n * n * d) at most: on the CPU the index keeps the old 2e11
-#: (knn_graph's own limit is higher, for its recall target); a search graph from stalled
-#: candidates still reaches its recall by beam (CPU uniform 128-d 100k: 0.98 at the default beam,
-#: 0.997 max), where an exact candidate graph would add a minute to the build
-CANDIDATE_EXACT_MAX_WORK = {"gpu": EXACT_FALLBACK_MAX_WORK["gpu"], "cpu": 2e11}
+#: ... and this much exact work (n * n * d) at most, knn_graph's own limit on both devices. The CPU
+#: kept a fixed 2e11 until 2026-11-27 ("a search graph from stalled candidates still reaches its
+#: recall by beam"): uniform 960-d, 50k, did not -- NN-Descent's 96-long lists had recall@10 0.56,
+#: the search graph made from them stopped at 0.989 at beam 2048 where the exact candidates (the
+#: GPU index's, and the CPU's now) give 0.996 (hnswlib M 16 / 32, efc 200: 0.943 / 0.993).
+CANDIDATE_EXACT_MAX_WORK = EXACT_FALLBACK_MAX_WORK
+
+
+#: Rows of the candidate recall estimate. The CPU takes fewer: its exact neighbours of the sample
+#: are the estimate's cost, paid by every build in the affordable range (100k x 64 tight clusters,
+#: float64 certificate fallback: 0.9-1.3 s for 1,000 rows, 0.2 s for 250, of a 5 s build), and the
+#: decision is coarse (stalled descents estimated 0.56 / 0.76, the others >= 0.98).
+CANDIDATE_PROBE_ROWS = {"cpu": 250, "gpu": 1000}
 
 
 def _candidates_stalled(X, idx, metric, seed):
     """Estimated recall@10 of candidate lists ``idx`` (prepared ``X``, internal ``metric``) on a
-    sample of 1,000 rows, and whether it is below ``CANDIDATE_EXACT_BELOW`` with the exact
+    sample of ``CANDIDATE_PROBE_ROWS`` rows, and whether it is below ``CANDIDATE_EXACT_BELOW`` with the exact
     candidate graph affordable."""
     from ..graph._estimate import RecallProbe
 
@@ -312,7 +335,7 @@ def _candidates_stalled(X, idx, metric, seed):
                                                                       max_work=CANDIDATE_EXACT_MAX_WORK):
         return None, False
     try:
-        probe = RecallProbe(X, min(10, idx.shape[1]), metric, 1000, seed)
+        probe = RecallProbe(X, min(10, idx.shape[1]), metric, CANDIDATE_PROBE_ROWS["cpu" if xp is np else "gpu"], seed)
         est = float(probe.recall(X, xp.asarray(idx)))
     except Exception as e:  # the estimate is a refinement; the descent's candidates stay
         logger.warning("candidate recall estimate failed (%s: %s)", type(e).__name__, e)
@@ -344,7 +367,8 @@ def candidate_lists(X, K, user_metric, random_state, params, with_stats=False, s
     from .._core.random import seed_from
 
     method = choose_method("auto", int(X.shape[0]), device_of(X), user_metric, brute_max_n=INDEX_BRUTE_MAX_N)
-    stall = {} if stall_below is None else dict(stall_below=stall_below, stall_k=10, stall_max_work=CANDIDATE_EXACT_MAX_WORK)
+    stall = {} if stall_below is None else dict(stall_below=stall_below, stall_k=10, stall_max_work=CANDIDATE_EXACT_MAX_WORK,
+                                                stall_rows=CANDIDATE_PROBE_ROWS[device_of(X)])
     I, D, st = build_lists(X, K, metric=user_metric, method=method,
                            params=params if method.name == "nndescent" else None, seed=seed_from(random_state),
                            **stall)

@@ -59,6 +59,38 @@ def _resolve_auto_params(X, bp, random_state):
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
 
 
+#: The calibration's hold-out graph (one more diversification: 9-15 % of the CPU build of the
+#: suite's sets it is made for; 20 % on tight clusters / manifold and ~50 % on skin and duplicates,
+#: which do not get it) is built for RobustPrune slack up to this, i.e. where the automatic
+#: parameters saw high-dimensional neighbourhoods (LID >= 28, or clusters smaller than the degree):
+#: there cutting the held-out rows out of the finished graph read 0.03-0.07 low at small beams
+#: (uniform 128-d / 960-d). Elsewhere the cut curve (conservative) stays: within 0.003 of the
+#: hold-out curve on SIFT-like, Fashion-MNIST and skin, but 0.01-0.04 low on uniform 32-d (LID 23.5).
+HOLDOUT_MAX_ALPHA = 1.0
+
+
+def _pad(g, width):
+    """``g`` widened to ``width`` columns with -1 (tiny n: the requested width is kept)."""
+    xp = get_array_module(g)
+    if g.shape[1] >= width:
+        return g
+    return xp.concatenate([g, xp.full((g.shape[0], width - g.shape[1]), -1, xp.int32)], axis=1)
+
+
+def _without(cand, cand_dist, rows):
+    """Host candidate lists and distances with the points ``rows`` taken out: their own lists
+    emptied and every entry naming one of them dropped (id -1, distance +inf)."""
+    out = np.ascontiguousarray(cand, dtype=np.int64).copy()
+    dist = np.ascontiguousarray(cand_dist, dtype=np.float32).copy()
+    gone = np.zeros(out.shape[0], dtype=bool)
+    gone[rows] = True
+    drop = (out >= 0) & gone[np.maximum(out, 0)]
+    drop[rows] = True
+    out[drop] = -1
+    dist[drop] = np.inf
+    return out, dist
+
+
 def _entry_structure(X, bp, im, random_state):
     """The search's entry structure: coarse k-means medoids (default) or the GGNN layer hierarchy
     (``IndexParams(entry="hierarchy")``, :mod:`._hierarchy`)."""
@@ -160,6 +192,7 @@ class SearchGraph:
         self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
         self.deleted = None  # host bool (n,) tombstones, or None (see _delete.py)
         self.consolidated = True  # False while deleted points still carry links (bridges)
+        self._holdout = None  # (rows, graph) for the calibration, dropped once it ran (_calibrate.py)
         if device == "cpu" and isinstance(entry, EntryPoints):
             entry._cpu_cells()  # the seed cells now, not in the first search (0.01-0.15 s)
 
@@ -199,13 +232,15 @@ class SearchGraph:
         return self.n
 
     @classmethod
-    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None):
+    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None, holdout=False):
         """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
         parameters (None entries chosen from the data, in place). Returns the engine; its
         ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
         bar) gets this build's stages added to its total and one step per finished stage.
         ``candidates``: precomputed candidate lists ``(ids (n, K), None)`` on the host (the
-        out-of-core graph of a host-placed index); ``a`` must then be host data."""
+        out-of-core graph of a host-placed index); ``a`` must then be host data.
+        ``holdout``: also build the calibration's hold-out graph (CPU, RobustPrune; see
+        :func:`._calibrate.holdout_graph`), kept on the engine as ``_holdout`` until calibrated."""
         import time
 
         from ._build import build_graph_gpu, candidates_on_distinct, link_copies
@@ -227,6 +262,7 @@ class SearchGraph:
                 raise ValueError("precomputed candidates need host data")
             K = int(candidates[0].shape[1])
         gpu_prune = dev == "gpu" and bp["diversify"] == "prune"
+        held = None  # (rows, hold-out graph before the repair, graph before the repair)
         stages = ((["candidates", "nn1_max", "prune", "reverse"] if gpu_prune else ["candidates", "diversify"])
                   + ["entry points"] + (["connect"] if bp.get("repair", True) else []))
         stage = _StageBar(bar, stages)
@@ -249,10 +285,13 @@ class SearchGraph:
                 cand_dist = pair_distances(np.ascontiguousarray(X), cand, im)
                 cycle = None
             else:
+                cstats = {}
                 cand, cand_dist, cycle = candidates_on_distinct(
                     X, K, im, random_state,
                     lambda Xs, k: candidate_graph(Xs, k, im, build_algo=algo if Xs.shape[0] > 4096 else "brute",
-                                                  device=dev, random_state=random_state, user_metric=metric))
+                                                  device=dev, random_state=random_state, user_metric=metric,
+                                                  stats=cstats))
+                bp["candidates"] = cstats
                 cand, cand_dist = as_host(cand), as_host(cand_dist)
             nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
             timings["candidates"] = time.perf_counter() - t0
@@ -265,8 +304,22 @@ class SearchGraph:
             stage.done("diversify")
             timings["graph"] = time.perf_counter() - t0
             timings["diversify"] = timings["graph"] - timings["candidates"]
+            if (holdout and dev == "cpu" and bp["diversify"] == "prune" and candidates is None
+                    and bp["alpha"] <= HOLDOUT_MAX_ALPHA):
+                from ._calibrate import holdout_rows
+
+                rows = holdout_rows(n)
+                if rows is not None:
+                    t_h = time.perf_counter()
+                    hc, hd = _without(cand, cand_dist, rows)
+                    gh = diversify(X, hc, R, im, alpha=bp["alpha"], method="prune", device=dev, cand_dist=hd)
+                    del hc, hd
+                    # with the graph before the connectivity repair (g is repaired in place below)
+                    held = (rows, _pad(link_copies(gh, cycle), bp["graph_degree"]),
+                            _pad(g, bp["graph_degree"]).copy())
+                    timings["holdout_graph"] = time.perf_counter() - t_h
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
-            g = xp.concatenate([g, xp.full((n, bp["graph_degree"] - g.shape[1]), -1, xp.int32)], axis=1)
+            g = _pad(g, bp["graph_degree"])
         t1 = time.perf_counter()
         entry = _entry_structure(X, bp, im, random_state)
         if dev == "gpu":
@@ -281,6 +334,11 @@ class SearchGraph:
             stage.done("connect")
         logger.info("GraphIndex: build phases (s): %s", {k: round(v, 3) for k, v in timings.items()})
         engine = cls(a, g, entry, metric=metric, build_params=bp, device=dev, nn1_max=nn1, scale=scale)
+        if held is not None:
+            from ._calibrate import holdout_graph
+
+            rows, gh, before = held
+            engine._holdout = (rows, holdout_graph(g, before, gh, rows))
         engine.build_timings = timings  # seconds per phase of this build (not saved with the index)
         return engine
 
