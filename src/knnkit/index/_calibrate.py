@@ -141,7 +141,10 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
     hidden = xp.zeros(n, dtype=bool)
     hidden[rows] = True
     entry = engine._entry
-    engine._entry = _live_entry(entry, G, rows_h)
+    try:
+        engine._entry = _live_entry(entry, G, rows_h)
+    except Exception as e:  # a refinement of the calibration: never the cause of a failed build
+        logger.warning("GraphIndex: calibration kept the entry points as they are (%s: %s)", type(e).__name__, e)
     try:
         if held is not None and xp is np and np.array_equal(held[0], rows_h) and held[1].shape == G.shape:
             engine._graph = held[1]
