@@ -309,7 +309,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
 #: for candidates that are not there (calibrated recall 0.92 at beam 512).
 CANDIDATE_EXACT_BELOW = 0.9
 #: ... and this much exact work (n * n * d) at most, knn_graph's own limit on both devices. The CPU
-#: kept a fixed 2e11 until 2026-11-27 ("a search graph from stalled candidates still reaches its
+#: kept a fixed 2e11 until 2026-11-26 ("a search graph from stalled candidates still reaches its
 #: recall by beam"): uniform 960-d, 50k, did not -- NN-Descent's 96-long lists had recall@10 0.56,
 #: the search graph made from them stopped at 0.989 at beam 2048 where the exact candidates (the
 #: GPU index's, and the CPU's now) give 0.996 (hnswlib M 16 / 32, efc 200: 0.943 / 0.993).
