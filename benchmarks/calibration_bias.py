@@ -1,6 +1,6 @@
 """Calibrated recall (held-out rows) against the recall of unseen queries, per beam: the
 calibration walking the build's hold-out graph ("holdout", the graph diversified without the
-held-out rows) or the final graph with the rows cut out ("cut", the rule before 2026-11-27).
+held-out rows) or the final graph with the rows cut out ("cut", the rule before 2026-11-26).
 Same index, same beams, same rows.
 
     PYTHONPATH=src python benchmarks/calibration_bias.py --scale small --sets broad_clusters --max-n 30000

@@ -1,10 +1,10 @@
 """Issue 11, CPU uniform 960-d (50k, the suite's set): the index with NN-Descent candidates (the
-CPU rule before 2026-11-27: exact candidates only up to 2e11 multiply-adds) and with the exact
+CPU rule before 2026-11-26: exact candidates only up to 2e11 multiply-adds) and with the exact
 candidates it builds now, against hnswlib (M 16 / 32, ef_construction 200), all in one process;
 the sweeps alternate between the indexes REPS times and keep each point's fastest run (the
 machine is shared). Recall: ann-benchmarks ties (1e-3) and strict (1e-6).
 
-    PYTHONPATH=src python benchmarks/cpu960_vs_hnswlib.py --out benchmarks/results/cpu/uniform960_vs_hnswlib_2026-11-27.json
+    PYTHONPATH=src python benchmarks/cpu960_vs_hnswlib.py --out benchmarks/results/cpu/uniform960_vs_hnswlib_2026-11-26.json
 """
 import argparse
 import json

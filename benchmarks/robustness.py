@@ -150,7 +150,7 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
         t, (D, I) = _timed(lambda: index.search(Q, k=K, target_recall=0.99), device, repeat=2)
         try:
             from knnkit.index._calibrate import exact_is_faster
-        except ImportError:  # knnkit before 2026-11-27
+        except ImportError:  # knnkit before 2026-11-26
             exact_is_faster = lambda cal, beam: False  # noqa: E731
         res["target_0.99"] = {"recall": round(_recall(I, D, TI, TD, metric), 4), "qps": round(len(Q) / t, 1),
                               "exact_scan": (not index.reaches(0.99)
