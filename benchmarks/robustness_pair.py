@@ -1,7 +1,7 @@
 """Merge per-set robustness runs of two code versions (run back to back per set, the same
 machine) into one paired JSON + markdown table (issue 11, CPU uniform 960-d follow-up).
 
-    python benchmarks/robustness_pair.py --before /tmp/rb/base_ --after /tmp/rb/new_ \
+    python benchmarks/robustness_pair.py --before $OUT/rb/base_ --after $OUT/rb/new_ \
         --label-before edfb1d5 --label-after h-cpu960 --out benchmarks/results/cpu/robustness_small_2026-11-26_cpu960
 """
 import argparse

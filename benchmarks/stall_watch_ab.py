@@ -77,7 +77,9 @@ def main():
             print(json.dumps({k: rec[k] for k in rec if k not in ("phase_s",)}, default=str), flush=True)
             rows.append(rec)
     StallWatch.START = start
-    env = {"device": a.device, "argv": sys.argv[1:]}
+    # the output folder is this run's own: recorded as the name it was given, not a machine path
+    argv = ["$OUT" if x == a.out else x for x in sys.argv[1:]]
+    env = {"device": a.device, "argv": argv}
     if gpu:
         env["gpu"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     with open(os.path.join(a.out, f"stall_watch_ab_{a.device}.json"), "w") as f:
