@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # knnkit's path is recorded relative to it
+
 
 def cpu_s():
     """CPU seconds (user + system) this process has used so far, all its threads."""
@@ -157,7 +159,7 @@ def main():
         return bool((np.diff(D, axis=1) >= 0).all())
 
     head = {"label": args.label, "n": args.n, "d": args.d, "k": args.k, "device": dev, "threads": args.threads,
-            "knnkit": os.path.relpath(knnkit.__file__, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "has_second_stage": has_stage, "load_avg": os.getloadavg()}
+            "knnkit": os.path.relpath(knnkit.__file__, REPO), "has_second_stage": has_stage, "load_avg": os.getloadavg()}
     log(json.dumps(head))
     print(json.dumps(dict(head, bench="header")), flush=True)
     knnkit.knn_graph(X[:20000], k=args.k, device=dev)  # warm this process's kernels
