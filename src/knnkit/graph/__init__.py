@@ -183,9 +183,10 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
     im = internal_metric(metric)
     target = getattr(params, "target_recall", None)
     probe = None
-    if stall_below is None and target is not None and n >= ESTIMATE_MIN_N and im in ("l2", "ip"):
+    estimable = n >= ESTIMATE_MIN_N and im in ("l2", "ip")  # (exact search serves l2, ip)
+    if stall_below is None and target is not None and estimable:
         stall_below = target - EXACT_FALLBACK_GAP
-    if (stall_below is not None and method.name == "nndescent" and n >= ESTIMATE_MIN_N and im in ("l2", "ip")
+    if (stall_below is not None and method.name == "nndescent" and estimable
             and exact_affordable(n, int(X.shape[1]), device, max_work=stall_max_work)):
         from ._estimate import RecallProbe, StallWatch
 
@@ -198,7 +199,7 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
     stats.update(st)
     stats.setdefault("phase_s", {})
     stats["phase_s"].setdefault(method.name if method.name == "brute" else "engine", time.perf_counter() - t0)
-    if target is not None and n >= ESTIMATE_MIN_N and im in ("l2", "ip"):  # (exact search serves l2, ip)
+    if target is not None and estimable:
         try:
             I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats,
                                         probe=probe if probe is not None and probe.K == k and stall_rows is None

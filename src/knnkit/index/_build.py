@@ -205,11 +205,7 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
                                                             target_recall=None, delta=INDEX_DELTA),
                                             with_stats=True, stall_below=CANDIDATE_EXACT_BELOW)
             idx = _host_array(idx, np.int64)
-            if "stalled" in st:  # stopped early: bound to end below CANDIDATE_EXACT_BELOW
-                est, stalled = st["stalled"]["recall_estimate"], True
-            else:
-                est, stalled = _candidates_stalled(np.asarray(X, dtype=np.float32), idx, metric,
-                                                   _seed(random_state))
+            est, stalled = _stall_verdict(np.asarray(X, dtype=np.float32), idx, metric, st, random_state)
             if est is not None:
                 stats["recall_estimate"] = round(est, 4)
             if idx.shape == (n, K) and not stalled:
@@ -273,10 +269,7 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
             if stats is not None:
                 stats.update({k: st.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample",
                                                      "stalled")})
-            if "stalled" in st:  # stopped early: bound to end below CANDIDATE_EXACT_BELOW
-                est, stalled = st["stalled"]["recall_estimate"], True
-            else:
-                est, stalled = _candidates_stalled(X, idx, metric, _seed(random_state))
+            est, stalled = _stall_verdict(X, idx, metric, st, random_state)
             if stats is not None and est is not None:
                 stats["candidate_recall_estimate"] = round(est, 4)
             if idx.shape == (n, K) and isinstance(idx, cp.ndarray) and not stalled:
@@ -341,6 +334,19 @@ def _candidates_stalled(X, idx, metric, seed):
         logger.warning("candidate recall estimate failed (%s: %s)", type(e).__name__, e)
         return None, False
     return est, est < CANDIDATE_EXACT_BELOW
+
+
+def _stall_verdict(X, idx, metric, st, random_state):
+    """``(estimate, stalled)`` of NN-Descent candidate lists ``idx`` whose descent statistics are
+    ``st``: the stall watch's verdict when it stopped the descent, its last estimate when it
+    watched to the end (the same probe rows and seed as :func:`_candidates_stalled`, the same
+    lists), else :func:`_candidates_stalled`'s own estimate."""
+    if "stalled" in st:  # stopped early: bound to end below CANDIDATE_EXACT_BELOW
+        return st["stalled"]["recall_estimate"], True
+    last = st.get("watch_recall")
+    if last is not None:
+        return last, last < CANDIDATE_EXACT_BELOW
+    return _candidates_stalled(X, idx, metric, _seed(random_state))
 
 
 #: NN-Descent's stop rule for the search graph's candidates (fewer than ``delta * n * K`` updates

@@ -354,6 +354,9 @@ def nndescent_graph(X, k, *, metric, params, seed, init_indices=None, watch=None
     stats = dict(iterations=int(st["iterations"]), updates=[int(u) for u in st["updates"]],
                  time_s=[float(t) for t in st["time_s"]], K=K, sample=p, update=params.update, seed=seed,
                  max_iters=iters, delta=float(params.delta), phase_s=phase)
+    if watch is not None and watch.history:
+        # the probe's estimate of the lists as returned (callers need not measure them again)
+        stats["watch_recall"] = round(watch.history[-1], 5)
     if watch is not None and watch.stopped is not None:
         it, r, pred = watch.stopped
         stats["stalled"] = {"iteration": it, "recall_estimate": r, "predicted": pred, "level": watch.level}

@@ -162,6 +162,15 @@ def _kmeans_gpu(S, C, iters):
 
 
 # ---------------------------------------------------------------------------------------- API
+def _training_rows(sample, random_state):
+    """``sample`` cut to at most TRAIN_SAMPLE rows (seeded, in row order)."""
+    s = sample.shape[0]
+    if s <= TRAIN_SAMPLE:
+        return sample
+    rows = np.sort(np.random.default_rng(random_state).choice(s, TRAIN_SAMPLE, replace=False))
+    return sample[get_array_module(sample).asarray(rows)]
+
+
 def use_opq(compression, d, m):
     """Whether a host index of dimension ``d`` with ``m`` code bytes uses OPQ: ``compression``
     "opq" (yes), "pq" (no), None (when ``dsub >= OPQ_AUTO_MIN_DSUB``, where it was measured to pay)."""
@@ -184,10 +193,7 @@ def train_opq(sample, m, *, random_state=0, iters=OPQ_ITERS):
     ((8, 8), (2, 256, 4), True)
     """
     xp = get_array_module(sample)
-    s = sample.shape[0]
-    if s > TRAIN_SAMPLE:
-        rows = np.sort(np.random.default_rng(random_state).choice(s, TRAIN_SAMPLE, replace=False))
-        sample = sample[xp.asarray(rows)]
+    sample = _training_rows(sample, random_state)
     S = _padded(xp.ascontiguousarray(sample, dtype=xp.float32), m).reshape(sample.shape[0], -1)
     dp = S.shape[1]
     R = xp.eye(dp, dtype=xp.float32)
@@ -210,11 +216,8 @@ def train_pq(sample, m, *, random_state=0, iters=TRAIN_ITERS, rotation=None):
     (4, 256, 2)
     """
     xp = get_array_module(sample)
+    sample = _training_rows(sample, random_state)
     s = sample.shape[0]
-    if s > TRAIN_SAMPLE:
-        rows = np.sort(np.random.default_rng(random_state).choice(s, TRAIN_SAMPLE, replace=False))
-        sample = sample[xp.asarray(rows)]
-        s = TRAIN_SAMPLE
     S = _padded(xp.ascontiguousarray(sample, dtype=xp.float32), m, rotation)
     ksub = min(KSUB, s)
     init = np.random.default_rng([int(random_state) & 0xFFFFFFFF, 0x50C0]).choice(s, ksub, replace=False)
