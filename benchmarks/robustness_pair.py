@@ -8,6 +8,8 @@ import argparse
 import glob
 import json
 
+from robustness import _fmt as _f  # the suite's own cell format (this script sits beside it)
+
 
 def _load(prefix):
     out = {}
@@ -16,16 +18,6 @@ def _load(prefix):
         for s in doc["sets"]:
             out[s["name"]] = (doc, s)
     return out
-
-
-def _f(v, nd=3):
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.0f}" if v >= 100 else f"{v:.{nd}f}"
-    return str(v)
 
 
 def _row(s):
