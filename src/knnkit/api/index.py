@@ -467,17 +467,18 @@ class GraphIndex:
             if beam is not None:
                 raise ValueError("give beam or target_recall, not both")
             reached = self.reaches(target_recall)
+            calibrated = self.beam_for(target_recall)
             # the calibration's timings are the index's own device's (CPU): they decide there only
             here = device is None or resolve_device(device, info)[0] == self.device
             if not isinstance(self._engine, HostIndex) and (
-                    not reached or (here and exact_is_faster(self.calibration, self.beam_for(target_recall)))):
-                return self._exact_all(q, info, k, device, None if not reached else self.beam_for(target_recall))
+                    not reached or (here and exact_is_faster(self.calibration, calibrated))):
+                return self._exact_all(q, info, k, device, calibrated if reached else None)
             if not reached:
                 # host placement: the data need not fit the device, so no exact scan is attempted
                 logger.warning("GraphIndex.search: no calibrated beam reached target_recall=%s (best %.3f); "
                                "searching with the largest calibrated beam", target_recall,
                                max(self.calibration["recall"]))
-            beam = max(self.beam_for(target_recall), k)
+            beam = max(calibrated, k)
         call = dict(beam=beam, tau=tau, max_iters=max_iters, n_seeds=n_seeds, batch_size=batch_size,
                     traversal=traversal, **{f: None for f in BANG_SEARCH_KEYS})
         if params is not None:
