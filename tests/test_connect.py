@@ -270,8 +270,12 @@ def test_long_edges_measured_against_the_shortest_edge(rng):
     X = make_tight_clusters(4000, 16, 200, 0.01, random_state=int(rng.integers(1 << 30)))
     _, idx = knnkit.knn(X, k=9, device="cpu")
     g = idx.astype(np.int32)
-    n_clusters = components(g)[1]
-    rows = rng.choice(len(g), 300, replace=False)
+    labels, n_clusters = components(g)[0], components(g)[1]
+    # one row in every component (so none is left without stray links), then random rows up to 300
+    firsts = np.unique(labels, return_index=True)[1]
+    others = np.setdiff1d(np.arange(len(g)), firsts)
+    rows = np.concatenate([firsts, rng.choice(others, 300 - len(firsts), replace=False)])
     g[rows, 3:] = rng.integers(0, len(g), (300, g.shape[1] - 3))  # 6 of 9 edges leave the cluster
+    g[firsts, 3] = np.roll(firsts, -1)  # a chain through the components: connected by construction
     assert components(g)[1] == 1
     assert short_edge_components(X, g)[1] >= 0.95 * n_clusters
