@@ -13,7 +13,11 @@
 final lists, gathering them, the recall estimate) and ``tasks`` (per worker and task prefix).
 ``--resident-queries`` times the replicated search with the queries already on the workers (a
 persisted dask array, blocks spread round-robin over the workers) and the results left there
-(``search(compute=False)`` + persist + wait: nothing passes through the client).
+(``search(compute=False)`` + persist + wait: nothing passes through the client), and once per
+worker count the same queries as a numpy array (sent by the client, results gathered).
+Every timed run records ``client``: the client's seconds by call (scatter, submit, wait,
+gather, other; ``dask_path_cost.ClientClock``) and ``transfer_s``: the workers' seconds spent
+receiving data from each other (task stream).
 
 The GPU machine has no network: install the wheels staged by ``benchmarks/stage_dask.sh`` first.
 
@@ -147,8 +151,12 @@ def main():
     _, Tq = knnkit.knn(X, Q[:10_000], k=10, device=dev)
     Tq = np.asarray(Tq.get() if hasattr(Tq, "get") else Tq)
 
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from dask_path_cost import ClientClock, worker_seconds
+
     for w in sorted({1, W}):
         with cluster_of(w) as cluster, Client(cluster) as c:
+            clock = ClientClock(c)
             benches = args.benches.split(",")
             for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}) if "graph" in benches else ():
                 for sched in schedules:
@@ -161,13 +169,15 @@ def main():
                                           partition=sched, n_parts=parts)
                     from distributed import get_task_stream
 
+                    clock.take(0.0)
                     t = time.perf_counter()
                     with get_task_stream(client=c) as ts:
                         g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts)
                     s = time.perf_counter() - t
                     r = {"bench": "knn_graph", "schedule": sched, "workers": w, "partitions": parts,
                          "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
-                         "stats_method": g.stats.method, **g.stats.extra, "tasks": _busy(ts.data, t)}
+                         "stats_method": g.stats.method, **g.stats.extra, "client": clock.take(s),
+                         "transfer_s": worker_seconds(ts.data)["transfer_s"], "tasks": _busy(ts.data, t)}
                     out["runs"].append(r)
                     log(json.dumps(r))
                     del dX
@@ -200,6 +210,7 @@ def main():
                 wait(dQ)
             for beam in (32, 64, 128):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
+                clock.take(0.0)
                 t = time.perf_counter()
                 busy = None
                 if args.resident_queries:
@@ -219,10 +230,22 @@ def main():
                      "resident_queries": bool(args.resident_queries),
                      "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
                      "recall": round(float(recall(I[:10_000], Tq)), 4)}
+                r["client"] = clock.take(s)
                 if busy is not None:
                     r["tasks"] = busy
+                    r["transfer_s"] = worker_seconds(ts.data)["transfer_s"]
                 if beam == 32 and not args.cpu:
                     r["worker_gpus"] = c.run(_worker_gpu)
+                out["runs"].append(r)
+                log(json.dumps(r))
+            if args.resident_queries:  # the same queries from the client's memory, results gathered
+                clock.take(0.0)
+                t = time.perf_counter()
+                _, I = ix.search(Q, k=10, beam=32, query_block=50_000)
+                s = time.perf_counter() - t
+                r = {"bench": "replicated_search_numpy", "workers": w, "replicas": w, "beam": 32,
+                     "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
+                     "recall": round(float(recall(I[:10_000], Tq)), 4), "client": clock.take(s)}
                 out["runs"].append(r)
                 log(json.dumps(r))
     if "graph" not in args.benches.split(","):

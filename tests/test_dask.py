@@ -53,15 +53,46 @@ def test_knn_k_larger_than_a_partition_and_duplicates(client, rng):
 
 
 def test_knn_all_points_and_dask_array(client, rng):
+    """Dask arrays in, dask arrays out (blocks left on the workers), equal to the single process;
+    compute=True gathers them."""
     X = rng.random((3001, 6), dtype=np.float32)
     dX = da.from_array(X, chunks=(700, 3))
     d, i = knnkit.dask.knn(dX, k=4, client=client, device="cpu")
+    assert isinstance(d, da.Array) and isinstance(i, da.Array)
+    assert i.chunks == ((700, 700, 700, 700, 201), (4,)) and (d.dtype, i.dtype) == (np.float32, np.int64)
     d0, i0 = knnkit.knn(X, k=4, device="cpu")
+    d, i = client.persist([d, i])
+    d, i = d.compute(), i.compute()
     _tie_forgiving_equal(d, i, d0, i0)
     assert not (i == np.arange(3001)[:, None]).any()
+    d1, i1 = knnkit.dask.knn(dX, k=4, client=client, device="cpu", compute=True)
+    assert isinstance(i1, np.ndarray) and (i1 == i).all() and (d1 == d).all()
     dQ = da.from_array(X[:500], chunks=(128, 6))
     d, i = knnkit.dask.knn(dX, dQ, k=3, client=client, device="cpu", query_block=200)
-    assert (i[:, 0] == np.arange(500)).all()
+    assert isinstance(i, da.Array) and i.chunks[0] == (200, 200, 100)  # blocks of query_block rows
+    assert (i.compute()[:, 0] == np.arange(500)).all()
+    d, i = knnkit.dask.knn(X, X[:500], k=3, client=client, device="cpu", compute=False, query_block=200)
+    assert isinstance(i, da.Array) and i.chunks[0] == (200, 200, 100)
+    assert (i.compute()[:, 0] == np.arange(500)).all()
+    with pytest.raises(TypeError, match="compute"):
+        knnkit.dask.knn(X, X[:5], k=3, client=client, device="cpu", compute="yes")
+
+
+def test_knn_prepares_each_partition_once(client, rng):
+    """Every partition is validated and placed once, whatever the number of query blocks; the
+    lists equal the single process's."""
+    from dask.utils import key_split
+
+    X = rng.standard_normal((2000, 8)).astype(np.float32)
+    Q = rng.standard_normal((500, 8)).astype(np.float32)
+    with distributed.get_task_stream(client=client) as ts:
+        d, i = knnkit.dask.knn(X, Q, k=6, client=client, device="cpu", n_parts=2, query_block=100)
+    d0, i0 = knnkit.knn(X, Q, k=6, device="cpu")
+    _tie_forgiving_equal(d, i, d0, i0)
+    counts = {}
+    for r in ts.data:
+        counts[key_split(r["key"])] = counts.get(key_split(r["key"]), 0) + 1
+    assert counts["prepare_part"] == 2 and counts["exact_prepared"] == 2 * 5, counts
 
 
 def test_validation(client, rng):
@@ -301,8 +332,10 @@ def test_sharded_search_resident_queries(client, rng):
     d, i = client.persist([d, i])
     assert (i.compute() == i0).all()
     np.testing.assert_allclose(d.compute(), d0, rtol=1e-6)
-    d2, i2 = ix.search(dQ, k=8)  # gathered
-    assert (i2 == i0).all()
+    d2, i2 = ix.search(dQ, k=8)  # dask arrays in, dask arrays out by default
+    assert isinstance(i2, da.Array) and (i2.compute() == i0).all()
+    d3, i3 = ix.search(dQ, k=8, compute=True)  # gathered
+    assert isinstance(i3, np.ndarray) and (i3 == i0).all()
     _, ia = ix.search(Q, k=8, compute=False, query_block=128)  # in-memory queries, lazy results
     assert (ia.compute() == i0).all()
     with pytest.raises(TypeError, match="compute"):
@@ -432,7 +465,7 @@ def test_sharded_search_persisted_queries_run_no_block_tasks(client, rng):
     dQ = client.persist(da.from_array(X[:400], chunks=(100, 8)))
     distributed.wait(dQ)
     with distributed.get_task_stream(client=client) as ts:
-        d, i = ix.search(dQ, k=5)
+        d, i = ix.search(dQ, k=5, compute=True)
     assert (i == i0).all()
     from dask.utils import key_split
 

@@ -16,11 +16,12 @@ import numpy as np
 from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import (as_leaf, assemble, cross_search, exact_part, fit_tree, globalize, keep, leaf_graph,
-                     merge_leaf, merge_running, merge_topk,
+from ._tasks import (as_leaf, assemble, cross_search, drop_self, exact_part, exact_prepared, fit_tree, globalize,
+                     keep, leaf_graph, merge_leaf, merge_running, merge_topk, prepare_part,
                      pair_merge, part_graph, compact, route, rows_of, sample_rows, single_graph, slab_samples, select_leaf,
                      select_slab, size_of, slab_for_leaf, take, tree_nodes)
-from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
+from ._common import (check_compute, check_parts, get_client, homes, partitions, result_arrays, scatter_to,
+                      tree_reduce, worker_addresses)
 
 __all__ = ["knn", "knn_graph"]
 
@@ -39,18 +40,9 @@ def _output(a, kind):
     return a
 
 
-def _query_blocks(client, queries, dim, query_block, targets=None):
-    """Queries as ``[(offset, rows, future)]`` blocks of at most ``query_block`` rows: a dask array's
-    blocks are computed on the workers; an in-memory array is scattered to every worker."""
-    from ._common import _is_dask_array
-
-    if _is_dask_array(queries):
-        if queries.ndim != 2 or queries.shape[1] != dim:
-            raise ValueError(f"queries must be 2-D with dimension {dim}, got shape {queries.shape}")
-        arr = queries.rechunk({0: query_block, 1: -1})
-        futures = client.compute(arr.to_delayed().ravel().tolist())
-        offsets = np.concatenate([[0], np.cumsum(arr.chunks[0])[:-1]]).astype(np.int64)
-        return [(int(o), int(r), f) for o, r, f in zip(offsets, arr.chunks[0], futures)], int(queries.shape[0]), "numpy"
+def _host_queries(queries, dim):
+    """In-memory queries as a host array, with their kind ("numpy" or "cupy": the kind of the
+    results returned to the client)."""
     kind = "cupy" if type(queries).__module__.startswith("cupy") else "numpy"
     if kind == "cupy":
         queries = queries.get()
@@ -61,29 +53,60 @@ def _query_blocks(client, queries, dim, query_block, targets=None):
         raise ValueError(f"queries must be 2-D with dimension {dim}, got shape {Q.shape}")
     if Q.shape[0] == 0:
         raise ValueError("queries is empty")
-    blocks = []
-    for b, lo in enumerate(range(0, Q.shape[0], query_block)):
-        blk = np.ascontiguousarray(Q[lo:lo + query_block])
-        if targets is None:  # every worker needs every block
-            fut = client.scatter(blk, broadcast=True, hash=False)
-        else:  # the block goes to the worker that serves it (others fetch it from there if needed)
-            fut = client.scatter(blk, workers=[targets[b % len(targets)]], hash=False)
-        blocks.append((lo, blk.shape[0], fut))
-    return blocks, Q.shape[0], kind
+    return Q, kind
+
+
+def _send_blocks(client, Q, query_block, targets):
+    """``Q``'s blocks of ``query_block`` rows sent from the client to the workers that need them,
+    one message per worker (``targets(b)``: the workers of block b): ``[(offset, rows,
+    {worker: future})]``, a separate copy on every worker that searches the block."""
+    starts = list(range(0, Q.shape[0], query_block))
+    wanted = {}
+    for b in range(len(starts)):
+        for w in targets(b):
+            wanted.setdefault(w, []).append(b)
+    copies = [{} for _ in starts]
+    for w, bs in wanted.items():
+        sent = scatter_to(client, [np.ascontiguousarray(Q[starts[b]:starts[b] + query_block]) for b in bs], w)
+        for b, f in zip(bs, sent):
+            copies[b][w] = f
+    return [(lo, min(query_block, Q.shape[0] - lo), copies[b]) for b, lo in enumerate(starts)]
+
+
+def _dask_blocks(client, queries, dim, query_block):
+    """A dask array's row blocks of at most ``query_block`` rows, computed on the workers:
+    ``[(offset, rows, future)]``."""
+    if queries.ndim != 2 or queries.shape[1] != dim:
+        raise ValueError(f"queries must be 2-D with dimension {dim}, got shape {queries.shape}")
+    if any(c != c for c in queries.chunks[0]):
+        raise ValueError("queries has unknown chunk sizes: call compute_chunk_sizes() first")
+    if queries.shape[0] == 0:
+        raise ValueError("queries is empty")
+    arr = queries.rechunk({0: query_block, 1: -1})
+    futures = client.compute(arr.to_delayed().ravel().tolist())
+    offsets = np.concatenate([[0], np.cumsum(arr.chunks[0])[:-1]]).astype(np.int64)
+    return [(int(o), int(r), f) for o, r, f in zip(offsets, arr.chunks[0], futures) if r > 0]
 
 
 def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client=None, n_parts=None,
-        query_block=1 << 20):
+        query_block=1 << 20, compute=None):
     """Exact k nearest neighbours on a Dask cluster (equal to :func:`knnkit.knn`).
+
+    Every partition is validated and placed on its worker's device once (one task per
+    partition, kept there for all query blocks); each query block is searched in every
+    partition on that partition's worker; the per-partition lists are merged on the workers.
 
     Parameters
     ----------
     data : dask.array or array-like, shape (n, d)
         A dask array keeps its row chunks (computed on the workers); numpy / cupy / torch arrays
-        are split into ``n_parts`` row blocks scattered over the workers.
+        are split into ``n_parts`` row blocks sent to the workers.
     queries : dask.array or array-like, shape (m, d), optional
-        Broadcast to every worker in blocks of ``query_block`` rows. ``None``: the all-points
-        graph of ``data``, each point excluding itself (as :func:`knnkit.knn`).
+        A dask array's row blocks (at most ``query_block`` rows) are computed on the workers and
+        fetched by the workers that need them; an in-memory array is split into blocks of
+        ``query_block`` rows, one copy sent from the client to every worker holding a partition.
+        ``None``: the all-points graph of ``data``, each point excluding itself (as
+        :func:`knnkit.knn`).
     k : int, default 10
         ``1 <= k <= n`` (``k <= n - 1`` without queries).
     metric : {"sqeuclidean", "euclidean", "inner_product", "cosine"}
@@ -95,11 +118,16 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
         Row partitions of an in-memory ``data`` (default: one per worker).
     query_block : int, default 1048576
         Queries per task.
+    compute : bool, optional
+        True: gather the results to the client. False: return dask arrays whose blocks are
+        futures on the workers (one block per query block; nothing moves to the client until
+        they are computed). Default: dask arrays when the queries (without queries: the data)
+        are a dask array, else gathered.
 
     Returns
     -------
-    distances, indices : (m, k) numpy arrays (cupy when the queries were cupy), sorted best
-        first; ties by smaller index.
+    distances, indices : (m, k) arrays, sorted best first, ties by smaller index (float32 in
+        the metric, int64 ids): numpy (cupy when the queries were cupy), or dask arrays.
 
     Examples
     --------
@@ -111,32 +139,55 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
     >>> i[:, 0].tolist()
     [0, 1, 2]
     """
+    from ._common import _is_dask_array
+
     client = get_client(client)
     metric = check_metric(metric, METRICS)
     device = _check_device(device)
     query_block = check_parts(query_block, "query_block", 1 << 40)
-    parts, shape, _dtype, kind = partitions(client, data, check_parts(n_parts, "n_parts", 1 << 31))
-    n, dim = shape
+    n_parts = check_parts(n_parts, "n_parts", 1 << 31)
     all_points = queries is None
+    dask_queries = _is_dask_array(data if all_points else queries)
+    compute = check_compute(compute, dask_queries)
+    parts, shape, _dtype, kind = partitions(client, data, n_parts)
+    n, dim = shape
     k = check_k(k, n, self_excluded=all_points)
+    where = homes(client, [f for _o, _r, f in parts])
+    # each partition validated and on its worker's device once, for every query block
+    prepared = [client.submit(prepare_part, f, metric, device, pure=False, workers=[w], allow_other_workers=True)
+                for (_o, _r, f), w in zip(parts, where)]
+    like = None
     if all_points:
-        # each partition is a query block too; k + 1 lists, then each point's own id is dropped
-        qblocks, m, kind_q = [(o, r, f) for o, r, f in parts], n, kind
-        kq = k + 1
+        # each partition is a query block too (found where it lives); k + 1 lists, then each
+        # point's own id is dropped
+        qblocks, kind_q, kq = [(o, r, {w: f}) for (o, r, f), w in zip(parts, where)], kind, k + 1
+        like = data._meta if dask_queries else None
+    elif dask_queries:
+        qblocks = [(o, r, {None: f}) for o, r, f in _dask_blocks(client, queries, dim, query_block)]
+        kind_q, kq, like = "numpy", k, queries._meta
     else:
-        qblocks, m, kind_q = _query_blocks(client, queries, dim, query_block)
-        kq = k
+        Q, kind_q = _host_queries(queries, dim)
+        hosts = sorted(set(where))
+        qblocks, kq = _send_blocks(client, Q, query_block, lambda b: hosts), k
+        del Q
     results = []
-    for qo, _qr, qf in qblocks:
-        lists = [client.submit(exact_part, xf, qf, kq, metric, device, xo, pure=False)
-                 for xo, _xr, xf in parts]
+    for qo, _qr, copies in qblocks:
+        lists = []
+        for (xo, _xr, _xf), P, w in zip(parts, prepared, where):
+            qf = copies.get(w) or next(iter(copies.values()))  # the block's copy on w, else Dask fetches one
+            lists.append(client.submit(exact_prepared, P, qf, kq, xo, pure=False, workers=[w],
+                                       allow_other_workers=True))
         merged = tree_reduce(client, lists, merge_topk, kq, metric)
-        results.append((qo, merged))
-    out = client.gather([f for _o, f in results])
+        if all_points:
+            merged = client.submit(drop_self, merged, qo, k, pure=False)
+        results.append(merged)
+    if not compute:
+        return result_arrays(results, [r for _o, r, _c in qblocks], k, (np.float32, np.int64), like,
+                             prefix="knnkit-knn")
+    out = client.gather(results)
+    del results, prepared
     D = np.concatenate([o[0] for o in out]) if len(out) > 1 else out[0][0]
     I = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
-    if all_points:
-        D, I = _drop_self(D, I, k)
     return _output(D, kind_q), _output(I, kind_q)
 
 
@@ -193,14 +244,8 @@ def _estimate_recall(client, parts, I, D, k, metric, device, seed):
 
 
 def _drop_self(D, I, k):
-    """Rows of k + 1 sorted lists of the points themselves: each row without its own id (its last
-    entry when the id is not there, e.g. k + 1 duplicates at distance 0)."""
-    rows = np.arange(I.shape[0])[:, None]
-    own = I == rows
-    drop = np.where(own.any(axis=1), own.argmax(axis=1), I.shape[1] - 1)
-    keep = np.ones(I.shape, dtype=bool)
-    keep[np.arange(I.shape[0]), drop] = False
-    return D[keep].reshape(-1, k), I[keep].reshape(-1, k)
+    """Rows of k + 1 sorted lists of the points 0, 1, ... themselves: each row without its own id."""
+    return drop_self((D, I), 0, k)
 
 
 #: ``partition`` values of :func:`knn_graph`.

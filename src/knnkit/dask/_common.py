@@ -4,7 +4,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["dask_modules", "get_client", "partitions", "tree_reduce", "check_parts", "worker_addresses"]
+__all__ = ["dask_modules", "get_client", "partitions", "tree_reduce", "check_parts", "worker_addresses",
+           "check_compute", "scatter_to", "homes", "result_arrays"]
 
 
 def dask_modules():
@@ -50,6 +51,56 @@ def check_parts(value, name, n):
     return int(value)
 
 
+def check_compute(compute, dask_input):
+    """``compute`` as a bool: None means "gather to the client unless the input was a dask array"."""
+    if compute is None:
+        return not dask_input
+    if not isinstance(compute, bool):
+        raise TypeError(f"compute must be None or a bool, got {type(compute).__name__}")
+    return compute
+
+
+def scatter_to(client, arrays, worker):
+    """``arrays`` sent from the client straight to ``worker`` in one message, one future each.
+    ``direct``: the bytes go to the worker, not to the scheduler, which would receive every byte
+    and send it on (twice the serialisation and a second hop)."""
+    return client.scatter(list(arrays), workers=[worker], direct=True, hash=False)
+
+
+def homes(client, futures):
+    """The worker holding each future's result (waits for them: where they live decides where
+    the work on them runs)."""
+    from distributed import wait
+
+    wait(futures)
+    who = client.who_has(futures)
+    return [(sorted(who.get(f.key, ())) or [None])[0] for f in futures]
+
+
+def result_arrays(results, rows, cols, dtypes, like=None, prefix="knnkit"):
+    """Dask arrays of the tuple results ``results`` (futures of ``(distances, ids)``, one per row
+    block of ``rows``): element j of every result is a block of the j-th array. The blocks are
+    ``getitem`` keys on the results, so the arrays carry no task of their own before they are
+    computed or persisted, and nothing moves to the client. ``like``: the array whose kind of
+    blocks (numpy or cupy) the metadata follows."""
+    import operator
+    import uuid
+
+    import dask.array as da
+    from dask.array.utils import meta_from_array
+    from dask.highlevelgraph import HighLevelGraph
+
+    out = []
+    for j, dtype in enumerate(dtypes):
+        name = f"{prefix}-{j}-{uuid.uuid4().hex}"
+        layer = {(name, b, 0): (operator.getitem, f.key, j) for b, f in enumerate(results)}
+        layer.update({f.key: f for f in results})  # the futures keep the results alive
+        meta = meta_from_array(np.empty((0, 0)) if like is None else like, ndim=2, dtype=dtype)
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+        out.append(da.Array(graph, name, chunks=(tuple(int(r) for r in rows), (int(cols),)), meta=meta))
+    return tuple(out)
+
+
 def _is_dask_array(a):
     return type(a).__module__.startswith("dask.array") or hasattr(a, "to_delayed") and hasattr(a, "chunks")
 
@@ -89,11 +140,13 @@ def partitions(client, data, n_parts, name="data"):
     workers = worker_addresses(client)
     n_parts = min(n_parts or len(workers), n)
     bounds = np.linspace(0, n, n_parts + 1).astype(np.int64)
-    parts = []
-    for p in range(n_parts):
-        lo, hi = int(bounds[p]), int(bounds[p + 1])
-        fut = client.scatter(np.ascontiguousarray(a[lo:hi]), workers=[workers[p % len(workers)]], hash=False)
-        parts.append((lo, hi - lo, fut))
+    futures = {}
+    for w, worker in enumerate(workers):  # one message per worker, straight to it
+        mine = list(range(w, n_parts, len(workers)))
+        if mine:
+            sent = scatter_to(client, [np.ascontiguousarray(a[bounds[p]:bounds[p + 1]]) for p in mine], worker)
+            futures.update(zip(mine, sent))
+    parts = [(int(bounds[p]), int(bounds[p + 1] - bounds[p]), futures[p]) for p in range(n_parts)]
     return parts, a.shape, a.dtype, kind
 
 

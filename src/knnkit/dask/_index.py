@@ -6,8 +6,9 @@ import os
 import numpy as np
 
 from .._core.validation import METRICS, check_k, check_metric
-from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info, take
-from ._api import _check_device, _output, _query_blocks
+from .._core.backend import as_host
+from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info
+from ._api import _check_device, _host_queries, _output, _send_blocks
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
 
 __all__ = ["ShardedIndex"]
@@ -152,7 +153,7 @@ class ShardedIndex:
         return [(int(o), int(r), f, (sorted(who.get(f.key, ())) or [None])[0])
                 for o, r, f in zip(offsets, arr.chunks[0], futures) if r > 0]
 
-    def search(self, queries, k=10, *, query_block=65536, compute=True, **search_params):
+    def search(self, queries, k=10, *, query_block=65536, compute=None, **search_params):
         """k nearest neighbours of each query over all shards.
 
         Parameters
@@ -161,16 +162,18 @@ class ShardedIndex:
             A dask array stays on the workers: each of its row blocks is computed (or taken as it
             is, when persisted with ``client.persist``: no task at all) on a worker and searched
             there, by the replicas that worker holds (another worker's replica, the least loaded,
-            for the shards it does not hold); only the results move. An in-memory array is split into blocks of ``query_block`` rows that
-            are sent from the client to the replicas serving them, round-robin.
+            for the shards it does not hold); only the results move. An in-memory array is split
+            into blocks of ``query_block`` rows, sent from the client straight to the replicas
+            serving them (round-robin; one message per worker).
         k : int, default 10
         query_block : int, default 65536
             Queries per task for an in-memory ``queries`` (a dask array keeps its row chunks).
-        compute : bool, default True
+        compute : bool, optional
             True: gather the results to the client (numpy, or cupy for cupy queries). False:
             return lazy ``dask.array`` results whose blocks are futures on the workers (e.g.
             ``client.persist`` them, or feed them to the next step of a dask pipeline); errors of
-            a worker then surface when they are computed.
+            a worker then surface when they are computed. Default: False for dask-array
+            queries (dask arrays in, dask arrays out), True otherwise.
         **search_params :
             Keywords of :meth:`knnkit.GraphIndex.search` (``beam``, ``target_recall``...), given
             to every shard.
@@ -178,7 +181,8 @@ class ShardedIndex:
         Returns
         -------
         distances, indices : (m, k) arrays, best first, global ids (float32, int64): numpy / cupy
-            arrays, or dask arrays with the queries' row chunks when ``compute=False``.
+            arrays, or dask arrays with the queries' row chunks (blocks of the queries' kind:
+            cupy blocks on GPU workers stay cupy).
 
         Examples
         --------
@@ -188,29 +192,33 @@ class ShardedIndex:
         ...     X = np.random.default_rng(0).random((2000, 8), dtype=np.float32)
         ...     index = knnkit.dask.ShardedIndex.build(X, replicas=2, client=c, device="cpu")
         ...     Q = c.persist(da.from_array(X[:6], chunks=(3, 8)))
-        ...     d, i = index.search(Q, k=1, compute=False)
+        ...     d, i = index.search(Q, k=1)
         ...     ids = i.compute().ravel().tolist()
         >>> ids
         [0, 1, 2, 3, 4, 5]
         """
-        from ._common import _is_dask_array
+        from ._common import _is_dask_array, check_compute, result_arrays
 
         k = check_k(k, self.n, max_k=1024)
         query_block = check_parts(query_block, "query_block", 1 << 40)
-        if not isinstance(compute, bool):
-            raise TypeError(f"compute must be a bool, got {type(compute).__name__}")
+        dask_queries = _is_dask_array(queries)
+        compute = check_compute(compute, dask_queries)
         holders = self._holders()
-        if _is_dask_array(queries):
-            blocks, kind = self._resident_blocks(queries), "numpy"
+        like = None
+        if dask_queries:
+            blocks, kind, like = self._resident_blocks(queries), "numpy", queries._meta
         else:
             # block b is sent to shard 0's replica (turn + b), round-robin
+            Q, kind = _host_queries(queries, self.dim)
             turn = self._turn % len(holders[0])
             targets = holders[0][turn:] + holders[0][:turn]
-            qb, _m, kind = _query_blocks(self._client, queries, self.dim, query_block, targets=targets)
-            blocks = [(o, r, f, targets[b % len(targets)]) for b, (o, r, f) in enumerate(qb)]
+            sent = _send_blocks(self._client, Q, query_block, lambda b: [targets[b % len(targets)]])
+            blocks = [(o, r, copies[targets[b % len(targets)]], targets[b % len(targets)])
+                      for b, (o, r, copies) in enumerate(sent)]
+            del Q
         load = {}  # blocks given to each worker so far
         results = []
-        for b, (_qo, _qr, qf, where) in enumerate(blocks):
+        for _qo, _qr, qf, where in blocks:
             lists = []
             for s, f in enumerate(self._futures):
                 reps = holders[s]
@@ -224,20 +232,15 @@ class ShardedIndex:
             results.append(tree_reduce(self._client, lists, merge_topk, k, self.metric))
         self._turn += len(blocks)
         if not compute:
-            import dask.array as da
-
-            Ds = [da.from_delayed(self._client.submit(take, f, 0, pure=False), (r, k), dtype=np.float32)
-                  for f, (_o, r, _f, _w) in zip(results, blocks)]
-            Is = [da.from_delayed(self._client.submit(take, f, 1, pure=False), (r, k), dtype=np.int64)
-                  for f, (_o, r, _f, _w) in zip(results, blocks)]
-            return da.concatenate(Ds), da.concatenate(Is)
+            return result_arrays(results, [r for _o, r, _f, _w in blocks], k, (np.float32, np.int64), like,
+                                 prefix="knnkit-search")
         try:
             out = self._client.gather(results)
         except Exception as e:
             self._holders()  # a lost shard: say which
             raise RuntimeError(f"ShardedIndex.search failed on a worker: {type(e).__name__}: {e}") from e
-        D = np.concatenate([o[0] for o in out])
-        I = np.concatenate([o[1] for o in out])
+        D = np.concatenate([as_host(o[0]) for o in out])
+        I = np.concatenate([as_host(o[1]) for o in out])
         return _output(D, kind), _output(I, kind)
 
     # ------------------------------------------------------------------ persistence

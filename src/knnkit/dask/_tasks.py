@@ -11,7 +11,8 @@ import numpy as np
 from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
-__all__ = ["exact_part", "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
+__all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self",
+           "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
            "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of",
            "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
@@ -79,11 +80,63 @@ def exact_part(X, Q, k, metric, device, offset, checked=False):
     return d, np.where(i >= 0, i + int(offset), -1)
 
 
+def prepare_part(X, metric, device):
+    """A partition validated and placed once for every query block of an exact search (on a GPU
+    worker: copied to its device once, not once per block); kept in the worker's memory."""
+    from .._core.prepare import prepare
+
+    return prepare(X, metric=metric, device=device)
+
+
+def _register_prepared_size():
+    """Dask's size of a prepared partition: its arrays' bytes (the default, the object's own
+    few bytes, would let the scheduler move it to another worker as if it were free)."""
+    from dask.sizeof import sizeof
+
+    from .._core.prepare import Prepared
+
+    @sizeof.register(Prepared)
+    def _size(P):
+        return int(P.X.nbytes) + (0 if P.raw is P.X else int(P.raw.nbytes))
+
+
+_register_prepared_size()
+
+
+def exact_prepared(P, Q, k, offset):
+    """Exact top-``k`` (capped at the partition's size) of queries ``Q`` among a prepared
+    partition ``P`` (:func:`prepare_part`): ``(distances float32 user metric, global ids int64)``
+    on the host (small: the lists move to the merge and the client)."""
+    from .._core.prepare import prepare_queries, rescaled
+    from ..api.exact import exact_search
+
+    kk = min(int(k), P.n)
+    Qp = prepare_queries(Q, P)  # its scale covers both magnitudes
+    d, i, _st = exact_search(rescaled(P, Qp.scale), Qp, kk)
+    d = _host(d, np.float32)
+    i = _host(i, np.int64)
+    return d, np.where(i >= 0, i + int(offset), -1)
+
+
+def drop_self(lists, offset, k):
+    """Sorted ``k + 1`` lists ``(D, I)`` of the data's rows ``offset, offset + 1, ...`` as ``k``
+    lists without each row's own id (its last entry when the id is not there, e.g. k + 1
+    duplicates at distance 0)."""
+    D, I = lists
+    rows = np.arange(int(offset), int(offset) + I.shape[0])[:, None]
+    own = I == rows
+    drop = np.where(own.any(axis=1), own.argmax(axis=1), I.shape[1] - 1)
+    kept = np.ones(I.shape, dtype=bool)
+    kept[np.arange(I.shape[0]), drop] = False
+    return D[kept].reshape(-1, int(k)), I[kept].reshape(-1, int(k))
+
+
 def merge_topk(a, b, k, metric):
     """Merge two sorted ``(distances, ids)`` lists of the same queries (disjoint ids) into the top
-    ``k``; ties by smaller id, so the result does not depend on the reduction's order."""
-    d = np.concatenate([a[0], b[0]], axis=1)
-    i = np.concatenate([a[1], b[1]], axis=1)
+    ``k``; ties by smaller id, so the result does not depend on the reduction's order. On the
+    host (lists of a GPU worker's shards are copied; they are k columns)."""
+    d = np.concatenate([_host(a[0]), _host(b[0])], axis=1)
+    i = np.concatenate([_host(a[1]), _host(b[1])], axis=1)
     key = to_internal(d, metric)  # smaller is better in every metric
     key = np.where(i < 0, np.inf, key)
     order = np.lexsort((i, key), axis=-1)[:, :k]
@@ -634,12 +687,16 @@ def shard_info(index):
 
 
 def search_shard(index, Q, k, search_kw, offset):
-    """Top-``k`` (capped at the shard's size) of ``Q`` in one shard; global ids, host arrays."""
+    """Top-``k`` (capped at the shard's size) of ``Q`` in one shard; global ids; arrays of the
+    queries' kind (cupy queries on a GPU worker: cupy lists, no copy to the host here)."""
+    from .._core.backend import get_array_module
+
     kk = min(int(k), int(index.n))
     d, i = index.search(Q, kk, **search_kw)
-    d = _host(d, np.float32)
-    i = _host(i, np.int64)
-    return d, np.where(i >= 0, i + int(offset), -1)
+    xp = get_array_module(i)
+    d = d.astype(xp.float32, copy=False)
+    i = i.astype(xp.int64, copy=False)
+    return d, xp.where(i >= 0, i + int(offset), -1)
 
 
 def save_shard(index, path):
