@@ -282,3 +282,57 @@ def test_fuzz_graph_index_parameters(data):
     I = np.asarray(I)
     assert I.dtype == np.int64 and I.shape == (min(n, 5), int(k))
     assert ((I >= 0) & (I < n)).all(), "-1 or out-of-range ids from a search with k <= n"
+
+
+# ----------------------------------------------------------------------------- findings of the adversarial pass
+
+def _index(X, **kw):
+    return knnkit.GraphIndex.build(X, device="cpu", random_state=0, **kw)
+
+
+@pytest.mark.parametrize("data_scale,query_scale", [(1.0, 1e20),    # recall 0, every distance inf
+                                                    (1e-30, 1.0),   # inf for distances of ~1
+                                                    (1e20, 1e20)])  # inf (right) but not reported
+def test_index_search_queries_beyond_the_index_scale(data_scale, query_scale):
+    # the index stores its vectors at the data's power-of-two scale; queries that overflow float32
+    # there are answered exactly (knnkit.knn's result), and inf distances are reported
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 4))
+    data = (X * data_scale).astype(np.float32)
+    Q = (X[:5] * query_scale).astype(np.float32)
+    ix = _index(data)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        D, I = ix.search(Q, k=3)
+    _check_knn(data, Q, 3, "sqeuclidean", False, D, I, caught)
+
+
+def test_index_extend_refuses_what_the_index_cannot_hold():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 4)).astype(np.float32)
+    ix = _index(X.astype(np.float16))
+    with pytest.raises(ValueError, match="float16"):  # was stored as inf
+        ix.extend(X[:3] * 1e5)
+    ix = _index(X)
+    with pytest.raises(ValueError, match="new_data has values up to"):  # was NaN in the graph build
+        ix.extend(X[:3] * np.float32(1e30))
+    assert ix.n == 100
+    D, I = ix.search(X[:3], k=3)
+    assert np.isfinite(D).all() and (I[:, 0] == np.arange(3)).all()
+
+
+def test_index_delete_every_point():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4)).astype(np.float32)
+    ix = _index(X)
+    with pytest.raises(ValueError, match="every point"):
+        ix.delete(np.arange(60), compact=True)
+    assert ix.n_deleted == 0  # refused before anything was marked
+    ix.delete(np.arange(59))
+    ix.delete([59])  # raised from the automatic compaction, after marking
+    assert ix.n_deleted == 60
+    with pytest.raises(ValueError, match="every point"):
+        ix.search(X[:2], k=1)
+    ix.extend(X[:3] + 0.5)
+    D, I = ix.search(X[:3] + 0.5, k=1)
+    assert (I[:, 0] == np.arange(60, 63)).all()
