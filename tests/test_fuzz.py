@@ -336,3 +336,48 @@ def test_index_delete_every_point():
     ix.extend(X[:3] + 0.5)
     D, I = ix.search(X[:3] + 0.5, k=1)
     assert (I[:, 0] == np.arange(60, 63)).all()
+
+
+def test_graph_recall_of_a_graph_with_self():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 5)).astype(np.float32)
+    g = knnkit.knn_graph(X, k=6, method="brute", device="cpu", include_self=True)
+    assert knnkit.evaluate.graph_recall(X, g, device="cpu") == 1.0  # was 5/6: self counted as a miss
+    assert knnkit.evaluate.graph_recall(X, g, device="cpu", ties=True) == 1.0
+
+
+@pytest.mark.parametrize("kw,err", [(dict(k=2.5), TypeError), (dict(k=True), TypeError), (dict(k="3"), TypeError),
+                                    (dict(eps=float("nan")), ValueError), (dict(eps=-0.5), ValueError),
+                                    (dict(similarity="no"), TypeError), (dict(average="no"), TypeError)])
+def test_recall_parameters(kw, err):
+    I = np.arange(12).reshape(3, 4)
+    D = np.ones((3, 4), np.float32)
+    with pytest.raises(err):  # k=2.5 was recall@2, eps=nan gave recall 0, "no" was True
+        knnkit.evaluate.recall(I, I, found_distances=D, true_distances=D, **kw)
+
+
+@pytest.mark.parametrize("kw,err", [(dict(k=2.5), TypeError), (dict(sample=2.5), TypeError),
+                                    (dict(sample=True), TypeError), (dict(eps=float("nan"), ties=True), ValueError),
+                                    (dict(ties="yes"), TypeError)])
+def test_graph_recall_parameters(kw, err):
+    X = np.random.default_rng(0).standard_normal((50, 3)).astype(np.float32)
+    g = knnkit.knn_graph(X, k=4, method="brute", device="cpu")
+    with pytest.raises(err):
+        knnkit.evaluate.graph_recall(X, g, device="cpu", **kw)
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4"])
+def test_big_endian_input(dtype):
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    D, I = knnkit.knn(X.astype(dtype), X[:4].astype(dtype), k=3, device="cpu")  # >f8 was refused
+    D0, I0 = knnkit.knn(X.astype(np.float32), X[:4].astype(np.float32), k=3, device="cpu")
+    assert np.array_equal(I, I0) and np.array_equal(D, D0)
+
+
+@pytest.mark.parametrize("kw,err", [(dict(shard_size=150.5), TypeError), (dict(memory_budget=-1), ValueError),
+                                    (dict(return_graph="yes"), ValueError), (dict(verbose="no"), TypeError)])
+def test_out_of_core_parameters(tmp_path, kw, err):
+    path = str(tmp_path / "x.fbin")
+    knnkit.io.write(path, np.random.default_rng(0).standard_normal((300, 4)).astype(np.float32))
+    with pytest.raises(err):  # 150.5 was 150 points, -1 and "yes" were accepted
+        knnkit.knn_graph_out_of_core(path, k=5, workdir=str(tmp_path / "w"), device="cpu", random_state=0, **kw)
