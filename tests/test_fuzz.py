@@ -381,3 +381,15 @@ def test_out_of_core_parameters(tmp_path, kw, err):
     knnkit.io.write(path, np.random.default_rng(0).standard_normal((300, 4)).astype(np.float32))
     with pytest.raises(err):  # 150.5 was 150 points, -1 and "yes" were accepted
         knnkit.knn_graph_out_of_core(path, k=5, workdir=str(tmp_path / "w"), device="cpu", random_state=0, **kw)
+
+
+def test_sklearn_values_beyond_float32():
+    pytest.importorskip("sklearn")
+    from knnkit.sklearn import NearestNeighbors
+
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    with pytest.raises(ValueError, match="float32 range"):  # was "data contains NaN or Inf values"
+        NearestNeighbors(n_neighbors=2, device="cpu").fit(X * 1e300).kneighbors(X[:2])
+    nn = NearestNeighbors(n_neighbors=2, device="cpu").fit(X)
+    with pytest.raises(ValueError, match="float32 range"):
+        nn.kneighbors(X[:2] * 1e300)
