@@ -282,3 +282,114 @@ def test_fuzz_graph_index_parameters(data):
     I = np.asarray(I)
     assert I.dtype == np.int64 and I.shape == (min(n, 5), int(k))
     assert ((I >= 0) & (I < n)).all(), "-1 or out-of-range ids from a search with k <= n"
+
+
+# ----------------------------------------------------------------------------- findings of the adversarial pass
+
+def _index(X, **kw):
+    return knnkit.GraphIndex.build(X, device="cpu", random_state=0, **kw)
+
+
+@pytest.mark.parametrize("data_scale,query_scale", [(1.0, 1e20),    # recall 0, every distance inf
+                                                    (1e-30, 1.0),   # inf for distances of ~1
+                                                    (1e20, 1e20)])  # inf (right) but not reported
+def test_index_search_queries_beyond_the_index_scale(data_scale, query_scale):
+    # the index stores its vectors at the data's power-of-two scale; queries that overflow float32
+    # there are answered exactly (knnkit.knn's result), and inf distances are reported
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 4))
+    data = (X * data_scale).astype(np.float32)
+    Q = (X[:5] * query_scale).astype(np.float32)
+    ix = _index(data)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        D, I = ix.search(Q, k=3)
+    _check_knn(data, Q, 3, "sqeuclidean", False, D, I, caught)
+
+
+def test_index_extend_refuses_what_the_index_cannot_hold():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 4)).astype(np.float32)
+    ix = _index(X.astype(np.float16))
+    with pytest.raises(ValueError, match="float16"):  # was stored as inf
+        ix.extend(X[:3] * 1e5)
+    ix = _index(X)
+    with pytest.raises(ValueError, match="new_data has values up to"):  # was NaN in the graph build
+        ix.extend(X[:3] * np.float32(1e30))
+    assert ix.n == 100
+    D, I = ix.search(X[:3], k=3)
+    assert np.isfinite(D).all() and (I[:, 0] == np.arange(3)).all()
+
+
+def test_index_delete_every_point():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4)).astype(np.float32)
+    ix = _index(X)
+    with pytest.raises(ValueError, match="every point"):
+        ix.delete(np.arange(60), compact=True)
+    assert ix.n_deleted == 0  # refused before anything was marked
+    ix.delete(np.arange(59))
+    ix.delete([59])  # raised from the automatic compaction, after marking
+    assert ix.n_deleted == 60
+    with pytest.raises(ValueError, match="every point"):
+        ix.search(X[:2], k=1)
+    ix.extend(X[:3] + 0.5)
+    D, I = ix.search(X[:3] + 0.5, k=1)
+    assert (I[:, 0] == np.arange(60, 63)).all()
+
+
+def test_graph_recall_of_a_graph_with_self():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 5)).astype(np.float32)
+    g = knnkit.knn_graph(X, k=6, method="brute", device="cpu", include_self=True)
+    assert knnkit.evaluate.graph_recall(X, g, device="cpu") == 1.0  # was 5/6: self counted as a miss
+    assert knnkit.evaluate.graph_recall(X, g, device="cpu", ties=True) == 1.0
+
+
+@pytest.mark.parametrize("kw,err", [(dict(k=2.5), TypeError), (dict(k=True), TypeError), (dict(k="3"), TypeError),
+                                    (dict(eps=float("nan")), ValueError), (dict(eps=-0.5), ValueError),
+                                    (dict(similarity="no"), TypeError), (dict(average="no"), TypeError)])
+def test_recall_parameters(kw, err):
+    I = np.arange(12).reshape(3, 4)
+    D = np.ones((3, 4), np.float32)
+    with pytest.raises(err):  # k=2.5 was recall@2, eps=nan gave recall 0, "no" was True
+        knnkit.evaluate.recall(I, I, found_distances=D, true_distances=D, **kw)
+
+
+@pytest.mark.parametrize("kw,err", [(dict(k=2.5), TypeError), (dict(sample=2.5), TypeError),
+                                    (dict(sample=True), TypeError), (dict(eps=float("nan"), ties=True), ValueError),
+                                    (dict(ties="yes"), TypeError)])
+def test_graph_recall_parameters(kw, err):
+    X = np.random.default_rng(0).standard_normal((50, 3)).astype(np.float32)
+    g = knnkit.knn_graph(X, k=4, method="brute", device="cpu")
+    with pytest.raises(err):
+        knnkit.evaluate.graph_recall(X, g, device="cpu", **kw)
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4"])
+def test_big_endian_input(dtype):
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    D, I = knnkit.knn(X.astype(dtype), X[:4].astype(dtype), k=3, device="cpu")  # >f8 was refused
+    D0, I0 = knnkit.knn(X.astype(np.float32), X[:4].astype(np.float32), k=3, device="cpu")
+    assert np.array_equal(I, I0) and np.array_equal(D, D0)
+
+
+@pytest.mark.parametrize("kw,err", [(dict(shard_size=150.5), TypeError), (dict(memory_budget=-1), ValueError),
+                                    (dict(return_graph="yes"), ValueError), (dict(verbose="no"), TypeError)])
+def test_out_of_core_parameters(tmp_path, kw, err):
+    path = str(tmp_path / "x.fbin")
+    knnkit.io.write(path, np.random.default_rng(0).standard_normal((300, 4)).astype(np.float32))
+    with pytest.raises(err):  # 150.5 was 150 points, -1 and "yes" were accepted
+        knnkit.knn_graph_out_of_core(path, k=5, workdir=str(tmp_path / "w"), device="cpu", random_state=0, **kw)
+
+
+def test_sklearn_values_beyond_float32():
+    pytest.importorskip("sklearn")
+    from knnkit.sklearn import NearestNeighbors
+
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    with pytest.raises(ValueError, match="float32 range"):  # was "data contains NaN or Inf values"
+        NearestNeighbors(n_neighbors=2, device="cpu").fit(X * 1e300).kneighbors(X[:2])
+    nn = NearestNeighbors(n_neighbors=2, device="cpu").fit(X)
+    with pytest.raises(ValueError, match="float32 range"):
+        nn.kneighbors(X[:2] * 1e300)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._core.backend import inspect_array, as_host, cupy_or_none, get_array_module
 from ._core.config import logger
+from ._core.params import check_bool, check_float, check_int
 from ._core.types import ArrayLike, Device, HostArray, Metric, NeighborPair, Seed
 
 __all__ = ["recall", "graph_recall", "ground_truth", "Timer"]
@@ -106,13 +107,14 @@ def recall(found_indices: ArrayLike, true_indices: ArrayLike, k: int | None = No
     >>> recall([[3, 9]], [[3, 4, 5]], found_distances=[[0.5, 2.0]], true_distances=[[0.5, 2.0, 2.0]])
     1.0
     """
+    eps = check_float(eps, "eps", minimum=0.0)
+    similarity = check_bool(similarity, "similarity")
+    average = check_bool(average, "average")
     found = _host_ints(found_indices, "found_indices")
     true = _host_ints(true_indices, "true_indices")
     if found.shape[0] != true.shape[0]:
         raise ValueError(f"found_indices has {found.shape[0]} rows but true_indices has {true.shape[0]}")
-    k = found.shape[1] if k is None else int(k)
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    k = found.shape[1] if k is None else check_int(k, "k", minimum=1)
     if found.shape[1] < k or true.shape[1] < k:
         raise ValueError(f"recall@{k} needs at least {k} columns; found_indices has {found.shape[1]}, "
                          f"true_indices has {true.shape[1]}")
@@ -147,10 +149,9 @@ def recall(found_indices: ArrayLike, true_indices: ArrayLike, k: int | None = No
 
 
 def _sample_rows(n, sample, random_state):
+    sample = check_int(sample, "sample", minimum=1, allow_none=True)
     if sample is None or sample >= n:
         return np.arange(n, dtype=np.int64)
-    if sample < 1:
-        raise ValueError(f"sample must be >= 1, got {sample}")
     rng = np.random.default_rng(random_state)
     return np.sort(rng.choice(n, size=int(sample), replace=False)).astype(np.int64)
 
@@ -190,7 +191,8 @@ def graph_recall(data: ArrayLike, graph_indices: ArrayLike, *, sample: int | Non
     data : (n, d) array
         The vectors the graph was built on (numpy, cupy or torch).
     graph_indices : (n, k) int array or KnnGraph
-        Neighbour ids of every node; a :class:`knnkit.KnnGraph` (anything with ``.indices``) is accepted.
+        Neighbour ids of every node; a :class:`knnkit.KnnGraph` (anything with ``.indices``) is accepted
+        (one built with ``include_self=True`` is measured without its column of the points themselves).
     sample : int or None
         Number of nodes checked (default 1000; None checks all, at the cost of an exact k-NN graph).
     metric : str, optional
@@ -224,16 +226,21 @@ def graph_recall(data: ArrayLike, graph_indices: ArrayLike, *, sample: int | Non
     """
     from .api.exact import exact_arrays
 
+    ties = check_bool(ties, "ties")
+    eps = check_float(eps, "eps", minimum=0.0)
     if metric is None:
         metric = getattr(graph_indices, "metric", None) or "sqeuclidean"
+    with_self = bool(getattr(graph_indices, "include_self", False))
     if hasattr(graph_indices, "indices"):
         graph_indices = graph_indices.indices
     g = _host_ints(graph_indices, "graph_indices")
+    if with_self:  # a KnnGraph(include_self=True) holds each point itself in column 0: not a neighbour
+        g = g[:, 1:]
     arr, _ = inspect_array(data)
     n = arr.shape[0]
     if g.shape[0] != n:
         raise ValueError(f"the graph has {g.shape[0]} rows but data has {n} points")
-    k = g.shape[1] if k is None else int(k)
+    k = g.shape[1] if k is None else check_int(k, "k")
     if not 1 <= k <= min(g.shape[1], n - 1):
         raise ValueError(f"k={k} must be in [1, min(graph columns={g.shape[1]}, n - 1={n - 1})]")
     rows = _sample_rows(n, sample, random_state)

@@ -12,7 +12,7 @@ import numpy as np
 from .backend import get_array_module
 
 __all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
-           "is_similarity", "safe_scale", "scaled_absmax", "scale_for_max"]
+           "is_similarity", "safe_scale", "scaled_absmax", "scale_for_max", "absmax", "fits_scale"]
 
 # Finite float32 data whose largest magnitude lies outside [2^-50, 2^50] is computed at a
 # power-of-two scale (exact: only the exponent changes): above, squared distances overflow
@@ -48,6 +48,23 @@ def scaled_absmax(a):
     if np.dtype(a.dtype) != np.float32 or not a.size:
         return 0.0
     return float(get_array_module(a).abs(a).max())
+
+
+def absmax(a):
+    """The largest ``|value|`` of an array of any supported dtype, as a Python float (0.0 when empty)."""
+    if not a.size:
+        return 0.0
+    xp = get_array_module(a)
+    if np.dtype(a.dtype).kind != "f":  # abs(int8 -128) wraps in int8
+        return float(max(abs(float(a.min())), abs(float(a.max()))))
+    return float(xp.abs(a).max())
+
+
+def fits_scale(m, scale):
+    """Whether vectors whose largest ``|value|`` is ``m`` can be compared at the power-of-two ``scale``
+    chosen for other data (a stored index's): ``m * scale`` stays within the range where squared
+    distances and inner products cannot overflow float32 (``2^50``, as :func:`scale_for_max`)."""
+    return m * scale <= _SAFE_HI
 
 
 def scale_for_max(m):

@@ -36,6 +36,9 @@ def check_matrix(x, name="data", allow_float64=True, check_finite=True, integer=
     if a.shape[0] == 0 or a.shape[1] == 0:
         raise ValueError(f"{name} is empty: shape {tuple(a.shape)}")
     dt = np.dtype(a.dtype)
+    if not dt.isnative:  # big-endian data (">f8", ">f4" from a file): the same values in native order
+        dt = dt.newbyteorder("=")
+        a = a.astype(dt)
     if integer:
         if dt.kind not in "iu":
             raise TypeError(f"{name} must hold integer ids, got dtype {dt}")

@@ -122,7 +122,9 @@ class NearestNeighbors(BaseEstimator):
         self.method_ = method
         self._index = None
         if method == "index" and X.shape[0] > 1:
-            self._index = GraphIndex.build(self._fit_X.astype(np.float32), metric=self.effective_metric_,
+            # float64 goes in as is: knnkit converts it, refusing values beyond float32 by name (a cast
+            # here turned them into inf, reported as "contains NaN or Inf")
+            self._index = GraphIndex.build(self._fit_X, metric=self.effective_metric_,
                                            device=self.device, random_state=self.random_state)
         return self
 
@@ -130,7 +132,7 @@ class NearestNeighbors(BaseEstimator):
     def _neighbors(self, X, k):
         """(distances, indices) as numpy arrays: exact or approximate by ``method_``."""
         metric = self.effective_metric_
-        data = self._fit_X.astype(np.float32, copy=False)
+        data = self._fit_X
         if X is None:
             if self.method_ == "graph" or (self._index is not None and self.method_ == "index"):
                 P = prepare(data, metric=metric, device=self.device, metrics=GRAPH_METRICS)
@@ -138,9 +140,9 @@ class NearestNeighbors(BaseEstimator):
                 return np.asarray(g["distances"]), np.asarray(g["indices"]).astype(np.int64)
             d, i = exact_arrays(data, None, k, metric=metric, device=self.device, random_state=self.random_state)
         elif self._index is not None:
-            d, i = self._index.search(X.astype(np.float32), k=k, device="cpu" if self.device == "cpu" else None)
+            d, i = self._index.search(X, k=k, device="cpu" if self.device == "cpu" else None)
         else:
-            d, i = exact_arrays(data, X.astype(np.float32), k, metric=metric, device=self.device,
+            d, i = exact_arrays(data, X, k, metric=metric, device=self.device,
                                 random_state=self.random_state)
         return _host(d), _host(i).astype(np.int64)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from .._core.params import merge_params
+from .._core.params import check_bool, check_int, merge_params
 from .._core.prepare import prepare
 from .._core.stats import BuildStats
 from .._core.types import ArrayLike, Device, HostArray, Metric, Params, PathLike, Seed
@@ -252,6 +252,11 @@ def knn_graph_out_of_core(path: PathLike, k: int = 10, *, workdir: PathLike, sha
     from ..graph._out_of_core import build_out_of_core
 
     check_metric(metric, GRAPH_METRICS)
+    shard_size = check_int(shard_size, "shard_size", minimum=1, allow_none=True)
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1, allow_none=True)
+    if not (return_graph == "auto" or isinstance(return_graph, bool)):
+        raise ValueError(f"return_graph must be 'auto', True or False, got {return_graph!r}")
+    verbose = check_bool(verbose, "verbose")
     out = build_out_of_core(path, k, workdir=workdir, shard_size=shard_size, memory_budget=memory_budget,
                             metric=metric, device=device, random_state=random_state,
                             n_neighbors_internal=n_neighbors_internal, return_graph=return_graph, verbose=verbose,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 
-from .._core.backend import as_host, resolve_device, wrap_output
+from .._core.backend import as_host, get_array_module, resolve_device, wrap_output
 from .._core.config import logger, progress
-from .._core.metrics import finalize_distances
+from .._core.metrics import absmax, finalize_distances, fits_scale
 from .._core.params import check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_index, validate_index
@@ -347,15 +348,18 @@ class GraphIndex:
             raise ValueError("this index has no calibration (built with calibrate=False, or by an older knnkit)")
         return first_beam_reaching(self.calibration, target_recall) is not None
 
-    def _exact_all(self, q, info, k, device, beam=None):
+    def _exact_all(self, q, info, k, device, beam=None, why=None):
         """Exact k-NN of validated queries over every stored point (``search(target_recall=)``
         beyond what the graph reached in calibration, or where the calibrated ``beam`` that reached
-        it walked slower than the exact search). Distances in the user metric, as a walk's."""
+        it walked slower than the exact search; queries too large for the index's scale, ``why``).
+        Distances in the user metric, as a walk's."""
         from .._core.prepare import prepare_queries, rescaled
         from .exact import exact_search
 
         cal = self.calibration
-        if beam is None:
+        if why is not None:
+            logger.info("GraphIndex.search: %s; searching exactly over all %d points", why, self.n)
+        elif beam is None:
             logger.info("GraphIndex.search: no calibrated beam reached the target recall (best %.3f at beam %d); "
                         "searching exactly over all %d points", max(cal["recall"]), cal["beams"][-1], self.n)
         else:
@@ -463,6 +467,16 @@ class GraphIndex:
     def _walk(self, q, info, k, *, beam=None, tau=None, max_iters=None, n_seeds=None, device=None, batch_size=None,
               traversal=None, params=None, target_recall=None):
         """The graph search itself (validated queries ``q``), tombstones and filters aside."""
+        scale = self._engine.scale
+        # the stored vectors are at the power-of-two scale of the data (1.0 for ordinary data):
+        # queries far larger than that scale allows overflow float32 in the walk (inf distances and
+        # arbitrary ids, returned without a word); they are answered exactly at a scale for both
+        if (np.dtype(q.dtype) == np.float32 or scale > 1.0) and not fits_scale(absmax(q), scale):
+            why = (f"queries have values up to {absmax(q):.3g}, beyond what the index's stored scale "
+                   f"(data up to {absmax(self._engine.data):.3g}) can compare in float32")
+            if isinstance(self._engine, HostIndex):
+                raise ValueError(f"{why}; rescale the queries or build the index over data of their magnitude")
+            return self._exact_all(q, info, k, device, why=why)
         if target_recall is not None:
             if beam is not None:
                 raise ValueError("give beam or target_recall, not both")
@@ -496,7 +510,12 @@ class GraphIndex:
             extra = {f: getattr(checked if call[f] is not None else self.search_params, f) for f in BANG_SEARCH_KEYS}
         d, i = self._engine.search(q, k, beam=beam_, tau=tau_, max_iters=iters_, n_seeds=seeds_, device=dev,
                                    batch_size=checked.batch_size, traversal=checked.traversal, **extra)
-        d = finalize_distances(d, self.metric, self._engine.scale)
+        d = finalize_distances(d, self.metric, scale)
+        if scale != 1.0:  # only scaled data can give distances beyond float32 (as knnkit.knn reports)
+            xp = get_array_module(d)
+            if not bool(xp.isfinite(d[i >= 0]).all()):
+                warnings.warn("some distances exceed the float32 range and are returned as inf", RuntimeWarning,
+                              stacklevel=3)
         return wrap_output(d, info), wrap_output(i, info)
 
     def _search_filtered(self, queries, k, filt, kw, live=None, *, strategy="auto", overfetch=None):
@@ -518,7 +537,6 @@ class GraphIndex:
         overfetch : float, optional
             ``f >= 1`` of the ``ceil(f * k / selectivity)`` candidates fetched (default: the device's).
         """
-        from .._core.backend import get_array_module
         from .._core.params import check_choice, check_float
         from .._core.prepare import prepare_queries, rescaled
         from .exact import exact_search, filter_rows, group_filter_rows
@@ -618,7 +636,10 @@ class GraphIndex:
         dt = self.dtype
         if a.dtype != dt:
             if dt.kind == "f" and a.dtype.kind == "f":
-                a = a.astype(dt)
+                with np.errstate(over="ignore"):
+                    a = a.astype(dt)
+                if not np.isfinite(a).all():  # float32 beyond float16's 65504 would be stored as inf
+                    raise ValueError(f"new_data values exceed the range of the index dtype {dt}")
             elif dt.kind in "iu" and a.dtype.kind in "iu":
                 info_t = np.iinfo(dt)
                 if a.min() < info_t.min or a.max() > info_t.max:
@@ -626,6 +647,11 @@ class GraphIndex:
                 a = a.astype(dt)
             else:
                 raise TypeError(f"new_data has dtype {a.dtype}, the index stores {dt}")
+        if not fits_scale(absmax(a), self._engine.scale):
+            # the graph is built at the stored data's scale: such points overflow its float32 distances
+            raise ValueError(f"new_data has values up to {absmax(a):.3g}, beyond what this index (built on data up "
+                             f"to {absmax(self._engine.data):.3g}) can compare in float32; build a new index "
+                             f"over all the data")
         self._engine.extend(a, batch_size=batch_size, beam=beam)
         return self
 
@@ -690,9 +716,15 @@ class GraphIndex:
         a = a.astype(np.int64)
         if a.size and (a.min() < 0 or a.max() >= self.n):
             raise ValueError(f"ids must be in [0, {self.n}), got values in [{a.min()}, {a.max()}]")
+        every = np.union1d(self.deleted, a).size == self.n
+        if compact and every:  # refused before anything is marked: the call changes nothing
+            raise ValueError("compact=True: this call would delete every point of the index; nothing would be "
+                             "left to compact (delete with compact=None or False)")
         new = self._engine.mark_deleted(a)
         stale = not self._engine.consolidated
-        if compact or (compact is None and stale and self._engine.n_deleted > self.AUTO_COMPACT_FRACTION * self.n):
+        # with every point deleted there is nothing to consolidate: the deletes stand, searches refuse
+        if compact or (compact is None and stale and not every
+                       and self._engine.n_deleted > self.AUTO_COMPACT_FRACTION * self.n):
             self.compact()
         return new
 
