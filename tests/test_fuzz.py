@@ -393,3 +393,76 @@ def test_sklearn_values_beyond_float32():
     nn = NearestNeighbors(n_neighbors=2, device="cpu").fit(X)
     with pytest.raises(ValueError, match="float32 range"):
         nn.kneighbors(X[:2] * 1e300)
+
+
+# --- neighbours closer than float32 resolves (knnkit._core.underflow) --------------------------
+
+def _truth64(X, Q, k, exclude_self):
+    X64, Q64 = X.astype(np.float64), Q.astype(np.float64)
+    D = ((Q64[:, None, :] - X64[None, :, :]) ** 2).sum(-1)
+    if exclude_self:
+        np.fill_diagonal(D, np.inf)
+    return np.argsort(D, axis=1, kind="stable")[:, :k]
+
+
+def _wide_range_sets(rng):
+    tiny = (rng.random((600, 6)) * 1e-25).astype(np.float32)
+    tiny[0] = 1.0  # sets no scale (max 1): the tiny rows' squared distances underflow float32
+    outlier = rng.random((600, 6)).astype(np.float32)
+    outlier[0] = 1e25  # sets the scale (max -> ~1): the other rows become ~1e-25
+    return {"tiny": tiny, "outlier": outlier}
+
+
+@pytest.mark.parametrize("method", ["gemm", "sweet"])
+def test_knn_neighbours_below_float32_resolution_are_exact(rng, method):
+    """Values spanning more than ~1e19: float32 distances underflow to 0 and the ids came out in index
+    order (recall ~0.39) without a word; those rows are now answered in float64, with a warning."""
+    for name, X in _wide_range_sets(rng).items():
+        with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+            _, i = knnkit.knn(X, k=5, device="cpu", method=method)
+        truth = _truth64(X, X, 5, True)
+        assert (i[1:] == truth[1:]).all(), name  # row 0 (1.0 or 1e25) ties everything in float64 too
+        with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+            _, i = knnkit.knn(X, X[1:40], k=5, device="cpu", method=method)
+        assert (i == _truth64(X, X[1:40], 5, False)).all(), name
+
+
+def test_knn_graph_and_index_below_float32_resolution(rng):
+    X = _wide_range_sets(rng)["tiny"]
+    truth = _truth64(X, X, 5, True)
+    for method in ("brute", "nndescent"):
+        with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+            g = knnkit.knn_graph(X, k=5, device="cpu", method=method, random_state=0)
+        assert (g.indices[1:] == truth[1:]).all(), method
+        assert g.stats["float64_rows"] >= len(X) - 1
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    Q = (rng.random((30, 6)) * 1e-25).astype(np.float32)
+    with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+        _, i = index.search(Q, k=5)
+    assert (i == _truth64(X, Q, 5, False)).all()
+
+
+def test_below_float32_resolution_refused_when_too_many_rows(rng, monkeypatch):
+    import knnkit.api._graphops as graphops
+    import knnkit.api.exact as exact
+
+    monkeypatch.setattr(exact, "EXACT64_MAX_WORK", 1e3)
+    monkeypatch.setattr(graphops, "EXACT64_MAX_WORK", 1e3)
+    X = _wide_range_sets(rng)["tiny"]
+    with pytest.raises(ValueError, match="range too wide for float32"):
+        knnkit.knn(X, k=5, device="cpu", method="gemm")
+    with pytest.raises(ValueError, match="range too wide for float32"):
+        knnkit.knn_graph(X, k=5, device="cpu", method="brute")
+
+
+def test_duplicates_and_ordinary_data_are_not_float64_rows(rng):
+    """True duplicates (distance 0, equal rows) and ordinary data never take the float64 path."""
+    import warnings
+
+    X = rng.random((400, 5)).astype(np.float32)
+    X[10:20] = X[10]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        knnkit.knn(X, k=12, device="cpu")
+        g = knnkit.knn_graph(X, k=12, device="cpu", random_state=0)
+    assert "float64_rows" not in g.stats

@@ -1,0 +1,122 @@
+"""Neighbours closer than float32 can tell apart: found after a search, answered in float64.
+
+Two distinct float32 rows whose coordinates differ only by amounts below about ``2^-63`` (at the
+power-of-two scale the search ran at, see :func:`knnkit._core.metrics.safe_scale`) have a squared
+distance below float32's smallest normal number: it computes as 0, or as a subnormal without
+precision, and such rows tie with true duplicates of the query, so the ids come out in index order
+instead of distance order. It happens only when the data's values span more than ~10^19 (e.g. rows
+near 1e-25 beside rows near 1, or rows near 1 beside one row near 1e25 that sets the scale); no
+search in float32 can rank them, and before this check knnkit returned such lists without a word.
+
+:func:`underflow_rows` finds the query rows concerned from a search's result (a returned neighbour
+at an internal distance below :data:`TINY` whose stored row differs from the query's; true
+duplicates at distance 0 are not concerned), and :func:`exact_rows_float64` answers those rows
+exactly on the host in float64 (direct differences, no ``|x|^2 - 2 x.y + |y|^2`` cancellation).
+When the rows are too many for that (:data:`EXACT64_MAX_WORK`), the caller refuses with
+:func:`range_error`.
+"""
+
+import numpy as np
+
+from .backend import as_host, get_array_module
+
+__all__ = ["TINY", "EXACT64_MAX_WORK", "underflow_rows", "exact_rows_float64", "range_error"]
+
+#: Internal distances (squared L2 or L1, at the search's scale) below this are not trusted to rank:
+#: 2^6 above float32's smallest normal number (2^-126), a margin for the rounding of a sum of terms.
+TINY = 2.0 ** -120
+#: The float64 answer of the rows concerned costs ``rows x n x d`` multiply-adds on the host (numpy,
+#: ~1e9 per second); beyond this the search refuses instead.
+EXACT64_MAX_WORK = 4e9
+#: data rows per float64 block (a block of differences is ``rows x d`` float64)
+_BLOCK = 1 << 16
+
+
+def underflow_rows(d_internal, ids, raw_data, raw_queries, internal):
+    """Query rows (sorted host int64) whose result holds a neighbour closer than float32 resolves.
+
+    Parameters
+    ----------
+    d_internal : (m, k) float32 array
+        The search's internal distances (before :func:`~knnkit._core.metrics.finalize_distances`).
+    ids : (m, k) int array
+        The neighbour ids (``-1`` for an empty slot).
+    raw_data, raw_queries : float32 (n, d) / (m, d) arrays
+        The stored rows, as the user gave them (``Prepared.raw``; the queries' rows in the order of
+        ``d_internal``'s rows).
+    internal : {"l2", "l1", "ip"}
+        Internal metric; inner products (and cosine) are not checked (their zero is no tie with a
+        duplicate: orthogonal rows are legitimately at similarity 0).
+
+    Returns
+    -------
+    numpy int64 array
+        Empty for the ordinary case (one comparison of the distances with :data:`TINY`).
+    """
+    none = np.empty(0, np.int64)
+    if internal not in ("l2", "l1") or np.dtype(raw_data.dtype) != np.float32 or not d_internal.size:
+        return none
+    xp = get_array_module(d_internal)
+    small = (d_internal < TINY) & (ids >= 0)
+    if not bool(small.any()):
+        return none
+    q, c = xp.nonzero(small)
+    nb = ids[q, c].astype(xp.int64)
+    if get_array_module(raw_data) is not xp or get_array_module(raw_queries) is not xp:
+        # (a search on another device than its stored rows: compared on the host, a rare path)
+        q, nb, raw_data, raw_queries = as_host(q), as_host(nb), as_host(raw_data), as_host(raw_queries)
+    differ = (raw_queries[q] != raw_data[nb]).any(axis=1)
+    return np.unique(as_host(q[differ])).astype(np.int64)
+
+
+def exact_rows_float64(raw_data, queries, k, metric, exclude=None):
+    """Exact k-NN of a few queries over all rows, in float64 on the host.
+
+    Parameters
+    ----------
+    raw_data : (n, d) array (numpy or cupy)
+    queries : (r, d) array
+    k : int
+    metric : {"sqeuclidean", "euclidean", "manhattan"}
+    exclude : int array (r,), optional
+        A data row each query must not return (itself, in an all-points search).
+
+    Returns
+    -------
+    distances float32 (r, k) in the user metric (correctly rounded from float64: a distance below
+    float32's range is 0), ids int64 (r, k); ties by smaller id.
+
+    Examples
+    --------
+    >>> X = np.array([[0.0], [3e-30], [1e-30], [1.0]], np.float32)
+    >>> exact_rows_float64(X, X[:1], 2, "sqeuclidean", exclude=np.array([0]))[1].tolist()
+    [[2, 1]]
+    """
+    X = as_host(raw_data).astype(np.float64)
+    Q = as_host(queries).astype(np.float64)
+    n = X.shape[0]
+    out_d = np.empty((Q.shape[0], k), np.float32)
+    out_i = np.empty((Q.shape[0], k), np.int64)
+    D = np.empty(n, np.float64)
+    for r in range(Q.shape[0]):
+        for lo in range(0, n, _BLOCK):
+            diff = X[lo:lo + _BLOCK] - Q[r]
+            D[lo:lo + _BLOCK] = np.abs(diff).sum(axis=1) if metric == "manhattan" else (diff * diff).sum(axis=1)
+        if exclude is not None:
+            D[int(exclude[r])] = np.inf
+        # the k smallest, ties by index: everything up to the k-th value, then a stable sort
+        kth = np.partition(D, k - 1)[k - 1]
+        cand = np.flatnonzero(D <= kth)
+        order = cand[np.argsort(D[cand], kind="stable")][:k]
+        out_i[r] = order
+        out_d[r] = (np.sqrt(D[order]) if metric == "euclidean" else D[order]).astype(np.float32)
+    return out_d, out_i
+
+
+def range_error(rows, m, absmax):
+    """The ValueError of a search whose rows concerned are too many to answer in float64."""
+    return ValueError(
+        f"{rows} of the {m} query rows have neighbours closer than float32 can resolve beside values up to "
+        f"{absmax:.3g}: the data's values span a range too wide for float32 distances (more than ~1e19 between "
+        f"the largest value and the smallest differences), so no float32 search can rank them. Center or "
+        f"rescale the data, or remove the outlying rows")
