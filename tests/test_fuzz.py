@@ -466,3 +466,31 @@ def test_duplicates_and_ordinary_data_are_not_float64_rows(rng):
         knnkit.knn(X, k=12, device="cpu")
         g = knnkit.knn_graph(X, k=12, device="cpu", random_state=0)
     assert "float64_rows" not in g.stats
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["gemm", "sweet"])
+def test_below_float32_resolution_on_the_gpu(rng, method):
+    """The GPU paths' results go through the same check (written without a GPU session: the first
+    GPU run of this test is the check that GPU distances of distinct rows are never 0 where the
+    rows' true distance is ordinary, i.e. no false float64 rows)."""
+    import cupy as cp
+
+    for name, X in _wide_range_sets(rng).items():
+        with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+            _, i = knnkit.knn(cp.asarray(X), k=5, device="gpu", method=method)
+        assert (cp.asnumpy(i)[1:] == _truth64(X, X, 5, True)[1:]).all(), name
+    X = _wide_range_sets(rng)["tiny"]
+    with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+        g = knnkit.knn_graph(X, k=5, device="gpu", random_state=0)
+    assert (cp.asnumpy(g.indices)[1:] == _truth64(X, X, 5, True)[1:]).all()
+    import warnings
+
+    Y = rng.random((20000, 32)).astype(np.float32)
+    Y[100:200] = Y[100] + np.float32(1e-3) * rng.random((100, 32)).astype(np.float32)  # near-duplicates
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*closer than float32 resolves")
+        knnkit.knn(Y, k=10, device="gpu")
+        g = knnkit.knn_graph(Y, k=10, device="gpu", random_state=0)
+        knnkit.GraphIndex.build(Y, device="gpu", random_state=0).search(Y[:500], k=10)
+    assert "float64_rows" not in g.stats
