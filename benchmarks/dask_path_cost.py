@@ -14,9 +14,12 @@ Benches (``--benches``):
 * ``knn``: exact ``knnkit.dask.knn`` of ``--exact-queries`` queries against ``--n`` persisted rows
   (one partition per worker), numpy queries (blocks of ``--query-block``) and persisted dask
   queries.
-* ``graph``: ``knnkit.dask.knn_graph`` of ``--n`` x ``--d`` persisted rows, ``partition`` rows
-  and tree, default second stages (tree: cross searches, ``--slab-quantile`` sets the slab's
-  share; rows: the GGM merge).
+* ``graph``: ``knnkit.dask.knn_graph`` of ``--n`` x ``--d`` persisted rows, ``--k`` neighbours,
+  ``partition`` rows and tree, default second stages (tree: cross searches, ``--slab-quantile``
+  sets the slab's share; rows: the GGM merge). ``--graph-modes``: ``gathered`` (``compute=True``:
+  the lists gathered to the client and put in row order there; a module without ``compute``
+  always gathers) and ``resident`` (``compute=False``: the lists left on the workers in row
+  blocks; skipped for a module without ``compute``).
 
 Per run, the client's seconds by call (``scatter``, ``submit`` = submit / map / compute calls,
 ``wait`` = waiting for results, ``gather`` = moving them to the client once they exist,
@@ -31,6 +34,7 @@ older ``src/knnkit/dask`` under another name, so that before and after are paire
 
 import argparse
 import importlib
+import inspect
 import json
 import logging
 import sys
@@ -197,6 +201,8 @@ def main():
     ap.add_argument("--n", type=int, default=2_000_000, help="rows of knn's data and knn_graph's")
     ap.add_argument("--slab-quantile", type=float, default=0.3)
     ap.add_argument("--schedules", default="rows,tree")
+    ap.add_argument("--k", type=int, default=10, help="knn_graph's k")
+    ap.add_argument("--graph-modes", default="gathered,resident")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
@@ -265,17 +271,26 @@ def main():
                         del D, I
         if "graph" in benches:
             clock.take(0.0)
+            modes = args.graph_modes.split(",")
             for rep in range(args.reps):
                 for name, m in impls.items():
+                    has_compute = "compute" in inspect.signature(m.knn_graph).parameters
                     for sched in args.schedules.split(","):
-                        kw = {"slab_quantile": args.slab_quantile} if sched == "tree" else {}
-                        t0 = time.perf_counter()
-                        with get_task_stream(client=c) as ts:
-                            g = m.knn_graph(dX, k=10, client=c, device="cpu", partition=sched, n_parts=W, **kw)
-                        ex = g.stats.extra
-                        record(f"graph_{sched}", name, rep, t0, clock, ts, n=args.n, phases=ex.get("phases"),
-                               slab_fraction=ex.get("slab_fraction"), second_stage=ex.get("second_stage"))
-                        del g
+                        for mode in modes:
+                            if mode == "resident" and not has_compute:
+                                continue  # an older module: its lists always go to the client
+                            kw = {"slab_quantile": args.slab_quantile} if sched == "tree" else {}
+                            if has_compute:
+                                kw["compute"] = mode == "gathered"
+                            t0 = time.perf_counter()
+                            with get_task_stream(client=c) as ts:
+                                g = m.knn_graph(dX, k=args.k, client=c, device="cpu", partition=sched, n_parts=W,
+                                                **kw)
+                            ex = g.stats.extra
+                            record(f"graph_{sched}_{mode}", name, rep, t0, clock, ts, n=args.n, k=args.k,
+                                   phases=ex.get("phases"), slab_fraction=ex.get("slab_fraction"),
+                                   second_stage=ex.get("second_stage"), on_workers=bool(getattr(g, "is_dask", False)))
+                            del g
         clock.close()
     print(json.dumps(out, indent=1))
 
