@@ -23,7 +23,8 @@ Benches (``--benches``):
 
 Per run, the client's seconds by call (``scatter``, ``submit`` = submit / map / compute calls,
 ``wait`` = waiting for results, ``gather`` = moving them to the client once they exist,
-``other`` = the rest: graph building, client-side assembly) and the workers' seconds (task
+``other`` = the rest: graph building, client-side assembly), the bytes ``gather`` brought to
+the client (``gathered_bytes``, Dask's ``sizeof`` of the results) and the workers' seconds (task
 stream: compute seconds per task prefix, and seconds spent receiving dependencies from other
 workers, ``transfer``). ``--impl`` names the modules to time, alternated repetition by
 repetition in one process (e.g. ``knnkit.dask,knnkit.dask_before``, the latter a copy of an
@@ -108,9 +109,11 @@ class ClientClock:
              "who_has": "submit", "replicate": "submit"}
 
     def __init__(self, client):
+        from dask.sizeof import sizeof
         from distributed import futures_of, wait
 
         self.seconds = {}
+        self.gathered_bytes = 0
         self._client = client
         self._originals = {name: getattr(client, name) for name in (*self.CALLS, "gather")}
         for name, phase in self.CALLS.items():
@@ -124,6 +127,7 @@ class ClientClock:
             out = gather(futures, *a, **kw)
             self._add("wait", t1 - t)
             self._add("gather", time.perf_counter() - t1)
+            self.gathered_bytes += int(sizeof(out))
             return out
 
         client.gather = timed_gather
@@ -145,7 +149,9 @@ class ClientClock:
         out = {key: round(v, 4) for key, v in sorted(self.seconds.items())}
         out["other"] = round(total - sum(self.seconds.values()), 4)
         out["total"] = round(total, 4)
+        out["gathered_bytes"] = self.gathered_bytes
         self.seconds = {}
+        self.gathered_bytes = 0
         return out
 
     def close(self):

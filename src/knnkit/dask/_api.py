@@ -257,7 +257,8 @@ def _short_rows(client, lists):
     if isinstance(lists, OnWorkers):
         field = lists.fields[0]
         return sum(client.gather([client.submit(short_rows, f, field, pure=False) for _o, _r, f in lists.blocks]))
-    return int((lists[0] < 0).any(axis=1).sum())
+    short = lists[0] < 0
+    return int(short.any(axis=1).sum()) if short.any() else 0  # rows counted only when there are any
 
 
 def _distances_at(client, lists, rows):

@@ -549,7 +549,8 @@ def short_rows(lists, field):
     """Rows of a block's lists (ids at ``lists[field]``) holding an empty (-1) slot: knn_graph's
     check that every list has k neighbours, made where the lists are (an int to the client,
     not the lists)."""
-    return int((np.asarray(lists[field]) < 0).any(axis=1).sum())
+    short = np.asarray(lists[field]) < 0
+    return int(short.any(axis=1).sum()) if short.any() else 0  # rows counted only when there are any
 
 
 def distances_at(lists, field, rows):
