@@ -14,13 +14,17 @@ Benches (``--benches``):
 * ``knn``: exact ``knnkit.dask.knn`` of ``--exact-queries`` queries against ``--n`` persisted rows
   (one partition per worker), numpy queries (blocks of ``--query-block``) and persisted dask
   queries.
-* ``graph``: ``knnkit.dask.knn_graph`` of ``--n`` x ``--d`` persisted rows, ``partition`` rows
-  and tree, default second stages (tree: cross searches, ``--slab-quantile`` sets the slab's
-  share; rows: the GGM merge).
+* ``graph``: ``knnkit.dask.knn_graph`` of ``--n`` x ``--d`` persisted rows, ``--k`` neighbours,
+  ``partition`` rows and tree, default second stages (tree: cross searches, ``--slab-quantile``
+  sets the slab's share; rows: the GGM merge). ``--graph-modes``: ``gathered`` (``compute=True``:
+  the lists gathered to the client and put in row order there; a module without ``compute``
+  always gathers) and ``resident`` (``compute=False``: the lists left on the workers in row
+  blocks; skipped for a module without ``compute``).
 
 Per run, the client's seconds by call (``scatter``, ``submit`` = submit / map / compute calls,
 ``wait`` = waiting for results, ``gather`` = moving them to the client once they exist,
-``other`` = the rest: graph building, client-side assembly) and the workers' seconds (task
+``other`` = the rest: graph building, client-side assembly), the bytes ``gather`` brought to
+the client (``gathered_bytes``, Dask's ``sizeof`` of the results) and the workers' seconds (task
 stream: compute seconds per task prefix, and seconds spent receiving dependencies from other
 workers, ``transfer``). ``--impl`` names the modules to time, alternated repetition by
 repetition in one process (e.g. ``knnkit.dask,knnkit.dask_before``, the latter a copy of an
@@ -31,6 +35,7 @@ older ``src/knnkit/dask`` under another name, so that before and after are paire
 
 import argparse
 import importlib
+import inspect
 import json
 import logging
 import sys
@@ -104,9 +109,11 @@ class ClientClock:
              "who_has": "submit", "replicate": "submit"}
 
     def __init__(self, client):
+        from dask.sizeof import sizeof
         from distributed import futures_of, wait
 
         self.seconds = {}
+        self.gathered_bytes = 0
         self._client = client
         self._originals = {name: getattr(client, name) for name in (*self.CALLS, "gather")}
         for name, phase in self.CALLS.items():
@@ -120,6 +127,7 @@ class ClientClock:
             out = gather(futures, *a, **kw)
             self._add("wait", t1 - t)
             self._add("gather", time.perf_counter() - t1)
+            self.gathered_bytes += int(sizeof(out))
             return out
 
         client.gather = timed_gather
@@ -141,7 +149,9 @@ class ClientClock:
         out = {key: round(v, 4) for key, v in sorted(self.seconds.items())}
         out["other"] = round(total - sum(self.seconds.values()), 4)
         out["total"] = round(total, 4)
+        out["gathered_bytes"] = self.gathered_bytes
         self.seconds = {}
+        self.gathered_bytes = 0
         return out
 
     def close(self):
@@ -197,6 +207,8 @@ def main():
     ap.add_argument("--n", type=int, default=2_000_000, help="rows of knn's data and knn_graph's")
     ap.add_argument("--slab-quantile", type=float, default=0.3)
     ap.add_argument("--schedules", default="rows,tree")
+    ap.add_argument("--k", type=int, default=10, help="knn_graph's k")
+    ap.add_argument("--graph-modes", default="gathered,resident")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     log.setLevel(logging.INFO)
@@ -265,17 +277,26 @@ def main():
                         del D, I
         if "graph" in benches:
             clock.take(0.0)
+            modes = args.graph_modes.split(",")
             for rep in range(args.reps):
                 for name, m in impls.items():
+                    has_compute = "compute" in inspect.signature(m.knn_graph).parameters
                     for sched in args.schedules.split(","):
-                        kw = {"slab_quantile": args.slab_quantile} if sched == "tree" else {}
-                        t0 = time.perf_counter()
-                        with get_task_stream(client=c) as ts:
-                            g = m.knn_graph(dX, k=10, client=c, device="cpu", partition=sched, n_parts=W, **kw)
-                        ex = g.stats.extra
-                        record(f"graph_{sched}", name, rep, t0, clock, ts, n=args.n, phases=ex.get("phases"),
-                               slab_fraction=ex.get("slab_fraction"), second_stage=ex.get("second_stage"))
-                        del g
+                        for mode in modes:
+                            if mode == "resident" and not has_compute:
+                                continue  # an older module: its lists always go to the client
+                            kw = {"slab_quantile": args.slab_quantile} if sched == "tree" else {}
+                            if has_compute:
+                                kw["compute"] = mode == "gathered"
+                            t0 = time.perf_counter()
+                            with get_task_stream(client=c) as ts:
+                                g = m.knn_graph(dX, k=args.k, client=c, device="cpu", partition=sched, n_parts=W,
+                                                **kw)
+                            ex = g.stats.extra
+                            record(f"graph_{sched}_{mode}", name, rep, t0, clock, ts, n=args.n, k=args.k,
+                                   phases=ex.get("phases"), slab_fraction=ex.get("slab_fraction"),
+                                   second_stage=ex.get("second_stage"), on_workers=bool(getattr(g, "is_dask", False)))
+                            del g
         clock.close()
     print(json.dumps(out, indent=1))
 

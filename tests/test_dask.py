@@ -444,7 +444,7 @@ def test_knn_graph_one_partition_nndescent_equals_single_process_in_one_task(cli
     distributed.wait(dX)
     with distributed.get_task_stream(client=client) as ts:
         g = knnkit.dask.knn_graph(dX, k=10, client=client, device="cpu", n_parts=1, random_state=7,
-                                  partition=partition)
+                                  partition=partition, compute=True)
     g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=7)
     assert g0.stats.method == "nndescent"
     assert (np.asarray(g.indices) == np.asarray(g0.indices)).all()
@@ -455,6 +455,173 @@ def test_knn_graph_one_partition_nndescent_equals_single_process_in_one_task(cli
     assert st["recall_estimate"] == round(g0.stats.extra["recall_estimate"], 5)
     assert {key_split(r["key"]) for r in ts.data} == {"single_graph"}, {key_split(r["key"]) for r in ts.data}
     assert "estimate_s" not in st["phases"]
+
+
+@pytest.mark.parametrize("chunks", [8000, 3000])
+def test_knn_graph_one_partition_dask_out(client, chunks):
+    """One partition, dask in: the one build's lists stay on its worker, cut into the input's row
+    chunks (views, a small task each), equal to the gathered result; only the build and small
+    tasks run (the stats, the short-list count)."""
+    from dask.utils import key_split
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(8000, 16, random_state=4), dtype=np.float32)
+    dX = client.persist(da.from_array(X, chunks=(chunks, 16)))
+    distributed.wait(dX)
+    with distributed.get_task_stream(client=client) as ts:
+        g = knnkit.dask.knn_graph(dX, k=10, client=client, device="cpu", n_parts=1, random_state=7)
+    names = [key_split(r["key"]) for r in ts.data]
+    assert names.count("single_graph") == 1 and set(names) <= {"single_graph", "take", "row_slice", "short_rows"}
+    assert g.is_dask and isinstance(g.indices, da.Array) and isinstance(g.distances, da.Array)
+    assert g.indices.chunks == (dX.chunks[0], (10,)) and (g.indices.dtype, g.distances.dtype) == (np.int32, np.float32)
+    h = knnkit.dask.knn_graph(dX, k=10, client=client, device="cpu", n_parts=1, random_state=7, compute=True)
+    assert not h.is_dask and isinstance(h.indices, np.ndarray)
+    gc = g.compute()
+    assert (gc.indices == h.indices).all() and (gc.distances == h.distances).all()
+    assert g.stats.extra["recall_estimate"] == h.stats.extra["recall_estimate"]
+
+
+def _graph_X(n=6000, d=12, seed=11):
+    from knnkit.datasets import make_clustered
+
+    return np.asarray(make_clustered(n, d, n_clusters=60, random_state=seed), dtype=np.float32)
+
+
+class _GatheredRows:
+    """Counts the rows of the ``cols``-column 2-D arrays that ``client.gather`` brings to the client."""
+
+    def __init__(self, client, cols):
+        self.client, self.cols, self.rows = client, cols, 0
+        self._gather = client.gather
+
+        def gather(futures, *a, **kw):
+            out = self._gather(futures, *a, **kw)
+            self._count(out)
+            return out
+
+        client.gather = gather
+
+    def _count(self, x):
+        if isinstance(x, np.ndarray):
+            self.rows += x.shape[0] if x.ndim == 2 and x.shape[1] == self.cols else 0
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                self._count(v)
+
+    def close(self):
+        self.client.gather = self._gather
+
+
+@pytest.mark.parametrize("partition, second_stage, n_parts", [("tree", "search", 2), ("tree", "graph", 3),
+                                                              ("rows", "search", None), ("rows", "graph", None)])
+def test_knn_graph_dask_in_dask_out(client, partition, second_stage, n_parts):
+    """Dask in, dask out: the final lists stay on the workers in row order, chunked like the
+    input's rows (the tree's leaves, a permutation of the rows, are exchanged into row blocks by
+    tasks on the workers); computed, they equal compute=True's lists for the same seed, and the
+    recall estimate (sampled rows fetched from the workers) is the same."""
+    from dask.utils import key_split
+
+    X = _graph_X()
+    dX = client.persist(da.from_array(X, chunks=(2600, 12)))  # 2600, 2600, 800: blocks unlike the leaves
+    distributed.wait(dX)
+    kw = dict(k=8, client=client, device="cpu", n_parts=n_parts, random_state=4, partition=partition,
+              second_stage=second_stage)
+    gathered = _GatheredRows(client, 8)
+    with distributed.get_task_stream(client=client) as ts:
+        g = knnkit.dask.knn_graph(dX, **kw)
+    gathered.close()
+    # the only k-column arrays the client received: the recall estimate's sampled rows
+    assert 0 < gathered.rows <= knnkit.dask._api.ESTIMATE_ROWS, gathered.rows
+    assert g.is_dask and isinstance(g.indices, da.Array) and isinstance(g.distances, da.Array)
+    assert g.indices.chunks == g.distances.chunks == ((2600, 2600, 800), (8,))
+    assert (g.indices.dtype, g.distances.dtype) == (np.int32, np.float32) and g.shape == (6000, 8)
+    names = [key_split(r["key"]) for r in ts.data]
+    if partition == "tree":  # every leaf cuts one piece per row block, every block is placed on a worker
+        leaves = g.stats.extra["partitions"]
+        assert names.count("leaf_rows_in") == 3 * leaves and names.count("place_rows") == 3
+    assert names.count("short_rows") == 3  # the short-list check ran on the workers, one count per block
+    ph = g.stats.extra["phases"]
+    assert {"wait_s", "gather_s", "assemble_s", "check_s", "estimate_s", "total_s"} <= set(ph)
+    h = knnkit.dask.knn_graph(dX, compute=True, **kw)
+    assert not h.is_dask and h.stats.method == g.stats.method
+    gc = g.compute()
+    assert (gc.indices == h.indices).all() and (gc.distances == h.distances).all()
+    assert g.stats.extra["recall_estimate"] == h.stats.extra["recall_estimate"] > 0.9
+    assert (g.indices[100:110].compute() == h.indices[100:110]).all()  # blocks usable as dask arrays
+
+
+@pytest.mark.parametrize("partition, n_parts, chunks", [("tree", 3, (3000, 3000)), ("rows", 3, (2000, 2000, 2000))])
+def test_knn_graph_in_memory_compute_false(client, partition, n_parts, chunks):
+    """An in-memory input with compute=False: the lists stay on the workers in the row blocks of
+    its partitions (tree: one per worker, whatever the leaves), equal to the gathered lists."""
+    X = _graph_X()
+    kw = dict(k=6, client=client, device="cpu", n_parts=n_parts, random_state=2, partition=partition)
+    g = knnkit.dask.knn_graph(X, compute=False, **kw)
+    h = knnkit.dask.knn_graph(X, **kw)
+    assert g.is_dask and g.indices.chunks == (chunks, (6,)) and not h.is_dask
+    gc = g.compute()
+    assert (gc.indices == h.indices).all() and (gc.distances == h.distances).all()
+    assert g.stats.extra["recall_estimate"] == h.stats.extra["recall_estimate"]
+    with pytest.raises(TypeError, match="compute must be None or a bool"):
+        knnkit.dask.knn_graph(X, compute="yes", **kw)
+    with pytest.raises(TypeError, match="compute"):
+        knnkit.dask.knn_graph(X, compute=1, **kw)
+
+
+def test_dask_backed_graph_methods(client, tmp_path):
+    """A dask-backed KnnGraph: shape, stats and the arrays work; compute() / host_arrays() gather;
+    every method needing the whole lists raises a TypeError that says to call .compute()."""
+    X = _graph_X(3000, 8)
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=1, compute=False)
+    assert g.is_dask and g.n == len(g) == 3000 and g.k == 5 and g.shape == (3000, 5) and "dask" in repr(g)
+    knnkit.set_output("numpy")
+    try:
+        assert isinstance(g.indices, da.Array)  # never gathered behind the caller's back
+    finally:
+        knnkit.set_output("input")
+    I, D = g.host_arrays()
+    gc = g.compute()
+    assert isinstance(I, np.ndarray) and (gc.indices == I).all() and (gc.distances == D).all()
+    assert not gc.is_dask and gc.compute() is gc and gc.stats.method == g.stats.method
+    _, T = knnkit.knn(X, k=5, device="cpu")
+    calls = {"recall": lambda: g.recall(T), "to_csr": g.to_csr, "to_umap": g.to_umap,
+             "save": lambda: g.save(tmp_path / "g.knng"), "extend": lambda: g.extend(X[:10], data=X),
+             "merge_graphs": lambda: knnkit.merge_graphs(X, g, X[:100], gc, k=5, device="cpu"),
+             "init_graph": lambda: knnkit.knn_graph(X, k=5, device="cpu", method="nndescent", init_graph=g)}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=r"call \.compute\(\) first"):
+            call()
+    assert not (tmp_path / "g.knng").exists()
+    assert gc.recall(T) > 0.9 and gc.to_csr().shape == (3000, 3000)
+    with pytest.raises(TypeError, match="both be dask arrays or neither"):
+        knnkit.KnnGraph(g.indices, D)
+
+
+def test_knn_graph_short_lists_are_caught_on_the_workers(client, monkeypatch):
+    """The check that every list holds k neighbours runs on the workers for lists left there: a
+    block with an empty slot makes knn_graph raise, as a gathered one does."""
+    import knnkit.dask._api as api
+    from knnkit.dask import _tasks
+
+    def broken_place_rows(rows, k, *pieces):  # a row no leaf delivered
+        I, D = _tasks.place_rows(rows, k, *pieces)
+        I[0, -1] = -1
+        return I, D
+
+    monkeypatch.setattr(api, "place_rows", broken_place_rows)  # the cluster runs in this process
+    X = _graph_X(4000, 8)
+    with pytest.raises(RuntimeError, match="short of k"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=1, compute=False)
+    d = np.zeros((50, 3), np.float32)
+    i = np.ones((50, 3), np.int32)
+    i[[3, 7], 1] = -1
+    f = client.scatter((i, d), hash=False)
+    lists = api.OnWorkers([(100, 50, f)], (0, 1))
+    assert api._short_rows(client, lists) == 2
+    d[:, 0] = np.arange(50)
+    f2 = client.scatter((i, d), hash=False)
+    got = api._distances_at(client, api.OnWorkers([(100, 50, f2)], (0, 1)), np.array([101, 120, 149]))
+    assert got[:, 0].tolist() == [1.0, 20.0, 49.0]
 
 
 def test_sharded_search_persisted_queries_run_no_block_tasks(client, rng):

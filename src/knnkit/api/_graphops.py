@@ -115,6 +115,8 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
 
 def _init_lists(init_graph, n, device):
     is_graph = hasattr(init_graph, "host_arrays") and hasattr(init_graph, "include_self")
+    if is_graph and hasattr(init_graph, "require_in_memory"):
+        init_graph.require_in_memory("init_graph")
     gi = init_graph.host_arrays()[0] if is_graph else init_graph
     if is_graph and init_graph.include_self:
         gi = gi[:, 1:]

@@ -188,6 +188,8 @@ def merge_graphs(data1: ArrayLike, g1: KnnGraph, data2: ArrayLike, g2: KnnGraph,
     t0 = time.perf_counter()
     if not isinstance(g1, KnnGraph) or not isinstance(g2, KnnGraph):
         raise TypeError("g1 and g2 must be KnnGraph objects")
+    g1.require_in_memory("merge_graphs (g1)")
+    g2.require_in_memory("merge_graphs (g2)")
     if g1.metric != g2.metric:
         raise ValueError(f"graphs use different metrics: {g1.metric!r} and {g2.metric!r}")
     metric = check_metric(g1.metric, GRAPH_METRICS)

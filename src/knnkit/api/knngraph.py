@@ -5,6 +5,14 @@ build, cupy arrays for a GPU build); the public attributes return them through
 :func:`knnkit.set_output` rules (by default on the input's device and framework). Methods that
 need the host (``recall``, ``to_csr``, ``save``) copy to the host once.
 
+Dask-backed graphs (:func:`knnkit.dask.knn_graph` given a dask array, or ``compute=False``):
+``indices``/``distances`` are dask arrays whose row blocks stay on the workers (the lists may not
+fit this process). ``n``, ``k``, ``shape``, ``stats`` and the two arrays work as they are;
+``host_arrays()`` and ``compute()`` gather the lists explicitly; the methods that need every
+list in this process (``recall``, ``to_csr``, ``to_umap``, ``save``, ``extend``, and the graph as
+an input of ``merge_graphs`` or ``init_graph``) raise a ``TypeError`` that says to call
+``.compute()`` first, rather than gathering the lists silently.
+
 Files: the knnkit container (:mod:`knnkit._core.persist`, kind ``"graph"``: arrays
 ``indices``/``distances``, header with metric, n, k, include_self, stats). Files of the first
 release (``KNNKGRPH``) still load. Loading validates content, not only the checksum.
@@ -24,6 +32,11 @@ from .._core.types import Array, ArrayLike, Device, HostArray, Metric, PathLike
 from ._graphops import index_dtype_for
 
 __all__ = ["KnnGraph", "index_dtype_for"]
+
+
+def _is_dask(a):
+    """A dask array (told by its type's module: an in-memory graph never imports dask)."""
+    return type(a).__module__.startswith("dask.array")
 
 
 def _recall_rows(a, b):
@@ -55,6 +68,9 @@ class KnnGraph:
     stats : dict
         Build statistics: ``method``, ``iterations``, ``updates`` (per iteration),
         ``time_s`` (per iteration), ``phase_s`` (time per phase), parameters used.
+    is_dask : bool
+        True when ``indices``/``distances`` are dask arrays left on the workers (see the module
+        docstring: :meth:`compute` gathers them; whole-graph methods raise until then).
 
     Examples
     --------
@@ -68,6 +84,9 @@ class KnnGraph:
     def __init__(self, indices: Array, distances: Array, *, metric: Metric = "sqeuclidean", include_self: bool = False,
                  stats: BuildStats | dict[str, Any] | None = None, info: ArrayInfo | None = None,
                  data: ArrayLike | None = None, params: dict[str, Any] | None = None) -> None:
+        if _is_dask(indices) != _is_dask(distances):
+            raise TypeError("indices and distances must both be dask arrays or neither, got "
+                            f"{type(indices).__name__} and {type(distances).__name__}")
         if indices.shape != distances.shape or indices.ndim != 2:
             raise ValueError(f"indices {indices.shape} and distances {distances.shape} must be equal 2-D shapes")
         self._ind = indices
@@ -81,12 +100,18 @@ class KnnGraph:
 
     # ------------------------------------------------------------------ basic properties
     @property
+    def is_dask(self) -> bool:
+        return _is_dask(self._ind)
+
+    @property
     def indices(self) -> Array:
-        return wrap_output(self._ind, self._info)
+        # a dask-backed graph's arrays are returned as they are (whatever set_output says): converting
+        # them would gather every block to this process
+        return self._ind if self.is_dask else wrap_output(self._ind, self._info)
 
     @property
     def distances(self) -> Array:
-        return wrap_output(self._dist, self._info)
+        return self._dist if self.is_dask else wrap_output(self._dist, self._info)
 
     @property
     def n(self) -> int:
@@ -105,11 +130,43 @@ class KnnGraph:
 
     def __repr__(self) -> str:
         return (f"KnnGraph(n={self.n}, k={self.k}, metric={self.metric!r}, include_self={self.include_self}, "
-                f"method={self.stats.get('method')!r})")
+                f"method={self.stats.get('method')!r}{', dask' if self.is_dask else ''})")
 
     def host_arrays(self) -> tuple[HostArray, HostArray]:
-        """``(indices, distances)`` as numpy arrays."""
+        """``(indices, distances)`` as numpy arrays (a dask-backed graph's blocks are computed and
+        gathered to this process: all n x k of them)."""
+        if self.is_dask:
+            import dask
+
+            ind, dist = dask.compute(self._ind, self._dist)
+            return np.asarray(as_host(ind)), np.asarray(as_host(dist))
         return as_host(self._ind), as_host(self._dist)
+
+    def compute(self) -> KnnGraph:
+        """The graph with its lists in this process: a dask-backed graph's blocks gathered into
+        numpy arrays (same metric, ``include_self`` and stats); an in-memory graph is returned
+        as it is.
+
+        Examples
+        --------
+        >>> import numpy as np, knnkit
+        >>> g = knnkit.knn_graph(np.eye(8, dtype=np.float32), k=2, device="cpu")
+        >>> g.compute() is g, g.is_dask
+        (True, False)
+        """
+        if not self.is_dask:
+            return self
+        ind, dist = self.host_arrays()
+        return KnnGraph(ind, dist, metric=self.metric, include_self=self.include_self, stats=self.stats,
+                        params=self._params)
+
+    def require_in_memory(self, what: str) -> None:
+        """Raise ``TypeError`` when the lists are dask arrays on the workers: ``what`` (a method,
+        or a function taking this graph) needs every list in this process, and gathering them
+        silently could exhaust its memory."""
+        if self.is_dask:
+            raise TypeError(f"{what} needs the whole graph in this process, but its lists are dask arrays on the "
+                            "workers: call .compute() first (it gathers all n x k ids and distances here)")
 
     # ------------------------------------------------------------------ quality
     def recall(self, truth_indices: ArrayLike) -> float:
@@ -127,6 +184,7 @@ class KnnGraph:
         -------
         float in [0, 1]
         """
+        self.require_in_memory("KnnGraph.recall()")
         t = np.asarray(as_host(truth_indices) if not isinstance(truth_indices, np.ndarray) else truth_indices)
         ind = as_host(self._ind)
         if self.include_self:
@@ -168,6 +226,7 @@ class KnnGraph:
         """
         import scipy.sparse as sp
 
+        self.require_in_memory("KnnGraph.to_csr()")
         if mode not in ("distance", "connectivity"):
             raise ValueError(f"mode must be 'distance' or 'connectivity', got {mode!r}")
         if squared is not None and not isinstance(squared, bool):
@@ -218,6 +277,7 @@ class KnnGraph:
         >>> ind.shape, bool((ind[:, 0] == np.arange(300)).all()), float(dist[:, 0].max())
         ((300, 15), True, 0.0)
         """
+        self.require_in_memory("KnnGraph.to_umap()")
         if self.metric not in ("sqeuclidean", "euclidean", "cosine"):
             raise ValueError(f"a {self.metric!r} graph has no UMAP metric (use euclidean or cosine)")
         ind, dist = self.host_arrays()
@@ -247,6 +307,7 @@ class KnnGraph:
         >>> g.save(p); knnkit.load(p).k
         2
         """
+        self.require_in_memory("KnnGraph.save()")
         ind, dist = self.host_arrays()
         n, k = ind.shape
         itype = index_dtype_for(n) if ind.dtype.itemsize <= 4 else np.int64
@@ -324,6 +385,7 @@ class KnnGraph:
         from .._core.prepare import prepare
         from ._graphops import build_graph, merge_prepared
 
+        self.require_in_memory("KnnGraph.extend()")
         if isinstance(new_data, (list, tuple)):
             new_data = np.asarray(new_data)
         base = data if data is not None else self._data

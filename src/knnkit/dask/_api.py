@@ -10,18 +10,19 @@ moves bytes between workers; knnkit has no scheduler of its own.
 
 import numbers
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from .._core.config import logger
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import (as_leaf, assemble, cross_search, drop_self, exact_part, exact_prepared, fit_tree, globalize,
-                     keep, leaf_graph, merge_leaf, merge_running, merge_topk, prepare_part,
-                     pair_merge, part_graph, compact, route, rows_of, sample_rows, single_graph, slab_samples, select_leaf,
-                     select_slab, size_of, slab_for_leaf, take, tree_nodes)
-from ._common import (check_compute, check_parts, get_client, homes, partitions, result_arrays, scatter_to,
-                      tree_reduce, worker_addresses)
+from ._tasks import (as_leaf, assemble, cross_search, distances_at, drop_self, exact_part, exact_prepared, fit_tree,
+                     globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running, merge_topk, place_rows,
+                     prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of, sample_rows, short_rows,
+                     single_graph, slab_samples, select_leaf, select_slab, size_of, slab_for_leaf, take, tree_nodes)
+from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
+                      scatter_to, tree_reduce, worker_addresses)
 
 __all__ = ["knn", "knn_graph"]
 
@@ -139,8 +140,6 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
     >>> i[:, 0].tolist()
     [0, 1, 2]
     """
-    from ._common import _is_dask_array
-
     client = get_client(client)
     metric = check_metric(metric, METRICS)
     device = _check_device(device)
@@ -212,35 +211,68 @@ def _probe(client, parts, rows):
     return np.ascontiguousarray(np.concatenate(client.gather(pieces)))
 
 
-def _recall_from(rows, Dx, Ix, D, k, metric):
-    """recall@k of the lists ``D`` at ``rows``, ties forgiven, against the exact ``k + 1`` lists
-    ``(Dx, Ix)`` of those rows (self dropped)."""
+def _recall_from(rows, Dx, Ix, D_rows, k, metric):
+    """recall@k of the graph's distances ``D_rows`` at ``rows``, ties forgiven, against the exact
+    ``k + 1`` lists ``(Dx, Ix)`` of those rows (self dropped)."""
     from .._core.metrics import to_internal
 
     Dx, _ = _drop_self(Dx, Ix - rows[:, None] + np.arange(len(rows))[:, None], k)
     kth = to_internal(Dx[:, -1], metric)
     kth = kth + 1e-5 * np.abs(kth) + 1e-12
-    got = to_internal(D[rows], metric)
+    got = to_internal(D_rows, metric)
     return float(np.mean(got <= kth[:, None]))
 
 
-def _probe_recall(client, probes, rows, D, k, metric):
+def _probe_recall(client, probes, rows, D_rows, k, metric):
     """The recall estimate from the partition graphs' probe lists (futures of ``(I, D, (pD, pI))``:
     each partition's exact ``k + 1`` nearest of the probe rows, computed in its graph's task)."""
     lists = [client.submit(take, f, 2, pure=False) for f in probes]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
-    return _recall_from(rows, Dx, Ix, D, k, metric)
+    return _recall_from(rows, Dx, Ix, D_rows, k, metric)
 
 
-def _estimate_recall(client, parts, I, D, k, metric, device, seed):
-    """recall@k of the lists (I, D) on ESTIMATE_ROWS sampled rows, ties forgiven: exact neighbours
-    of those rows by the distributed exact search (k + 1, self dropped)."""
-    rows = _estimate_rows(I.shape[0], seed)
+def _estimate_recall(client, parts, rows, D_rows, k, metric, device):
+    """recall@k of the graph on the sampled rows ``rows`` (its distances there: ``D_rows``), ties
+    forgiven: exact neighbours of those rows by the distributed exact search (k + 1, self dropped)."""
     qf = client.scatter(_probe(client, parts, rows), broadcast=True, hash=False)
     # the graph's build validated the data: no second NaN scan of every partition
     lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, True, pure=False) for o, _r, f in parts]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
-    return _recall_from(rows, Dx, Ix, D, k, metric)
+    return _recall_from(rows, Dx, Ix, D_rows, k, metric)
+
+
+class OnWorkers(NamedTuple):
+    """A graph's final lists left on the workers in row order: ``blocks`` ``[(offset, rows,
+    future)]``, consecutive and covering every row; each future's result is a tuple holding the
+    block's ids at ``fields[0]`` and its distances at ``fields[1]`` (a schedule's own per-partition
+    result where its rows are the block's, so no task copies them)."""
+
+    blocks: list
+    fields: tuple
+
+
+def _short_rows(client, lists):
+    """Rows whose list has an empty (-1) slot: counted by numpy for lists on the client, by one
+    small task per block for lists on the workers (ints come back, not the lists)."""
+    if isinstance(lists, OnWorkers):
+        field = lists.fields[0]
+        return sum(client.gather([client.submit(short_rows, f, field, pure=False) for _o, _r, f in lists.blocks]))
+    short = lists[0] < 0
+    return int(short.any(axis=1).sum()) if short.any() else 0  # rows counted only when there are any
+
+
+def _distances_at(client, lists, rows):
+    """The graph's distances at the sorted global ``rows`` (the recall estimate's sample): for lists
+    on the workers, only those rows are fetched from the blocks holding them."""
+    if not isinstance(lists, OnWorkers):
+        return lists[1][rows]
+    field = lists.fields[1]
+    pieces = []
+    for o, r, f in lists.blocks:
+        sel = rows[(rows >= o) & (rows < o + r)] - o
+        if sel.size:
+            pieces.append(client.submit(distances_at, f, field, sel, pure=False))
+    return np.concatenate(client.gather(pieces))
 
 
 def _drop_self(D, I, k):
@@ -297,13 +329,16 @@ def _weighted_quantile(pieces, q):
 
 
 def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quantile, sample, seed, phases,
-                stage="search", estimate=False):
+                stage="search", estimate=False, compute=True):
     """knn_graph(partition="tree"): leaves of a hyperplane tree, each graphed on its worker; then,
     for every splitting hyperplane, its boundary slab: ``stage="search"``, each leaf's slab rows
     searched in the graphs of the leaves across it, on their workers (all in parallel), or
     ``stage="graph"``, one graph of the whole slab on one worker. Each point keeps the k nearest
     of its lists. ``estimate``: the recall estimate's exact lists come from the leaf graphs' tasks
-    (``stats["recall_estimate"]``). Returns ``(I, D, stats)``; client-side seconds are added to
+    (``stats["recall_estimate"]``). ``compute``: the leaves' lists gathered and put in row order
+    on the client; else the row blocks of ``parts`` are assembled on the workers, each from the
+    pieces of every leaf that holds its rows (an exchange between workers). Returns ``(lists,
+    stats)``, ``lists`` ``(I, D)`` or :class:`OnWorkers`; client-side seconds are added to
     ``phases``."""
     from distributed import wait
 
@@ -372,22 +407,37 @@ def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quant
     t1 = time.perf_counter()
     wait(finals)
     t2 = time.perf_counter()
-    out = client.gather(finals)
-    t3 = time.perf_counter()
-    if len(out) == 1 and out[0][0].shape[0] == n and np.array_equal(out[0][0], np.arange(n)):
-        I, D = out[0][1], out[0][2]  # one leaf holding every row in order: no reassembly
+    if compute:
+        out = client.gather(finals)
+        t3 = time.perf_counter()
+        if len(out) == 1 and out[0][0].shape[0] == n and np.array_equal(out[0][0], np.arange(n)):
+            I, D = out[0][1], out[0][2]  # one leaf holding every row in order: no reassembly
+        else:
+            I = np.full((n, k), -1, np.int32)
+            D = np.full((n, k), np.inf, np.float32)
+            for ids, Il, Dl in out:
+                I[ids] = Il
+                D[ids] = Dl
+        del out
+        result = (I, D)
     else:
-        I = np.full((n, k), -1, np.int32)
-        D = np.full((n, k), np.inf, np.float32)
-        for ids, Il, Dl in out:
-            I[ids] = Il
-            D[ids] = Dl
-    del out
+        # row block b (the input's partition b, on its worker) takes its rows from every leaf: each
+        # leaf cuts its piece where it lives, and only the pieces move, worker to worker
+        t3 = time.perf_counter()
+        owners = homes(client, [f for _o, _r, f in parts])
+        blocks = []
+        for (o, r, _f), w in zip(parts, owners):
+            pieces = [client.submit(leaf_rows_in, final, o, o + r, pure=False) for final in finals]
+            blocks.append((o, r, client.submit(place_rows, r, k, *pieces, pure=False, workers=[w],
+                                               allow_other_workers=True)))
+        del finals
+        wait([f for _o, _r, f in blocks])
+        result = OnWorkers(blocks, (0, 1))
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     est = None
     if estimate:
         t4 = time.perf_counter()
-        est = _probe_recall(client, lists, rows, D, k, metric)
+        est = _probe_recall(client, lists, rows, _distances_at(client, result, rows), k, metric)
         phases["estimate_s"] = time.perf_counter() - t4
     frac = float(sum(slab_sizes)) / n
     stats = {"method": "dask-tree", "partitions": P, "split": split, "second_stage": stage,
@@ -402,12 +452,12 @@ def _tree_graph(client, parts, n, k, metric, device, P, split, width_rule, quant
                        "cut through dense regions, e.g. uniform high-dimensional data); %s", 100 * frac,
                        "each of them is searched across its hyperplane" if searched else
                        f"the build does about {1 + frac:.1f}x one device's work")
-    return I, D, stats
+    return result, stats
 
 
 def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n_parts=None,
               n_neighbors_internal=None, random_state=0, partition="auto", split="pca", slab_width="projected",
-              slab_quantile=0.99, tree_sample=20000, recall_estimate=True, second_stage="auto"):
+              slab_quantile=0.99, tree_sample=20000, recall_estimate=True, second_stage="auto", compute=None):
     """Approximate k-NN graph on a Dask cluster.
 
     Two schedules (``partition``), each in two stages: first every partition's graph, built by
@@ -496,20 +546,37 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         warning below 0.985) by an exact search of those rows against every partition, after the
         build (graphs of more than 2,000 points, not manhattan). False skips that search. One
         partition: the engine's own estimate, made during the build, is reported either way.
+        The estimate reads only the sampled rows' lists (fetched from the workers when the lists
+        stay there).
+    compute : bool, optional
+        True: the lists are gathered to the client and put in row order there (an in-memory
+        :class:`~knnkit.KnnGraph`). False: they stay on the workers, in row order, as dask arrays
+        whose row blocks are the input's non-empty row chunks (an in-memory ``data``: its
+        partitions, ``n_parts`` for ``"rows"``, one per worker for ``"tree"``); the tree's leaves
+        hold a permutation of the rows, so every block is assembled on its partition's worker
+        from the pieces of the leaves that hold its rows (moved between workers, never through
+        the client). The short-list check and the recall estimate run without gathering them (a
+        count per block, the 1,000 sampled rows). Default: False when ``data`` is a dask array,
+        else True. The lists are the same either way (same seed).
 
     Returns
     -------
     KnnGraph
         ``indices`` (n, k) int32 global ids, ``distances`` in the user metric, each row sorted
-        (nearest first); ``stats`` records the schedule: ``"dask-tree"`` (``partitions``,
+        (nearest first): numpy (cupy for cupy ``data``), or with ``compute=False`` dask arrays
+        of numpy blocks, a *dask-backed* graph (``g.is_dask``): ``g.compute()`` gathers it;
+        ``recall``, ``to_csr``, ``to_umap``, ``save`` and ``extend`` raise ``TypeError`` until
+        then. ``stats`` records the schedule: ``"dask-tree"`` (``partitions``,
         ``second_stage``, ``cross_searches``, ``leaf_sizes``, ``slab_sizes`` per internal node
         breadth-first, ``slab_widths``, ``slab_fraction`` = slab points / n), ``"dask-rows"``
         (row partitions with cross searches: ``partitions``, ``cross_searches``) or
         ``"dask-ggm"`` (``partitions``, ``merges``); ``phases``: the client's seconds spent on
         the input's partitions (``input_s``), submitting the tasks (``schedule_s``, tree: up to
         the slab widths, which wait for the leaf graphs), waiting for the final lists
-        (``wait_s``), moving them to the client (``gather_s``) and putting them in row order
-        (``assemble_s``), the recall estimate (``estimate_s``) and in all (``total_s``).
+        (``wait_s``), moving them to the client (``gather_s``; lists left on the workers: only
+        the one-partition build's stats) and putting them in row order (``assemble_s``; left on
+        the workers: waiting for the row blocks assembled there), the short-list check
+        (``check_s``), the recall estimate (``estimate_s``) and in all (``total_s``).
 
     Examples
     --------
@@ -518,8 +585,10 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, Client(cluster) as c:
     ...     X = np.random.default_rng(0).random((3000, 8), dtype=np.float32)
     ...     g = knnkit.dask.knn_graph(X, k=5, client=c, device="cpu")
-    >>> g.indices.shape, g.stats.method
-    ((3000, 5), 'dask-tree')
+    ...     dg = knnkit.dask.knn_graph(X, k=5, client=c, device="cpu", compute=False)  # lists on the workers
+    ...     same = bool((dg.compute().indices == g.indices).all())
+    >>> g.indices.shape, g.stats.method, dg.is_dask, dg.indices.chunks, same
+    ((3000, 5), 'dask-tree', True, ((1500, 1500), (5,)), True)
     """
     from .._core.stats import BuildStats
     from ..api.knngraph import KnnGraph
@@ -537,6 +606,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     tree_sample = check_parts(tree_sample, "tree_sample", 1 << 31)
     n_parts = check_parts(n_parts, "n_parts", 1 << 31)
     second_stage = _check_choice(second_stage, "second_stage", SECOND_STAGES)
+    compute = check_compute(compute, _is_dask_array(data))
     if second_stage == "search" and metric not in SEARCH_METRICS:
         raise ValueError(f"second_stage='search' needs a metric with a graph search ({', '.join(SEARCH_METRICS)}); "
                          f"metric={metric!r} uses second_stage='graph'")
@@ -565,23 +635,28 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                              f"use at most {max(1, n // (k + 1))}")
     if (partition == "tree" and P == 1) or (partition == "rows" and len(parts) == 1 and n_neighbors_internal is None):
         # one partition: nothing to split or merge, the single-device build on one worker
-        I, D, stats = _single_graph(client, parts, n, k, metric, device, seed, phases)
+        result, stats = _single_graph(client, parts, n, k, metric, device, seed, phases, compute=compute)
         if partition == "tree":
             stats.update(method="dask-tree", split=split, second_stage=None, cross_searches=0, leaf_sizes=[n],
                          slab_sizes=[], slab_widths=[],
                          slab_samples=[], slab_width=slab_width, slab_quantile=slab_quantile, slab_fraction=0.0)
     elif partition == "tree":
-        I, D, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
-                                  tree_sample, seed, phases, second_stage, estimate)
+        result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
+                                    tree_sample, seed, phases, second_stage, estimate, compute=compute)
     elif second_stage == "search":
-        I, D, stats = _rows_search(client, parts, n, k, metric, device, seed, phases, estimate)
+        result, stats = _rows_search(client, parts, n, k, metric, device, seed, phases, estimate, compute=compute)
     else:
-        I, D, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases)
-    if (I < 0).any():
-        raise RuntimeError("knnkit.dask.knn_graph: some lists are short of k neighbours (internal error)")
+        result, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases,
+                                    compute=compute)
+    t = time.perf_counter()
+    short = _short_rows(client, result)  # on the workers when the lists are there: a count comes back
+    phases["check_s"] = time.perf_counter() - t
+    if short:
+        raise RuntimeError(f"knnkit.dask.knn_graph: {short} lists are short of k neighbours (internal error)")
     if estimate and stats.get("recall_estimate") is None:
         t = time.perf_counter()
-        est = _estimate_recall(client, parts, I, D, k, metric, device, seed)
+        rows = _estimate_rows(n, seed)
+        est = _estimate_recall(client, parts, rows, _distances_at(client, result, rows), k, metric, device)
         phases["estimate_s"] = time.perf_counter() - t
         stats["recall_estimate"] = round(est, 5)
         if est < 0.985:
@@ -591,14 +666,22 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                            else f"; pass a larger slab_quantile (now {slab_quantile})")
     phases["total_s"] = time.perf_counter() - t_start
     stats["phases"] = {key: round(v, 4) for key, v in phases.items()}
+    if isinstance(result, OnWorkers):
+        # blocks are getitem keys on the futures (which keep the lists alive on the workers)
+        I, D = result_arrays([f for _o, _r, f in result.blocks], [r for _o, r, _f in result.blocks], k,
+                             (np.int32, np.float32), prefix="knnkit-graph", fields=result.fields)
+        return KnnGraph(I, D, metric=metric, stats=BuildStats.from_dict(stats))
+    I, D = result
     return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
 
 
-def _single_graph(client, parts, n, k, metric, device, seed, phases):
+def _single_graph(client, parts, n, k, metric, device, seed, phases, compute=True):
     """knn_graph with one partition: one task runs :func:`knnkit.knn_graph`'s build on the worker
     holding (most of) the data, with the same seed, so the lists equal the single-process ones.
     The engine's own recall estimate (its ``target_recall`` probe, made during the build) is
-    reported; no second, distributed estimate runs. ``(I, D, stats)``, phases as the other schedules."""
+    reported; no second, distributed estimate runs. ``compute``: the lists gathered; else left
+    on that worker, cut into the row blocks of ``parts`` (views, no copy). ``(lists, stats)``,
+    phases as the other schedules."""
     from distributed import wait
 
     t0 = time.perf_counter()
@@ -606,19 +689,30 @@ def _single_graph(client, parts, n, k, metric, device, seed, phases):
     t1 = time.perf_counter()
     wait(fut)
     t2 = time.perf_counter()
-    I, D, st = fut.result()
+    if compute:
+        I, D, st = fut.result()
+        result = (I, D)
+        t3 = time.perf_counter()
+    else:
+        st = client.submit(take, fut, 2, pure=False).result()  # the engine's stats: a small dict
+        t3 = time.perf_counter()
+        if len(parts) == 1:
+            result = OnWorkers([(0, n, fut)], (0, 1))
+        else:
+            result = OnWorkers([(o, r, client.submit(row_slice, fut, o, o + r, pure=False)) for o, r, _f in parts],
+                               (0, 1))
+            wait([f for _o, _r, f in result.blocks])
     del fut
-    t3 = time.perf_counter()
-    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=0.0)
+    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     stats = {"method": "dask-ggm", "partitions": 1, "merges": 0, "n_neighbors_internal": None,
              "workers": len(worker_addresses(client)), "single_device": True, "engine": st["engine"],
              "iterations": st["iterations"]}
     if st["recall_estimate"] is not None:
         stats["recall_estimate"] = round(st["recall_estimate"], 5)
-    return I, D, stats
+    return result, stats
 
 
-def _rows_search(client, parts, n, k, metric, device, seed, phases, estimate=False):
+def _rows_search(client, parts, n, k, metric, device, seed, phases, estimate=False, compute=True):
     """knn_graph(partition="rows", second_stage="search"): GGNN's sharded all-points search
     (section 5.5). Every partition's graph is built on its worker (the single-device build); every
     partition's rows are searched in every other partition's graph, on that partition's worker
@@ -626,7 +720,9 @@ def _rows_search(client, parts, n, k, metric, device, seed, phases, estimate=Fal
     lists and the rows whose searches found it. Each partition is copied to the other partitions'
     workers while their graphs are built (a pinned :func:`keep` task), so the searches find their
     queries there. ``estimate``: the recall estimate's exact lists come from the partition graphs'
-    tasks. ``(I, D, stats)``; client-side seconds are added to ``phases``."""
+    tasks. ``compute``: the lists gathered to the client, else left on the workers (each
+    partition's final lists are its row block). ``(lists, stats)``; client-side seconds are added
+    to ``phases``."""
     from distributed import wait
 
     t0 = time.perf_counter()
@@ -662,26 +758,33 @@ def _rows_search(client, parts, n, k, metric, device, seed, phases, estimate=Fal
     t1 = time.perf_counter()
     wait(finals)
     t2 = time.perf_counter()
-    out = client.gather(finals)
-    t3 = time.perf_counter()
-    # partitions in row order: their lists one after another
-    I = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
-    D = np.concatenate([o[2] for o in out]) if len(out) > 1 else out[0][2]
-    del out
+    if compute:
+        out = client.gather(finals)
+        t3 = time.perf_counter()
+        # partitions in row order: their lists one after another
+        I = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
+        D = np.concatenate([o[2] for o in out]) if len(out) > 1 else out[0][2]
+        del out
+        result = (I, D)
+    else:  # merge_leaf's (ids, I, D) of every partition: its row block as it is
+        t3 = time.perf_counter()
+        result = OnWorkers([(o, r, f) for (o, r, _x), f in zip(parts, finals)], (1, 2))
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     stats = {"method": "dask-rows", "partitions": P, "second_stage": "search", "cross_searches": P * (P - 1),
              "merges": 0, "n_neighbors_internal": None, "workers": len(worker_addresses(client))}
     if estimate:
         t4 = time.perf_counter()
-        stats["recall_estimate"] = round(_probe_recall(client, lists, rows, D, k, metric), 5)
+        D_rows = _distances_at(client, result, rows)
+        stats["recall_estimate"] = round(_probe_recall(client, lists, rows, D_rows, k, metric), 5)
         phases["estimate_s"] = time.perf_counter() - t4
-    return I, D, stats
+    return result, stats
 
 
-def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases):
-    """knn_graph(partition="rows"): partition graphs, then a GGM merge of every pair. ``(I, D, stats)``;
-    client-side seconds are added to ``phases``. (One partition with the default
-    ``n_neighbors_internal`` does not come here: :func:`_single_graph`.)"""
+def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases, compute=True):
+    """knn_graph(partition="rows"): partition graphs, then a GGM merge of every pair. ``compute``:
+    the lists gathered to the client, else left on the workers (each partition's final lists are
+    its row block). ``(lists, stats)``; client-side seconds are added to ``phases``. (One
+    partition with the default ``n_neighbors_internal`` does not come here: :func:`_single_graph`.)"""
     from distributed import wait
 
     from ..graph.nndescent import default_parameters
@@ -714,13 +817,18 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed,
     t1 = time.perf_counter()
     wait(finals)
     t2 = time.perf_counter()
-    out = client.gather(finals)
-    t3 = time.perf_counter()
-    I = np.concatenate([o[0] for o in out]) if len(out) > 1 else out[0][0]
-    D = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
-    del out
+    if compute:
+        out = client.gather(finals)
+        t3 = time.perf_counter()
+        I = np.concatenate([o[0] for o in out]) if len(out) > 1 else out[0][0]
+        D = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
+        del out
+        result = (I, D)
+    else:  # compact's (I, D) of every partition: its row block as it is
+        t3 = time.perf_counter()
+        result = OnWorkers([(o, r, f) for (o, r, _x), f in zip(parts, finals)], (0, 1))
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     stats = {"method": "dask-ggm", "partitions": len(parts), "second_stage": "graph", "merges": n_merges,
              "n_neighbors_internal": int(K),
              "workers": len(worker_addresses(client))}
-    return I, D, stats
+    return result, stats

@@ -77,12 +77,12 @@ def homes(client, futures):
     return [(sorted(who.get(f.key, ())) or [None])[0] for f in futures]
 
 
-def result_arrays(results, rows, cols, dtypes, like=None, prefix="knnkit"):
+def result_arrays(results, rows, cols, dtypes, like=None, prefix="knnkit", fields=None):
     """Dask arrays of the tuple results ``results`` (futures of ``(distances, ids)``, one per row
-    block of ``rows``): element j of every result is a block of the j-th array. The blocks are
-    ``getitem`` keys on the results, so the arrays carry no task of their own before they are
-    computed or persisted, and nothing moves to the client. ``like``: the array whose kind of
-    blocks (numpy or cupy) the metadata follows."""
+    block of ``rows``): element ``fields[j]`` (default j) of every result is a block of the j-th
+    array. The blocks are ``getitem`` keys on the results, so the arrays carry no task of their
+    own before they are computed or persisted, and nothing moves to the client. ``like``: the
+    array whose kind of blocks (numpy or cupy) the metadata follows."""
     import operator
     import uuid
 
@@ -93,7 +93,8 @@ def result_arrays(results, rows, cols, dtypes, like=None, prefix="knnkit"):
     out = []
     for j, dtype in enumerate(dtypes):
         name = f"{prefix}-{j}-{uuid.uuid4().hex}"
-        layer = {(name, b, 0): (operator.getitem, f.key, j) for b, f in enumerate(results)}
+        field = j if fields is None else fields[j]
+        layer = {(name, b, 0): (operator.getitem, f.key, field) for b, f in enumerate(results)}
         layer.update({f.key: f for f in results})  # the futures keep the results alive
         meta = meta_from_array(np.empty((0, 0)) if like is None else like, ndim=2, dtype=dtype)
         graph = HighLevelGraph.from_collections(name, layer, dependencies=())

@@ -16,7 +16,8 @@ __all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self",
            "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of",
            "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
-           "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search"]
+           "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search",
+           "short_rows", "distances_at", "row_slice", "leaf_rows_in", "place_rows"]
 
 
 def _host(a, dtype=None):
@@ -538,6 +539,51 @@ def merge_leaf(leaf, lists, k, metric, *slab_rows):
                       np.ascontiguousarray(np.where(SI >= 0, to_internal(SD, metric), np.inf), dtype=np.float32))
     Do = finalize_distances(Di, metric)
     return leaf[0], Ii, np.where(Ii >= 0, Do, np.float32(np.inf)).astype(np.float32, copy=False)
+
+
+# --------------------------------------------------------------------------- final lists left on the workers
+# knn_graph(compute=False): the final lists stay on the workers as row blocks in the input's row
+# order; the checks and the recall estimate read them where they are (a count, or a few rows).
+
+def short_rows(lists, field):
+    """Rows of a block's lists (ids at ``lists[field]``) holding an empty (-1) slot: knn_graph's
+    check that every list has k neighbours, made where the lists are (an int to the client,
+    not the lists)."""
+    short = np.asarray(lists[field]) < 0
+    return int(short.any(axis=1).sum()) if short.any() else 0  # rows counted only when there are any
+
+
+def distances_at(lists, field, rows):
+    """Rows ``rows`` (positions in the block) of a block's distances ``lists[field]``: the recall
+    estimate's sampled rows, the only ones that move to the client."""
+    return np.ascontiguousarray(lists[field][np.asarray(rows, dtype=np.int64)])
+
+
+def row_slice(lists, lo, hi):
+    """Rows ``lo:hi`` of a whole graph's ``(I, D, ...)``: ``(I, D)`` views (no copy on this
+    worker; one row block of the one-partition build's output)."""
+    return lists[0][int(lo):int(hi)], lists[1][int(lo):int(hi)]
+
+
+def leaf_rows_in(final, lo, hi):
+    """The rows of a leaf's final lists (:func:`merge_leaf`'s ``(global ids, I, D)``) whose global
+    ids lie in ``[lo, hi)``: ``(positions in that range, I, D)``. A leaf's ids ascend (its pieces
+    are assembled in partition order, each piece's rows in order), so the rows are one slice."""
+    ids = final[0]
+    a, b = np.searchsorted(ids, [int(lo), int(hi)])
+    return (ids[a:b] - int(lo)).astype(np.int64), final[1][a:b], final[2][a:b]
+
+
+def place_rows(rows, k, *pieces):
+    """One row block of the graph (``rows`` rows) from the leaves' pieces of it
+    (:func:`leaf_rows_in`): ``(I int32 (rows, k), D float32)``. A row no piece holds keeps -1 /
+    inf, which knn_graph's short-list check reports."""
+    I = np.full((int(rows), int(k)), -1, np.int32)
+    D = np.full((int(rows), int(k)), np.inf, np.float32)
+    for pos, Il, Dl in pieces:
+        I[pos] = Il
+        D[pos] = Dl
+    return I, D
 
 
 # --------------------------------------------------------------------------- cross search (the tree's second stage)
