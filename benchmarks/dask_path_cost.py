@@ -62,7 +62,7 @@ def patch():
 
     def build_lists(X, k, *, metric, method, params=None, seed=0, **kw):
         n = int(X.shape[0])
-        return np.ones((n, k), np.int32), np.zeros((n, k), np.float32), {"method": "stub", "recall_estimate": 1.0}
+        return np.ones((n, k), np.int32), np.ones((n, k), np.float32), {"method": "stub", "recall_estimate": 1.0}
 
     def exact_search(P, Q, k, **kw):
         m = Q.n if Q is not None else P.n

@@ -17,14 +17,15 @@ import numpy as np
 
 
 def patch():
-    """Stub the engine (all-ones ids, zero distances) and the exact search in this process."""
+    """Stub the engine (all-ones ids, unit distances: zero distances between distinct rows would
+    read as an underflow, _core/underflow.py) and the exact search in this process."""
     import knnkit.api._graphops as graphops
     import knnkit.api.exact as exact
     import knnkit.graph as graph
 
     def build_lists(X, k, *, metric, method, params=None, seed=0, **kw):
         n = int(X.shape[0])
-        return np.ones((n, k), np.int32), np.zeros((n, k), np.float32), {"method": "stub", "recall_estimate": 1.0}
+        return np.ones((n, k), np.int32), np.ones((n, k), np.float32), {"method": "stub", "recall_estimate": 1.0}
 
     def exact_search(P, Q, k, **kw):
         m = Q.n if Q is not None else P.n

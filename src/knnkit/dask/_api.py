@@ -251,6 +251,32 @@ class OnWorkers(NamedTuple):
     fields: tuple
 
 
+def _partition_lists(client, parts, finals, fields, compute, phases, t0):
+    """The rows schedules' final lists, one future per row partition (its result holds the ids at
+    ``fields[0]`` and the distances at ``fields[1]``): ``(I, D)`` gathered in row order
+    (``compute``), else :class:`OnWorkers` (each partition's result is its row block as it is).
+    The client's seconds go to ``phases`` (``schedule_s`` from ``t0``, ``wait_s``, ``gather_s``,
+    ``assemble_s``)."""
+    from distributed import wait
+
+    t1 = time.perf_counter()
+    wait(finals)
+    t2 = time.perf_counter()
+    if compute:
+        out = client.gather(finals)
+        t3 = time.perf_counter()
+        ii, dd = fields
+        I = np.concatenate([o[ii] for o in out]) if len(out) > 1 else out[0][ii]
+        D = np.concatenate([o[dd] for o in out]) if len(out) > 1 else out[0][dd]
+        del out
+        result = (I, D)
+    else:
+        t3 = time.perf_counter()
+        result = OnWorkers([(o, r, f) for (o, r, _x), f in zip(parts, finals)], fields)
+    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
+    return result
+
+
 def _short_rows(client, lists):
     """Rows whose list has an empty (-1) slot: counted by numpy for lists on the client, by one
     small task per block for lists on the workers (ints come back, not the lists)."""
@@ -755,21 +781,8 @@ def _rows_search(client, parts, n, k, metric, device, seed, phases, estimate=Fal
             rows_of_part[j].append(client.submit(take, res, 1, pure=False))
     finals = [client.submit(merge_leaf, leaves[p], lists[p], k, metric, *rows_of_part[p], pure=False,
                             workers=[home[p]], allow_other_workers=True) for p in range(P)]
-    t1 = time.perf_counter()
-    wait(finals)
-    t2 = time.perf_counter()
-    if compute:
-        out = client.gather(finals)
-        t3 = time.perf_counter()
-        # partitions in row order: their lists one after another
-        I = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
-        D = np.concatenate([o[2] for o in out]) if len(out) > 1 else out[0][2]
-        del out
-        result = (I, D)
-    else:  # merge_leaf's (ids, I, D) of every partition: its row block as it is
-        t3 = time.perf_counter()
-        result = OnWorkers([(o, r, f) for (o, r, _x), f in zip(parts, finals)], (1, 2))
-    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
+    # merge_leaf's (ids, I, D) of every partition: its row block
+    result = _partition_lists(client, parts, finals, (1, 2), compute, phases, t0)
     stats = {"method": "dask-rows", "partitions": P, "second_stage": "search", "cross_searches": P * (P - 1),
              "merges": 0, "n_neighbors_internal": None, "workers": len(worker_addresses(client))}
     if estimate:
@@ -785,8 +798,6 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed,
     the lists gathered to the client, else left on the workers (each partition's final lists are
     its row block). ``(lists, stats)``; client-side seconds are added to ``phases``. (One
     partition with the default ``n_neighbors_internal`` does not come here: :func:`_single_graph`.)"""
-    from distributed import wait
-
     from ..graph.nndescent import default_parameters
 
     t0 = time.perf_counter()
@@ -814,20 +825,8 @@ def _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed,
             n_merges += 1
     finals = [client.submit(compact, tree_reduce(client, ps, merge_running, k, metric), pure=False)
               for ps in pieces]
-    t1 = time.perf_counter()
-    wait(finals)
-    t2 = time.perf_counter()
-    if compute:
-        out = client.gather(finals)
-        t3 = time.perf_counter()
-        I = np.concatenate([o[0] for o in out]) if len(out) > 1 else out[0][0]
-        D = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
-        del out
-        result = (I, D)
-    else:  # compact's (I, D) of every partition: its row block as it is
-        t3 = time.perf_counter()
-        result = OnWorkers([(o, r, f) for (o, r, _x), f in zip(parts, finals)], (0, 1))
-    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
+    # compact's (I, D) of every partition: its row block
+    result = _partition_lists(client, parts, finals, (0, 1), compute, phases, t0)
     stats = {"method": "dask-ggm", "partitions": len(parts), "second_stage": "graph", "merges": n_merges,
              "n_neighbors_internal": int(K),
              "workers": len(worker_addresses(client))}
