@@ -92,7 +92,7 @@ def exact_rows_float64(raw_data, queries, k, metric, exclude=None):
     >>> exact_rows_float64(X, X[:1], 2, "sqeuclidean", exclude=np.array([0]))[1].tolist()
     [[2, 1]]
     """
-    X = as_host(raw_data).astype(np.float64)
+    X = as_host(raw_data)  # converted block by block below: never a float64 copy of all the data
     Q = as_host(queries).astype(np.float64)
     n = X.shape[0]
     out_d = np.empty((Q.shape[0], k), np.float32)
@@ -100,7 +100,7 @@ def exact_rows_float64(raw_data, queries, k, metric, exclude=None):
     D = np.empty(n, np.float64)
     for r in range(Q.shape[0]):
         for lo in range(0, n, _BLOCK):
-            diff = X[lo:lo + _BLOCK] - Q[r]
+            diff = X[lo:lo + _BLOCK].astype(np.float64) - Q[r]
             D[lo:lo + _BLOCK] = np.abs(diff).sum(axis=1) if metric == "manhattan" else (diff * diff).sum(axis=1)
         if exclude is not None:
             D[int(exclude[r])] = np.inf
