@@ -92,6 +92,9 @@ def main():
     ap.add_argument("--benches", default="graph,exact,search")
     ap.add_argument("--part-factors", default="1,2", help="partitions per worker to try for knn_graph")
     ap.add_argument("--partition", default="auto", help="knn_graph schedules to time, comma separated: auto, rows, tree")
+    ap.add_argument("--graph-compute", default="true",
+                    help="knn_graph compute= values to time, comma separated: true (lists gathered to the client, "
+                         "as before 2026-11-26), false (lists left on the workers; recall read after the timing)")
     ap.add_argument("--resident-queries", action="store_true",
                     help="search: queries as a persisted dask array on the workers, results persisted there")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
@@ -159,7 +162,8 @@ def main():
             clock = ClientClock(c)
             benches = args.benches.split(",")
             for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}) if "graph" in benches else ():
-                for sched in schedules:
+                for sched, comp in [(p, cv) for p in schedules for cv in args.graph_compute.split(",")]:
+                    compute = {"true": True, "false": False}[comp]
                     dX = c.persist(da.from_array(X, chunks=(-(-args.n // parts), args.d)))
                     c.wait_for_workers(w)
                     wait(dX)
@@ -172,9 +176,10 @@ def main():
                     clock.take(0.0)
                     t = time.perf_counter()
                     with get_task_stream(client=c) as ts:
-                        g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts)
+                        g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts,
+                                                  compute=compute)
                     s = time.perf_counter() - t
-                    r = {"bench": "knn_graph", "schedule": sched, "workers": w, "partitions": parts,
+                    r = {"bench": "knn_graph", "schedule": sched, "compute": compute, "workers": w, "partitions": parts,
                          "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
                          "stats_method": g.stats.method, **g.stats.extra, "client": clock.take(s),
                          "transfer_s": worker_seconds(ts.data)["transfer_s"], "tasks": _busy(ts.data, t)}

@@ -12,7 +12,8 @@
 #    (default second stages), 1 / 2 workers, and the single-process knnkit.knn_graph.
 # 3. the path's own cost on this host's CPUs: benchmarks/dask_path_cost.py (engine stubbed,
 #    2 CPU worker processes), as benchmarks/results/cpu/dask_path_cost_2026-11-26c.md.
-# About 8 minutes (timeouts 180 + 200 + 70 s); 8 files under $OUT.
+# About 8.5 minutes (timeouts 180 + 240 + 70 s); 8 files under $OUT. knn_graph is timed with its lists
+# gathered to the client (compute=True, as the earlier runs) and left on the workers (compute=False).
 #
 #   OUT=/some/dir bash scripts/device/dask_2gpu_v2.sh      (from the repository root)
 set -u
@@ -35,7 +36,8 @@ timeout 180 "$PY" benchmarks/dask_scaling.py --n 2000000 --queries 1000000 --ben
 echo "search rc=$?" >> "$OUT/env.txt"
 
 # 2. knn_graph 4M x 96, rows and tree
-timeout 200 "$PY" benchmarks/dask_scaling.py --n 4000000 --benches graph --partition rows,tree --part-factors 1 \
+timeout 240 "$PY" benchmarks/dask_scaling.py --n 4000000 --benches graph --partition rows,tree --part-factors 1 \
+    --graph-compute true,false \
     > "$OUT/graph_4M.json" 2> "$OUT/graph_4M.log"
 echo "graph rc=$?" >> "$OUT/env.txt"
 
@@ -54,11 +56,11 @@ for path in sys.argv[1:]:
         continue
     base = {}
     for r in runs:
-        key = (r["bench"], r.get("schedule"), r.get("beam"))
+        key = (r["bench"], r.get("schedule"), r.get("beam"), r.get("compute"))
         if r.get("workers", 1) == 1:
             base[key] = r["seconds"]
         ratio = base.get(key, 0) / r["seconds"] if r.get("workers", 1) > 1 and r["seconds"] else None
-        print(r["bench"], r.get("schedule", ""), "workers", r.get("workers", ""), "beam", r.get("beam", ""),
+        print(r["bench"], r.get("schedule", ""), "compute", r.get("compute", ""), "workers", r.get("workers", ""), "beam", r.get("beam", ""),
               "s", r["seconds"], "qps", r.get("qps", ""), "recall", r.get("recall"),
               "vs 1 worker %.2fx" % ratio if ratio else "", "client", r.get("client"),
               "transfer_s", r.get("transfer_s"), "phases", r.get("phases", ""))
