@@ -637,3 +637,12 @@ def test_sharded_search_persisted_queries_run_no_block_tasks(client, rng):
     from dask.utils import key_split
 
     assert {key_split(r["key"]) for r in ts.data} <= {"search_shard"}, {key_split(r["key"]) for r in ts.data}
+
+
+def test_knn_graph_refuses_rows_below_float32_resolution(client):
+    """Partition graphs whose rows have neighbours closer than float32 resolves are refused (the
+    single-process knn_graph answers them in float64; merged lists across partitions cannot)."""
+    X = (np.random.default_rng(0).random((3000, 6)) * 1e-25).astype(np.float32)
+    X[0] = 1.0
+    with pytest.raises(ValueError, match="closer than float32 resolves"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", partition="rows", n_parts=2)

@@ -195,6 +195,7 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     partition, on the data the build just prepared (no second copy to the device): a third
     element ``(distances float32 user metric, local ids int64)``."""
     from .._core.prepare import prepare
+    from .._core.underflow import underflow_rows
     from ..graph import GRAPH_METRICS, build_lists, choose_method
     from ..graph.nndescent import NNDescentParams
 
@@ -211,6 +212,14 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
             if method.name == "nndescent" else None
         cols = min(K, n - 1)
     I, D, _ = build_lists(P.X, cols, metric=metric, method=method, params=params, seed=int(seed))
+    # rows with neighbours closer than float32 resolves (values spanning more than ~1e19): the
+    # single-process knn_graph answers them in float64; here (lists then merged across partitions)
+    # they are refused rather than ranked as ties
+    tiny = underflow_rows(D, I, P.raw, P.raw, P.internal)
+    if tiny.size:
+        raise ValueError(f"knnkit.dask.knn_graph: {tiny.size} rows of a partition have neighbours closer than "
+                         "float32 resolves (the data's values span more than ~1e19); knnkit.knn_graph in one "
+                         "process answers such rows exactly in float64, or center / rescale the data")
     D = finalize_distances(D, metric, P.scale)
     if probe is None:
         return _host(I, np.int32), _host(D, np.float32)
