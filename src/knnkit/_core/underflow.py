@@ -57,15 +57,20 @@ def underflow_rows(d_internal, ids, raw_data, raw_queries, internal):
     if internal not in ("l2", "l1") or np.dtype(raw_data.dtype) != np.float32 or not d_internal.size:
         return none
     xp = get_array_module(d_internal)
-    small = (d_internal < TINY) & (ids >= 0)
-    if not bool(small.any()):
+    if float(d_internal.min()) >= TINY:  # the ordinary case: one reduction (empty slots are inf)
         return none
-    q, c = xp.nonzero(small)
+    # distances this small are mostly a query's own row or its exact duplicates (searching with
+    # data points): only pairs whose rows differ are concerned
+    q, c = xp.nonzero((d_internal < TINY) & (ids >= 0))
+    if not q.size:
+        return none
     nb = ids[q, c].astype(xp.int64)
     if get_array_module(raw_data) is not xp or get_array_module(raw_queries) is not xp:
         # (a search on another device than its stored rows: compared on the host, a rare path)
         q, nb, raw_data, raw_queries = as_host(q), as_host(nb), as_host(raw_data), as_host(raw_queries)
     differ = (raw_queries[q] != raw_data[nb]).any(axis=1)
+    if not bool(differ.any()):
+        return none
     return np.unique(as_host(q[differ])).astype(np.int64)
 
 
