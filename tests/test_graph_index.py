@@ -703,3 +703,42 @@ def test_many_copies_reachable():
     # every copy is reachable through its group's cycle: each row with copies links to a copy
     same = (X[index.graph[:, -1]] == X).all(axis=1)
     assert same.mean() > 0.99
+
+
+def test_visited_stamps_kept_between_calls(rng):
+    """The CPU walk's visited stamps persist between calls (no O(n) clearing per call): concurrent
+    searches from several threads, and stamp rows near their epoch wrap-around, give the same
+    results as fresh ones."""
+    import threading
+
+    from knnkit.index import _search_cpu as S
+
+    X = rng.random((3000, 8), dtype=np.float32)
+    Q = rng.random((400, 8), dtype=np.float32)
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    ref = [index.search(Q[j:j + 1], k=5)[1] for j in range(40)]
+    ref_all = index.search(Q, k=5)[1]
+    # rows about to wrap: every stamp row in the pool at epoch 65530
+    with S._SCRATCH_LOCK:
+        for slot in S._SCRATCH_FREE:
+            slot[1] = 65530
+            slot[0][:] = 65530
+    assert all((index.search(Q[j:j + 1], k=5)[1] == ref[j]).all() for j in range(40))
+    out = [None] * 4
+    errors = []
+
+    def worker(t):
+        try:
+            out[t] = [index.search(Q[j:j + 1], k=5)[1] for j in range(40)] + [index.search(Q, k=5)[1]]
+        except Exception as e:  # pragma: no cover - surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for res in out:
+        assert all((a == b).all() for a, b in zip(res[:40], ref))
+        assert (res[40] == ref_all).all()
