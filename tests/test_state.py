@@ -4,9 +4,12 @@ once went wrong without an error, or that must keep working."""
 
 
 import numpy as np
+import pytest
 
+import knnkit
 from knnkit import GraphIndex
 
+from helpers import exact_neighbours
 
 
 def _sq64(data, queries, live=None):
@@ -104,3 +107,28 @@ def test_index_sequence_delete_extend_save_mmap_load_resave(tmp_path):
     np.testing.assert_array_equal(again.search(Q, k=10)[1], mapped.search(Q, k=10)[1])
     old = GraphIndex.load(tmp_path / "index.knnk", device="cpu")  # two loads of one path
     assert old.n == 3600
+
+
+# ----------------------------------------------------------------------------- KnnGraph
+
+def test_knngraph_extend_refuses_data_it_was_not_built_on(tmp_path):
+    """save -> load -> extend(new, data=other data of the same shape) merged the loaded lists with
+    unrelated points without a word (merge_graphs refuses that; extend skipped the check); so did
+    data changed in place after the build."""
+    rng = np.random.default_rng(14)
+    X = rng.random((1500, 8), dtype=np.float32)
+    Y = rng.random((300, 8), dtype=np.float32)
+    g = knnkit.knn_graph(X, k=8, device="cpu", random_state=0)
+    g.save(tmp_path / "g.knng")
+    h = knnkit.load(tmp_path / "g.knng")
+    with pytest.raises(ValueError, match="does not belong to data"):
+        h.extend(Y, data=rng.random((1500, 8), dtype=np.float32), random_state=0)
+    e = h.extend(Y, data=X, random_state=0).extend(Y[:50] + np.float32(0.001), random_state=0)  # chained
+    XY = np.concatenate([X, Y, Y[:50] + np.float32(0.001)])
+    truth, _ = exact_neighbours(XY, 8)
+    assert np.mean([len(set(a) & set(b)) / 8 for a, b in zip(np.asarray(e.indices).tolist(), truth.tolist())]) >= 0.97
+    Z = X.copy()
+    g2 = knnkit.knn_graph(Z, k=8, device="cpu", random_state=0)
+    Z[:] = rng.random(Z.shape, dtype=np.float32)  # the graph keeps a reference: changed under it
+    with pytest.raises(ValueError, match="does not belong to data"):
+        g2.extend(Y, random_state=0)
