@@ -2,6 +2,8 @@
 command line over time, checked against exact float64 answers. Each test names the sequence that
 once went wrong without an error, or that must keep working."""
 
+import os
+import pickle
 
 import numpy as np
 import pytest
@@ -132,3 +134,87 @@ def test_knngraph_extend_refuses_data_it_was_not_built_on(tmp_path):
     Z[:] = rng.random(Z.shape, dtype=np.float32)  # the graph keeps a reference: changed under it
     with pytest.raises(ValueError, match="does not belong to data"):
         g2.extend(Y, random_state=0)
+
+
+# ----------------------------------------------------------------------------- sklearn
+
+def test_estimator_refit_and_pickle_give_fresh_exact_results():
+    from knnkit.sklearn import NearestNeighbors
+
+    rng = np.random.default_rng(15)
+    A, B, Q = (rng.random((n, 6)) for n in (800, 600, 40))
+    for method in ("exact", "index"):
+        nn = NearestNeighbors(n_neighbors=5, method=method, device="cpu", random_state=0).fit(A)
+        nn.kneighbors(Q)
+        nn.fit(B)  # refit: no stale index or data
+        d, i = nn.kneighbors(Q)
+        assert i.max() < 600
+        assert _recall_by_distance(i, _sq64(B, Q), 5) >= 0.99
+        clone = pickle.loads(pickle.dumps(nn))
+        d2, i2 = clone.kneighbors(Q)
+        np.testing.assert_array_equal(i2, i)
+        np.testing.assert_array_equal(d2, d)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def test_cli_refuses_a_missing_output_folder_before_any_work(tmp_path, monkeypatch, capsys):
+    """An output inside a missing folder failed only at the final write, after the whole
+    computation (hours for an out-of-core graph, whose work folder was filled first)."""
+    from knnkit.cli import main
+
+    X = np.random.default_rng(16).random((400, 4), dtype=np.float32)
+    data, queries = str(tmp_path / "x.fbin"), str(tmp_path / "q.fbin")
+    knnkit.io.write(data, X)
+    knnkit.io.write(queries, X[:5])
+    assert main(["-q", "index", "build", data, str(tmp_path / "i.knnk"), "--device", "cpu"]) == 0
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the output folder was checked")
+
+    for name in ("knn", "knn_graph", "knn_graph_out_of_core"):
+        monkeypatch.setattr(knnkit, name, no_work)
+    monkeypatch.setattr(GraphIndex, "build", no_work)
+    monkeypatch.setattr(GraphIndex, "load", no_work)
+    missing = tmp_path / "missing"
+    for argv in (["knn", data, "-k", "3", "-o", str(missing / "r.ibin")],
+                 ["graph", data, "-k", "3", "-o", str(missing / "g.ibin")],
+                 ["graph", data, "-k", "3", "--workdir", str(tmp_path / "w"), "-o", str(missing / "g.ibin")],
+                 ["index", "build", data, str(missing / "i.knnk")],
+                 ["index", "search", str(tmp_path / "i.knnk"), queries, "-o", str(missing / "r.npz")],
+                 ["convert", data, str(missing / "x.fvecs")]):
+        assert main(["-q"] + argv) == 1, argv
+        assert "does not exist" in capsys.readouterr().err, argv
+    assert not (tmp_path / "w").exists()
+
+
+def test_cli_npz_results_written_atomically(tmp_path, monkeypatch, capsys):
+    """-o RES.npz was written in place by np.savez: a failed write left a truncated file where the
+    previous results were."""
+    from knnkit.cli import main
+
+    X = np.random.default_rng(17).random((400, 4), dtype=np.float32)
+    data, queries, idx = str(tmp_path / "x.fbin"), str(tmp_path / "q.fbin"), str(tmp_path / "i.knnk")
+    knnkit.io.write(data, X)
+    knnkit.io.write(queries, X[:5])
+    assert main(["-q", "index", "build", data, idx, "--device", "cpu"]) == 0
+    out = str(tmp_path / "r.npz")
+    assert main(["-q", "index", "search", idx, queries, "-k", "3", "--device", "cpu", "-o", out]) == 0
+    assert main(["-q", "index", "search", idx, queries, "-k", "3", "--device", "cpu", "-o", out]) == 0  # twice
+    first = open(out, "rb").read()
+    real = np.savez
+
+    def half(f, **arrays):
+        if isinstance(f, str):
+            with open(f, "wb") as fh:
+                fh.write(b"PK\x03\x04 partial")
+        else:
+            f.write(b"PK\x03\x04 partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", half)
+    assert main(["-q", "index", "search", idx, queries, "-k", "3", "--device", "cpu", "-o", out]) == 1
+    monkeypatch.setattr(np, "savez", real)
+    assert open(out, "rb").read() == first
+    assert sorted(os.listdir(tmp_path)) == ["i.knnk", "q.fbin", "r.npz", "x.fbin"]
+    np.testing.assert_array_equal(np.load(out)["indices"][:, 0], np.arange(5))
