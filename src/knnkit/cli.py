@@ -66,6 +66,15 @@ def _version(module):
         return None
 
 
+def _output_folder_exists(*paths):
+    """Refuse, before any work, output files whose folder does not exist (the write at the end
+    failed only after the whole computation: an out-of-core graph, an index build)."""
+    for path in paths:
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"{path}: folder {folder} does not exist")
+
+
 def distances_path(out):
     """Where ``knnkit knn -o OUT`` writes the distances: OUT's stem + ``.dist.fbin|.dist.fvecs|.dist.npy``."""
     stem, ext = os.path.splitext(os.fspath(out))
@@ -145,6 +154,7 @@ def cmd_knn(args):
     from .evaluate import Timer
 
     dist_out = distances_path(args.output)   # checked before any work
+    _output_folder_exists(args.output)
     data, hdf5_queries = _read_input(args.data)
     queries = io.read(args.queries) if args.queries else hdf5_queries
     kw = {"metric": args.metric, "device": args.device}
@@ -171,6 +181,7 @@ def cmd_graph(args):
     from .evaluate import Timer, graph_recall
 
     dist_out = distances_path(args.output)
+    _output_folder_exists(args.output)
     if args.workdir:
         # out of core: the file is memory-mapped and processed in shards; results are streamed to OUT
         with Timer("graph") as t:
@@ -222,6 +233,7 @@ def _copy_vectors(src_path, dst_path, rows=None):
 
 
 def cmd_convert(args):
+    _output_folder_exists(args.output)
     n, d = _copy_vectors(args.input, args.output, args.rows)
     _say(f"wrote {n} x {d} to {args.output}")
     return 0
@@ -235,7 +247,8 @@ def _write_results(out, d, i):
     from . import io
 
     if os.fspath(out).lower().endswith(".npz"):
-        np.savez(out, distances=np.asarray(d), indices=np.asarray(i))
+        with io.atomic_write(out) as f:  # as every other output: a failed write leaves the old file
+            np.savez(f, distances=np.asarray(d), indices=np.asarray(i))
         return f"distances and indices to {out}"
     dist_out = distances_path(out)
     io.write(out, np.asarray(i))
@@ -247,6 +260,7 @@ def cmd_index_build(args):
     import knnkit
     from .evaluate import Timer
 
+    _output_folder_exists(args.output)
     data, _ = _read_input(args.data)
     kw = {}
     if args.graph_degree is not None:
@@ -266,6 +280,8 @@ def cmd_index_search(args):
 
     if args.output and not os.fspath(args.output).lower().endswith(".npz"):
         distances_path(args.output)   # a bad extension is refused before any work
+    if args.output:
+        _output_folder_exists(args.output)
     index = knnkit.GraphIndex.load(args.index, device=args.device)
     queries = io.read(args.queries)
     kw = {} if args.beam is None else {"beam": args.beam}

@@ -362,7 +362,9 @@ class KnnGraph:
             New points; they get ids ``n .. n + m - 1``.
         data : (n, d) array, optional
             The points this graph was built on. Needed when the graph holds no reference to
-            them (graphs built by :func:`knn_graph` keep one; loaded graphs do not).
+            them (graphs built by :func:`knn_graph` keep one; loaded graphs do not). A sample of
+            the graph's stored distances is recomputed from it: data the graph was not built on
+            (or changed in place since) is refused with a ``ValueError``, as by :func:`merge_graphs`.
         **kwargs
             Passed to :func:`knn_graph` / :func:`merge_graphs` (``device``, ``random_state``,
             ``n_neighbors_internal``, ...).
@@ -406,6 +408,12 @@ class KnnGraph:
                         else P_old.device, name="new_data", metrics=_GRAPH_METRICS)
         if P_new.d != P_old.d:
             raise ValueError(f"new_data has d={P_new.d}, the graph's data has d={P_old.d}")
+        # the graph must be this data's (a loaded graph given other data of the same shape, or data
+        # changed in place since the build, merged into nonsense without a word): a sample of its
+        # stored distances is recomputed, as merge_graphs does
+        from ._graphops import _check_graph_matches, _neighbour_part
+
+        _check_graph_matches(P_old, *_neighbour_part(self), "the graph", "data")
         m = P_new.n
         kk = min(self.k, m - 1) if m > 1 else 0
         if kk < 1:

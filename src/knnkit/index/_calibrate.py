@@ -58,22 +58,26 @@ EXACT_FASTER = 1.0
 _SPARE = 32
 
 
-def _exact_outside(X, rows, hidden, k, metric):
+def _exact_outside(X, rows, hidden, k, metric, pool=None):
     """(kth, ok): exact k-th distance (with a rounding slack) of each row of ``X[rows]`` among the
-    points not ``hidden``, and which rows have k such neighbours among the first k + _SPARE."""
+    points not ``hidden``, and which rows have k such neighbours among the first k + _SPARE.
+    ``pool``: the ids searched (the live points of an index with deletes), default all."""
     from ..graph._estimate import _row_distances
 
     xp = get_array_module(X)
-    kk = min(X.shape[0], k + _SPARE)
+    base = X if pool is None else xp.ascontiguousarray(X[pool])
+    kk = min(base.shape[0], k + _SPARE)
     if xp is np:
         from ..exact._cpu import knn_cpu
 
-        _d, ids = knn_cpu(X, np.ascontiguousarray(X[rows]), kk, metric, False)
+        _d, ids = knn_cpu(base, np.ascontiguousarray(X[rows]), kk, metric, False)
     else:
         from ..exact._gpu import knn_gpu
 
-        _d, ids = knn_gpu(X, xp.ascontiguousarray(X[rows]), kk, metric, False)
+        _d, ids = knn_gpu(base, xp.ascontiguousarray(X[rows]), kk, metric, False)
     ids = xp.asarray(ids).astype(xp.int64)
+    if pool is not None:
+        ids = xp.where(ids >= 0, pool[xp.maximum(ids, 0)], -1)
     keep = ~hidden[xp.maximum(ids, 0)] & (ids >= 0)
     ok = keep.sum(axis=1) >= k
     # the first k kept ids of each row (stable: kept ones first, in rank order)
@@ -96,14 +100,19 @@ def _recall(X, rows, found, hidden, kth, ok, k, metric):
     return float(hits[ok].sum()) / float(max(1, int(ok.sum())) * k)
 
 
-def holdout_rows(n, sample=SAMPLE):
+def holdout_rows(n, sample=SAMPLE, live=None):
     """The calibration's held-out rows of an index of ``n`` points (sorted int64, seeded by ``n``
-    only), or None when too few to measure."""
-    s = min(int(sample), n // 50)  # hiding more than 2% of the points biases the curve low (lost bridges)
-    if min(10, n - 1) < 1 or s < 20:
+    only), or None when too few to measure. ``live``: bool (n,) of the points not deleted; the
+    rows are then drawn among those (a recalibration after deletes)."""
+    ids = None if live is None else np.flatnonzero(live)
+    m = n if ids is None else ids.size
+    s = min(int(sample), m // 50)  # hiding more than 2% of the points biases the curve low (lost bridges)
+    if min(10, m - 1) < 1 or s < 20:
         return None
     rs = np.random.default_rng(np.random.SeedSequence([0x5AFE, 0xCA1B]))
-    return np.sort(rs.choice(n, size=s, replace=False)).astype(np.int64)
+    if ids is None:
+        return np.sort(rs.choice(n, size=s, replace=False)).astype(np.int64)
+    return np.sort(ids[rs.choice(m, size=s, replace=False)]).astype(np.int64)
 
 
 def holdout_graph(graph, before, without, rows):
@@ -129,17 +138,26 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
     recall of the last beam is below ``EXTEND_UNTIL`` (hard data; the sweep costs nothing more
     elsewhere)."""
     n = engine.n
-    k = min(10, n - 1)
     held = getattr(engine, "_holdout", None)
     engine._holdout = None  # used once; its memory goes with it
-    rows_h = holdout_rows(n, sample)
+    # deleted points (a recalibration after deletes and compaction): never a query, never an answer
+    dead = getattr(engine, "deleted", None)
+    dead = None if dead is None or not dead.any() else np.asarray(dead, dtype=bool)
+    k = min(10, n - 1 - (0 if dead is None else int(dead.sum())))
+    rows_h = holdout_rows(n, sample, live=None if dead is None else ~dead)
     if rows_h is None:
         return None
     G = engine._graph
     xp = get_array_module(G)
+    if xp is np and not G.flags.writeable:  # a memory-mapped load: the cut below writes to the graph
+        engine._graph = G = np.array(G)
     rows = xp.asarray(rows_h)
     hidden = xp.zeros(n, dtype=bool)
     hidden[rows] = True
+    pool = None
+    if dead is not None:
+        hidden[xp.asarray(dead)] = True
+        pool = xp.asarray(np.flatnonzero(~dead).astype(np.int64))
     entry = engine._entry
     try:
         engine._entry = _live_entry(entry, G, rows_h)
@@ -149,7 +167,7 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
         if held is not None and xp is np and np.array_equal(held[0], rows_h) and held[1].shape == G.shape:
             engine._graph = held[1]
             try:
-                return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout")
+                return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout", pool)
             finally:
                 engine._graph = G
         saved_rows = G[rows].copy()
@@ -159,7 +177,7 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
         try:
             G[pos] = -1
             G[rows] = -1
-            return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut")
+            return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut", pool)
         finally:
             G[rows] = saved_rows
             G[pos] = saved_links
@@ -194,12 +212,13 @@ def _live_entry(entry, graph, rows):
     return EntryPoints(entry.centroids, new if xp is np else xp.asarray(new), entry.metric)
 
 
-def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how):
-    """The beam sweep of :func:`calibrate` over the engine's (hold-out or cut) graph."""
+def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None):
+    """The beam sweep of :func:`calibrate` over the engine's (hold-out or cut) graph; ``pool``: the
+    live ids when the index has deleted points."""
     timed = engine.device == "cpu"  # (a GPU walk would need a synchronisation per beam)
     try:
         t0 = time.perf_counter()
-        kth, ok = _exact_outside(engine._X, rows, hidden, k, engine._imetric)
+        kth, ok = _exact_outside(engine._X, rows, hidden, k, engine._imetric, pool)
         exact_s = time.perf_counter() - t0
         if int(ok.sum()) < int(rows.shape[0]) // 2:
             return None
