@@ -60,6 +60,10 @@ def filter_thresholds(device: str) -> tuple[int, float, int]:
     return FILTER_EXACT_MAX_CPU, FILTER_OVERFETCH_CPU, min(FILTER_FETCH_MAX_CPU, MAX_K)
 
 
+#: The search parameters of a call that gives none (the defaults: built and validated once, not per call).
+_DEFAULT_CALL = SearchParams()
+
+
 class GraphIndex:
     """Graph-based approximate nearest-neighbour index (GPU or CPU).
 
@@ -531,7 +535,9 @@ class GraphIndex:
             if not isinstance(params, SearchParams):
                 raise TypeError(f"params must be a SearchParams, got {type(params).__name__}")
             call = {f: (getattr(params, f) if v is None else v) for f, v in call.items()}
-        checked = SearchParams(**{f: v for f, v in call.items() if v is not None})  # validates every value
+        given = {f: v for f, v in call.items() if v is not None}
+        # validates every value given (nothing given: the defaults, validated once)
+        checked = SearchParams(**given) if given else _DEFAULT_CALL
         if call["beam"] is not None and checked.beam < k:
             raise ValueError(f"beam={checked.beam} is smaller than k={k}: the search keeps at most beam "
                              f"candidates (use beam >= k, or leave beam unset)")
