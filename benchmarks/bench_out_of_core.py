@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -26,7 +27,7 @@ def main():
     ap.add_argument("--d", type=int, default=96)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--budget-gib", type=float, default=1.0)
-    ap.add_argument("--workdir", default="/tmp/knnkit-ooc")
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "knnkit-ooc"))
     ap.add_argument("--skip-in-memory", action="store_true")
     ap.add_argument("--resume", action="store_true",
                     help="keep --workdir (data file and a partial out-of-core run) and continue it")
@@ -35,7 +36,9 @@ def main():
     import cupy as cp
     import knnkit
 
-    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "params": vars(a),
+    # the work folder recorded without this machine's temp path (the results are committed)
+    params = dict(vars(a), workdir=a.workdir.replace(tempfile.gettempdir(), "<tmp>", 1))
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "params": params,
            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
            "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()}
     X = knnkit.datasets.make_clustered(a.n, a.d, random_state=0, device="gpu")

@@ -14,6 +14,7 @@ import json
 import os
 import pstats
 import shutil
+import tempfile
 import time
 
 
@@ -23,7 +24,7 @@ def main():
     ap.add_argument("--d", type=int, default=96)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--budget-gib", type=float, default=1.0)
-    ap.add_argument("--workdir", default="/tmp/knnkit-prof")
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "knnkit-prof"))
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     import cupy as cp

@@ -1,11 +1,14 @@
 """knnkit: nearest neighbours on NVIDIA GPUs, with a CPU path behind the same API.
 
-Exact k-NN (:func:`knn`), approximate k-NN graphs (:func:`knn_graph`, GPU NN-Descent),
-graph merge and out-of-core builds, and graph search indexes (:class:`GraphIndex`).
+Exact k-NN (:func:`knn`, GEMM or Sweet KNN), approximate k-NN graphs (:func:`knn_graph`,
+NN-Descent or RSFK), graph merge and out-of-core builds, and graph search indexes
+(:class:`GraphIndex`, device- or host-placed). ``knnkit.sklearn`` and ``knnkit.dask`` are
+imported on their own (they need their extras).
 
 Layers (see README, "Architecture"): ``_core`` (arrays, validation, metrics, memory budget,
 kernel cache, parameter objects, registry, file container) <- algorithms (``exact``, ``graph``,
-``index``) <- facades (``api``, ``io``, ``cli``, ``datasets``, ``evaluate``).
+``index``) <- facades (``api``, ``io``, ``cli``, ``bench``, ``datasets``, ``evaluate``,
+``sklearn``, ``dask``).
 """
 
 import importlib

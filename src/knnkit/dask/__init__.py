@@ -2,6 +2,11 @@
 workers of a ``dask.distributed`` cluster (``dask_cuda.LocalCUDACluster`` gives one worker per
 GPU; a ``LocalCluster`` of CPU workers runs the same code).
 
+Dask arrays in, dask arrays out: given dask-array queries (``knn`` without queries: dask data),
+``knn`` and ``ShardedIndex.search`` return dask arrays whose blocks stay on the workers, and
+``knn_graph`` given dask data returns a dask-backed :class:`~knnkit.KnnGraph`; ``compute=``
+overrides either way.
+
 Install with ``pip install 'knnkit[dask]'``. Papers: GGNN section 5.5 (sharding, replication,
 every point searched in every other shard: the graph's second stage), GNND section 5 (GGM merges
 of partition graphs).

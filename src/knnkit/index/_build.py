@@ -14,7 +14,7 @@ Steps (device-agnostic where the array code allows it):
 3. entry points (coarse k-means medoids, :mod:`._entry`).
 
 On the GPU (:func:`build_graph_gpu`) steps 1-2 ("prune") stay on the device: the candidate
-distances come with the NN-Descent lists, RobustPrune is ``kernels/prune.cu`` and the reverse edges
+distances come with the NN-Descent lists, RobustPrune is ``prune.cu`` and the reverse edges
 are ``_reverse_gpu.py``; nothing of size n x K goes through the host.
 """
 

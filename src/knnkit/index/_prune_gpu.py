@@ -1,6 +1,6 @@
 """RobustPrune (Vamana / DiskANN) of every node's candidate list on the GPU.
 
-The kernel (``kernels/prune.cu``) runs one thread block per node: it sorts the candidates,
+The kernel (``prune.cu``) runs one thread block per node: it sorts the candidates,
 computes the exact pairwise "p occludes c" relation among them in shared-memory tiles and then
 makes the sequential greedy pass over a bit matrix.
 """

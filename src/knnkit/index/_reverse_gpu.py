@@ -5,7 +5,7 @@ The CPU version (``_prune_cpu.add_reverse_edges``) builds a CSR of reverse edges
 overflowing union ``forward list + reverse sources`` with distances it recomputes. Here:
 
 1. the edges ``u -> v`` of the pruned graph whose reverse ``v -> u`` is not already in ``v``'s list
-   are marked (one thread per edge, ``new_reverse_edges`` in ``kernels/prune.cu``);
+   are marked (one thread per edge, ``new_reverse_edges`` in ``prune.cu``);
 2. they are sorted by ``(v, d(u, v), u)`` -- one stable radix sort of 64-bit keys ``v << 32 |
    order-preserving bits of d`` -- and the nearest ``cap`` of each ``v`` are scattered into a
    ``(n, cap)`` matrix; their distances are the forward edges' ones (the internal metrics are

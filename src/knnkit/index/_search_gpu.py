@@ -3,8 +3,8 @@ fp16 traversal + exact re-ranking).
 
 One thread block per query keeps a sorted candidate list of ``beam`` entries (each flagged once
 expanded), a visited set (by default a Bloom filter as in BANG 4.4, or an exact hash table) and
-the query in shared memory; see ``kernels/search.cu`` for the
-algorithm and ``kernels/NOTES_search.md`` for measurements.  ``select_seeds_gpu`` picks each
+the query in shared memory; see ``search.cu`` for the
+algorithm and ``NOTES_search.md`` for measurements.  ``select_seeds_gpu`` picks each
 query's entry points (nearest k-means centroids) in one kernel.
 """
 
@@ -113,7 +113,7 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         duplicates).  ``"auto"``: the Bloom filter (measured 10-50 % faster at beam 32-512 and 2x
         at k = 1000 on 1M x 128, recall within 0.0004 of the hash), or the hash when only
         ``hash_size`` is given.  Both are cleared and
-        refilled with the list when full (see ``kernels/search.cu``).
+        refilled with the list when full (see ``search.cu``).
     bloom_bits : int, optional
         Bloom filter size in bits (rounded up to a power of two, at least 1024; default
         ``max(65536, 32 * (beam + width * R))``, refilled after 1/16 as many insertions).

@@ -1,4 +1,4 @@
-"""GPU NN-Descent (GNND, Wang, Zhao & Zeng, section 4) driving the kernels of ``kernels/gnnd.cu``.
+"""GPU NN-Descent (GNND, Wang, Zhao & Zeng, section 4) driving the kernels of ``gnnd.cu``.
 
 One iteration is four kernel launches:
 
