@@ -742,3 +742,25 @@ def test_visited_stamps_kept_between_calls(rng):
     for res in out:
         assert all((a == b).all() for a, b in zip(res[:40], ref))
         assert (res[40] == ref_all).all()
+
+
+def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
+    """Automatic parameters put low-LID data in the degree-32 tier; when the calibration then
+    measures the walk short of DENSER_BELOW at beam 64, the index is built again one tier denser
+    and the better calibrated one is kept (recorded in build_params["denser"]). Given parameters
+    are never second-guessed."""
+    import knnkit.api.index as api_index
+
+    X = rng.random((10_000, 12), dtype=np.float32)
+    monkeypatch.setattr(api_index, "DENSER_BELOW", 1.01)  # every low-tier calibration is "short"
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    rec = index.build_params["denser"]
+    assert rec["from"][0] == 32 and len(rec["recall_at_64"]) == 2
+    assert index.graph_degree == (48 if rec["kept"] else 32)
+    assert rec["kept"] == (rec["recall_at_64"][1] > rec["recall_at_64"][0])
+    # the same tier again cannot be better: the first index is kept
+    monkeypatch.setattr(api_index, "DENSER", (32, 64, 1.1))
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    assert index.graph_degree == 32 and index.build_params["denser"]["kept"] is False
+    given = knnkit.GraphIndex.build(X, graph_degree=32, device="cpu", random_state=0)
+    assert "denser" not in given.build_params
