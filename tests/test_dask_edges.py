@@ -34,6 +34,8 @@ def test_knn_merge_ranks_data_at_a_scale(client, metric, scale):
         d0, i0 = knnkit.knn(X, Q, k=5, metric=metric, device="cpu")
         d, i = knnkit.dask.knn(X, Q, k=5, metric=metric, client=client, device="cpu", n_parts=3)
         assert (i == i0).all() and np.array_equal(d, d0) and d.dtype == np.float32
+        d1, i1 = knnkit.dask.knn(X, Q, k=5, metric=metric, client=client, device="cpu", n_parts=1, compute=False)
+        assert d1.dtype == d1.compute().dtype == np.float32 and (i1.compute() == i0).all()
         d0, i0 = knnkit.knn(X, k=4, metric=metric, device="cpu")
         d, i = knnkit.dask.knn(da.from_array(X, chunks=(170, 5)), k=4, metric=metric, client=client, device="cpu")
         d, i = d.compute(), i.compute()
@@ -109,3 +111,115 @@ def test_knn_graph_random_state_validated(client):
     b = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=3, n_parts=2)
     assert (a.indices == b.indices).all()
     assert knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=None).shape == (300, 5)
+
+
+# --------------------------------------------------------------------------- ShardedIndex
+@pytest.fixture(scope="module")
+def sharded(client):
+    from knnkit.datasets.suite import make_tight_clusters
+
+    X, Q = make_tight_clusters(3000, 12, 30, n_queries=60, random_state=4)
+    return X, Q, knnkit.dask.ShardedIndex.build(X, shards=3, client=client, device="cpu", random_state=0)
+
+
+def _copy_index(src, dst, edit=None):
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    if edit is not None:
+        man = json.loads((dst / "manifest.json").read_text())
+        edit(man)
+        (dst / "manifest.json").write_text(json.dumps(man))
+    return dst
+
+
+def test_sharded_load_refuses_edited_or_incomplete_manifests(client, sharded, tmp_path):
+    """A manifest with a shard dropped, offsets moved, two entries on one file, a file outside the
+    directory, no shards or bad replicas loaded a partial or shifted index without a word (or
+    failed with a KeyError / AttributeError); each is refused with a ValueError now."""
+    import json
+
+    X, Q, ix = sharded
+    ix.save(tmp_path / "ix")
+    SI = knnkit.dask.ShardedIndex
+    assert (SI.load(tmp_path / "ix", client=client, device="cpu").search(Q, k=5)[1] == ix.search(Q, k=5)[1]).all()
+
+    def shift(m):
+        for s in m["shards"]:
+            s["offset"] += 7
+
+    def same_file(m):
+        m["shards"][0].update(file=m["shards"][1]["file"], sha256=m["shards"][1]["sha256"])
+
+    edits = {"drop_last": lambda m: m["shards"].pop(), "drop_first": lambda m: m["shards"].pop(0), "shift": shift,
+             "same_file": same_file, "n": lambda m: m.update(n=5),
+             "escape": lambda m: m["shards"][0].update(file="../ix/" + m["shards"][0]["file"]),
+             "empty": lambda m: m.update(shards=[]), "no_sha": lambda m: m["shards"][0].pop("sha256"),
+             "replicas0": lambda m: m.update(replicas=0), "replicas_str": lambda m: m.update(replicas="x")}
+    for name, edit in edits.items():
+        # the edits that also fix the checksum (an old manifest has none): the structure checks
+        for fix in (False, True):
+            def both(m, edit=edit, fix=fix):
+                edit(m)
+                if fix:
+                    m.pop("checksum", None)
+            d = _copy_index(tmp_path / "ix", tmp_path / f"{name}{int(fix)}", both)
+            with pytest.raises(ValueError, match="manifest.json"):
+                SI.load(d, client=client, device="cpu")
+    def swap(m):  # a consistent-looking manifest (equal shard sizes): only its checksum tells
+        a, b = m["shards"][0], m["shards"][1]
+        a["file"], b["file"], a["sha256"], b["sha256"] = b["file"], a["file"], b["sha256"], a["sha256"]
+
+    with pytest.raises(ValueError, match="checksum"):
+        SI.load(_copy_index(tmp_path / "ix", tmp_path / "swap", swap), client=client, device="cpu")
+    d = _copy_index(tmp_path / "ix", tmp_path / "garbage")
+    (d / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        SI.load(d, client=client, device="cpu")
+    (d / "manifest.json").write_text("[]")
+    with pytest.raises(ValueError, match="not a knnkit sharded index"):
+        SI.load(d, client=client, device="cpu")
+    d = _copy_index(tmp_path / "ix", tmp_path / "removed")
+    (d / "shard_00001.knnkit").unlink()
+    with pytest.raises(ValueError, match="shard_00001.knnkit .*missing"):
+        SI.load(d, client=client, device="cpu")
+    # a manifest of before the checksum still loads
+    d = _copy_index(tmp_path / "ix", tmp_path / "old", lambda m: m.pop("checksum"))
+    assert (SI.load(d, client=client, device="cpu").search(Q, k=5)[1] == ix.search(Q, k=5)[1]).all()
+    assert "checksum" in json.loads((tmp_path / "ix" / "manifest.json").read_text())
+
+
+def test_sharded_search_validates_keywords_and_filter(client, sharded):
+    """Search keywords are checked before any task (a typo failed on a worker as a RuntimeError);
+    a boolean mask of the index's points is cut per shard (each shard read the whole-index mask
+    as its own); other filter forms are refused."""
+    X, Q, ix = sharded
+    with pytest.raises(TypeError, match="bogus"):
+        ix.search(Q, k=5, bogus=1)
+    with pytest.raises(ValueError, match="filter"):
+        ix.search(Q, k=5, filter=np.arange(100))
+    with pytest.raises(ValueError, match="NaN"):
+        ix.search(np.full_like(Q, np.nan), k=5)
+    mask = np.zeros(3000, bool)
+    mask[::7] = True
+    d, i = ix.search(Q, k=5, filter=mask)
+    d0, i0 = knnkit.knn(X[mask], Q, k=5, device="cpu")
+    assert mask[i].all() and (i == np.flatnonzero(mask)[i0]).mean() >= 0.98
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "inner_product"])
+def test_sharded_search_data_at_a_scale(client, metric):
+    """Shards of 1e30-scale data: their float32 distances are inf, and the merge ranked them by
+    id (recall 0.32); the found pairs' float64 distances rank the merge now."""
+    from knnkit.datasets.suite import make_tight_clusters
+    from knnkit.evaluate import recall
+
+    X, Q = make_tight_clusters(2000, 8, 20, n_queries=40, random_state=2)
+    X, Q = X.astype(np.float64) * 1e30, Q.astype(np.float64) * 1e30
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, T = knnkit.knn(X, Q, k=5, metric=metric, device="cpu")
+        ix = knnkit.dask.ShardedIndex.build(X, shards=2, metric=metric, client=client, device="cpu")
+        d, i = ix.search(Q, k=5)
+    assert d.dtype == np.float32 and recall(i, T) >= 0.95

@@ -56,6 +56,8 @@ def _host_queries(queries, dim):
         raise ValueError(f"queries must be 2-D with dimension {dim}, got shape {Q.shape}")
     if Q.shape[0] == 0:
         raise ValueError("queries is empty")
+    if Q.dtype.kind == "f" and not np.isfinite(Q).all():  # here, not as a worker's error in every task
+        raise ValueError("queries contains NaN or Inf values")
     return Q, kind
 
 
@@ -176,11 +178,13 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
         lists = []
         for (xo, _xr, _xf), P, w in zip(parts, prepared, where):
             qf = copies.get(w) or next(iter(copies.values()))  # the block's copy on w, else Dask fetches one
-            lists.append(client.submit(exact_prepared, P, qf, kq, xo, pure=False, workers=[w],
-                                       allow_other_workers=True))
-        merged = tree_reduce(client, lists, merge_topk, kq, metric)
-        # float64 distances rank the merge (see _tasks._exact_float64); float32 returned
-        results.append(client.submit(finish_lists, merged, qo, k, all_points, pure=False))
+            # float64 distances rank the merge (see _tasks._exact_float64); float32 returned
+            lists.append(client.submit(exact_prepared, P, qf, kq, xo, len(parts) == 1 and not all_points,
+                                       pure=False, workers=[w], allow_other_workers=True))
+        merged = tree_reduce(client, lists, merge_topk, kq, metric, last=(not all_points,))
+        if all_points:
+            merged = client.submit(finish_lists, merged, qo, k, True, pure=False)
+        results.append(merged)
     if not compute:
         return result_arrays(results, [r for _o, r, _c in qblocks], k, (np.float32, np.int64), like,
                              prefix="knnkit-knn")

@@ -129,17 +129,17 @@ def _register_prepared_size():
 _register_prepared_size()
 
 
-def exact_prepared(P, Q, k, offset):
+def exact_prepared(P, Q, k, offset, final=False):
     """Exact top-``k`` (capped at the partition's size) of queries ``Q`` among a prepared
     partition ``P`` (:func:`prepare_part`): ``(distances float64 user metric, global ids int64)``
-    on the host (small: the lists move to the merge, and :func:`finish_lists` makes them float32;
-    float64: see :func:`_exact_float64`)."""
+    on the host (small: the lists move to the merge, whose last step makes them float32; float64:
+    see :func:`_exact_float64`). ``final``: the only partition, float32 distances."""
     from .._core.prepare import prepare_queries, rescaled
 
     kk = min(int(k), P.n)
     Qp = prepare_queries(Q, P)  # its scale covers both magnitudes
     d, i = _exact_float64(rescaled(P, Qp.scale), Qp, kk)
-    return d, np.where(i >= 0, i + int(offset), -1)
+    return (d.astype(np.float32) if final else d), np.where(i >= 0, i + int(offset), -1)
 
 
 def drop_self(lists, offset, k):
@@ -163,10 +163,11 @@ def finish_lists(lists, offset, k, drop):
     return np.ascontiguousarray(_host(D), dtype=np.float32), I
 
 
-def merge_topk(a, b, k, metric):
+def merge_topk(a, b, k, metric, final=False):
     """Merge two sorted ``(distances, ids)`` lists of the same queries (disjoint ids) into the top
     ``k``; ties by smaller id, so the result does not depend on the reduction's order. On the
-    host (lists of a GPU worker's shards are copied; they are k columns)."""
+    host (lists of a GPU worker's shards are copied; they are k columns). ``final``: the last
+    merge, float32 distances (the partitions' float64 ones only rank the merges)."""
     d = np.concatenate([_host(a[0]), _host(b[0])], axis=1)
     i = np.concatenate([_host(a[1]), _host(b[1])], axis=1)
     # ranked by the user-metric distances themselves, in float64 (smaller is better in every
@@ -177,7 +178,8 @@ def merge_topk(a, b, k, metric):
         key = -key
     key = np.where(i < 0, np.inf, key)
     order = np.lexsort((i, key), axis=-1)[:, :k]
-    return np.take_along_axis(d, order, axis=1), np.take_along_axis(i, order, axis=1)
+    d = np.take_along_axis(d, order, axis=1)
+    return (d.astype(np.float32) if final else d), np.take_along_axis(i, order, axis=1)
 
 
 # --------------------------------------------------------------------------- k-NN graph
@@ -823,7 +825,7 @@ def shard_info(index):
     return {"n": int(index.n), "dim": int(index.dim), "metric": index.metric, "beam": index.search_params.beam}
 
 
-def search_shard(index, Q, k, search_kw, offset):
+def search_shard(index, Q, k, search_kw, offset, final=False):
     """Top-``k`` (capped at the shard's size) of ``Q`` in one shard; global ids; arrays of the
     queries' kind (cupy queries on a GPU worker: cupy lists, no copy to the host here)."""
     from .._core.backend import get_array_module
@@ -831,9 +833,33 @@ def search_shard(index, Q, k, search_kw, offset):
     kk = min(int(k), int(index.n))
     d, i = index.search(Q, kk, **search_kw)
     xp = get_array_module(i)
-    d = d.astype(xp.float32, copy=False)
     i = i.astype(xp.int64, copy=False)
+    if float(getattr(index._engine, "scale", 1.0)) != 1.0 and index.metric != "cosine":
+        # data at a scale (beyond 2^50 or below 2^-50): float32 distances overflow to inf or underflow
+        # to 0 and the merge across shards could only rank them by id; the found pairs' distances
+        # in float64 instead (the merge's finish_lists returns float32)
+        d = _pair_distances64(index.data, Q, i, index.metric)
+        d = d.astype(np.float32) if final else d
+    else:
+        d = d.astype(xp.float32, copy=False)
     return d, xp.where(i >= 0, i + int(offset), -1)
+
+
+def _pair_distances64(X, Q, I, metric):
+    """User-metric distances in float64 (host) between query rows ``Q`` and their neighbours
+    ``I`` (local ids, -1: inf) among ``X``."""
+    X = np.asarray(as_host(X), dtype=np.float64)
+    Q = np.asarray(as_host(Q), dtype=np.float64)
+    I = np.asarray(as_host(I))
+    V = X[np.maximum(I, 0)]  # (m, k, d)
+    if metric == "inner_product":
+        d = np.einsum("mkd,md->mk", V, Q)
+    else:
+        diff = V - Q[:, None, :]
+        d = np.einsum("mkd,mkd->mk", diff, diff)
+        if metric == "euclidean":
+            d = np.sqrt(d)
+    return np.where(I >= 0, d, -np.inf if metric == "inner_product" else np.inf)
 
 
 def save_shard(index, path):
