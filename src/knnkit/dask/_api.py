@@ -15,12 +15,14 @@ from typing import NamedTuple
 import numpy as np
 
 from .._core.config import logger
+from .._core.random import seed_from
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import (as_leaf, assemble, cross_search, distances_at, drop_self, exact_part, exact_prepared, fit_tree,
-                     globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running, merge_topk, place_rows,
-                     prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of, sample_rows, short_rows,
-                     single_graph, slab_samples, select_leaf, select_slab, size_of, slab_for_leaf, take, tree_nodes)
+from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, drop_self, exact_part, exact_prepared,
+                     finish_lists, fit_tree, globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running,
+                     merge_topk, place_rows, prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of,
+                     sample_rows, scale_rows, short_rows, single_graph, slab_samples, select_leaf, select_slab, size_of,
+                     slab_for_leaf, take, tree_nodes, unscale_lists)
 from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
                       scatter_to, tree_reduce, worker_addresses)
 
@@ -54,6 +56,8 @@ def _host_queries(queries, dim):
         raise ValueError(f"queries must be 2-D with dimension {dim}, got shape {Q.shape}")
     if Q.shape[0] == 0:
         raise ValueError("queries is empty")
+    if Q.dtype.kind == "f" and not np.isfinite(Q).all():  # here, not as a worker's error in every task
+        raise ValueError("queries contains NaN or Inf values")
     return Q, kind
 
 
@@ -174,11 +178,12 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
         lists = []
         for (xo, _xr, _xf), P, w in zip(parts, prepared, where):
             qf = copies.get(w) or next(iter(copies.values()))  # the block's copy on w, else Dask fetches one
-            lists.append(client.submit(exact_prepared, P, qf, kq, xo, pure=False, workers=[w],
-                                       allow_other_workers=True))
-        merged = tree_reduce(client, lists, merge_topk, kq, metric)
+            # float64 distances rank the merge (see _tasks._exact_float64); float32 returned
+            lists.append(client.submit(exact_prepared, P, qf, kq, xo, len(parts) == 1 and not all_points,
+                                       pure=False, workers=[w], allow_other_workers=True))
+        merged = tree_reduce(client, lists, merge_topk, kq, metric, last=(not all_points,))
         if all_points:
-            merged = client.submit(drop_self, merged, qo, k, pure=False)
+            merged = client.submit(finish_lists, merged, qo, k, True, pure=False)
         results.append(merged)
     if not compute:
         return result_arrays(results, [r for _o, r, _c in qblocks], k, (np.float32, np.int64), like,
@@ -633,6 +638,10 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     n_parts = check_parts(n_parts, "n_parts", 1 << 31)
     second_stage = _check_choice(second_stage, "second_stage", SECOND_STAGES)
     compute = check_compute(compute, _is_dask_array(data))
+    # as knnkit.knn_graph: None (a fresh seed), an int >= 0 or a numpy Generator / RandomState, with
+    # a TypeError / ValueError naming random_state for anything else (int() took "7" and 1.5 before);
+    # 62 bits, so that the per-partition seeds derived from it stay within int64
+    seed = seed_from(random_state) & ((1 << 62) - 1)
     if second_stage == "search" and metric not in SEARCH_METRICS:
         raise ValueError(f"second_stage='search' needs a metric with a graph search ({', '.join(SEARCH_METRICS)}); "
                          f"metric={metric!r} uses second_stage='graph'")
@@ -650,16 +659,25 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     if n >= 2 ** 31 - 1:
         raise ValueError("knnkit.dask.knn_graph: more than 2**31 - 2 points do not fit int32 ids")
     k = check_k(k, n, self_excluded=True)
-    seed = int(random_state)
     # the recall estimate: exact neighbours of sampled rows (graphs of more than 2,000 points, not L1)
     estimate = recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan"
     phases = {"input_s": time.perf_counter() - t_start}
     if partition == "tree":
-        P = n_parts or len(worker_addresses(client))
+        # default: one leaf per worker, as many as hold k + 1 points each (a small data set with a
+        # large k was refused for an n_parts the caller had not given)
+        P = n_parts or min(len(worker_addresses(client)), max(1, n // (k + 1)))
         if P > max(1, n // (k + 1)):
             raise ValueError(f"n_parts={P} leaves of {n} points leave fewer than k + 1 = {k + 1} points per leaf; "
                              f"use at most {max(1, n // (k + 1))}")
-    if (partition == "tree" and P == 1) or (partition == "rows" and len(parts) == 1 and n_neighbors_internal is None):
+    single = (partition == "tree" and P == 1) or (partition == "rows" and len(parts) == 1
+                                                   and n_neighbors_internal is None)
+    scale = 1.0 if single else _data_scale(client, parts)
+    if scale != 1.0:
+        # data beyond 2^50 or below 2^-50: one power-of-two scale for every partition, as the single
+        # process computes at (each partition's own scale gave float32 distances that overflow or
+        # underflow in the merges: 1e30-scale data lost ranks, unsorted lists, recall 0.75)
+        parts = [(o, r, client.submit(scale_rows, f, scale, pure=False)) for o, r, f in parts]
+    if single:
         # one partition: nothing to split or merge, the single-device build on one worker
         result, stats = _single_graph(client, parts, n, k, metric, device, seed, phases, compute=compute)
         if partition == "tree":
@@ -690,6 +708,12 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                            f"; pass a larger n_neighbors_internal (now {stats['n_neighbors_internal'] or 'the default'})"
                            if stats["method"] == "dask-ggm" else "" if partition == "rows"
                            else f"; pass a larger slab_quantile (now {slab_quantile})")
+    if scale != 1.0:  # the distances back in the data's units (float64 there, inf beyond float32)
+        if isinstance(result, OnWorkers):
+            result = OnWorkers([(o, r, client.submit(unscale_lists, f, result.fields, scale, metric, pure=False))
+                                for o, r, f in result.blocks], (0, 1))
+        else:
+            result = unscale_lists(result, (0, 1), scale, metric)
     phases["total_s"] = time.perf_counter() - t_start
     stats["phases"] = {key: round(v, 4) for key, v in phases.items()}
     if isinstance(result, OnWorkers):
@@ -699,6 +723,14 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         return KnnGraph(I, D, metric=metric, stats=BuildStats.from_dict(stats))
     I, D = result
     return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
+
+
+def _data_scale(client, parts):
+    """The power-of-two scale of the whole data (1.0 for data within [2^-50, 2^50]; see
+    :func:`knnkit._core.metrics.safe_scale`): from each partition's largest magnitude."""
+    from .._core.metrics import scale_for_max
+
+    return scale_for_max(max(client.gather([client.submit(absmax_of, f, pure=False) for _o, _r, f in parts])))
 
 
 def _single_graph(client, parts, n, k, metric, device, seed, phases, compute=True):

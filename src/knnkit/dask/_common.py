@@ -151,11 +151,14 @@ def partitions(client, data, n_parts, name="data"):
     return parts, a.shape, a.dtype, kind
 
 
-def tree_reduce(client, items, fn, *args):
-    """Pairwise reduction of futures ``items`` by the task ``fn(a, b, *args)`` (log2 depth)."""
+def tree_reduce(client, items, fn, *args, last=()):
+    """Pairwise reduction of futures ``items`` by the task ``fn(a, b, *args)`` (log2 depth); the
+    final task gets ``*last`` too (e.g. the dtype of the result)."""
     items = list(items)
     while len(items) > 1:
-        nxt = [client.submit(fn, items[i], items[i + 1], *args, pure=False) for i in range(0, len(items) - 1, 2)]
+        extra = tuple(last) if len(items) == 2 else ()
+        nxt = [client.submit(fn, items[i], items[i + 1], *args, *extra, pure=False)
+               for i in range(0, len(items) - 1, 2)]
         if len(items) % 2:
             nxt.append(items[-1])
         items = nxt

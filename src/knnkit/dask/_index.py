@@ -153,6 +153,33 @@ class ShardedIndex:
         return [(int(o), int(r), f, (sorted(who.get(f.key, ())) or [None])[0])
                 for o, r, f in zip(offsets, arr.chunks[0], futures) if r > 0]
 
+    def _check_search_params(self, params):
+        """``search_params`` checked here, before any task (an unknown keyword or a bad filter
+        failed on a worker, as a RuntimeError). ``filter``: a boolean mask of the index's ``n``
+        points (global ids), cut into one mask per shard; the other forms of GraphIndex's filter
+        (bitsets, per-query masks, id lists) are in each shard's own ids and are refused.
+        Returns ``(params without filter, per-shard masks or None)``."""
+        import inspect
+
+        from ..api.index import GraphIndex
+
+        sig = inspect.signature(GraphIndex.search)
+        allowed = [p for p in sig.parameters if p not in ("self", "queries", "k")]
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise TypeError(f"ShardedIndex.search got unexpected keyword(s) {', '.join(unknown)}; the keywords of "
+                            f"GraphIndex.search are {', '.join(allowed)}")
+        params = dict(params)
+        filt = params.pop("filter", None)
+        if filt is None:
+            return params, None
+        mask = np.asarray(as_host(filt))
+        if mask.dtype != np.bool_ or mask.shape != (self.n,):
+            raise ValueError(f"filter: ShardedIndex.search takes a boolean mask of its {self.n} points (global ids), "
+                             f"got dtype {mask.dtype} shape {mask.shape}; bitsets, per-query masks and id lists "
+                             f"are not supported across shards")
+        return params, [np.ascontiguousarray(mask[sh["offset"]:sh["offset"] + sh["n"]]) for sh in self.shards]
+
     def search(self, queries, k=10, *, query_block=65536, compute=None, **search_params):
         """k nearest neighbours of each query over all shards.
 
@@ -176,7 +203,9 @@ class ShardedIndex:
             queries (dask arrays in, dask arrays out), True otherwise.
         **search_params :
             Keywords of :meth:`knnkit.GraphIndex.search` (``beam``, ``target_recall``...), given
-            to every shard.
+            to every shard (checked here: an unknown one is a TypeError). ``filter``: only a
+            boolean mask of the index's ``n`` points (global ids), cut per shard; GraphIndex's
+            other filter forms (bitsets, per-query masks, id lists) are refused.
 
         Returns
         -------
@@ -201,6 +230,7 @@ class ShardedIndex:
 
         k = check_k(k, self.n, max_k=1024)
         query_block = check_parts(query_block, "query_block", 1 << 40)
+        search_params, masks = self._check_search_params(search_params)
         dask_queries = _is_dask_array(queries)
         compute = check_compute(compute, dask_queries)
         holders = self._holders()
@@ -227,9 +257,12 @@ class ShardedIndex:
                 else:
                     w = min(reps, key=lambda x, i=len(reps): (load.get(x, 0), (reps.index(x) - self._turn) % i))
                 load[w] = load.get(w, 0) + 1
-                lists.append(self._client.submit(search_shard, f, qf, k, search_params, self.shards[s]["offset"],
-                                                 pure=False, workers=[w], allow_other_workers=True))
-            results.append(tree_reduce(self._client, lists, merge_topk, k, self.metric))
+                kw = search_params if masks is None else dict(search_params, filter=masks[s])
+                # float64 distances rank the merge (shards of data at a scale); float32 returned
+                lists.append(self._client.submit(search_shard, f, qf, k, kw, self.shards[s]["offset"],
+                                                 len(self._futures) == 1, pure=False, workers=[w],
+                                                 allow_other_workers=True))
+            results.append(tree_reduce(self._client, lists, merge_topk, k, self.metric, last=(True,)))
         self._turn += len(blocks)
         if not compute:
             return result_arrays(results, [r for _o, r, _f, _w in blocks], k, (np.float32, np.int64), like,
@@ -247,7 +280,9 @@ class ShardedIndex:
     def save(self, path):
         """Write the index to the directory ``path``: one container file per shard (written by the
         worker holding it: ``path`` must be visible to the workers, e.g. a shared file system) and
-        ``manifest.json`` (written last, atomically) with the shards' id ranges and SHA-256 sums."""
+        ``manifest.json`` (written last, atomically) with the shards' id ranges and SHA-256 sums,
+        and a checksum of its own content: :meth:`load` refuses a manifest edited since, or one
+        whose shards do not make a whole index (a shard dropped, offsets moved, a file missing)."""
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         holders = self._holders()
@@ -259,6 +294,7 @@ class ShardedIndex:
         manifest = {"format": FORMAT, "version": VERSION, "metric": self.metric, "dim": self.dim, "n": self.n,
                     "replicas": self.replicas,
                     "shards": [dict(sh, file=name, sha256=h) for sh, name, h in zip(self.shards, files, sums)]}
+        manifest["checksum"] = _manifest_checksum(manifest)
         tmp = os.path.join(path, MANIFEST + ".tmp")
         with open(tmp, "w") as fh:
             json.dump(manifest, fh, indent=1)
@@ -278,13 +314,16 @@ class ShardedIndex:
                 man = json.load(fh)
         except FileNotFoundError:
             raise ValueError(f"{path}: no {MANIFEST} (not a saved ShardedIndex, or an interrupted save)") from None
-        if man.get("format") != FORMAT or man.get("version") != VERSION:
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: {MANIFEST} is not valid JSON ({e})") from None
+        if not isinstance(man, dict) or man.get("format") != FORMAT or man.get("version") != VERSION:
             raise ValueError(f"{path}: not a knnkit sharded index of version {VERSION}")
-        shards = man["shards"]
-        offs = [s["offset"] for s in shards]
-        if offs != sorted(offs) or any(a["offset"] + a["n"] != b["offset"] for a, b in zip(shards, shards[1:])):
-            raise ValueError(f"{path}: the manifest's shards do not tile the id range")
+        shards = _check_manifest(man, path)
         workers = worker_addresses(client)
+        missing = [s["file"] for s in shards if not os.path.isfile(os.path.join(path, s["file"]))]
+        if missing:  # (seen from the client; the workers read the same path)
+            raise ValueError(f"{path}: shard file(s) {', '.join(missing)} named by the manifest are missing "
+                             f"(an incomplete copy of the index?)")
         futures = [client.submit(load_shard, os.path.join(path, s["file"]), s["sha256"], device, pure=False,
                                  workers=[workers[i % len(workers)]], allow_other_workers=True)
                    for i, s in enumerate(shards)]
@@ -292,9 +331,59 @@ class ShardedIndex:
         for s, inf in zip(shards, infos):
             if inf["n"] != s["n"] or inf["dim"] != man["dim"] or inf["metric"] != man["metric"]:
                 raise ValueError(f"{path}: shard {s['file']} disagrees with the manifest")
-        reps = min(int(man.get("replicas", 1)) if replicas is None else check_parts(replicas, "replicas", len(workers)),
+        reps = min(man["replicas"] if replicas is None else check_parts(replicas, "replicas", len(workers)),
                    len(workers))
         if reps > 1:
             client.replicate(futures, n=reps)
         return cls(client, futures, [{"offset": s["offset"], "n": s["n"]} for s in shards], man["metric"],
                    man["dim"], reps, device)
+
+
+def _manifest_checksum(man):
+    """SHA-256 of a manifest's content (every key but ``checksum``, canonical JSON): a manifest
+    edited by hand (shards dropped or swapped, offsets moved) is refused instead of loading a
+    partial or shifted index."""
+    import hashlib
+
+    body = {key: v for key, v in man.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _check_manifest(man, path):
+    """The manifest's shards, after checking that they describe a whole index: every field
+    present and typed, file names inside ``path`` and distinct, offsets from 0 tiling ``n``, the
+    replicas an int >= 1, and the checksum (manifests written since it was added). A ValueError
+    names what is wrong: a partial or shifted index is never loaded."""
+    def bad(why):
+        return ValueError(f"{path}: {MANIFEST} {why}; the index cannot be loaded as saved (save it again)")
+
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if "checksum" in man and man["checksum"] != _manifest_checksum(man):
+        raise bad("was changed after it was written (its checksum differs)")
+    for key, ok in (("n", is_int), ("dim", is_int), ("metric", lambda v: isinstance(v, str)),
+                    ("shards", lambda v: isinstance(v, list) and len(v) > 0)):
+        if not ok(man.get(key)):
+            raise bad(f"has no valid {key!r} ({man.get(key)!r})")
+    reps = man.setdefault("replicas", 1)
+    if not is_int(reps) or reps < 1:
+        raise bad(f"has replicas={reps!r}; expected an int >= 1")
+    shards, files, expect = man["shards"], set(), 0
+    for j, sh in enumerate(shards):
+        if not isinstance(sh, dict) or not all(key in sh for key in ("offset", "n", "file", "sha256")):
+            raise bad(f"shard {j} lacks one of offset, n, file, sha256")
+        if not (is_int(sh["offset"]) and is_int(sh["n"]) and sh["n"] >= 1 and isinstance(sh["file"], str)
+                and isinstance(sh["sha256"], str)):
+            raise bad(f"shard {j} has invalid fields {sh!r}")
+        name = sh["file"]
+        if os.path.basename(name) != name or name in ("", ".", "..") or name in files:
+            raise bad(f"shard {j} names the file {name!r} (not a distinct file of the index directory)")
+        files.add(name)
+        if sh["offset"] != expect:
+            raise bad(f"shard {j} starts at id {sh['offset']}, expected {expect}: the shards do not tile the "
+                      f"id range 0..n-1")
+        expect += sh["n"]
+    if expect != man["n"]:
+        raise bad(f"says n={man['n']} but its shards hold {expect} points (a shard missing?)")
+    return shards

@@ -11,13 +11,14 @@ import numpy as np
 from .._core.backend import as_host
 from .._core.metrics import finalize_distances, to_internal
 
-__all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self",
+__all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self", "finish_lists",
            "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
            "search_shard", "save_shard", "load_shard", "shard_info", "take", "keep", "as_leaf", "size_of", "rows_of",
            "tree_nodes", "leaf_path",
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search",
-           "short_rows", "distances_at", "row_slice", "leaf_rows_in", "place_rows"]
+           "short_rows", "distances_at", "row_slice", "leaf_rows_in", "place_rows", "absmax_of", "scale_rows",
+           "unscale_lists"]
 
 
 def _host(a, dtype=None):
@@ -70,15 +71,39 @@ def exact_part(X, Q, k, metric, device, offset, checked=False):
     ``Q`` were validated already (the recall estimate's rows of a built graph's data): no second
     NaN/Inf scan of the partition."""
     from .._core.prepare import prepare, prepare_queries, rescaled
-    from ..api.exact import exact_search
 
     kk = min(int(k), int(X.shape[0]))
     P = prepare(X, metric=metric, device=device, check_finite=not checked)
     Qp = prepare_queries(Q, P, check_finite=not checked)  # its scale covers both magnitudes
-    d, i, _st = exact_search(rescaled(P, Qp.scale), Qp, kk)
-    d = _host(d, np.float32)
-    i = _host(i, np.int64)
+    d, i = _exact_float64(rescaled(P, Qp.scale), Qp, kk)
     return d, np.where(i >= 0, i + int(offset), -1)
+
+
+def _exact_float64(P, Qp, k):
+    """:func:`~knnkit.api.exact.exact_search` of prepared queries, distances as host float64 in
+    the user metric, ids host int64. The lists of several partitions are merged by these
+    distances, and each partition may run at its own power-of-two scale (data beyond 2^50 or
+    below 2^-50): their float32 user-metric distances overflow to inf or underflow to 0 there
+    (1e30-scale data: every squared distance inf), which would leave the merge nothing to rank
+    by but the ids. At a scale, the search's float32 distances are therefore taken in the scaled
+    units and brought back in float64 (exactly what finalize_distances computes before its cast
+    to float32: the same ranks and, once cast, the same bits as one process)."""
+    import dataclasses
+
+    from ..api.exact import exact_search
+
+    s = float(Qp.scale)
+    if s != 1.0 and P.metric != "cosine":
+        d, i, st = exact_search(dataclasses.replace(P, scale=1.0), dataclasses.replace(Qp, scale=1.0), k)
+        if not st.get("float64_rows"):  # (rows answered in float64 from the raw rows: units differ)
+            d = _host(d, np.float64)
+            if P.metric == "euclidean":
+                d = d / s
+            else:
+                d = d / (s * s)
+            return d, _host(i, np.int64)
+    d, i, _st = exact_search(P, Qp, k)
+    return _host(d, np.float64), _host(i, np.int64)
 
 
 def prepare_part(X, metric, device):
@@ -104,19 +129,17 @@ def _register_prepared_size():
 _register_prepared_size()
 
 
-def exact_prepared(P, Q, k, offset):
+def exact_prepared(P, Q, k, offset, final=False):
     """Exact top-``k`` (capped at the partition's size) of queries ``Q`` among a prepared
-    partition ``P`` (:func:`prepare_part`): ``(distances float32 user metric, global ids int64)``
-    on the host (small: the lists move to the merge and the client)."""
+    partition ``P`` (:func:`prepare_part`): ``(distances float64 user metric, global ids int64)``
+    on the host (small: the lists move to the merge, whose last step makes them float32; float64:
+    see :func:`_exact_float64`). ``final``: the only partition, float32 distances."""
     from .._core.prepare import prepare_queries, rescaled
-    from ..api.exact import exact_search
 
     kk = min(int(k), P.n)
     Qp = prepare_queries(Q, P)  # its scale covers both magnitudes
-    d, i, _st = exact_search(rescaled(P, Qp.scale), Qp, kk)
-    d = _host(d, np.float32)
-    i = _host(i, np.int64)
-    return d, np.where(i >= 0, i + int(offset), -1)
+    d, i = _exact_float64(rescaled(P, Qp.scale), Qp, kk)
+    return (d.astype(np.float32) if final else d), np.where(i >= 0, i + int(offset), -1)
 
 
 def drop_self(lists, offset, k):
@@ -132,16 +155,31 @@ def drop_self(lists, offset, k):
     return D[kept].reshape(-1, int(k)), I[kept].reshape(-1, int(k))
 
 
-def merge_topk(a, b, k, metric):
+def finish_lists(lists, offset, k, drop):
+    """A query block's merged lists as returned: without each row's own id (``drop``: the
+    all-points search, rows ``offset, offset + 1, ...``; :func:`drop_self`) and with float32
+    distances (the partitions' float64 distances only rank the merge)."""
+    D, I = drop_self(lists, offset, k) if drop else lists
+    return np.ascontiguousarray(_host(D), dtype=np.float32), I
+
+
+def merge_topk(a, b, k, metric, final=False):
     """Merge two sorted ``(distances, ids)`` lists of the same queries (disjoint ids) into the top
     ``k``; ties by smaller id, so the result does not depend on the reduction's order. On the
-    host (lists of a GPU worker's shards are copied; they are k columns)."""
+    host (lists of a GPU worker's shards are copied; they are k columns). ``final``: the last
+    merge, float32 distances (the partitions' float64 ones only rank the merges)."""
     d = np.concatenate([_host(a[0]), _host(b[0])], axis=1)
     i = np.concatenate([_host(a[1]), _host(b[1])], axis=1)
-    key = to_internal(d, metric)  # smaller is better in every metric
+    # ranked by the user-metric distances themselves, in float64 (smaller is better in every
+    # metric but the inner product): to_internal's float32 square of euclidean distances
+    # overflows from 1.8e19 and underflows below 1e-23, and the ranks then fell to the ids
+    key = d.astype(np.float64)
+    if metric == "inner_product":
+        key = -key
     key = np.where(i < 0, np.inf, key)
     order = np.lexsort((i, key), axis=-1)[:, :k]
-    return np.take_along_axis(d, order, axis=1), np.take_along_axis(i, order, axis=1)
+    d = np.take_along_axis(d, order, axis=1)
+    return (d.astype(np.float32) if final else d), np.take_along_axis(i, order, axis=1)
 
 
 # --------------------------------------------------------------------------- k-NN graph
@@ -231,11 +269,25 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     return _host(I, np.int32), _host(D, np.float32), (_host(pd, np.float32), _host(pi, np.int64))
 
 
+def _pad(I, D, k):
+    """Lists ``(I, D)`` of fewer than ``k`` columns widened to ``k`` with empty (-1 / inf) slots."""
+    c = I.shape[1]
+    if c >= int(k):
+        return I, D
+    Ip = np.full((I.shape[0], int(k)), -1, I.dtype)
+    Dp = np.full((D.shape[0], int(k)), np.inf, D.dtype)
+    Ip[:, :c] = I
+    Dp[:, :c] = D
+    return Ip, Dp
+
+
 def globalize(base, offset, k):
-    """A partition's first ``k`` columns with global ids: the start of its running lists."""
+    """A partition's first ``k`` columns with global ids: the start of its running lists, ``k``
+    columns even when the partition has ``k`` points or fewer (the other partitions' merges fill
+    the empty slots; knn_graph returned lists of ``n_part - 1`` columns before)."""
     I, D = base
     I = I[:, :k]
-    return np.where(I >= 0, I.astype(np.int64) + int(offset), -1), np.ascontiguousarray(D[:, :k])
+    return _pad(np.where(I >= 0, I.astype(np.int64) + int(offset), -1), np.ascontiguousarray(D[:, :k]), k)
 
 
 def compact(lists):
@@ -277,7 +329,8 @@ def merge_running(a, b, k, metric):
     several merges), top ``k`` by distance, user metric in and out."""
     from ..graph._merge import merge_lists
 
-    I, D = merge_lists(a[0], to_internal(a[1], metric), b[0], to_internal(b[1], metric), k)
+    aI, aD = _pad(a[0], a[1], k)  # (a pair merge of two small partitions has fewer than k columns)
+    I, D = merge_lists(aI, to_internal(aD, metric), b[0], to_internal(b[1], metric), k)
     return I.astype(np.int64), finalize_distances(np.array(D, dtype=np.float32), metric)
 
 
@@ -550,6 +603,37 @@ def merge_leaf(leaf, lists, k, metric, *slab_rows):
     return leaf[0], Ii, np.where(Ii >= 0, Do, np.float32(np.inf)).astype(np.float32, copy=False)
 
 
+# --------------------------------------------------------------------------- data at a scale (knn_graph)
+def absmax_of(X):
+    """The largest ``|value|`` of a partition as the graph build sees it (float32; 0.0 for
+    integer and float16 data, which never need a scale; NaN / Inf: 0.0, refused by the build)."""
+    a = np.asarray(as_host(X))
+    if a.dtype.kind != "f" or a.dtype == np.float16 or not a.size:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = float(np.abs(a.astype(np.float32, copy=False)).max())
+    return m if np.isfinite(m) else 0.0
+
+
+def scale_rows(X, scale):
+    """A partition as float32 multiplied by the power of two ``scale`` (in float64, exact), as
+    :func:`knnkit._core.metrics.prepare_vectors` scales data."""
+    a = np.asarray(as_host(X), dtype=np.float32)
+    return (a.astype(np.float64) * float(scale)).astype(np.float32)
+
+
+def unscale_lists(lists, fields, scale, metric):
+    """``(I, D)`` of a block of lists of data multiplied by ``scale``, ``D`` back in the data's
+    units (float32; inf beyond its range, as knnkit.knn_graph returns them)."""
+    I, D = lists[fields[0]], lists[fields[1]]
+    if metric == "cosine":
+        return I, D
+    p = 1 if metric in ("euclidean", "manhattan") else 2
+    with np.errstate(over="ignore"):
+        D = (np.asarray(D, dtype=np.float64) / float(scale) ** p).astype(np.float32)
+    return I, D
+
+
 # --------------------------------------------------------------------------- final lists left on the workers
 # knn_graph(compute=False): the final lists stay on the workers as row blocks in the input's row
 # order; the checks and the recall estimate read them where they are (a count, or a few rows).
@@ -741,7 +825,7 @@ def shard_info(index):
     return {"n": int(index.n), "dim": int(index.dim), "metric": index.metric, "beam": index.search_params.beam}
 
 
-def search_shard(index, Q, k, search_kw, offset):
+def search_shard(index, Q, k, search_kw, offset, final=False):
     """Top-``k`` (capped at the shard's size) of ``Q`` in one shard; global ids; arrays of the
     queries' kind (cupy queries on a GPU worker: cupy lists, no copy to the host here)."""
     from .._core.backend import get_array_module
@@ -749,9 +833,33 @@ def search_shard(index, Q, k, search_kw, offset):
     kk = min(int(k), int(index.n))
     d, i = index.search(Q, kk, **search_kw)
     xp = get_array_module(i)
-    d = d.astype(xp.float32, copy=False)
     i = i.astype(xp.int64, copy=False)
+    if float(getattr(index._engine, "scale", 1.0)) != 1.0 and index.metric != "cosine":
+        # data at a scale (beyond 2^50 or below 2^-50): float32 distances overflow to inf or underflow
+        # to 0 and the merge across shards could only rank them by id; the found pairs' distances
+        # in float64 instead (the merge's finish_lists returns float32)
+        d = _pair_distances64(index.data, Q, i, index.metric)
+        d = d.astype(np.float32) if final else d
+    else:
+        d = d.astype(xp.float32, copy=False)
     return d, xp.where(i >= 0, i + int(offset), -1)
+
+
+def _pair_distances64(X, Q, I, metric):
+    """User-metric distances in float64 (host) between query rows ``Q`` and their neighbours
+    ``I`` (local ids, -1: inf) among ``X``."""
+    X = np.asarray(as_host(X), dtype=np.float64)
+    Q = np.asarray(as_host(Q), dtype=np.float64)
+    I = np.asarray(as_host(I))
+    V = X[np.maximum(I, 0)]  # (m, k, d)
+    if metric == "inner_product":
+        d = np.einsum("mkd,md->mk", V, Q)
+    else:
+        diff = V - Q[:, None, :]
+        d = np.einsum("mkd,mkd->mk", diff, diff)
+        if metric == "euclidean":
+            d = np.sqrt(d)
+    return np.where(I >= 0, d, -np.inf if metric == "inner_product" else np.inf)
 
 
 def save_shard(index, path):

@@ -1,0 +1,225 @@
+"""knnkit.dask edge cases found by fuzzing (CPU workers): inputs where the distributed answer
+used to differ from the single process without an error, or fail unclearly."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+
+import knnkit  # noqa: E402
+import knnkit.dask  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean", "inner_product"])
+def test_knn_merge_ranks_data_at_a_scale(client, metric, scale):
+    """Data beyond 2^50 (or below 2^-50) is searched at a power-of-two scale; its float32 user
+    distances overflow (inf) or underflow (0), and the merge across partitions ranked such ties
+    by id: wrong neighbours (euclidean: unsorted finite distances). Equal to one process now."""
+    rng = np.random.default_rng(1)
+    X = rng.random((600, 5)) * scale
+    Q = rng.random((20, 5)) * scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # inf distances (ids exact)
+        d0, i0 = knnkit.knn(X, Q, k=5, metric=metric, device="cpu")
+        d, i = knnkit.dask.knn(X, Q, k=5, metric=metric, client=client, device="cpu", n_parts=3)
+        assert (i == i0).all() and np.array_equal(d, d0) and d.dtype == np.float32
+        d1, i1 = knnkit.dask.knn(X, Q, k=5, metric=metric, client=client, device="cpu", n_parts=1, compute=False)
+        assert d1.dtype == d1.compute().dtype == np.float32 and (i1.compute() == i0).all()
+        d0, i0 = knnkit.knn(X, k=4, metric=metric, device="cpu")
+        d, i = knnkit.dask.knn(da.from_array(X, chunks=(170, 5)), k=4, metric=metric, client=client, device="cpu")
+        d, i = d.compute(), i.compute()
+    assert d.dtype == np.float32 and (i == i0).all() and np.array_equal(d, d0)
+
+
+def _recall(g, X, k, metric="sqeuclidean"):
+    from knnkit.evaluate import recall
+
+    _, T = knnkit.knn(X, k=k, metric=metric, device="cpu")
+    return recall(g.indices, T)
+
+
+@pytest.mark.parametrize("partition, second_stage", [("rows", "graph"), ("rows", "search"), ("tree", "search")])
+def test_knn_graph_data_at_a_scale(client, partition, second_stage):
+    """1e30-scale data: each partition ran at its own scale and the merges compared float32
+    distances that overflow (recall 0.75, unsorted lists). One scale for the whole data now."""
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(2500, 8, random_state=3), dtype=np.float64) * 1e30
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        g = knnkit.dask.knn_graph(X, k=8, metric="euclidean", client=client, device="cpu", partition=partition,
+                                  second_stage=second_stage, n_parts=2, recall_estimate=False)
+        assert _recall(g, X, 8, "euclidean") >= 0.99
+        assert (np.diff(g.distances, axis=1) >= 0).all() and np.isfinite(g.distances).all()
+        d0, _ = knnkit.knn(X, k=8, metric="euclidean", device="cpu")
+        np.testing.assert_allclose(g.distances[:, 0], d0[:, 0], rtol=1e-5)
+        gl = knnkit.dask.knn_graph(da.from_array(X, chunks=1250), k=8, metric="euclidean", client=client,
+                                   device="cpu", partition=partition, second_stage=second_stage, n_parts=2,
+                                   recall_estimate=False).compute()
+    assert (gl.indices == g.indices).all() and (gl.distances == g.distances).all()
+
+
+@pytest.mark.parametrize("second_stage", ["graph", "search"])
+def test_knn_graph_rows_k_above_a_partition(client, second_stage):
+    """Row partitions of k points or fewer: the lists came back with n_part - 1 columns instead of
+    k (shape (60, 29) for k=59), or a dask result whose blocks disagreed with its chunks."""
+    from knnkit.datasets import make_clustered
+
+    X = np.asarray(make_clustered(2005, 6, random_state=1), dtype=np.float32)
+    g = knnkit.dask.knn_graph(X[:60], k=59, client=client, device="cpu", partition="rows", second_stage=second_stage)
+    assert g.indices.shape == (60, 59) and (g.indices >= 0).all() and _recall(g, X[:60], 59) == 1.0
+    g = knnkit.dask.knn_graph(X[:100], k=40, client=client, device="cpu", partition="rows", n_parts=4,
+                              second_stage=second_stage)
+    assert g.indices.shape == (100, 40) and (g.indices >= 0).all() and _recall(g, X[:100], 40) >= 0.99
+    g = knnkit.dask.knn_graph(da.from_array(X, chunks=1000), k=10, client=client, device="cpu", partition="rows",
+                              second_stage=second_stage)  # a last chunk of 5 rows
+    gc = g.compute()
+    assert gc.indices.shape == (2005, 10) and (gc.indices >= 0).all() and _recall(gc, X, 10) >= 0.99
+
+
+def test_knn_graph_tree_default_leaves_fit_k(client):
+    """The tree's default leaf count (one per worker) refused a small data set with a large k,
+    naming an n_parts the caller had not given; it is capped at n // (k + 1) now."""
+    X = np.random.default_rng(0).random((60, 4), dtype=np.float32)
+    g = knnkit.dask.knn_graph(X, k=40, client=client, device="cpu", partition="tree")
+    assert g.indices.shape == (60, 40) and _recall(g, X, 40) == 1.0
+    with pytest.raises(ValueError, match="n_parts=2"):
+        knnkit.dask.knn_graph(X, k=40, client=client, device="cpu", partition="tree", n_parts=2)
+
+
+def test_knn_graph_random_state_validated(client):
+    """random_state is validated as knnkit.knn_graph does (int() took "7" and truncated 1.5)."""
+    X = np.random.default_rng(0).random((300, 4), dtype=np.float32)
+    with pytest.raises(TypeError, match="random_state"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=1.5)
+    with pytest.raises(TypeError, match="random_state"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state="7")
+    with pytest.raises(ValueError, match="random_state"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=-1)
+    a = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=np.int64(3), n_parts=2)
+    b = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=3, n_parts=2)
+    assert (a.indices == b.indices).all()
+    assert knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=None).shape == (300, 5)
+
+
+# --------------------------------------------------------------------------- ShardedIndex
+@pytest.fixture(scope="module")
+def sharded(client):
+    from knnkit.datasets.suite import make_tight_clusters
+
+    X, Q = make_tight_clusters(3000, 12, 30, n_queries=60, random_state=4)
+    return X, Q, knnkit.dask.ShardedIndex.build(X, shards=3, client=client, device="cpu", random_state=0)
+
+
+def _copy_index(src, dst, edit=None):
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    if edit is not None:
+        man = json.loads((dst / "manifest.json").read_text())
+        edit(man)
+        (dst / "manifest.json").write_text(json.dumps(man))
+    return dst
+
+
+def test_sharded_load_refuses_edited_or_incomplete_manifests(client, sharded, tmp_path):
+    """A manifest with a shard dropped, offsets moved, two entries on one file, a file outside the
+    directory, no shards or bad replicas loaded a partial or shifted index without a word (or
+    failed with a KeyError / AttributeError); each is refused with a ValueError now."""
+    import json
+
+    X, Q, ix = sharded
+    ix.save(tmp_path / "ix")
+    SI = knnkit.dask.ShardedIndex
+    assert (SI.load(tmp_path / "ix", client=client, device="cpu").search(Q, k=5)[1] == ix.search(Q, k=5)[1]).all()
+
+    def shift(m):
+        for s in m["shards"]:
+            s["offset"] += 7
+
+    def same_file(m):
+        m["shards"][0].update(file=m["shards"][1]["file"], sha256=m["shards"][1]["sha256"])
+
+    edits = {"drop_last": lambda m: m["shards"].pop(), "drop_first": lambda m: m["shards"].pop(0), "shift": shift,
+             "same_file": same_file, "n": lambda m: m.update(n=5),
+             "escape": lambda m: m["shards"][0].update(file="../ix/" + m["shards"][0]["file"]),
+             "empty": lambda m: m.update(shards=[]), "no_sha": lambda m: m["shards"][0].pop("sha256"),
+             "replicas0": lambda m: m.update(replicas=0), "replicas_str": lambda m: m.update(replicas="x")}
+    for name, edit in edits.items():
+        # the edits that also fix the checksum (an old manifest has none): the structure checks
+        for fix in (False, True):
+            def both(m, edit=edit, fix=fix):
+                edit(m)
+                if fix:
+                    m.pop("checksum", None)
+            d = _copy_index(tmp_path / "ix", tmp_path / f"{name}{int(fix)}", both)
+            with pytest.raises(ValueError, match="manifest.json"):
+                SI.load(d, client=client, device="cpu")
+    def swap(m):  # a consistent-looking manifest (equal shard sizes): only its checksum tells
+        a, b = m["shards"][0], m["shards"][1]
+        a["file"], b["file"], a["sha256"], b["sha256"] = b["file"], a["file"], b["sha256"], a["sha256"]
+
+    with pytest.raises(ValueError, match="checksum"):
+        SI.load(_copy_index(tmp_path / "ix", tmp_path / "swap", swap), client=client, device="cpu")
+    d = _copy_index(tmp_path / "ix", tmp_path / "garbage")
+    (d / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        SI.load(d, client=client, device="cpu")
+    (d / "manifest.json").write_text("[]")
+    with pytest.raises(ValueError, match="not a knnkit sharded index"):
+        SI.load(d, client=client, device="cpu")
+    d = _copy_index(tmp_path / "ix", tmp_path / "removed")
+    (d / "shard_00001.knnkit").unlink()
+    with pytest.raises(ValueError, match="shard_00001.knnkit .*missing"):
+        SI.load(d, client=client, device="cpu")
+    # a manifest of before the checksum still loads
+    d = _copy_index(tmp_path / "ix", tmp_path / "old", lambda m: m.pop("checksum"))
+    assert (SI.load(d, client=client, device="cpu").search(Q, k=5)[1] == ix.search(Q, k=5)[1]).all()
+    assert "checksum" in json.loads((tmp_path / "ix" / "manifest.json").read_text())
+
+
+def test_sharded_search_validates_keywords_and_filter(client, sharded):
+    """Search keywords are checked before any task (a typo failed on a worker as a RuntimeError);
+    a boolean mask of the index's points is cut per shard (each shard read the whole-index mask
+    as its own); other filter forms are refused."""
+    X, Q, ix = sharded
+    with pytest.raises(TypeError, match="bogus"):
+        ix.search(Q, k=5, bogus=1)
+    with pytest.raises(ValueError, match="filter"):
+        ix.search(Q, k=5, filter=np.arange(100))
+    with pytest.raises(ValueError, match="NaN"):
+        ix.search(np.full_like(Q, np.nan), k=5)
+    mask = np.zeros(3000, bool)
+    mask[::7] = True
+    d, i = ix.search(Q, k=5, filter=mask)
+    d0, i0 = knnkit.knn(X[mask], Q, k=5, device="cpu")
+    assert mask[i].all() and (i == np.flatnonzero(mask)[i0]).mean() >= 0.98
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "inner_product"])
+def test_sharded_search_data_at_a_scale(client, metric):
+    """Shards of 1e30-scale data: their float32 distances are inf, and the merge ranked them by
+    id (recall 0.32); the found pairs' float64 distances rank the merge now."""
+    from knnkit.datasets.suite import make_tight_clusters
+    from knnkit.evaluate import recall
+
+    X, Q = make_tight_clusters(2000, 8, 20, n_queries=40, random_state=2)
+    X, Q = X.astype(np.float64) * 1e30, Q.astype(np.float64) * 1e30
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, T = knnkit.knn(X, Q, k=5, metric=metric, device="cpu")
+        ix = knnkit.dask.ShardedIndex.build(X, shards=2, metric=metric, client=client, device="cpu")
+        d, i = ix.search(Q, k=5)
+    assert d.dtype == np.float32 and recall(i, T) >= 0.95
