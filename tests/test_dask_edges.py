@@ -223,3 +223,16 @@ def test_sharded_search_data_at_a_scale(client, metric):
         ix = knnkit.dask.ShardedIndex.build(X, shards=2, metric=metric, client=client, device="cpu")
         d, i = ix.search(Q, k=5)
     assert d.dtype == np.float32 and recall(i, T) >= 0.95
+
+
+def test_dask_backed_graph_after_its_client_closed_says_so():
+    """The lists of a compute=False graph are futures of its client: computing them after the client
+    closed is a clear RuntimeError, not dask's bare "Missing dependency"."""
+    import knnkit.dask
+    from distributed import Client, LocalCluster
+
+    X = np.random.default_rng(0).random((3000, 8), dtype=np.float32)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False) as cluster, Client(cluster) as c:
+        g = knnkit.dask.knn_graph(X, k=5, client=c, device="cpu", compute=False)
+    with pytest.raises(RuntimeError, match="client that is closed"):
+        g.compute()

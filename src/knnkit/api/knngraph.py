@@ -138,7 +138,15 @@ class KnnGraph:
         if self.is_dask:
             import dask
 
-            ind, dist = dask.compute(self._ind, self._dist)
+            try:
+                ind, dist = dask.compute(self._ind, self._dist)
+            except ValueError as e:
+                if "Missing dependency" not in str(e):
+                    raise
+                # the blocks are futures of the client that built the graph: gone with it
+                raise RuntimeError("this dask-backed KnnGraph's lists lived on the workers of a Dask client that "
+                                   "is closed (or lost them); compute the graph before closing its client, or "
+                                   "build it with compute=True") from e
             return np.asarray(as_host(ind)), np.asarray(as_host(dist))
         return as_host(self._ind), as_host(self._dist)
 
