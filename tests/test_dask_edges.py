@@ -236,3 +236,7 @@ def test_dask_backed_graph_after_its_client_closed_says_so():
         g = knnkit.dask.knn_graph(X, k=5, client=c, device="cpu", compute=False)
     with pytest.raises(RuntimeError, match="client that is closed"):
         g.compute()
+    # with another client open (as in a test session), dask reports a cancelled future instead
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster, Client(cluster):
+        with pytest.raises(RuntimeError, match="client that is closed"):
+            g.compute()

@@ -140,10 +140,11 @@ class KnnGraph:
 
             try:
                 ind, dist = dask.compute(self._ind, self._dist)
-            except ValueError as e:
-                if "Missing dependency" not in str(e):
+            except Exception as e:  # noqa: BLE001 - dask's forms of "those futures are gone", re-raised otherwise
+                # the blocks are futures of the client that built the graph, gone with it: with no
+                # client left dask reports a missing dependency; with another client, a cancelled future
+                if not ("Missing dependency" in str(e) or type(e).__name__ in ("FutureCancelledError", "CancelledError")):
                     raise
-                # the blocks are futures of the client that built the graph: gone with it
                 raise RuntimeError("this dask-backed KnnGraph's lists lived on the workers of a Dask client that "
                                    "is closed (or lost them); compute the graph before closing its client, or "
                                    "build it with compute=True") from e
