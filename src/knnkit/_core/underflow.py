@@ -16,11 +16,13 @@ When the rows are too many for that (:data:`EXACT64_MAX_WORK`), the caller refus
 :func:`range_error`.
 """
 
+import warnings
+
 import numpy as np
 
 from .backend import as_host, get_array_module
 
-__all__ = ["TINY", "EXACT64_MAX_WORK", "underflow_rows", "exact_rows_float64", "range_error"]
+__all__ = ["TINY", "EXACT64_MAX_WORK", "underflow_rows", "exact_rows_float64", "range_error", "answer_in_float64"]
 
 #: Internal distances (squared L2 or L1, at the search's scale) below this are not trusted to rank:
 #: 2^6 above float32's smallest normal number (2^-126), a margin for the rounding of a sum of terms.
@@ -125,3 +127,23 @@ def range_error(rows, m, absmax):
         f"{absmax:.3g}: the data's values span a range too wide for float32 distances (more than ~1e19 between "
         f"the largest value and the smallest differences), so no float32 search can rank them. Center or "
         f"rescale the data, or remove the outlying rows")
+
+
+def answer_in_float64(d, i, rows, raw_data, queries, k, metric, *, n_queries, absmax, max_work=EXACT64_MAX_WORK,
+                      exclude=None, col0=0, stacklevel=3):
+    """Rows ``rows`` of a result ``(d, i)`` (user-metric distances, ids; numpy or cupy) answered
+    again exactly in float64 (:func:`exact_rows_float64`) in place, columns ``col0:`` (a graph's
+    self column stays), with a ``RuntimeWarning``; or :func:`range_error` when that costs more
+    than ``max_work`` multiply-adds (``n_queries`` and ``absmax`` name the search in the message).
+    ``queries``: the rows' own query rows (``raw_data``'s rows for an all-points search, with
+    ``exclude`` their ids)."""
+    if rows.size * float(raw_data.shape[0]) * raw_data.shape[1] > max_work:
+        raise range_error(rows.size, n_queries, absmax)
+    d64, i64 = exact_rows_float64(raw_data, queries, k, metric, exclude=exclude)
+    xp = get_array_module(d)
+    sel = xp.asarray(rows)
+    d[sel, col0:] = xp.asarray(d64)
+    i[sel, col0:] = xp.asarray(i64).astype(i.dtype)
+    warnings.warn(f"{rows.size} rows have neighbours closer than float32 resolves (the data's values span more "
+                  f"than ~1e19); they were answered exactly in float64", RuntimeWarning, stacklevel=stacklevel)
+    return d, i

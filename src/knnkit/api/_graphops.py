@@ -4,7 +4,6 @@
 
 import dataclasses
 import time
-import warnings
 
 import numpy as np
 
@@ -15,7 +14,7 @@ from .._core.params import check_float, merge_params
 from .._core.prepare import device_scope
 from .._core.random import seed_from
 from .._core.stats import BuildStats
-from .._core.underflow import EXACT64_MAX_WORK, exact_rows_float64, range_error, underflow_rows
+from .._core.underflow import EXACT64_MAX_WORK, answer_in_float64, underflow_rows
 from .._core.validation import check_k, check_matrix
 from ..graph import build_lists, choose_method
 from ..graph.nndescent import NNDescentParams
@@ -80,8 +79,6 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
         # rows with neighbours closer than float32 resolves (values spanning more than ~1e19):
         # answered again in float64 below, or refused (knnkit._core.underflow)
         tiny = underflow_rows(D, I, P.raw, P.raw, P.internal)
-        if tiny.size and tiny.size * float(n) * P.d > EXACT64_MAX_WORK:
-            raise range_error(tiny.size, n, P.absmax)
         xp = np if isinstance(I, np.ndarray) else _cupy()
         itype = index_dtype_for(n)
         I = xp.ascontiguousarray(I.astype(itype, copy=False))
@@ -98,14 +95,10 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
         if P.metric != "manhattan" or P.scale != 1.0:
             D = finalize_distances(D, P.metric, P.scale)
         if tiny.size:
-            d64, i64 = exact_rows_float64(P.raw, P.raw[xp.asarray(tiny)], kk, P.metric, exclude=tiny)
-            c0 = 1 if include_self else 0
-            D[xp.asarray(tiny), c0:] = xp.asarray(d64)
-            I[xp.asarray(tiny), c0:] = xp.asarray(i64).astype(I.dtype)
+            D, I = answer_in_float64(D, I, tiny, P.raw, P.raw[xp.asarray(tiny)], kk, P.metric, n_queries=n,
+                                     absmax=P.absmax, max_work=EXACT64_MAX_WORK, exclude=tiny,
+                                     col0=1 if include_self else 0, stacklevel=4)
             st["float64_rows"] = int(tiny.size)
-            warnings.warn(f"{tiny.size} rows have neighbours closer than float32 resolves (the data's values span "
-                          f"more than ~1e19); their lists were computed exactly in float64", RuntimeWarning,
-                          stacklevel=4)
     st.setdefault("phase_s", {})["total"] = time.perf_counter() - t_start
     if verbose:
         logger.info("knn_graph: %s done in %.3f s", m.name, st["phase_s"]["total"])

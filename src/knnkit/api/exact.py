@@ -10,7 +10,7 @@ from .._core.params import merge_params
 from .._core.prepare import prepare, prepare_queries, rescaled
 from .._core.registry import REGISTRY
 from .._core.types import ArrayLike, Device, Metric, NeighborPair, Params, Seed
-from .._core.underflow import EXACT64_MAX_WORK, exact_rows_float64, range_error, underflow_rows
+from .._core.underflow import EXACT64_MAX_WORK, answer_in_float64, underflow_rows
 from .._core.validation import check_k
 from ..exact import ExactParams
 
@@ -241,24 +241,6 @@ SWEET_AUTO_ALWAYS_D = 8
 SWEET_AUTO_MIN_SAVED = {"gpu": 0.95, "cpu": 0.9}
 
 
-def _answer_in_float64(P, Q, k, d, i, rows, stats):
-    """Rows ``rows`` of an exact result answered again in float64 on the host (their neighbours
-    are closer than float32 resolves: :mod:`knnkit._core.underflow`), or a clear refusal."""
-
-    m = P.n if Q is None else Q.n
-    if rows.size * float(P.n) * P.d > EXACT64_MAX_WORK:
-        raise range_error(rows.size, m, max(P.absmax, 0.0 if Q is None else Q.absmax))
-    queries = (P.raw if Q is None else Q.raw)[get_array_module(P.raw).asarray(rows)]
-    d64, i64 = exact_rows_float64(P.raw, queries, k, P.metric, exclude=rows if Q is None else None)
-    xp = get_array_module(d)
-    d[xp.asarray(rows)] = xp.asarray(d64)
-    i[xp.asarray(rows)] = xp.asarray(i64).astype(i.dtype)
-    stats["float64_rows"] = int(rows.size)
-    warnings.warn(f"{rows.size} query rows have neighbours closer than float32 resolves (the data's values span "
-                  f"more than ~1e19); they were answered exactly in float64", RuntimeWarning, stacklevel=5)
-    return d, i
-
-
 def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_state=None):
     """Exact k-NN of prepared queries ``Q`` (None: all points of ``P``, self excluded).
     Returns user-metric distances, int64 ids and the engine's statistics (device arrays)."""
@@ -297,7 +279,12 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
         tiny = underflow_rows(d, i, P.raw, P.raw if self_excluded else Q.raw, P.internal)
         d = finalize_distances(d, P.metric, P.scale)
         if tiny.size:
-            d, i = _answer_in_float64(P, Q, k, d, i, tiny, stats)
+            src = P.raw if self_excluded else Q.raw
+            d, i = answer_in_float64(d, i, tiny, P.raw, src[get_array_module(src).asarray(tiny)], k, P.metric,
+                                     n_queries=P.n if self_excluded else Q.n,
+                                     absmax=max(P.absmax, 0.0 if self_excluded else Q.absmax),
+                                     max_work=EXACT64_MAX_WORK, exclude=tiny if self_excluded else None, stacklevel=5)
+            stats["float64_rows"] = int(tiny.size)
         # an exact search has no missing neighbours, and unscaled data (|x| <= 2^50) cannot overflow
         # float32 distances: only a scaled result can hold inf (checked there alone: a device sync)
         xp = get_array_module(d)

@@ -16,7 +16,7 @@ import numpy as np
 from .._core.backend import as_host, get_array_module, resolve_device, wrap_output
 from .._core.config import logger, progress
 from .._core.metrics import absmax, finalize_distances, fits_scale, internal_metric
-from .._core.underflow import EXACT64_MAX_WORK, exact_rows_float64, range_error, underflow_rows
+from .._core.underflow import answer_in_float64, underflow_rows
 from .._core.params import check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_index, validate_index
@@ -606,14 +606,8 @@ class GraphIndex:
         tiny = underflow_rows(d, i, self._engine.data, q, internal_metric(self.metric))
         d = finalize_distances(d, self.metric, scale)
         if tiny.size:
-            if tiny.size * float(self.n) * self.dim > EXACT64_MAX_WORK:
-                raise range_error(tiny.size, int(q.shape[0]), absmax(self._engine.data))
-            xp = get_array_module(d)
-            d64, i64 = exact_rows_float64(self._engine.data, as_host(q)[tiny], k, self.metric)
-            d[xp.asarray(tiny)] = xp.asarray(d64)
-            i[xp.asarray(tiny)] = xp.asarray(i64).astype(i.dtype)
-            warnings.warn(f"{tiny.size} queries have neighbours closer than float32 resolves (the data's values span "
-                          f"more than ~1e19); they were answered exactly in float64", RuntimeWarning, stacklevel=3)
+            d, i = answer_in_float64(d, i, tiny, self._engine.data, as_host(q)[tiny], k, self.metric,
+                                     n_queries=int(q.shape[0]), absmax=absmax(self._engine.data), stacklevel=4)
         if scale != 1.0:  # only scaled data can give distances beyond float32 (as knnkit.knn reports)
             xp = get_array_module(d)
             if not bool(xp.isfinite(d[i >= 0]).all()):
