@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # First call of a GPU session: everything merged since the last GPU run, checked on the GPU.
 #   OUT=/some/folder scripts/device/session_check.sh        (from the repository root)
-# Steps, each with its own limit, about 9 minutes in all (3 files under $OUT):
-#   1. the changes no GPU has run yet, first (so that a cut-short suite still answers them):
-#      tests/test_fuzz.py -m gpu (the float32-resolution check on the GPU paths: wide-range data
-#      exact, near-duplicates never on the float64 path), tests/test_dask.py -m gpu (CuPy lists stay
-#      CuPy on GPU workers) -> first.log;
-#   2. the whole GPU suite with the 30 slowest tests named -> gpu_suite.log (393 passed, 4 skipped in
-#      394 s on an H200 at the start of the tenth session).
+# The GPU tests run as 4 pytest processes side by side on the one GPU (the suite is bound by
+# kernel compilation and host-side references, not by the GPU: ~400 s in one process):
+#   shard 0: the changes no GPU has run yet (tests/test_fuzz.py, tests/test_dask.py: the
+#            float32-resolution check on the GPU paths, CuPy lists staying CuPy on GPU workers);
+#   shards 1-3: every other test file with GPU tests, dealt by file size.
+# Output (3 files under $OUT): env.txt, first.log (shard 0), gpu_suite.log (shards 1-3, each
+# with its 15 slowest tests). Limit 420 s per shard.
 set -uo pipefail
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -18,9 +18,19 @@ cat "$out/env.txt"
 if [ -d .wheels/dask ]; then  # the dask tests run when the wheels were carried
   for w in .wheels/dask/*.whl; do $py -m pip install -q --no-index --no-deps "$w" 2>/dev/null; done
 fi
-echo "=== 1. changes not yet run on a GPU (limit 100 s)"
-timeout 100 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_fuzz.py tests/test_dask.py > "$out/first.log" 2>&1
-tail -5 "$out/first.log"
-echo "=== 2. whole GPU suite (limit 450 s)"
-timeout 450 $py -m pytest -q -m gpu -p no:cacheprovider --durations=30 > "$out/gpu_suite.log" 2>&1
-grep -E "passed|failed|FAILED|Error" "$out/gpu_suite.log" | tail -20
+# files with GPU tests, largest first, dealt round-robin to shards 1-3
+mapfile -t files < <(grep -l "mark.gpu\|pytest.mark.gpu" tests/test_*.py | grep -v -e test_fuzz.py -e test_dask.py \
+                      | xargs ls -S)
+shard=(); for i in 1 2 3; do shard[$i]=""; done
+j=0; for f in "${files[@]}"; do i=$(( j % 3 + 1 )); shard[$i]="${shard[$i]} $f"; j=$((j+1)); done
+t0=$(date +%s)
+timeout 420 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_fuzz.py tests/test_dask.py > "$out/first.log" 2>&1 &
+for i in 1 2 3; do
+  timeout 420 $py -m pytest -q -m gpu -p no:cacheprovider --durations=15 ${shard[$i]} > "$out/shard$i.log" 2>&1 &
+done
+wait
+echo "wall $(( $(date +%s) - t0 )) s" | tee -a "$out/env.txt"
+for i in 1 2 3; do echo "##### shard $i:${shard[$i]}"; cat "$out/shard$i.log"; done > "$out/gpu_suite.log"
+rm -f "$out"/shard?.log
+echo "=== first"; tail -3 "$out/first.log"
+echo "=== suite"; grep -E "passed|failed|FAILED|Error" "$out/gpu_suite.log" | tail -30
