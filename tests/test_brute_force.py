@@ -401,6 +401,45 @@ def test_gpu_duplicates_tie_order_exact():
     np.testing.assert_array_equal(ig, ri)
 
 
+def _far_tight_2d(n, seed):
+    """2-D tight clusters far from the origin (neighbour gaps far below the float32 GEMM keys'
+    rounding bound: nearly no row certifies) with 300 copies of one point (more exact ties than
+    the float64 threshold lists' first 256 slots)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-2000, 2000, (12, 2))
+    X = centers[rng.integers(0, 12, n)] + rng.normal(0, 2e-3, (n, 2))
+    X[:300] = X[300]
+    return X.astype(np.float32)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("k", [1, 20, 300])
+def test_gpu_float64_threshold_lists(monkeypatch, k):
+    """Rows that fail the float32 certificate in the exact mode are answered from float64
+    threshold lists (``topk_rows_within_f64``): against the float64 reference, and ids and
+    distances equal to the former sorting fallback (``_rows_float64``) row for row; lists that
+    overflow take a second pass, or the sorting fallback when that would be too large."""
+    import cupy as cp
+
+    from knnkit.exact import _gpu
+
+    X = _far_tight_2d(3000, 11)
+    d, i = knnkit.knn(X, k=k, method="gemm", device="gpu")
+    assert _gpu.knn_gpu.last_fallback > 1000  # the threshold path answered most rows
+    assert_knn_ok(d, i, X, None, k, "sqeuclidean", exclude_self=True, min_exact=0.0)
+    Xd = cp.asarray(X)
+    rows = cp.arange(0, 3000, 7, dtype=cp.int32)
+    kth = cp.asarray(np.asarray(d)[rows.get(), k - 1])
+    old_d, old_i = _gpu._rows_float64(Xd, Xd[rows], k, "l2", rows)
+    for slots, per_launch in ((_gpu._WITHIN_MAX_SLOTS, _gpu._WITHIN_ROWS), (1000, 50)):
+        monkeypatch.setattr(_gpu, "_WITHIN_MAX_SLOTS", slots)   # 1000: the sorting fallback
+        monkeypatch.setattr(_gpu, "_WITHIN_ROWS", per_launch)   # 50: several launches
+        new_d, new_i = _gpu._rows_within_f64(Xd, Xd[rows], k, kth, rows)
+        np.testing.assert_array_equal(new_i.get(), old_i.get())
+        np.testing.assert_array_equal(new_d.get(), old_d.get())
+
+
 @pytest.mark.gpu
 @gpu
 def test_gpu_k_above_1024_fallback():

@@ -404,3 +404,21 @@ def test_auto_filter_full_when_rows_are_merged(rng):
     np.testing.assert_array_equal(d, dp)
     Y = rng.random((3000, 3), dtype=np.float32)
     assert sweet_knn(Y, Y, 40, exclude_self=True)[2]["filter"] == "partial"
+
+
+def test_exact_graph_takes_sweet_where_it_pays(rng):
+    """knn_graph(method="brute") answers low-dimensional squared-L2 data with Sweet KNN (as
+    knn(method="auto") would) and equals the GEMM path's lists; GEMM parameters keep GEMM."""
+    import knnkit
+    from knnkit.exact import ExactParams
+    from knnkit.graph import _brute
+
+    X = rng.random((12_000, 3), dtype=np.float32)  # 1.4e8 pairs: above the CPU threshold
+    g = knnkit.knn_graph(X, k=10, method="brute", device="cpu")
+    assert g.stats["exact_method"] == "sweet"
+    I, D, st = _brute.brute_graph(X, 10, metric="l2", params=ExactParams(batch_size=4096))
+    assert st["exact_method"] == "gemm"
+    np.testing.assert_array_equal(np.asarray(g.indices), I)
+    np.testing.assert_array_equal(np.asarray(g.distances), D)
+    # inner product never takes Sweet KNN
+    assert _brute.brute_graph(X[:3000], 5, metric="ip")[2]["exact_method"] == "gemm"

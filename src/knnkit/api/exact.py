@@ -209,36 +209,12 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True):
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     if method == "auto":
-        method = "gemm"
-        m = P.n if Q is None else Q.n
-        if (allow_sweet and (P.internal == "l2" or P.metric == "cosine") and P.d <= SWEET_AUTO_MAX_D
-                and float(m) * P.n >= SWEET_AUTO_MIN_PAIRS[P.device] and k <= 128):
-            if P.d <= SWEET_AUTO_ALWAYS_D:
-                method = "sweet"
-            else:
-                from ..exact.sweet import estimate_savings
+        from ..exact.sweet import sweet_pays
 
-                saved = estimate_savings(P.X, None if Q is None else Q.X, k, sample=256, seed=seed)
-                if saved >= SWEET_AUTO_MIN_SAVED[P.device]:
-                    method = "sweet"
+        l2_like = P.internal == "l2" or P.metric == "cosine"  # cosine: unit rows, squared L2
+        method = "sweet" if allow_sweet and l2_like and sweet_pays(P.X, None if Q is None else Q.X, k,
+                                                                    device=P.device, seed=seed) else "gemm"
     return REGISTRY.get("exact", method, device=P.device, metric=P.metric)
-
-
-#: ``method="auto"`` considers Sweet KNN only up to this dimension, from this many query-point
-#: pairs on, and picks it when the estimated fraction of distance computations saved reaches
-#: the device's threshold. On the GPU Sweet KNN's fixed cost (landmarks, duplicate gate, level 1)
-#: is now ~2-3 ms (it was ~25 ms) and the GEMM path does 2.5e9 pairs in ~10 ms (H200, d = 3, 10k
-#: queries x 250k: sweet 4.4 ms), so sweet pays from ~1e9 pairs on. On the CPU the GEMM path is
-#: slow at low d (60k x 60k x 3: 33 s vs 0.5 s).
-SWEET_AUTO_MAX_D = 16
-SWEET_AUTO_MIN_PAIRS = {"gpu": 1e9, "cpu": 1e8}
-#: Up to this dimension Sweet KNN is taken without the savings estimate, which costs a second
-#: clusters phase and level 1 (H200, all points k = 20 through ``knnkit.knn``: skin auto 11.7 ms vs
-#: sweet 7.0 ms with it; clustered 8-D 22.7 vs 17.7 ms; 10k 8-D queries 17.4 vs 10.6 ms). Uniform
-#: 8-D, the filters' worst case at this dimension, still ran at 0.91x the GEMM path's time (165 vs
-#: 181 ms); above 8 dimensions the estimate decides.
-SWEET_AUTO_ALWAYS_D = 8
-SWEET_AUTO_MIN_SAVED = {"gpu": 0.95, "cpu": 0.9}
 
 
 def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_state=None):

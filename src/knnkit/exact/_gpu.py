@@ -723,6 +723,99 @@ def _rows_float64(Xd, Q, k, metric, self_ids, chunk=1 << 16):
     return _sort_pairs(exact, cand, k)
 
 
+#: the float64 threshold kernel keeps a tile of queries in 48 KiB of shared memory
+_WITHIN_MAX_DIM = 12288
+#: rows of one launch of the threshold kernel, and list slots per row in its first pass
+_WITHIN_ROWS = 1 << 16
+_WITHIN_CAP = 256
+#: largest (rows x slots) of the second pass for overflowing rows (many exact ties); beyond it
+#: those rows take :func:`_rows_float64`
+_WITHIN_MAX_SLOTS = 1 << 26
+
+
+def _within_lists(Xd, Q, ub, self_ids, cap):
+    """One launch of ``topk_rows_within_f64``: (counts (m,), ids (m, cap) with -1 in empty slots)."""
+    import cupy as cp
+
+    n, dim = Xd.shape
+    m = Q.shape[0]
+    qt = int(max(1, min(32, (_WITHIN_MAX_DIM // max(dim, 1)))))
+    grid_y = -(-m // qt)
+    grid_x = int(max(1, min(-(-n // 256), 65536 // grid_y + 1, 1024)))
+    cnt = cp.zeros(m, cp.int32)
+    ids = cp.full((m, cap), -1, cp.int32)
+    _kernel("topk_rows_within_f64")(
+        (grid_x, grid_y), (256,),
+        (Xd, np.int64(n), np.int32(dim), Q, np.int32(m), np.int32(qt), ub,
+         self_ids if self_ids is not None else _null(), np.int32(cap), cnt, ids),
+        shared_mem=qt * dim * 4)
+    return cnt, ids
+
+
+def _rows_within_f64(Xd, Q, k, kth, self_ids):
+    """Exact top-k (squared L2) of the query rows whose float32 certificate failed.
+
+    ``kth`` (m,) is each row's float32-exact distance to its k-th candidate: the true k-th
+    distance is at most that, so every point within it (plus a rounding margin, in float64 from
+    the coordinate differences) is listed by ``topk_rows_within_f64`` and the list is re-ranked
+    by the same exact kernel and (distance, id) sort as every other row. A point left out has a
+    float32 distance above the k-th, so neither the answer nor its ties change. Cost: one pass
+    over the points per tile of rows, without the sorts of :func:`_rows_float64` (2-D clustered
+    500k all points k = 1: 32 s there, where nearly no row certifies)."""
+    import cupy as cp
+
+    n, dim = Xd.shape
+    m = Q.shape[0]
+    Q = cp.ascontiguousarray(Q, dtype=cp.float32)
+    # float32 rounding of the exact kernel (differences, fma chain, shuffle tree) with a 2x margin
+    ub = kth.astype(cp.float64) * (1.0 + (dim + 16) * 2.0 ** -22) + 1e-37
+    out_d = cp.empty((m, k), cp.float32)
+    out_i = cp.empty((m, k), cp.int32)
+    cap = int(max(_WITHIN_CAP, 2 * k))
+    for r0 in range(0, m, _WITHIN_ROWS):
+        r1 = min(m, r0 + _WITHIN_ROWS)
+        sid = self_ids[r0:r1] if self_ids is not None else None
+        cnt, ids = _within_lists(Xd, Q[r0:r1], ub[r0:r1], sid, cap)
+        top = int(cnt.max())
+        short = top < k or bool((cnt < k).any())  # cannot happen (the k candidates lie within)
+        over = cp.nonzero(cnt > cap)[0]
+        if over.size and not short:
+            cap2 = int(cnt[over].max())
+            if over.size * cap2 <= _WITHIN_MAX_SLOTS:
+                c2, ids2 = _within_lists(Xd, Q[r0:r1][over], ub[r0:r1][over],
+                                         sid[over] if sid is not None else None, cap2)
+                if bool((c2 == cnt[over]).all()):
+                    width = cap2
+                    full = cp.full((r1 - r0, width), -1, cp.int32)
+                    full[:, :cap] = ids
+                    full[over] = ids2
+                    ids, over = full, over[:0]
+        if short or over.size:
+            logger.warning("exact k-NN: float64 threshold lists %s for %d rows; sorting fallback",
+                           "short" if short else "overflowed", r1 - r0 if short else int(over.size))
+            rows = cp.arange(r1 - r0) if short else over
+            d2, i2 = _rows_float64(Xd, Q[r0:r1][rows], k, "l2", sid[rows] if sid is not None else None)
+            if short:
+                out_d[r0:r1], out_i[r0:r1] = d2, i2
+                continue
+            keep = cp.ones(r1 - r0, bool)
+            keep[rows] = False
+            ids = cp.where(keep[:, None], ids, -1)
+            out_d[r0 + rows], out_i[r0 + rows] = d2, i2
+        else:
+            keep = None
+        width = int(min(ids.shape[1], max(k, top)))
+        cand = cp.ascontiguousarray(ids[:, :width])
+        exact = _pair_distances(Xd, Q[r0:r1], cand, True)
+        d2, i2 = _sort_pairs(exact, cand, k)
+        if keep is None:
+            out_d[r0:r1], out_i[r0:r1] = d2, i2
+        else:
+            rows = cp.nonzero(keep)[0]
+            out_d[r0 + rows], out_i[r0 + rows] = d2[rows], i2[rows]
+    return out_d, out_i
+
+
 def _merge_by_sort(g, c0, colbias, alpha, self_ids, best_d, best_i, has_prev):
     """k > 1024: merge a tile into the running top-k with a stable sort (slow but general)."""
     import cupy as cp
@@ -836,7 +929,10 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
             if ok is not None and not bool(ok.all()):
                 bad = cp.nonzero(~ok)[0]
                 n_fallback += int(bad.size)
-                if mode == "exact":
+                if mode == "exact" and metric_internal == "l2" and dim <= _WITHIN_MAX_DIM:
+                    d2, i2 = _rows_within_f64(Xd, Qd[q0:q1][bad], k, d[bad, k - 1],
+                                              sid[bad] if sid is not None else None)
+                elif mode == "exact":
                     d2, i2 = _rows_float64(Xd, Qd[q0:q1][bad], k, metric_internal,
                                            sid[bad] if sid is not None else None)
                 else:

@@ -304,3 +304,45 @@ extern "C" __global__ void topk_from_bf16(const unsigned short* __restrict__ in,
          i += (long long)gridDim.x * blockDim.x)
         out[i] = __uint_as_float(((unsigned int)in[i]) << 16);
 }
+
+// Float64 fallback of the exact mode (rows whose float32 certificate failed): every point whose
+// squared L2 distance to query r, summed in float64 from the coordinate differences (so without
+// the norm expansion's cancellation), is <= ub[r] is appended to row r's list of `cap` slots;
+// cnt[r] counts every such point, so cnt[r] > cap tells the caller the list overflowed. ub[r]
+// is the float32-exact distance of the row's k-th candidate with a rounding margin, so the list
+// holds the true top-k and every float32 tie of the k-th. A partial sum above ub[r] stops the
+// point early (the terms are non-negative). Grid: x strides over the points, y over tiles of
+// `qt` queries kept in shared memory (qt * dim floats); self_ids (nullable) excludes one point
+// per query.
+extern "C" __global__ void topk_rows_within_f64(
+    const float* __restrict__ X, long long n, int dim, const float* __restrict__ Q, int m, int qt,
+    const double* __restrict__ ub, const int* __restrict__ self_ids, int cap,
+    int* __restrict__ cnt, int* __restrict__ out_i)
+{
+    extern __shared__ float within_sq[];
+    const int q0 = blockIdx.y * qt;
+    const int nq = min(qt, m - q0);
+    for (int t = threadIdx.x; t < nq * dim; t += blockDim.x) within_sq[t] = Q[(long long)q0 * dim + t];
+    __syncthreads();
+    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+         j += (long long)gridDim.x * blockDim.x) {
+        const float* x = X + j * dim;
+        for (int r = 0; r < nq; ++r) {
+            const int row = q0 + r;
+            if (self_ids != nullptr && self_ids[row] == (int)j) continue;
+            const double bound = ub[row];
+            const float* q = within_sq + r * dim;
+            double acc = 0.0;
+            int c = 0;
+            for (; c < dim; ++c) {
+                const double diff = (double)q[c] - (double)__ldg(x + c);
+                acc = fma(diff, diff, acc);
+                if ((c & 7) == 7 && acc > bound) break;
+            }
+            if (c == dim && acc <= bound) {
+                const int p = atomicAdd(cnt + row, 1);
+                if (p < cap) out_i[(long long)row * cap + p] = (int)j;
+            }
+        }
+    }
+}

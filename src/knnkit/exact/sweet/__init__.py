@@ -18,7 +18,7 @@ import numpy as np
 
 from ._plan import SweetParams
 
-__all__ = ["SweetParams", "sweet_knn", "estimate_savings"]
+__all__ = ["SweetParams", "sweet_knn", "estimate_savings", "sweet_pays"]
 
 
 def _check(X, Q, k, metric, exclude_self, params):
@@ -129,3 +129,38 @@ def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
 
         _, _, stats = sweet_gpu(X, Q, int(k), params, int(seed), all_points, qsel=sel)
     return float(stats["saved_total"])
+
+
+#: Sweet KNN is considered only up to this dimension, from this many query-point pairs on, and
+#: taken when the estimated fraction of distance computations saved reaches the device's
+#: threshold. On the GPU Sweet KNN's fixed cost (landmarks, duplicate gate, level 1) is ~2-3 ms
+#: (it was ~25 ms) and the GEMM path does 2.5e9 pairs in ~10 ms (H200, d = 3, 10k queries x
+#: 250k: sweet 4.4 ms), so sweet pays from ~1e9 pairs on. On the CPU the GEMM path is slow at
+#: low d (60k x 60k x 3: 33 s vs 0.5 s).
+SWEET_AUTO_MAX_D = 16
+SWEET_AUTO_MIN_PAIRS = {"gpu": 1e9, "cpu": 1e8}
+#: Up to this dimension Sweet KNN is taken without the savings estimate, which costs a second
+#: clusters phase and level 1 (H200, all points k = 20 through ``knnkit.knn``: skin auto 11.7 ms vs
+#: sweet 7.0 ms with it; clustered 8-D 22.7 vs 17.7 ms; 10k 8-D queries 17.4 vs 10.6 ms). Uniform
+#: 8-D, the filters' worst case at this dimension, still ran at 0.91x the GEMM path's time (165 vs
+#: 181 ms); above 8 dimensions the estimate decides.
+SWEET_AUTO_ALWAYS_D = 8
+SWEET_AUTO_MIN_SAVED = {"gpu": 0.95, "cpu": 0.9}
+
+
+def sweet_pays(X, Q, k, *, device, seed=0):
+    """True when Sweet KNN should answer this squared-L2 exact search instead of the GEMM path
+    (``method="auto"`` of :func:`knnkit.knn`, and the exact graph of :func:`knnkit.knn_graph`).
+
+    ``X`` prepared data (n, d), ``Q`` prepared queries or None (all points); the caller has
+    checked that the internal metric is squared L2."""
+    n, d = int(X.shape[0]), int(X.shape[1])
+    m = n if Q is None else int(Q.shape[0])
+    if d > SWEET_AUTO_MAX_D or float(m) * n < SWEET_AUTO_MIN_PAIRS[device] or k > 128:
+        return False
+    if d <= SWEET_AUTO_ALWAYS_D:
+        return True
+    # (looked up on the module so that tests can replace it)
+    import knnkit.exact.sweet as this
+
+    return this.estimate_savings(X, Q, k, sample=256, seed=seed) >= SWEET_AUTO_MIN_SAVED[device]
