@@ -8,7 +8,7 @@
 # 4. benchmarks/profile_connectivity.py tight_c1000 full -> conn_profile.log
 set -uo pipefail
 out=${OUT:-gpu-out}; mkdir -p "$out"
-export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KNNKIT_DATA=${KNNKIT_DATA:-$PWD/.data}
 [ -d /tmp/peer-site ] && export PYTHONPATH=$PYTHONPATH:/tmp/peer-site
 py=${PYTHON:-python3}
 t0=$(date +%s)
