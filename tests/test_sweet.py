@@ -204,11 +204,11 @@ def test_forced_branches(rng):
 
 def test_auto_choices():
     X = np.random.default_rng(3).random((600, 2), dtype=np.float32)
-    _, _, s = sweet_knn(X, X, 40, exclude_self=True)  # k/d = 20 > 8
-    assert s["filter"] == "partial"
-    _, _, s = sweet_knn(X, X, 4, exclude_self=True)
+    _, _, s = sweet_knn(X, X, 40, exclude_self=True)  # k/d = 20: full by default (measured faster)
     assert s["filter"] == "full"
-    _, _, s = sweet_knn(X, X, 40, exclude_self=True, params=SweetParams(partial_ratio=100.0))
+    _, _, s = sweet_knn(X, X, 40, exclude_self=True, params=SweetParams(partial_ratio=8.0))  # the paper's rule
+    assert s["filter"] == "partial"
+    _, _, s = sweet_knn(X, X, 4, exclude_self=True, params=SweetParams(partial_ratio=8.0))
     assert s["filter"] == "full"
     assert s["n_landmarks_data"] == int(np.ceil(3 * np.sqrt(600)))
 
@@ -393,17 +393,17 @@ def test_auto_method_low_d_skips_the_estimate(monkeypatch):
 
 def test_auto_filter_full_when_rows_are_merged(rng):
     """filter="auto" keeps the full filter when repeated rows are merged (the partial filter writes
-    every surviving copy out: skin k = 100, 138M vs 17M distances); without copies k / d > 8 still
-    picks partial. Same ids either way."""
+    every surviving copy out: skin k = 100, 138M vs 17M distances), even under the paper's
+    k / d rule, which without copies picks partial. Same ids either way."""
     X = rng.integers(0, 12, (6000, 3)).astype(np.float32)  # 1,728 distinct rows, ~3.5 copies each
-    d, i, s = sweet_knn(X, X, 40, exclude_self=True)
+    d, i, s = sweet_knn(X, X, 40, exclude_self=True, params=SweetParams(partial_ratio=8.0))
     assert s["distinct_rows"] is not None and s["filter"] == "full"
     dp, ip, sp = sweet_knn(X, X, 40, exclude_self=True, params=SweetParams(filter="partial"))
     assert sp["filter"] == "partial"
     np.testing.assert_array_equal(i, ip)
     np.testing.assert_array_equal(d, dp)
     Y = rng.random((3000, 3), dtype=np.float32)
-    assert sweet_knn(Y, Y, 40, exclude_self=True)[2]["filter"] == "partial"
+    assert sweet_knn(Y, Y, 40, exclude_self=True, params=SweetParams(partial_ratio=8.0))[2]["filter"] == "partial"
 
 
 def test_exact_graph_takes_sweet_where_it_pays(rng):
