@@ -213,6 +213,14 @@ def main():
                                      for f, lo in zip(futs, range(0, args.queries, qb))])
                 dQ = c.persist(dQ)  # blocks under their own keys: search takes them as they are (no tasks)
                 wait(dQ)
+                from distributed import futures_of
+
+                # where dask put the persisted blocks (2 x H100, 2026-11-26: all 20 on one worker)
+                held = c.who_has(futures_of(dQ))
+                placed = {}
+                for ws in held.values():
+                    for wk in ws[:1]:
+                        placed[wk] = placed.get(wk, 0) + 1
             for beam in (32, 64, 128):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
                 clock.take(0.0)
@@ -236,6 +244,8 @@ def main():
                      "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
                      "recall": round(float(recall(I[:10_000], Tq)), 4)}
                 r["client"] = clock.take(s)
+                if args.resident_queries:
+                    r["query_blocks_per_worker"] = placed
                 if busy is not None:
                     r["tasks"] = busy
                     r["transfer_s"] = worker_seconds(ts.data)["transfer_s"]

@@ -344,6 +344,32 @@ def test_sharded_search_resident_queries(client, rng):
         ix.search(dQ[:, :5], k=8)
 
 
+def test_sharded_search_balances_unevenly_placed_blocks(client):
+    """Query blocks persisted all on one worker are not all searched there when another worker
+    holds a replica: blocks move to the least loaded replica once the own worker is
+    RESIDENT_SLACK blocks ahead (2 x H100: 20 blocks on one worker, the other idle)."""
+    from distributed import get_task_stream
+
+    from knnkit.dask._index import RESIDENT_SLACK
+    from knnkit.datasets.suite import make_tight_clusters
+
+    X, Q = make_tight_clusters(3000, 8, 30, n_queries=800, random_state=5)
+    ix = knnkit.dask.ShardedIndex.build(X, shards=1, replicas=2, client=client, device="cpu", random_state=0)
+    d0, i0 = ix.search(Q, k=5)
+    one = sorted(client.scheduler_info()["workers"])[0]
+    blocks = [client.scatter(Q[lo:lo + 100], workers=[one]) for lo in range(0, 800, 100)]
+    dQ = da.concatenate([da.from_delayed(f, (100, 8), dtype=Q.dtype) for f in blocks])
+    with get_task_stream(client=client) as ts:
+        d, i = ix.search(dQ, k=5, compute=True)
+    where = [t["worker"] for t in ts.data if str(t["key"]).startswith("search_shard")
+             or "search_shard" in str(t["key"])]
+    assert len(where) == 8
+    counts = sorted(where.count(w) for w in set(where))
+    assert len(counts) == 2 and counts[1] - counts[0] <= 2 * RESIDENT_SLACK
+    assert (i == i0).all()
+    np.testing.assert_allclose(d, d0, rtol=1e-6)
+
+
 def test_sharded_index_recall_save_load(client, tmp_path, rng):
     from knnkit.datasets.suite import make_tight_clusters
 

@@ -18,6 +18,11 @@ FORMAT = "knnkit-sharded-index"
 VERSION = 1
 
 
+#: a query block is searched on its own worker (no transfer) while that worker has at most this
+#: many more blocks than the least loaded replica of the shard; beyond it the block moves there
+RESIDENT_SLACK = 1
+
+
 class ShardedIndex:
     """A search index split into shards (one ``GraphIndex`` each, built on and kept by a Dask
     worker), each shard held by ``replicas`` workers.
@@ -252,10 +257,13 @@ class ShardedIndex:
             lists = []
             for s, f in enumerate(self._futures):
                 reps = holders[s]
-                if where in reps:  # the block's own worker holds a replica: no transfer
-                    w = where
+                least = min(reps, key=lambda x, i=len(reps): (load.get(x, 0), (reps.index(x) - self._turn) % i))
+                if where in reps and load.get(where, 0) <= load.get(least, 0) + RESIDENT_SLACK:
+                    w = where  # the block's own worker holds a replica and is not far ahead: no transfer
                 else:
-                    w = min(reps, key=lambda x, i=len(reps): (load.get(x, 0), (reps.index(x) - self._turn) % i))
+                    # blocks persisted unevenly (2 x H100, 20 blocks on one worker: all 20 searched
+                    # there while the other replica idled) move to the least loaded replica
+                    w = least
                 load[w] = load.get(w, 0) + 1
                 kw = search_params if masks is None else dict(search_params, filter=masks[s])
                 # float64 distances rank the merge (shards of data at a scale); float32 returned
