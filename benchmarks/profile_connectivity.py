@@ -29,6 +29,8 @@ def main():
     ap.add_argument("--scale", default="full")
     ap.add_argument("--device", default="gpu")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--placements", default=None,
+                    help="comma-separated LINK_PLACEMENT values to time in turn (timers only, no cProfile)")
     a = ap.parse_args()
     knnkit.set_progress(False)
     (name, X, _Q, metric), = robustness_sets(a.scale, names=[a.set], real=False)
@@ -75,6 +77,25 @@ def main():
     print(json.dumps({"phases_s": {k: round(v, 3) for k, v in index.build_timings.items()},
                       "timers_s_calls": {k: (round(v[0], 3), v[1]) for k, v in
                                          sorted(timers.items(), key=lambda kv: -kv[1][0])}}, indent=1))
+    if a.placements:
+        import hashlib
+
+        for placement in a.placements.split(",") * 2:  # each twice, alternating
+            _connect.LINK_PLACEMENT = placement
+            timers.clear()
+            sync()
+            t = time.perf_counter()
+            index = knnkit.GraphIndex.build(X, metric=metric, random_state=0)
+            sync()
+            g = index.graph
+            g = g.get() if hasattr(g, "get") else g
+            print(json.dumps({"placement": placement, "build_s": round(time.perf_counter() - t, 3),
+                              "connectivity_s": round(index.build_timings["connectivity"], 3),
+                              "graph_sha1": hashlib.sha1(g.tobytes()).hexdigest()[:12],
+                              "stats": index.build_params.get("connectivity"),
+                              "timers_s_calls": {k: (round(v[0], 3), v[1]) for k, v in
+                                                 sorted(timers.items(), key=lambda kv: -kv[1][0])}}), flush=True)
+        return
     for nm, fn in saved.items():
         setattr(_connect, nm, fn)
     _engine._connect = saved_connect

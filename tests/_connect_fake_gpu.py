@@ -50,6 +50,8 @@ class FakeCupy(types.ModuleType):
         self.asarray = lambda a, dtype=None: (a if isinstance(a, FakeArray) and dtype in (None, a.dtype)
                                               else np.array(a, dtype=dtype).view(FakeArray))
         self.launches = []
+        # CuPy's sorts are stable (radix sorts); NumPy's default is not
+        self.argsort = lambda a, axis=-1: np.argsort(np.asarray(a), axis=axis, kind="stable").view(FakeArray)
 
     def __getattr__(self, name):
         obj = getattr(np, name)
@@ -199,6 +201,33 @@ def install(monkeypatch, seed=0):
     cp = FakeCupy()
     kernels = Kernels(seed)
     monkeypatch.setitem(sys.modules, "cupy", cp)
+    # cupyx.scipy.sparse for the component sums (a sparse one-hot times X): SciPy's, results "on
+    # the device"
+    sparse = types.ModuleType("cupyx.scipy.sparse")
+
+    class _Csr:
+        def __init__(self, m):
+            self.m = m
+
+        def tocsr(self):
+            return _Csr(self.m.tocsr())
+
+        def __matmul__(self, other):
+            return np.asarray(self.m @ np.asarray(other)).view(FakeArray)
+
+    def coo_matrix(arg, shape=None):
+        import scipy.sparse as ssp
+
+        vals, (rows, cols) = arg
+        return _Csr(ssp.coo_matrix((np.asarray(vals), (np.asarray(rows), np.asarray(cols))), shape=shape))
+
+    sparse.coo_matrix = coo_matrix
+    cupyx = types.ModuleType("cupyx")
+    cupyx_scipy = types.ModuleType("cupyx.scipy")
+    cupyx.scipy, cupyx_scipy.sparse = cupyx_scipy, sparse
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setitem(sys.modules, "cupyx.scipy", cupyx_scipy)
+    monkeypatch.setitem(sys.modules, "cupyx.scipy.sparse", sparse)
     monkeypatch.setattr(_connect_gpu, "_cp", lambda: cp)
     monkeypatch.setattr(_connect_gpu, "_kernel", kernels)
     monkeypatch.setattr(_connect_gpu, "_sm_count", lambda: 2)

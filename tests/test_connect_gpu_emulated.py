@@ -224,3 +224,38 @@ def test_old_path_still_selectable(connected, monkeypatch):
     for k in st_h:
         if not k.endswith("seconds"):
             assert st_d[k] == st_h[k], k
+
+
+@pytest.mark.parametrize("placement", ["hybrid", "host", "device"])
+def test_link_placements_agree(placement, monkeypatch):
+    """The component rounds of a GPU graph give the CPU's graph and statistics wherever they run
+    (``LINK_PLACEMENT``): the in-degree counted on the device, the reach counted by the kernels
+    (the host BFS skipped when every node is reached), the passes over all points on the device
+    and the member searches on a host copy (hybrid)."""
+    from knnkit.index import _connect
+
+    X = make_tight_clusters(1800, 12, 30, 0.01, random_state=8)
+    _, idx = knnkit.knn(X, k=8, device="cpu")
+    g = idx.astype(np.int32)
+    labels, c = components(g)
+    assert c == 30
+    doors = [int(np.flatnonzero(labels == lab)[0]) for lab in range(c)]  # a door into every cluster
+    entry = doors + np.flatnonzero(~reachable_from(g, doors)).tolist()  # and every node reached
+    g_h, st_h = repair_connectivity(X, g.copy(), metric="l2", entry_ids=entry)
+    _, kernels = install(monkeypatch)
+    monkeypatch.setattr(_connect, "LINK_PLACEMENT", placement)
+    bfs = []
+    real_bfs = _connect._bfs_tree
+    monkeypatch.setattr(_connect, "_bfs_tree", lambda *a: bfs.append(1) or real_bfs(*a))
+    g_d, st_d = repair_connectivity(dev(X), dev(g), metric="l2", entry_ids=entry, copy=False)
+    assert np.array_equal(g_d.get(), g_h)
+    assert st_d["components_after"] == 1 and st_d["unreachable_after"] == 0
+    for k in st_h:
+        if not k.endswith("seconds"):
+            assert st_d[k] == st_h[k], k
+    # every node reached before and after the links: counted by the kernels, no host BFS tree
+    assert st_d["unreachable_before"] == 0 and st_d["reach_rounds"] == 0
+    assert kernels.calls.count("bfs_expand") >= 2 and not bfs
+    with pytest.raises(ValueError, match="LINK_PLACEMENT"):
+        monkeypatch.setattr(_connect, "LINK_PLACEMENT", "gpu")
+        repair_connectivity(dev(X), dev(g), metric="l2", entry_ids=entry)

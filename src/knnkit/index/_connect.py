@@ -315,6 +315,13 @@ def _dist_to(xp, A, b, metric):
 
 
 _HOST_COPY_MAX_BYTES = 2 << 30
+#: Where a GPU graph's component rounds run: ``"hybrid"`` (default): the passes over every point
+#: (centroids, nearest components, each component's node nearest another's centroid) on the GPU,
+#: the per-target member searches on a host copy of X; ``"host"``: everything on the host copy
+#: (the earlier default: a round's many small searches each cost a launch and a sync on a GPU);
+#: ``"device"``: everything on the GPU. 1M x 128, 396 components on an H100 (host): links 3.26 s of
+#: which 1.05 s row distances and 0.38 s per-label argmin over all points on single-threaded NumPy.
+LINK_PLACEMENT = "hybrid"
 
 
 # ---------------------------------------------------------------------------------- link insertion
@@ -325,12 +332,14 @@ class _Inserter:
     has in-degree 1. A row takes at most ``cap`` repair links (``R // 2``, at least 1), so hubs are
     not overwritten; :meth:`source_near` finds another source when a row is full."""
 
-    def __init__(self, gh):
+    def __init__(self, gh, indeg=None):
         self.g = gh
         n, self.R = gh.shape
-        g = gh.ravel()
-        g = g[(g >= 0) & (g < n)]
-        self.indeg = np.bincount(g, minlength=n).astype(np.int64)
+        if indeg is None:
+            g = gh.ravel()
+            g = g[(g >= 0) & (g < n)]
+            indeg = np.bincount(g, minlength=n)
+        self.indeg = np.asarray(indeg).astype(np.int64, copy=False)
         self.nprot = np.zeros(n, np.int32)
         self.protected = {}  # row -> set of columns written by the repair
         self.cap = max(1, self.R // 2)
@@ -437,9 +446,11 @@ def _nearest_members(xp, X, pairs, order_all, starts, metric, block=65536):
     return v_of
 
 
-def _link_components(xp, X, labels, c, metric, L, ins):
+def _link_components(xp, X, labels, c, metric, L, ins, members=None):
     """One Boruvka-style round: each component to its L nearest components (centroid GEMM), both
-    ways: u = the node of A nearest B's centroid, v = the node of B nearest u."""
+    ways: u = the node of A nearest B's centroid, v = the node of B nearest u. ``members``:
+    ``(module, X)`` where the per-target member searches run (default ``(xp, X)``; the repair
+    passes a host copy of a GPU ``X``: many small searches, see :data:`LINK_PLACEMENT`)."""
     n = X.shape[0]
     C, _ = _centroids(xp, X, labels, c)
     T = _nearest_components(xp, C, L)                    # (c, L)
@@ -466,7 +477,8 @@ def _link_components(xp, X, labels, c, metric, L, ins):
                 continue
             seen_pairs.add(key)
             pairs.append((a, b, int(u_host[a, j])))
-    v_of = _nearest_members(xp, X, pairs, order_all, starts, metric)
+    xm, Xm = members if members is not None else (xp, X)
+    v_of = _nearest_members(xm, Xm, pairs, order_all, starts, metric)
     added = 0
     for (a, b, u), v in zip(pairs, v_of):
         v = int(v)
@@ -701,19 +713,21 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     entry = entry[entry >= 0]
     if entry.size == 0 or entry.max() >= n:
         raise ValueError(f"entry_ids must hold at least one node id in [0, {n})")
-    if xp is not np and GPU_KERNELS:
+    on_kernels = xp is not np and GPU_KERNELS
+    reached_gpu = None  # reachability counted on the device (None: not counted, or too many levels)
+    if on_kernels:
         # the common case on the GPU: one component, every node reachable -- answered by the
         # kernels of connect.cu on the device graph, without the host copy and the host BFS
+        from ._connect_gpu import reach_count
+
         if components_of is None:
             components_of = components(graph)
+        reached_gpu = reach_count(graph, entry)   # None: too many BFS levels, ask the host
         if int(components_of[1]) == 1:
-            from ._connect_gpu import reach_count
-
-            reached = reach_count(graph, entry)   # None: too many BFS levels, ask the host
-            if reached == n:
+            if reached_gpu == n:
                 return _nothing_to_repair(graph, copy, t0)
             logger.debug("repair_connectivity: %s of %d reachable on the GPU; host repair",
-                         "?" if reached is None else n - reached, n)
+                         "?" if reached_gpu is None else n - reached_gpu, n)
     # links are written into a host copy (the GPU graph is refreshed from it after each round);
     # a GPU graph's host copy is new already (the kernel path copies it once)
     gh = _to_host(graph).astype(np.int32, copy=copy or (xp is not np and not GPU_KERNELS))
@@ -733,27 +747,53 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     stats["components_before"] = c
     parent = np.empty(n, np.int64)
     queue = np.empty(n, np.int64)
-    reached = _bfs_tree(gh, entry, parent, queue)
+    # the BFS tree (parents) is needed only by phase 2; a device count answers "all reached"
+    # without the host BFS (1M x 64: ~0.3 s a pass)
+    have_tree = reached_gpu is None
+    reached = _bfs_tree(gh, entry, parent, queue) if have_tree else int(reached_gpu)
     stats["unreachable_before"] = int(n - reached)
     # the inserter's in-degree count is a pass over every edge: only when there is work
-    # (1M x 64 connected graphs paid 0.5 s for it)
-    ins = _Inserter(gh) if c > 1 or reached < n else None
+    # (1M x 64 connected graphs paid 0.5 s for it; counted on the device for a GPU graph)
+    ins = None
+    if c > 1 or reached < n:
+        indeg = None
+        if xp is not np:
+            ok = (graph >= 0) & (graph < n)
+            indeg = _to_host(xp.bincount(graph[ok].ravel().astype(xp.int64), minlength=n))
+            del ok
+        ins = _Inserter(gh, indeg)
     rounds = 0
-    # the component rounds on a host copy of X when it fits _HOST_COPY_MAX_BYTES, made once: a
-    # round is a few GEMVs and many tiny per-pair searches, each a launch and a sync on a GPU
-    # (5M x 96, 1000 components: 19.7 s on an H100 against ~4 s on the host; 3M on 2 CPU cores 2.3 s)
-    xl, Xl = xp, X
-    if c > 1 and xp is not np and X.nbytes <= _HOST_COPY_MAX_BYTES:
-        xl, Xl = np, _to_host(X)
+    # where the rounds run (LINK_PLACEMENT): a host copy of X when it fits _HOST_COPY_MAX_BYTES,
+    # made once: a round's per-target member searches are many small GEMMs, each a launch and a
+    # sync on a GPU (5M x 96, 1000 components: 19.7 s on an H100 against ~4 s on the host with
+    # everything there; 3M on 2 CPU cores 2.3 s)
+    placement = LINK_PLACEMENT if xp is not np else "device"
+    if placement not in ("hybrid", "host", "device"):
+        raise ValueError(f"LINK_PLACEMENT must be 'hybrid', 'host' or 'device', got {placement!r}")
+    bulk = members = (xp, X)
+    if c > 1 and placement != "device" and X.nbytes <= _HOST_COPY_MAX_BYTES:
+        members = (np, _to_host(X))
+        if placement == "host":
+            bulk = members
     while c > 1 and rounds < max_rounds:
         L = int(min(links_per_component, c - 1))
-        if _link_components(xl, Xl, xl.asarray(labels), c, metric, L, ins) == 0:
+        if _link_components(bulk[0], bulk[1], bulk[0].asarray(labels), c, metric, L, ins, members=members) == 0:
             break
         labels, c = components(gh)
         rounds += 1
+    del members, bulk
     stats["component_rounds"] = rounds
     if rounds:
+        reached_gpu = None
+        if on_kernels:
+            from ._connect_gpu import reach_count
+
+            reached_gpu = reach_count(xp.asarray(gh), entry)
+        have_tree = reached_gpu is None
+        reached = _bfs_tree(gh, entry, parent, queue) if have_tree else int(reached_gpu)
+    if reached < n and not have_tree:  # phase 2 walks the BFS tree
         reached = _bfs_tree(gh, entry, parent, queue)
+        have_tree = True
     stats["component_seconds"] = round(time.perf_counter() - t0, 4)
 
     # phase 2 on the host copy: BFS tree from the entries, then reverse links into the unreachable
