@@ -315,13 +315,19 @@ def _dist_to(xp, A, b, metric):
 
 
 _HOST_COPY_MAX_BYTES = 2 << 30
-#: Where a GPU graph's component rounds run: ``"hybrid"`` (default): the passes over every point
+#: Where a GPU graph's component rounds run. ``"hybrid"``: the passes over every point
 #: (centroids, nearest components, each component's node nearest another's centroid) on the GPU,
-#: the per-target member searches on a host copy of X; ``"host"``: everything on the host copy
-#: (the earlier default: a round's many small searches each cost a launch and a sync on a GPU);
-#: ``"device"``: everything on the GPU. 1M x 128, 396 components on an H100 (host): links 3.26 s of
-#: which 1.05 s row distances and 0.38 s per-label argmin over all points on single-threaded NumPy.
-LINK_PLACEMENT = "hybrid"
+#: the per-target member searches on a host copy of X; ``"device"``: everything on the GPU;
+#: ``"host"``: everything on the host copy (the earlier default). ``"auto"``: device when the
+#: components hold at least :data:`LINK_DEVICE_BYTES` of X each on average (few, large
+#: components: one member search per target reads a large block, where the GPU wins), else hybrid
+#: (many small components: a launch and a sync per target cost more than the host's search).
+#: H100, tight clusters (``benchmarks/results/h100-2026-11-26-s12/connectivity/``): 1M x 128 in
+#: ~360 components (1.4 MB each): host 4.5-4.9 s, hybrid 2.5-3.0 s, device 0.87 s (2.8 s in the
+#: process's first device round); 100k x 64 in 1000 (26 KB each): host 0.28, hybrid 0.14, device
+#: 0.23-0.50 s. The same links in every placement where the graph was deterministic (100k).
+LINK_PLACEMENT = "auto"
+LINK_DEVICE_BYTES = 1 << 20
 
 
 # ---------------------------------------------------------------------------------- link insertion
@@ -627,7 +633,7 @@ def _nothing_to_repair(graph, copy, t0):
     sec = round(time.perf_counter() - t0, 4)
     stats = {"components_before": 1, "unreachable_before": 0, "component_rounds": 0, "component_seconds": sec,
              "reach_rounds": 0, "reach_seconds": 0.0, "components_after": 1, "unreachable_after": 0,
-             "links_added": 0, "seconds": sec}
+             "links_added": 0, "seconds": sec, "link_placement": None}
     logger.debug("repair_connectivity: components 1 -> 1, unreachable 0 -> 0, 0 links added (%.3f s, GPU check)", sec)
     return (graph.copy() if copy else graph), stats
 
@@ -768,8 +774,11 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     # sync on a GPU (5M x 96, 1000 components: 19.7 s on an H100 against ~4 s on the host with
     # everything there; 3M on 2 CPU cores 2.3 s)
     placement = LINK_PLACEMENT if xp is not np else "device"
-    if placement not in ("hybrid", "host", "device"):
-        raise ValueError(f"LINK_PLACEMENT must be 'hybrid', 'host' or 'device', got {placement!r}")
+    if placement not in ("auto", "hybrid", "host", "device"):
+        raise ValueError(f"LINK_PLACEMENT must be 'auto', 'hybrid', 'host' or 'device', got {placement!r}")
+    if placement == "auto":
+        placement = "device" if X.nbytes >= LINK_DEVICE_BYTES * max(c, 1) else "hybrid"
+    used_placement = placement if c > 1 and xp is not np else None
     bulk = members = (xp, X)
     if c > 1 and placement != "device" and X.nbytes <= _HOST_COPY_MAX_BYTES:
         members = (np, _to_host(X))
@@ -824,6 +833,7 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     g = dev() if ins is not None else graph if not copy else graph.copy()
     stats["links_added"] = ins.added if ins is not None else 0
     stats["seconds"] = round(time.perf_counter() - t0, 4)
+    stats["link_placement"] = used_placement  # where a GPU graph's component rounds ran (None: none)
     level = logger.info if stats["components_before"] > 1 or stats["unreachable_before"] else logger.debug
     level("repair_connectivity: components %d -> %d, unreachable %d -> %d, %d links added (%.3f s)",
           stats["components_before"], c, stats["unreachable_before"], stats["unreachable_after"],
