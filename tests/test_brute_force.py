@@ -412,6 +412,50 @@ def _far_tight_2d(n, seed):
     return X.astype(np.float32)
 
 
+@pytest.mark.parametrize("k", [1, 20, 300])
+def test_cpu_float64_threshold_lists(monkeypatch, k):
+    """CPU twin of the GPU threshold lists: rows that fail the certificate are answered from the
+    points within their k-th candidate distance (a window on the main axis, float64 sums with an
+    early stop); against the float64 reference, and equal to the sorting fallback row for row
+    (which overflowing lists, 300 duplicates, still take)."""
+    X = _far_tight_2d(3000, 11)
+    calls = []
+    real = _cpu._rows_within64
+    monkeypatch.setattr(_cpu, "_rows_within64", lambda *a: calls.append(a[2].size) or real(*a))
+    d, i = knnkit.knn(X, k=k, method="gemm", device="cpu")
+    assert calls and calls[0] > 1000  # most rows failed the certificate
+    assert_knn_ok(d, i, X, None, k, "sqeuclidean", exclude_self=True, min_exact=0.0)
+    rows = np.arange(0, 3000, 7)
+    new_d, new_i = real(X, X, rows, k, np.asarray(d)[rows, k - 1], True)
+    old_d, old_i = _cpu._rows_float64(X, X, rows, k, True, True)
+    np.testing.assert_array_equal(new_i, old_i)
+    np.testing.assert_array_equal(new_d, old_d)
+    # 64-d tight clusters far from the origin (the main axis matters), queries not in the data
+    rng = np.random.default_rng(k)
+    C = rng.normal(0, 50, (40, 64))
+    Y = (C[rng.integers(0, 40, 2000)] + rng.normal(0, 1e-3, (2000, 64))).astype(np.float32)
+    Qy = (C[rng.integers(0, 40, 150)] + rng.normal(0, 1e-3, (150, 64))).astype(np.float32)
+    kk = min(k, 40)
+    d2, i2 = knnkit.knn(Y, Qy, k=kk, method="gemm", device="cpu")
+    assert_knn_ok(d2, i2, Y, Qy, kk, "sqeuclidean", min_exact=0.0)
+    rows = np.arange(150)
+    a_d, a_i = real(Y, Qy, rows, kk, np.asarray(d2)[:, kk - 1], False)
+    b_d, b_i = _cpu._rows_float64(Y, Qy, rows, kk, True, False)
+    np.testing.assert_array_equal(a_i, b_i)
+    np.testing.assert_array_equal(a_d, b_d)
+
+
+def test_cpu_float64_fallback_row_blocks(monkeypatch):
+    """The sorting fallback in row blocks (its float64 block bounded) gives the one-block answer."""
+    X = _far_tight_2d(1500, 12)
+    rows = np.arange(0, 1500, 3)
+    one_d, one_i = _cpu._rows_float64(X, X, rows, 9, True, True)
+    monkeypatch.setattr(_cpu, "_ROWS64_BLOCK_ELEMS", 1000)  # 1 row per block at 1500 columns
+    blk_d, blk_i = _cpu._rows_float64(X, X, rows, 9, True, True, chunk=700)
+    np.testing.assert_array_equal(blk_i, one_i)
+    np.testing.assert_array_equal(blk_d, one_d)
+
+
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("k", [1, 20, 300])
