@@ -295,6 +295,25 @@ def test_seeded_and_straight_level2_forced(rng, monkeypatch, mode):
             run_both(X, X[:200] + 0.5, 8)
 
 
+@pytest.mark.parametrize("seeds", [True, False])
+def test_seeded_level2_on_merged_rows(rng, monkeypatch, seeds):
+    """Seeds and straight bands on rows merged as copies (lists of original indices): every copy
+    offered once (a seed met again as a copy is skipped, the copies after it still offered), ties
+    by the smaller index; forced for every k, tiny blocks; and off. Exact against the GEMM path."""
+    monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", 0.0)  # merging forced
+    monkeypatch.setattr(sweet_cpu_module, "_SEED_BLOCK", 3)
+    monkeypatch.setattr(sweet_cpu_module, "_SEED_MERGED", seeds)
+    monkeypatch.setattr(sweet_cpu_module, "_SEED_MERGED_MIN_K", 1)
+    monkeypatch.setattr(sweet_cpu_module, "_SEED_MIN_K", 1)
+    few = rng.integers(0, 40, (1500, 3)).astype(np.float32)
+    many = rng.integers(0, 6, (200, 3)).astype(np.float32)[rng.integers(0, 200, 1200)]
+    flat = rng.integers(0, 9, (900, 2)).astype(np.float32)
+    for X in (few, many, flat):
+        for k in (1, 8, 20, 100):
+            stats = run_both(X, None, k, params=SweetParams(parallelism="query"))
+            assert stats["distinct_rows"] is not None
+
+
 def test_equal_row_counts_match_unique(rng, monkeypatch):
     """The hash-run counting of ``mean_copies`` equals ``np.unique`` of the rows, also when the
     hash collides (then it falls back to ``np.unique``)."""

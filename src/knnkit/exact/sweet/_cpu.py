@@ -487,6 +487,11 @@ _SORTED_K_MAX = 128
 # on uniform 3-D) and level 2 was no faster with them (0.164 vs 0.159 s).
 _SEED_MAX_DIM = 3
 _SEED_MIN_K = 8
+# seeds and straight bands also when rows are merged as copies, from k + 1 = _SEED_MERGED_MIN_K
+# (skin all points, same run: k = 100 1.05 -> 0.72 s, k = 20 0.25 -> 0.20 s, k = 8 0.136 -> 0.150 s,
+# identical results); tests force it off
+_SEED_MERGED = True
+_SEED_MERGED_MIN_K = 16
 _SEED_BLOCK = 64
 _ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
 
@@ -651,6 +656,23 @@ def _offer_sorted_new(hd, hi, k, d, ix):
     return False
 
 
+@njit(inline="always")
+def _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
+    """``_offer_sorted_new`` of point ``t`` (a seeded list); with ``dup`` each copy of the unique
+    row ``t`` in ascending index, a copy already in the list skipped, stopping at the first copy
+    the list refuses (the later ones tie on distance with larger indices)."""
+    if not dup:
+        return _offer_sorted_new(hd, hi, k, d, t)
+    took = False
+    for r in range(uoff[t], uoff[t + 1]):
+        ix = uidx[r]
+        if not (d < hd[k - 1] or (d == hd[k - 1] and ix < hi[k - 1])):
+            break
+        if _offer_sorted_new(hd, hi, k, d, ix):
+            took = True
+    return took
+
+
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
@@ -770,7 +792,7 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
                             ndist -= 1
                             continue
                         # seeds are in the list already: a pair met again is not inserted twice
-                        if _offer_sorted_new(hd, hi, k, d, t):
+                        if _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
                             cut = hd[k - 1]
                     theta = min(theta, math.sqrt(np.float64(cut)))
                     continue
@@ -821,7 +843,7 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
                                 continue
                             ndist += 1
                             if seeded:  # never reached with a full seeded list; kept for safety
-                                if not _offer_sorted_new(hd, hi, k, d, t):
+                                if not _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
                                     continue
                             elif not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
                                 continue
@@ -1263,7 +1285,9 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     # scans (coordinates by axis, zero rows below d = 3, which add exact zeros) and, from k = 8,
     # seeds from the previous query (Morton order inside each cluster)
     direct = filt == "full" and parts == 1 and k_sel <= _SORTED_K_MAX
-    straight = direct and dup is None and dim <= _SEED_MAX_DIM
+    # (merged copies too: their lists hold original indices, so seeds read the original rows and
+    # every copy is offered once; skin all points k = 100: see NOTES_sweet.md)
+    straight = direct and dim <= _SEED_MAX_DIM and (dup is None or (_SEED_MERGED and k_sel >= _SEED_MERGED_MIN_K))
     seeding = straight and k_sel >= _SEED_MIN_K
     one = straight and k_sel == 1 and _ONE_PATH
     if seeding:
@@ -1287,7 +1311,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
     elif direct:
         counts = np.zeros(qseq.size, np.int64)
         _level2(*args, qseq, *args2, True, False, True, *dupargs, out_d, out_i, out_d[0], out_i[0], counts[:1], counts,
-                Xr, int(seeding), int(straight), 1, XsT, _SEED_BLOCK)
+                X if dup is not None else Xr, int(seeding), int(straight), 1, XsT, _SEED_BLOCK)
         ndist += int(counts.sum())
     elif filt == "full":
         # query chunks bound the heap memory (k entries per worker)
