@@ -468,6 +468,33 @@ def test_duplicates_and_ordinary_data_are_not_float64_rows(rng):
     assert "float64_rows" not in g.stats
 
 
+def test_many_copies_proved_by_one_pass(rng, monkeypatch):
+    """Data with many exact copies (every row's neighbours at distance 0) is cleared by one pass
+    over the rows (the smallest non-zero magnitude at the search's scale) instead of comparing
+    every zero-distance pair; with the tiny rows of a wide-range set among the copies the pass
+    cannot clear it and the pairs are compared as before (float64 rows, with the warning)."""
+    import warnings
+
+    from knnkit._core import underflow
+
+    calls = []
+    real = underflow._resolvable
+    monkeypatch.setattr(underflow, "_resolvable", lambda A, s: calls.append(s) or real(A, s))
+    base = (rng.random((60, 4)) * 3).astype(np.float32)
+    X = base[rng.integers(0, 60, 3000)]  # ~50 copies of each row, float32 (not integer keys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d, i = knnkit.knn(X, k=30, device="cpu")
+    assert calls  # the one-pass proof ran
+    assert (np.asarray(d)[:, :20] == 0).all()
+    tiny = _wide_range_sets(rng)["tiny"]
+    Y = np.concatenate([tiny[rng.integers(0, len(tiny), 2000)], tiny])
+    calls.clear()
+    with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
+        knnkit.knn(Y, k=5, device="cpu", method="gemm")
+    assert calls and not real(Y, 1.0)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["gemm", "sweet"])
 def test_below_float32_resolution_on_the_gpu(rng, method):

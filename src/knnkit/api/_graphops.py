@@ -78,7 +78,7 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
             I, D, st = build_lists(P.X, kk, metric=P.metric, method=m, params=prm, seed=seed, **engine_kw)
         # rows with neighbours closer than float32 resolves (values spanning more than ~1e19):
         # answered again in float64 below, or refused (knnkit._core.underflow)
-        tiny = underflow_rows(D, I, P.raw, P.raw, P.internal)
+        tiny = underflow_rows(D, I, P.raw, P.raw, P.internal, P.scale)
         xp = np if isinstance(I, np.ndarray) else _cupy()
         itype = index_dtype_for(n)
         I = xp.ascontiguousarray(I.astype(itype, copy=False))

@@ -252,7 +252,7 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
             d = d * 0.5 - 1.0
         # neighbours closer than float32 resolves (values spanning more than ~1e19): found from
         # the result, answered again in float64 below (or refused); an empty check otherwise
-        tiny = underflow_rows(d, i, P.raw, P.raw if self_excluded else Q.raw, P.internal)
+        tiny = underflow_rows(d, i, P.raw, P.raw if self_excluded else Q.raw, P.internal, P.scale)
         d = finalize_distances(d, P.metric, P.scale)
         if tiny.size:
             src = P.raw if self_excluded else Q.raw

@@ -603,7 +603,7 @@ class GraphIndex:
                                    batch_size=checked.batch_size, traversal=checked.traversal, **extra)
         # queries with neighbours closer than float32 resolves (values spanning more than ~1e19):
         # answered exactly in float64 over every stored point, or refused (knnkit._core.underflow)
-        tiny = underflow_rows(d, i, self._engine.data, q, internal_metric(self.metric))
+        tiny = underflow_rows(d, i, self._engine.data, q, internal_metric(self.metric), scale)
         d = finalize_distances(d, self.metric, scale)
         if tiny.size:
             d, i = answer_in_float64(d, i, tiny, self._engine.data, as_host(q)[tiny], k, self.metric,

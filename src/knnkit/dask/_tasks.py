@@ -253,7 +253,7 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     # rows with neighbours closer than float32 resolves (values spanning more than ~1e19): the
     # single-process knn_graph answers them in float64; here (lists then merged across partitions)
     # they are refused rather than ranked as ties
-    tiny = underflow_rows(D, I, P.raw, P.raw, P.internal)
+    tiny = underflow_rows(D, I, P.raw, P.raw, P.internal, P.scale)
     if tiny.size:
         raise ValueError(f"knnkit.dask.knn_graph: {tiny.size} rows of a partition have neighbours closer than "
                          "float32 resolves (the data's values span more than ~1e19); knnkit.knn_graph in one "
