@@ -725,8 +725,9 @@ def _rows_float64(Xd, Q, k, metric, self_ids, chunk=1 << 16):
 
 #: the float64 threshold kernel keeps a tile of queries in 48 KiB of shared memory
 _WITHIN_MAX_DIM = 12288
-#: rows of one launch of the threshold kernel, and list slots per row in its first pass
-_WITHIN_ROWS = 1 << 16
+#: rows of one launch of the threshold kernel (the grid's y extent is at most 65535 query tiles, of
+#: one row each at the largest dimensions), and list slots per row in its first pass
+_WITHIN_ROWS = 65535
 _WITHIN_CAP = 256
 #: largest (rows x slots) of the second pass for overflowing rows (many exact ties); beyond it
 #: those rows take :func:`_rows_float64`
