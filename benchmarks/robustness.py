@@ -351,6 +351,13 @@ def plot(doc, path):
     return path
 
 
+def _peer_max(entry):
+    """The peer's best recall of a set for the progress line (hnswlib on the CPU, CAGRA on the GPU)."""
+    if entry.get("hnswlib"):
+        return entry["hnswlib"].get("max_recall", "")
+    return (entry.get("cuvs") or {}).get("cagra_max_recall", "")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -425,7 +432,7 @@ def main(argv=None):
         r = entry["knnkit"]
         print(f"{name:18s} n={X.shape[0]:>8d} graph={r.get('graph_recall')} comps={r.get('index_components')} "
               f"unreach={r.get('index_unreachable')} rec@def={r.get('recall_default_beam')} "
-              f"max={r.get('max_recall')} | peer={(entry.get('hnswlib') or entry.get('cuvs') or {}).get('max_recall', '')} "
+              f"max={r.get('max_recall')} | peer={_peer_max(entry)} "
               f"({entry['seconds']} s)", flush=True)
         with open(stem + ".json", "w") as f:  # rewritten after every set: a cut-off run keeps its results
             json.dump(doc, f, indent=1)
