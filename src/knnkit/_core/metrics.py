@@ -11,7 +11,7 @@ import numpy as np
 
 from .backend import get_array_module
 
-__all__ = ["internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
+__all__ = ["top_direction", "internal_metric", "prepare_vectors", "finalize_distances", "to_internal", "to_float32",
            "is_similarity", "safe_scale", "scaled_absmax", "scale_for_max", "absmax", "fits_scale"]
 
 # Finite float32 data whose largest magnitude lies outside [2^-50, 2^50] is computed at a
@@ -133,3 +133,17 @@ def to_internal(d, metric, scale=1.0):
     if scale != 1.0:  # in float64, as finalize_distances: the factor may lie outside float32's range
         d = (d.astype(xp.float64) * (scale if metric == "manhattan" else scale * scale)).astype(xp.float32)
     return d
+
+
+def top_direction(C, u, iters):
+    """Unit vector along the top principal direction of the centred float64 rows ``C``, by
+    ``iters`` power iterations from the start vector ``u`` (stopped early when the rows give a
+    zero or non-finite product: all rows equal). Shared by the exact path's main-axis windows and
+    the Dask tree's hyperplanes."""
+    for _ in range(iters):
+        v = C.T @ (C @ u)
+        nv = np.linalg.norm(v)
+        if not np.isfinite(nv) or nv == 0:
+            break
+        u = v / nv
+    return u / np.linalg.norm(u)

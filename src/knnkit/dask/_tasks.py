@@ -9,7 +9,7 @@ moves the bytes between workers.
 import numpy as np
 
 from .._core.backend import as_host
-from .._core.metrics import finalize_distances, to_internal
+from .._core.metrics import finalize_distances, to_internal, top_direction
 
 __all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self", "finish_lists",
            "merge_topk", "single_graph", "part_graph", "globalize", "compact", "pair_merge", "merge_running", "build_shard",
@@ -384,15 +384,8 @@ def _top_direction(S, rule, rng):
             u = (S[a] - S[b]).astype(np.float64)
             if np.linalg.norm(u) > 0:
                 return u / np.linalg.norm(u)
-    C = (S - S.mean(axis=0)).astype(np.float64)
-    u = rng.standard_normal(d)
-    for _ in range(30):
-        v = C.T @ (C @ u)
-        nv = np.linalg.norm(v)
-        if nv == 0:  # all rows equal: any direction
-            break
-        u = v / nv
-    return u / np.linalg.norm(u)
+    # all rows equal: the random start is as good a direction as any
+    return top_direction((S - S.mean(axis=0)).astype(np.float64), rng.standard_normal(d), 30)
 
 
 def fit_tree(P, rule, seed, *samples):

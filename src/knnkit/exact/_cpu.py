@@ -22,6 +22,7 @@ import numpy as np
 from numba import prange
 
 from .._core.config import logger, progress
+from .._core.metrics import top_direction
 from .._core.jit import Family, chunks, num_threads, parallel_for
 from ._sort_cpu import sort_pairs
 
@@ -471,15 +472,7 @@ def _main_axis(X, sample=4096, iters=8):
     narrows its windows."""
     n, dim = X.shape
     S = X[:: max(1, n // sample)][:sample].astype(np.float64)
-    S = S - S.mean(axis=0)
-    v = np.ones(dim) / np.sqrt(dim)
-    for _ in range(iters):
-        w = S.T @ (S @ v)
-        nrm = float(np.sqrt(w @ w))
-        if not np.isfinite(nrm) or nrm == 0.0:
-            break
-        v = w / nrm
-    return v
+    return top_direction(S - S.mean(axis=0), np.ones(dim) / np.sqrt(dim), iters)
 
 
 @kernel(fastmath=False)

@@ -4,7 +4,7 @@ manhattan, which neither serves, by a CPU loop)."""
 
 import numpy as np
 
-from .._core.backend import as_host
+from .._core.backend import as_host, device_of
 from ..exact import ExactParams, knn_lists
 
 __all__ = ["brute_graph"]
@@ -23,7 +23,7 @@ def brute_graph(X, k, *, metric, params=None, seed=0):
         # 100k points on an H100: 1.1 s through the GEMM path); GEMM parameters given keep GEMM
         from ..exact.sweet import sweet_knn, sweet_pays
 
-        if sweet_pays(X, None, k, device="cpu" if isinstance(X, np.ndarray) else "gpu", seed=seed):
+        if sweet_pays(X, None, k, device=device_of(X), seed=seed):
             D, I, _ = sweet_knn(X, X, k, metric="l2", exclude_self=True, seed=seed)
             return I, D, {"exact_method": "sweet"}
     D, I, _ = knn_lists(X, X, k, metric=metric, exclude_self=True, params=params)

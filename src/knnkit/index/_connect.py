@@ -740,8 +740,10 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     X = X.astype(xp.float32, copy=False)
     stats = {}
 
+    uploaded = None  # a device copy of gh made after the component rounds, while gh is unchanged
+
     def dev():
-        return gh if xp is np else xp.asarray(gh)
+        return gh if xp is np else uploaded if uploaded is not None else xp.asarray(gh)
 
     # (GPU graphs: one copy to the host here, one back at the end)
     # components and reachability run on the host copy (Numba union-find and BFS: at 1M x 64 a
@@ -795,9 +797,8 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     if rounds:
         reached_gpu = None
         if on_kernels:
-            from ._connect_gpu import reach_count
-
-            reached_gpu = reach_count(xp.asarray(gh), entry)
+            uploaded = xp.asarray(gh)  # also the result, unless phase 2 writes more links
+            reached_gpu = reach_count(uploaded, entry)
         have_tree = reached_gpu is None
         reached = _bfs_tree(gh, entry, parent, queue) if have_tree else int(reached_gpu)
     if reached < n and not have_tree:  # phase 2 walks the BFS tree
@@ -822,6 +823,7 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
                 break
         ins.added += added
         rounds += 1
+        uploaded = None  # gh changed
         reached = _bfs_tree(gh, entry, parent, queue)
     stats["reach_rounds"] = rounds
     stats["reach_seconds"] = round(time.perf_counter() - t0 - stats["component_seconds"], 4)

@@ -160,7 +160,4 @@ def sweet_pays(X, Q, k, *, device, seed=0):
         return False
     if d <= SWEET_AUTO_ALWAYS_D:
         return True
-    # (looked up on the module so that tests can replace it)
-    import knnkit.exact.sweet as this
-
-    return this.estimate_savings(X, Q, k, sample=256, seed=seed) >= SWEET_AUTO_MIN_SAVED[device]
+    return estimate_savings(X, Q, k, sample=256, seed=seed) >= SWEET_AUTO_MIN_SAVED[device]
