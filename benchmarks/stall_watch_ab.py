@@ -1,6 +1,9 @@
-"""NN-Descent's stall watch, A/B in one process (issue 11): knn_graph and GraphIndex.build with the
-watch off (a descent runs to its own stop, then the recall check sends it to the exact graph) and on
-(the descent stops once its extrapolated recall stays below the level), on robustness sets.
+"""NN-Descent's stall watch and the verdict before the descent, A/B in one process (issue 11):
+knn_graph and GraphIndex.build in the modes of ``--modes``: ``off`` (a descent runs to its own
+stop, then the recall check sends it to the exact graph), ``watch`` (the descent stops once its
+extrapolated recall stays below the level) and ``verdict`` (the library default: data whose local
+intrinsic dimension is at least ``knnkit.graph.STALL_LID`` gets the exact lists without a descent,
+the watch decides below it), on robustness sets.
 
     PYTHONPATH=src python benchmarks/stall_watch_ab.py --scale full --sets broad_d128,uniform_d128 --out $OUT
 
@@ -11,6 +14,7 @@ build time, candidate phase and the recall at the default beam on the set's quer
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -21,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 import numpy as np  # noqa: E402
 
 import knnkit  # noqa: E402
+import knnkit.graph as kgraph  # noqa: E402
 from knnkit.datasets.suite import robustness_sets  # noqa: E402
 from knnkit.graph._estimate import StallWatch  # noqa: E402
 
@@ -31,6 +36,7 @@ def main():
     ap.add_argument("--sets", default="broad_d128,uniform_d128,broad_clusters")
     ap.add_argument("--device", default="gpu")
     ap.add_argument("--index", action="store_true", help="also build the default GraphIndex")
+    ap.add_argument("--modes", default="watch,verdict", help="comma-separated: off, watch, verdict")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     gpu = a.device == "gpu"
@@ -41,6 +47,7 @@ def main():
     else:
         sync = lambda: None  # noqa: E731
     start = StallWatch.START
+    stall_lid = kgraph.STALL_LID
     rows = []
     for name, X, Q, metric in robustness_sets(a.scale, names=a.sets.split(","), real=False):
         Xd = cp.asarray(X) if gpu else X
@@ -49,8 +56,9 @@ def main():
         sample = np.random.default_rng(0).choice(X.shape[0], 1000, replace=False)
         _d, truth = knnkit.knn(Xd, Xd[sample] if not gpu else Xd[cp.asarray(sample)], k=11, metric=metric)
         truth = truth.get() if gpu else truth
-        for mode in ("off", "on"):
-            StallWatch.START = start if mode == "on" else 10 ** 9
+        for mode in a.modes.split(","):
+            StallWatch.START = 10 ** 9 if mode == "off" else start
+            kgraph.STALL_LID = stall_lid if mode == "verdict" else math.inf
             t = time.perf_counter()
             g = knnkit.knn_graph(Xd, 10, metric=metric, random_state=0)
             sync()
@@ -77,6 +85,7 @@ def main():
             print(json.dumps({k: rec[k] for k in rec if k not in ("phase_s",)}, default=str), flush=True)
             rows.append(rec)
     StallWatch.START = start
+    kgraph.STALL_LID = stall_lid
     # the output folder is this run's own: recorded as the name it was given, not a machine path
     argv = ["$OUT" if x == a.out else x for x in sys.argv[1:]]
     env = {"device": a.device, "argv": argv}

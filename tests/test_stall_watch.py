@@ -1,12 +1,22 @@
 """NN-Descent stops early when its recall, extrapolated, stays far below the target (the exact graph
-follows): knnkit.graph._estimate.StallWatch and its use in knn_graph and the index build."""
+follows): knnkit.graph._estimate.StallWatch and its use in knn_graph and the index build; and the
+verdict given before the descent from the local intrinsic dimension (knnkit.graph.STALL_LID)."""
+
+import math
 
 import numpy as np
 import pytest
 
 import knnkit
+import knnkit.graph as kgraph
 from knnkit.datasets.suite import make_tight_clusters, make_uniform_cube
 from knnkit.graph._estimate import RecallProbe, StallWatch
+
+
+@pytest.fixture
+def watch_only(monkeypatch):
+    """The descent runs and its watch decides (no verdict before the descent)."""
+    monkeypatch.setattr(kgraph, "STALL_LID", math.inf)
 
 
 class _FixedProbe:
@@ -57,7 +67,7 @@ def test_engine_callback_true_stops_the_descent():
     assert seen == [0, 1] and st["iterations"] == 2 and st["stopped_by_callback"] == 1
 
 
-def test_knn_graph_stops_a_stalled_descent_and_returns_the_exact_graph():
+def test_knn_graph_stops_a_stalled_descent_and_returns_the_exact_graph(watch_only):
     X = make_uniform_cube(6000, 96, random_state=1)
     g = knnkit.knn_graph(X, 10, random_state=0)
     extra = g.stats.extra
@@ -75,7 +85,7 @@ def test_knn_graph_easy_data_is_not_stopped():
     assert g.stats.extra["recall_estimate"] >= 0.99
 
 
-def test_watch_sees_the_callers_numbering_through_a_reordered_descent():
+def test_watch_sees_the_callers_numbering_through_a_reordered_descent(watch_only):
     # the CPU forest start reorders the data; the watch's lists must be mapped back: a stopped
     # descent's last estimate equals the probe's estimate of the returned lists (same lists)
     X = make_uniform_cube(6000, 96, random_state=3)
@@ -90,7 +100,7 @@ def test_watch_sees_the_callers_numbering_through_a_reordered_descent():
     assert probe.recall(X, I) == pytest.approx(w.history[-1], abs=0.02)
 
 
-def test_index_candidates_stop_early_and_are_exact(monkeypatch):
+def test_index_candidates_stop_early_and_are_exact(monkeypatch, watch_only):
     from knnkit.index import _build
 
     X = make_uniform_cube(6000, 96, random_state=4)
@@ -108,3 +118,108 @@ def test_index_candidates_stop_early_and_are_exact(monkeypatch):
     _d, truth = knnkit.knn(X, k=10, method="gemm")
     hit = np.mean([len(set(idx[i, :10]) & set(truth[i])) / 10 for i in range(0, 6000, 7)])
     assert hit >= 0.999 and not calls
+
+
+# --- the verdict before the descent -------------------------------------------------------------
+
+def _truth_recall(X, idx, k=10):
+    _d, truth = knnkit.knn(X, k=k, method="gemm")
+    return np.mean([len(set(idx[i, :k]) & set(truth[i])) / k for i in range(0, X.shape[0], 7)])
+
+
+def test_high_intrinsic_dimension_skips_the_descent():
+    X = make_uniform_cube(6000, 160, random_state=5)  # LID ~ 60
+    g = knnkit.knn_graph(X, 10, random_state=0)
+    extra = g.stats.extra
+    st = extra["stalled"]
+    assert st["before_descent"] and st["intrinsic_dim"] >= kgraph.STALL_LID and st["iteration"] is None
+    assert extra["exact_fallback"]["before_descent"] and g.stats.iterations == 0
+    assert extra["recall_estimate"] >= 0.999
+    _d, truth = knnkit.knn(X, k=10, method="gemm")
+    assert g.recall(truth) >= 0.999
+
+
+def test_verdict_follows_the_threshold(monkeypatch):
+    # the same data with the threshold above its LID: the descent runs (and its watch decides)
+    X = make_uniform_cube(6000, 160, random_state=5)
+    monkeypatch.setattr(kgraph, "STALL_LID", 500.0)
+    g = knnkit.knn_graph(X, 10, random_state=0)
+    assert not g.stats.extra.get("stalled", {}).get("before_descent")
+    assert g.stats.iterations > 0
+
+
+def test_low_intrinsic_dimension_runs_the_descent():
+    X = make_tight_clusters(6000, 32, 60, random_state=2)
+    g = knnkit.knn_graph(X, 10, random_state=0)
+    assert "stalled" not in g.stats.extra and g.stats.iterations > 0
+
+
+def test_measured_intrinsic_dim_is_used_and_a_failed_estimate_keeps_the_watch(monkeypatch):
+    from knnkit.graph import _estimate, build_lists, choose_method
+
+    X = make_tight_clusters(6000, 32, 60, random_state=2)  # easy: LID well below the threshold
+    method = choose_method("auto", 6000, "cpu", "sqeuclidean")
+
+    def never(*a, **kw):
+        raise AssertionError("estimated although the caller measured it")
+
+    monkeypatch.setattr(_estimate, "estimate_intrinsic_dim", never)
+    I, _D, st = build_lists(X, 10, metric="sqeuclidean", method=method, seed=0, intrinsic_dim=kgraph.STALL_LID + 1)
+    assert st["stalled"]["before_descent"] and st["stalled"]["intrinsic_dim"] == kgraph.STALL_LID + 1
+    assert _truth_recall(X, I) == 1.0  # the exact lists, not a placeholder
+
+    def broken(*a, **kw):
+        raise RuntimeError("no estimate")
+
+    monkeypatch.setattr(_estimate, "estimate_intrinsic_dim", broken)
+    Y = make_uniform_cube(6000, 160, random_state=5)
+    I, _D, st = build_lists(Y, 10, metric="sqeuclidean", method=method, seed=0)
+    assert not st.get("stalled", {}).get("before_descent") and st["iterations"] > 0
+    assert _truth_recall(Y, I) >= 0.999  # the watch (and the exact graph) as before
+
+
+def test_index_candidates_skip_the_descent_at_high_intrinsic_dimension(monkeypatch):
+    from knnkit.index import _build
+
+    X = make_uniform_cube(6000, 160, random_state=6)
+    monkeypatch.setattr(_build, "CANDIDATE_EXACT_MAX_WORK", {"cpu": 1e12, "gpu": 1e12})
+    monkeypatch.setattr(_build, "INDEX_BRUTE_MAX_N", {"cpu": 1000, "gpu": 1000})  # NN-Descent at this n
+    stats = {}
+    idx, dist = _build.candidate_graph(X, 24, "l2", random_state=0, stats=stats)
+    assert stats["method"] == "brute (NN-Descent stalled)"
+    assert idx.shape == (6000, 24) and dist.shape == (6000, 24) and (idx >= 0).all()
+    assert _truth_recall(X, idx) >= 0.999
+
+
+def test_index_build_reports_the_verdict(monkeypatch):
+    from knnkit.index import _build
+
+    monkeypatch.setattr(_build, "CANDIDATE_EXACT_MAX_WORK", {"cpu": 1e12, "gpu": 1e12})
+    monkeypatch.setattr(_build, "INDEX_BRUTE_MAX_N", {"cpu": 1000, "gpu": 1000})
+    X = make_uniform_cube(6000, 160, random_state=7)
+    index = knnkit.GraphIndex.build(X, random_state=0)
+    cand = index.build_params["candidates"]
+    assert cand["method"] == "brute (NN-Descent stalled)"
+    _d, truth = knnkit.knn(X, X[:300], k=10, method="gemm")
+    _d2, got = index.search(X[:300], 10, beam=128)
+    assert np.mean([len(set(got[i]) & set(truth[i])) / 10 for i in range(300)]) >= 0.95
+
+
+@pytest.mark.gpu
+def test_gpu_verdict_graph_and_index_candidates():
+    import cupy as cp
+
+    from knnkit.index import _build
+
+    X = cp.asarray(make_uniform_cube(20000, 160, random_state=8))
+    g = knnkit.knn_graph(X, 10, random_state=0)
+    assert g.stats.extra["stalled"]["before_descent"] and g.stats.iterations == 0
+    _d, truth = knnkit.knn(X, k=10, method="gemm")
+    assert g.recall(truth) >= 0.999
+    stats = {}
+    idx, dist = _build.candidate_graph_gpu(X, 24, "l2", random_state=0, stats=stats)
+    assert stats["method"] == "brute (NN-Descent stalled)" and stats["stalled"]["before_descent"]
+    assert idx.shape == (20000, 24) and bool((idx >= 0).all())
+    truth_h = cp.asnumpy(truth)
+    idx_h = cp.asnumpy(idx)
+    assert np.mean([len(set(idx_h[i, :10]) & set(truth_h[i])) / 10 for i in range(0, 20000, 37)]) >= 0.99

@@ -69,6 +69,19 @@ EXACT_FALLBACK_GAP = 0.08
 EXACT_FALLBACK_MAX_WORK = {"gpu": 4e14, "cpu": 1.25e12 * max(1, os.cpu_count() or 1)}
 
 
+#: NN-Descent is not started where the data's local intrinsic dimension (Levina-Bickel, 20
+#: neighbours of ``LID_SAMPLE`` rows, :func:`._estimate.estimate_intrinsic_dim`) is at least this
+#: and the exact graph is affordable: the descent is bound to stall there and the exact graph to
+#: follow, so its iterations are time lost (1M x 128 on an H100: ~0.3 s of a 1.5 s knn_graph).
+#: Where the descent stalled and where it converged (recall estimate >= 0.99):
+#: 30k, CPU (``benchmarks/results/cpu/lid_vs_stall_30k.json``): stalled at LID 23.0-61.2 (uniform
+#: 32-128-d, broad clusters 64-128-d), converged at 11.9-31.3 (tight clusters 31.3, broad 32-d 22.0);
+#: 1M, GPU (robustness suite): stalled at 64.1 and 69.1, converged at 45.4 (tight clusters, 22
+#: iterations) and 20.9. Between the two the stall watch decides after a few iterations, as before;
+#: above it a wrong call costs time (the exact graph), never recall.
+STALL_LID = 50.0
+
+
 def exact_affordable(n, d, device, max_work=None):
     """Whether the exact graph of ``n`` x ``d`` points is affordable on ``device``
     (``n * n * d <= max_work``, default ``EXACT_FALLBACK_MAX_WORK[device]``)."""
@@ -142,7 +155,7 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
 
 
 def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, stall_k=None, stall_max_work=None,
-                stall_rows=None, **engine_kw):
+                stall_rows=None, intrinsic_dim=None, **engine_kw):
     """k-NN lists of prepared ``X`` (self excluded) by a registered graph method.
 
     Parameters
@@ -165,11 +178,19 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
         goes straight to the exact graph). Only where the exact graph is affordable
         (``stall_max_work``: the limits of :func:`exact_affordable`). ``stall_k``: the recall@k
         it watches (default ``k``); ``stall_rows``: the probe's rows (default that of the recall
-        estimate, :func:`estimate_rows`).
+        estimate, :func:`estimate_rows`). Before the descent, data whose local intrinsic
+        dimension is at least ``STALL_LID`` gets the stall verdict at once
+        (``stats["stalled"]["before_descent"]``): with a recall target the exact lists are built
+        here; without one (the index's candidates) ``I`` and ``D`` are None and the caller builds
+        them.
+    intrinsic_dim : float, optional
+        The local intrinsic dimension of ``X`` at 20 neighbours when the caller has measured it
+        (the index build); else it is estimated where the verdict above applies.
 
     Returns
     -------
-    I, D, stats : ids (n, k), internal distances (n, k), dict of statistics.
+    I, D, stats : ids (n, k), internal distances (n, k), dict of statistics. ``I`` and ``D`` are
+        None only when ``stats["stalled"]["before_descent"]`` and the params have no recall target.
     """
     from .._core.metrics import internal_metric
 
@@ -190,6 +211,17 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
             and exact_affordable(n, int(X.shape[1]), device, max_work=stall_max_work)):
         from ._estimate import RecallProbe, StallWatch
 
+        skip = _stall_foreseen(X, seed, intrinsic_dim, stall_below, t0)
+        if skip is not None:
+            stats = {"method": method.name, "device": device, "iterations": 0, "updates": [], "time_s": [],
+                     "stalled": skip, "phase_s": {"intrinsic_dim": skip.pop("_s")}}
+            if target is None:
+                return None, None, stats  # the caller builds the exact lists (see Returns)
+            I, D = _exact_graph(X, k, im, device)
+            stats["exact_fallback"] = {"descent_estimate": None, "after_rounds": None, "before_descent": True,
+                                       "intrinsic_dim": skip["intrinsic_dim"]}
+            stats["phase_s"]["brute"] = time.perf_counter() - t0
+            return _target_stats(X, I, D, k, im, metric, method, engine, params, seed, target, stats)
         # made before the descent (the same sample and seed the target check uses after it) so
         # that a descent bound to end far below the target stops early for the exact graph
         probe = RecallProbe(X, min(k, stall_k or k), im, min(n, stall_rows or estimate_rows(n)), seed)
@@ -200,15 +232,43 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
     stats.setdefault("phase_s", {})
     stats["phase_s"].setdefault(method.name if method.name == "brute" else "engine", time.perf_counter() - t0)
     if target is not None and estimable:
-        try:
-            I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats,
-                                        probe=probe if probe is not None and probe.K == k and stall_rows is None
-                                        else None)
-        except Exception as e:  # the estimate is a refinement: a failure must not cost the graph
-            logger.warning("knn_graph: the recall estimate failed (%s: %s); the lists are the first descent's",
-                           type(e).__name__, e)
-            stats["recall_estimate"] = None
-            stats["recall_estimate_error"] = f"{type(e).__name__}: {e}"
+        return _target_stats(X, I, D, k, im, metric, method, engine, params, seed, target, stats,
+                             probe=probe if probe is not None and probe.K == k and stall_rows is None else None)
     if method.name == "brute":
         stats.update(iterations=0, updates=[], time_s=[])
     return I, D, stats
+
+
+def _target_stats(X, I, D, k, im, metric, method, engine, params, seed, target, stats, probe=None):
+    """:func:`_reach_target`, whose failure keeps the lists (and says so in ``stats``)."""
+    try:
+        I, D, stats = _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats, probe=probe)
+    except Exception as e:  # the estimate is a refinement: a failure must not cost the graph
+        logger.warning("knn_graph: the recall estimate failed (%s: %s); the lists are the first descent's",
+                       type(e).__name__, e)
+        stats["recall_estimate"] = None
+        stats["recall_estimate_error"] = f"{type(e).__name__}: {e}"
+    if method.name == "brute":
+        stats.update(iterations=0, updates=[], time_s=[])
+    return I, D, stats
+
+
+def _stall_foreseen(X, seed, intrinsic_dim, level, t0):
+    """The stall verdict given before the descent (``stats["stalled"]`` with ``before_descent``)
+    when the local intrinsic dimension (``intrinsic_dim``, else estimated here) is at least
+    ``STALL_LID``; None otherwise, or when the estimate fails (the descent and its watch decide)."""
+    from ._estimate import estimate_intrinsic_dim
+
+    lid = intrinsic_dim
+    if lid is None:
+        try:
+            lid = estimate_intrinsic_dim(X, random_state=seed)
+        except Exception as e:  # a refinement: the stall watch still decides
+            logger.warning("knn_graph: the intrinsic-dimension estimate failed (%s: %s)", type(e).__name__, e)
+            return None
+    if lid is None or not lid >= STALL_LID:  # (nan: too few distinct points)
+        return None
+    logger.info("knn_graph: local intrinsic dimension %.1f >= %.0f: NN-Descent would stall here; building the "
+                "exact lists (%d x %d)", lid, STALL_LID, int(X.shape[0]), int(X.shape[1]))
+    return {"iteration": None, "before_descent": True, "intrinsic_dim": round(float(lid), 2), "recall_estimate": None,
+            "predicted": None, "level": level, "_s": time.perf_counter() - t0}

@@ -19,59 +19,9 @@ Why (measured on the CPU, 100k x 96, 1,000 queries, k = 10, recall@10 at beam 32
 
 import numpy as np
 
-from .._core.backend import as_host, get_array_module
+from ..graph._estimate import estimate_intrinsic_dim
 
 __all__ = ["estimate_intrinsic_dim", "auto_build_params"]
-
-_SAMPLE = 500       # points whose neighbourhoods are measured
-_K = 20
-
-
-def estimate_intrinsic_dim(X, *, random_state=None, sample=_SAMPLE, k=_K, scales=None):
-    """Median Levina-Bickel MLE of the local intrinsic dimension of the rows of ``X``.
-
-    ``X`` (numpy or cupy, float32, prepared for the metric): ``sample`` rows queried exactly
-    against all rows (Euclidean distances, ``k`` neighbours). All rows, because the estimate
-    depends on the scale it is measured at: on 10M points in 1000 noise-dominated clusters a
-    200k-row reference measured neighbourhoods 50x sparser than the index sees and gave a lower
-    LID (degree 48 instead of 64, recall 0.94 instead of >= 0.95 at beam 64). Cost: one exact
-    search of ``sample`` queries (on 2 CPU cores about 1 s per million 128-d rows). Returns a
-    float (``nan`` when there are too few distinct points); with ``scales`` (a tuple of
-    neighbour counts <= k) a tuple of estimates, one per scale, from the same search.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> X = np.random.default_rng(0).standard_normal((5000, 4)).astype(np.float32)
-    >>> 2.5 < estimate_intrinsic_dim(X, random_state=0) < 6
-    True
-    """
-    from ..exact import knn_lists
-
-    ks = (k,) if scales is None else tuple(int(s) for s in scales)
-    n = X.shape[0]
-    if n < 3:
-        return float("nan") if scales is None else tuple(float("nan") for _ in ks)
-    kmax = min(max(ks), n - 2)
-    rng = np.random.default_rng(random_state)
-    q = np.sort(rng.choice(n, min(sample, n), replace=False))
-    xp = get_array_module(X)
-    d2, _i, _ = knn_lists(X, X[xp.asarray(q)], kmax + 1, metric="l2", exclude_self=False)
-    d = np.sqrt(np.maximum(np.asarray(as_host(d2), dtype=np.float64), 0))[:, 1:]  # drop the point itself
-    d = d[d[:, 0] > 0]  # duplicates give log(0)
-    out = tuple(_mle(d[:, :min(kk, kmax)]) for kk in ks)
-    return out[0] if scales is None else out
-
-
-def _mle(d):
-    """Median over rows of the Levina-Bickel estimate from ascending neighbour distances ``d``."""
-    if d.shape[0] == 0 or d.shape[1] < 2:
-        return float("nan")
-    ratios = np.log(d[:, :-1] / d[:, -1:])
-    m = -ratios.mean(axis=1)
-    m = m[m > 0]
-    return float(np.median(1.0 / m)) if m.size else float("nan")
-
 
 #: the estimate at 20 neighbours below this fraction of the one at 5 means the data is clustered
 #: at a scale finer than the graph's neighbourhoods (clusters of a few points)

@@ -174,7 +174,7 @@ def link_copies(g, cycle):
     return g
 
 
-def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", random_state=None,
+def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", random_state=None, intrinsic_dim=None,
                     user_metric=None, stats=None):
     """Candidate lists with their distances, as host numpy arrays: ``(idx int64 (n, K), dist
     float32 (n, K))``, self excluded, ``dist`` in the internal metric.
@@ -183,6 +183,8 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
     exact brute force (logged) otherwise; ``"brute"`` is exact. The distances are the ones the
     search computed (converted to the internal metric), not computed again. ``stats`` (a dict)
     receives ``method`` and, where it was estimated, the descent's ``recall_estimate``.
+    ``intrinsic_dim``: the data's local intrinsic dimension when measured (see
+    :func:`candidate_lists`).
     """
     n = X.shape[0]
     K = min(K, n - 1)
@@ -203,12 +205,13 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             idx, dist, st = candidate_lists(X, K, user, random_state,
                                             NNDescentParams(n_neighbors_internal=K, refine_hubs=False,
                                                             target_recall=None, delta=INDEX_DELTA),
-                                            with_stats=True, stall_below=CANDIDATE_EXACT_BELOW)
-            idx = _host_array(idx, np.int64)
+                                            with_stats=True, stall_below=CANDIDATE_EXACT_BELOW,
+                                            intrinsic_dim=intrinsic_dim)
+            idx = None if idx is None else _host_array(idx, np.int64)  # None: stall foreseen, no descent
             est, stalled = _stall_verdict(np.asarray(X, dtype=np.float32), idx, metric, st, random_state)
             if est is not None:
                 stats["recall_estimate"] = round(est, 4)
-            if idx.shape == (n, K) and not stalled:
+            if not stalled and idx.shape == (n, K):
                 stats["method"] = st.get("method") or "nndescent"  # (exact below INDEX_BRUTE_MAX_N)
                 return idx, _host_array(dist, np.float32)
             if stalled:
@@ -242,7 +245,7 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
 
 
 def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=None, knn_params=None,
-                        stats=None):
+                        stats=None, intrinsic_dim=None):
     """Candidate lists on the GPU with their distances: ``(idx int32 (n, K), dist float32 (n, K))``
     cupy arrays, ``dist`` in the internal metric (``'ip'``: minus the inner product).
 
@@ -265,14 +268,14 @@ def candidate_graph_gpu(X, K, metric, *, build_algo="nndescent", random_state=No
             params.update(knn_params or {})
             idx, dist, st = candidate_lists(X, K, user, random_state,
                                             NNDescentParams(n_neighbors_internal=K, **params), with_stats=True,
-                                            stall_below=CANDIDATE_EXACT_BELOW)
+                                            stall_below=CANDIDATE_EXACT_BELOW, intrinsic_dim=intrinsic_dim)
             if stats is not None:
                 stats.update({k: st.get(k) for k in ("method", "iterations", "updates", "time_s", "K", "sample",
                                                      "stalled")})
             est, stalled = _stall_verdict(X, idx, metric, st, random_state)
             if stats is not None and est is not None:
                 stats["candidate_recall_estimate"] = round(est, 4)
-            if idx.shape == (n, K) and isinstance(idx, cp.ndarray) and not stalled:
+            if not stalled and idx.shape == (n, K) and isinstance(idx, cp.ndarray):
                 return (cp.ascontiguousarray(idx, dtype=cp.int32), cp.ascontiguousarray(dist, dtype=cp.float32))
             if stalled:
                 logger.info("NN-Descent candidates reach an estimated recall@10 of %.3f; building them exactly", est)
@@ -341,7 +344,7 @@ def _stall_verdict(X, idx, metric, st, random_state):
     ``st``: the stall watch's verdict when it stopped the descent, its last estimate when it
     watched to the end (the same probe rows and seed as :func:`_candidates_stalled`, the same
     lists), else :func:`_candidates_stalled`'s own estimate."""
-    if "stalled" in st:  # stopped early: bound to end below CANDIDATE_EXACT_BELOW
+    if "stalled" in st:  # stopped early (or not started): bound to end below CANDIDATE_EXACT_BELOW
         return st["stalled"]["recall_estimate"], True
     last = st.get("watch_recall")
     if last is not None:
@@ -364,11 +367,13 @@ def _seed(random_state):
     return seed_from(random_state)
 
 
-def candidate_lists(X, K, user_metric, random_state, params, with_stats=False, stall_below=None):
+def candidate_lists(X, K, user_metric, random_state, params, with_stats=False, stall_below=None, intrinsic_dim=None):
     """K-NN candidate lists of prepared ``X`` by the graph engine (NN-Descent above the exact
     graph's size threshold, as ``knn_graph(method="auto")``): ids and INTERNAL distances.
     ``stall_below``: stop a descent bound to end below this estimated recall@10 where the exact
-    candidate graph is affordable (``CANDIDATE_EXACT_MAX_WORK``); ``stats["stalled"]`` says so."""
+    candidate graph is affordable (``CANDIDATE_EXACT_MAX_WORK``); ``stats["stalled"]`` says so. When
+    it says so before the descent (``intrinsic_dim``, or its estimate, at least
+    :data:`knnkit.graph.STALL_LID`), the lists are None: the caller builds them exactly."""
     from .._core.backend import device_of
     from .._core.random import seed_from
 
@@ -377,15 +382,15 @@ def candidate_lists(X, K, user_metric, random_state, params, with_stats=False, s
                                                 stall_rows=CANDIDATE_PROBE_ROWS[device_of(X)])
     I, D, st = build_lists(X, K, metric=user_metric, method=method,
                            params=params if method.name == "nndescent" else None, seed=seed_from(random_state),
-                           **stall)
-    if user_metric == "sqeuclidean":  # as knn_graph's result: no negative rounding residue
+                           intrinsic_dim=intrinsic_dim, **stall)
+    if user_metric == "sqeuclidean" and D is not None:  # as knn_graph's result: no negative rounding residue
         xp = get_array_module(D)
         D = xp.maximum(D, 0, out=D)
     return (I, D, st) if with_stats else (I, D)
 
 
 def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", random_state=None,
-                    reverse_cap=None, timings=None, knn_params=None, stats=None, on_stage=None):
+                    reverse_cap=None, timings=None, knn_params=None, stats=None, on_stage=None, intrinsic_dim=None):
     """The RobustPrune search graph of ``X`` built entirely on the GPU.
 
     NN-Descent candidates (K per node, with distances) -> RobustPrune to ``R`` with fill ->
@@ -410,8 +415,9 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
         (after the stage's synchronisation, which the timings take anyway).
     timings : dict, optional
         Filled with the seconds of each phase (GPU-synchronised).
-    knn_params, stats : dict, optional
-        See :func:`candidate_graph_gpu`.
+    knn_params, stats, intrinsic_dim : optional
+        See :func:`candidate_graph_gpu` (``intrinsic_dim``: the data's, when measured; see
+        :func:`candidate_lists`).
 
     Returns
     -------
@@ -445,7 +451,7 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
     cand, cand_d, cycle = candidates_on_distinct(
         X, K, metric, random_state,
         lambda Xs, k: candidate_graph_gpu(Xs, k, metric, build_algo=build_algo, random_state=random_state,
-                                          knn_params=knn_params, stats=stats))
+                                          knn_params=knn_params, stats=stats, intrinsic_dim=intrinsic_dim))
     cand = cp.ascontiguousarray(cand, dtype=cp.int32)
     cand_d = cp.ascontiguousarray(cand_d, dtype=cp.float32)
     mark("candidates")

@@ -275,7 +275,7 @@ class SearchGraph:
             g, nn1 = build_graph_gpu(X, R, K, im, alpha=bp["alpha"], build_algo=algo,
                                      random_state=random_state, timings=timings,
                                      knn_params={"update": default_update("gpu", metric)}, on_stage=stage.done,
-                                     stats=cand_stats)
+                                     stats=cand_stats, intrinsic_dim=bp.get("intrinsic_dim"))
             # how the candidates were made (NN-Descent, or exact after a stalled descent)
             bp["candidates"] = {k: cand_stats[k] for k in ("method", "iterations", "K", "stalled",
                                                            "candidate_recall_estimate") if cand_stats.get(k) is not None}
@@ -290,7 +290,7 @@ class SearchGraph:
                     X, K, im, random_state,
                     lambda Xs, k: candidate_graph(Xs, k, im, build_algo=algo if Xs.shape[0] > 4096 else "brute",
                                                   device=dev, random_state=random_state, user_metric=metric,
-                                                  stats=cstats))
+                                                  stats=cstats, intrinsic_dim=bp.get("intrinsic_dim")))
                 bp["candidates"] = cstats
                 cand, cand_dist = as_host(cand), as_host(cand_dist)
             nn1 = nn1_max(np.ascontiguousarray(as_host(X)), cand_dist, im)
