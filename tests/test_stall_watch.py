@@ -206,11 +206,12 @@ def test_index_build_reports_the_verdict(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_verdict_graph_and_index_candidates():
+def test_gpu_verdict_graph_and_index_candidates(monkeypatch):
     import cupy as cp
 
     from knnkit.index import _build
 
+    monkeypatch.setattr(_build, "INDEX_BRUTE_MAX_N", {"cpu": 1000, "gpu": 1000})  # NN-Descent at this n
     X = cp.asarray(make_uniform_cube(20000, 160, random_state=8))
     g = knnkit.knn_graph(X, 10, random_state=0)
     assert g.stats.extra["stalled"]["before_descent"] and g.stats.iterations == 0
