@@ -106,7 +106,7 @@ def main():
     path = os.path.join(a.out, f"lid_vs_stall_{a.device}_{a.n}.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
-    print("wrote", os.path.relpath(path))
+    print("wrote", os.path.basename(path))
 
 
 if __name__ == "__main__":

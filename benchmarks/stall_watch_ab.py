@@ -76,6 +76,7 @@ def main():
                 rec["index_build_s"] = time.perf_counter() - t
                 rec["index_phases_s"] = idx.build_timings
                 rec["index_candidates"] = idx.build_params.get("candidates")
+                rec["index_reverse_edges"] = idx.build_params.get("reverse_edges")
                 Qd = cp.asarray(Q) if gpu else Q
                 _dq, tq = knnkit.knn(Xd, Qd, k=10, metric=metric)
                 _ds, iq = idx.search(Qd, 10)

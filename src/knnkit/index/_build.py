@@ -464,7 +464,10 @@ def build_graph_gpu(X, R, K, metric, *, alpha=1.2, build_algo="nndescent", rando
     del cand, cand_d
     mark("prune")
     if n > 1:
-        g = add_reverse_edges_gpu(X, g, gd, R, alpha, metric, cap=reverse_cap, shift=shift)
+        rst = {}
+        g = add_reverse_edges_gpu(X, g, gd, R, alpha, metric, cap=reverse_cap, shift=shift, stats=rst)
+        if stats is not None:
+            stats["reverse"] = rst
     del gd
     g = link_copies(g, cycle)
     mark("reverse")

@@ -279,6 +279,9 @@ class SearchGraph:
             # how the candidates were made (NN-Descent, or exact after a stalled descent)
             bp["candidates"] = {k: cand_stats[k] for k in ("method", "iterations", "K", "stalled",
                                                            "candidate_recall_estimate") if cand_stats.get(k) is not None}
+            if cand_stats.get("reverse"):  # hub re-prunes of the reverse-edge stage, and the two passes' times
+                bp["reverse_edges"] = {k: (round(v, 4) if isinstance(v, float) else v)
+                                       for k, v in cand_stats["reverse"].items()}
         else:
             if candidates is not None:
                 cand = np.ascontiguousarray(candidates[0], dtype=np.int64)

@@ -154,7 +154,7 @@ def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False
     return done()
 
 
-def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, fill=True, shift=None):
+def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, fill=True, shift=None, stats=None):
     """Add the reverse of every edge of ``graph`` and re-prune (GPU, cupy arrays in and out).
 
     Parameters
@@ -175,6 +175,9 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
         Fill free slots with the nearest pruned candidates.
     shift : float, optional
         Occlusion-test shift (``prune_shift``), computed when not given.
+    stats : dict, optional
+        Receives ``hubs`` (nodes re-pruned over more reverse candidates), ``hub_cap`` and the
+        synchronised seconds of the two passes (``first_s``, ``hubs_s``).
 
     Returns
     -------
@@ -190,7 +193,10 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
 
     from ._prune_gpu import prune_gpu
 
+    import time
+
     cap = int(R if cap is None else cap)
+    t0 = time.perf_counter()
     graph = cp.asarray(graph, dtype=cp.int32)
     graph_dist = cp.asarray(graph_dist, dtype=cp.float32)
     rev_idx, rev_dist, counts = reverse_candidates(graph, graph_dist, cap, return_counts=True)
@@ -205,6 +211,10 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
     # data together; cutting them at R (tight_c10000, 100k x 64) left a graph at recall 0.95 for any
     # beam where the CPU's uncapped merge reaches 1.0 (benchmarks/diagnose_prune_steps.py).
     hubs = cp.nonzero(counts > cap)[0]
+    if stats is not None:
+        cp.cuda.get_current_stream().synchronize()
+        t1 = time.perf_counter()
+        stats.update(first_s=t1 - t0, hubs=int(hubs.size), hub_cap=0, hubs_s=0.0)
     if hubs.size:
         hub_cap = int(min(int(counts.max()), HUB_REVERSE_CAP_FACTOR * R))
         budget = max(get_memory_budget(), 1 << 28)
@@ -218,6 +228,9 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
             hd = cp.concatenate([graph_dist[hubs], rd], axis=1)
             del ri, rd
             out[hubs] = prune_gpu(X, hc, hd, R, alpha, metric, fill=fill, shift=shift, node_ids=hubs)
+            if stats is not None:
+                cp.cuda.get_current_stream().synchronize()
+                stats.update(hub_cap=hub_cap, hubs_s=time.perf_counter() - t1)
     return out
 
 
