@@ -212,6 +212,7 @@ def test_gpu_verdict_graph_and_index_candidates(monkeypatch):
     from knnkit.index import _build
 
     monkeypatch.setattr(_build, "INDEX_BRUTE_MAX_N", {"cpu": 1000, "gpu": 1000})  # NN-Descent at this n
+    monkeypatch.setitem(kgraph.BRUTE_AUTO_MAX_N, "gpu", 1000)  # (knn_graph's "auto" too)
     X = cp.asarray(make_uniform_cube(20000, 160, random_state=8))
     g = knnkit.knn_graph(X, 10, random_state=0)
     assert g.stats.extra["stalled"]["before_descent"] and g.stats.iterations == 0

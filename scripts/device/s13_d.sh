@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Thirteenth session: the last Sweet KNN GPU cases (s13_c.sh with TESTS=0), the reverse-edge stage's
+# Thirteenth session: the last Sweet KNN GPU cases but uniform 64-d (forced Sweet takes minutes per
+# run there; uniform 32-d was already 40-50x slower than GEMM) and the verdict's GPU test (s13_c.sh), the reverse-edge stage's
 # two passes on the 1M hard sets (benchmarks/stall_watch_ab.py --modes verdict), then the GPU tests
 # of the graph build (the stage's new stats).
 #   OUT=/some/folder scripts/device/s13_d.sh   (cuVS in /tmp/peer-site)
@@ -7,7 +8,7 @@ set -uo pipefail
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KNNKIT_DATA=${KNNKIT_DATA:-$PWD/.data}
 py=${PYTHON:-python3}
-OUT=$out TESTS=0 LIMIT=300 TAG=_part3 CASES=uniform_d64,clustered_d64,uniform_d3_queries,clustered_d8_queries \
+OUT=$out TESTS=1 LIMIT=240 TAG=_part3 CASES=clustered_d64,uniform_d3_queries,clustered_d8_queries \
     bash scripts/device/s13_c.sh
 timeout 120 $py benchmarks/stall_watch_ab.py --scale full --sets broad_d128,uniform_d128 --index --modes verdict \
     --out "$out" > "$out/reverse_ab.log" 2>&1
