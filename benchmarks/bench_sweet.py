@@ -9,8 +9,8 @@ clustered data at d = 2, 3, 8, 16, 32, 64; k = 1, 20, 100; the all-points join a
 query set. GPU: sweet vs ``knnkit.exact._gpu.knn_gpu`` (GEMM) and cuVS ``brute_force`` when it
 imports. CPU: sweet vs scipy ``cKDTree(workers=-1)`` (build included) and sklearn
 ``NearestNeighbors`` (``n_jobs=-1``, auto algorithm, fit included). Every method runs once
-untimed first; times are the median of ``--repeats`` synchronised runs (a first run longer than
-``SLOW_S`` is the time itself). Sweet's distances are
+untimed first; times are the median of ``--repeats`` synchronised runs (one run after a first
+run longer than ``SLOW_S``). Sweet's distances are
 checked against the GEMM path (max relative difference of the k-th distance) on every case.
 Writes ``bench_sweet_<device>.json`` under ``--out`` (default ``$OUT``, else the current folder).
 """
@@ -78,8 +78,9 @@ def hardware(device):
     return info
 
 
-#: a method whose first run takes longer than this is not run again: that run is its time (kernels
-#: were compiled by the earlier cases of the sweep; ``--cases`` alone on a slow case includes it):
+#: a method whose untimed first run takes longer than this is timed once, not ``--repeats`` times
+#: (the first run of a case may compile kernels: s13's parts 2-3 took it as the time and recorded
+#: compilation):
 #: Sweet KNN forced on 16-64-d data takes seconds per run, which cut the full GPU sweep at 360 s
 SLOW_S = 1.0
 
@@ -88,9 +89,8 @@ def timed(fn, repeats, sync):
     t = time.perf_counter()
     out = fn()  # warm-up (compilation, caches)
     sync()
-    first = time.perf_counter() - t
-    if first > SLOW_S:  # the first run is the measurement (compilation happened in earlier cases)
-        return first, out
+    if time.perf_counter() - t > SLOW_S:  # one timed run (the first may have compiled kernels)
+        repeats = 1
     ts = []
     for _ in range(repeats):
         t = time.perf_counter()

@@ -410,6 +410,36 @@ def test_auto_method_low_d_skips_the_estimate(monkeypatch):
     assert api_exact.choose_exact_method("auto", small, None, 10).name == "gemm"  # too few pairs
 
 
+def test_auto_method_thresholds_by_dimension(monkeypatch):
+    """Above SWEET_AUTO_ALWAYS_D the estimated savings decide, up to SWEET_AUTO_MAX_D (64) and with
+    the GPU asking more above 16-D (a computed distance costs more there than a GEMM pair):
+    clustered 32-D / 64-D (99 % saved) takes Sweet KNN, 99 % at 24-D on the GPU too, 97 % at
+    24-D only on the CPU; beyond 64-D the GEMM path without an estimate."""
+    import knnkit.exact.sweet as sweet_pkg
+    from knnkit.exact.sweet import sweet_pays
+
+    saved = [0.0]
+    calls = []
+
+    def fake_estimate(*a, **kw):
+        calls.append(1)
+        return saved[0]
+
+    monkeypatch.setattr(sweet_pkg, "estimate_savings", fake_estimate)
+    X = {d: np.zeros((40_000, d), np.float32) for d in (12, 24, 64, 65)}
+    for device in ("cpu", "gpu"):
+        saved[0] = 0.99
+        assert sweet_pays(X[64], None, 10, device=device) and sweet_pays(X[24], None, 10, device=device)
+        saved[0] = 0.97
+        assert sweet_pays(X[12], None, 10, device=device)
+        assert sweet_pays(X[24], None, 10, device=device) == (device == "cpu")
+        saved[0] = 0.5
+        assert not sweet_pays(X[12], None, 10, device=device)
+        calls.clear()
+        saved[0] = 1.0
+        assert not sweet_pays(X[65], None, 10, device=device) and not calls
+
+
 def test_auto_filter_full_when_rows_are_merged(rng):
     """filter="auto" keeps the full filter when repeated rows are merged (the partial filter writes
     every surviving copy out: skin k = 100, 138M vs 17M distances), even under the paper's

@@ -136,8 +136,11 @@ def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
 #: threshold. On the GPU Sweet KNN's fixed cost (landmarks, duplicate gate, level 1) is ~2-3 ms
 #: (it was ~25 ms) and the GEMM path does 2.5e9 pairs in ~10 ms (H200, d = 3, 10k queries x
 #: 250k: sweet 4.4 ms), so sweet pays from ~1e9 pairs on. On the CPU the GEMM path is slow at
-#: low d (60k x 60k x 3: 33 s vs 0.5 s).
-SWEET_AUTO_MAX_D = 16
+#: low d (60k x 60k x 3: 33 s vs 0.5 s). The dimension limit was 16 until the full GPU sweep
+#: (H100, 500k all points, ``benchmarks/results/h100-2026-11-26-s13/``): separated clusters at
+#: 32-D and 64-D save 99 % and Sweet KNN took 0.46 / 0.89 s where the GEMM path ``auto`` chose
+#: took 1.14-1.25 / 1.58-1.70 s; CPU 60k x 32 / x 64, k = 20: 1.3 / 1.9 s against 7.7 / 10.5 s.
+SWEET_AUTO_MAX_D = 64
 SWEET_AUTO_MIN_PAIRS = {"gpu": 1e9, "cpu": 1e8}
 #: Up to this dimension Sweet KNN is taken without the savings estimate, which costs a second
 #: clusters phase and level 1 (H200, all points k = 20 through ``knnkit.knn``: skin auto 11.7 ms vs
@@ -145,7 +148,13 @@ SWEET_AUTO_MIN_PAIRS = {"gpu": 1e9, "cpu": 1e8}
 #: 8-D, the filters' worst case at this dimension, still ran at 0.91x the GEMM path's time (165 vs
 #: 181 ms); above 8 dimensions the estimate decides.
 SWEET_AUTO_ALWAYS_D = 8
-SWEET_AUTO_MIN_SAVED = {"gpu": 0.95, "cpu": 0.9}
+#: Estimated savings needed above ``SWEET_AUTO_ALWAYS_D``, per device, up to 16 dimensions and
+#: above. Why the GPU asks more above 16-D: a distance Sweet KNN still computes costs ~0.1 ns at
+#: 16-D, ~0.2 ns at 32-D and ~0.36 ns at 64-D (H100, 500k all points), where the GEMM path costs
+#: ~4 ps per pair up to 16-D and ~6 ps at 64-D, so Sweet KNN pays when more than ~96 % (16-D)
+#: and ~98 % (32-64-D) of the pairs are skipped. Uniform 16-D (50-83 % saved) took 4.7-12 s
+#: through Sweet KNN against 1.0-1.1 s by GEMM.
+SWEET_AUTO_MIN_SAVED = {"gpu": (0.95, 0.98), "cpu": (0.9, 0.9)}
 
 
 def sweet_pays(X, Q, k, *, device, seed=0):
@@ -160,4 +169,5 @@ def sweet_pays(X, Q, k, *, device, seed=0):
         return False
     if d <= SWEET_AUTO_ALWAYS_D:
         return True
-    return estimate_savings(X, Q, k, sample=256, seed=seed) >= SWEET_AUTO_MIN_SAVED[device]
+    low, high = SWEET_AUTO_MIN_SAVED[device]
+    return estimate_savings(X, Q, k, sample=256, seed=seed) >= (low if d <= 16 else high)
