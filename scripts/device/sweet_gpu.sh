@@ -14,12 +14,7 @@
 set -uo pipefail
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-peers=${KNNKIT_PEER_SITE:-/tmp/peer-site}
-if [ -d "$peers" ]; then
-  export PYTHONPATH=$PYTHONPATH:$peers
-  export LD_LIBRARY_PATH=$(ls -d "$peers"/lib*/lib64 "$peers"/lib*/lib "$peers"/nvidia/*/lib 2>/dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}
-  export LD_PRELOAD=$(ls "$peers"/nvidia/*/lib/libnvJitLink.so.13 2>/dev/null | head -1)
-fi
+source "$(dirname "$0")/peer_env.sh"
 py=${PYTHON:-python}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1; git rev-parse HEAD 2>/dev/null
   date -u; echo "KNNKIT_DATA: ${KNNKIT_DATA:+set}"; $py -c "import cuvs; print('cuvs', cuvs.__version__)" 2>&1 | tail -1
