@@ -71,6 +71,32 @@ def test_reverse_candidates_rows_and_counts():
     assert np.array_equal(ri3, ri[rows, :2])
 
 
+def test_reverse_candidates_hub_lists_from_the_same_sort(monkeypatch):
+    """The hubs' longer lists (``hubs_cap``) equal a second call with that cap on the hubs, also
+    when the targets are sorted in several ranges (memory budget), and are absent when the cap
+    does not exceed ``cap`` or no node is a hub."""
+    import knnkit.index._reverse_gpu as rg
+
+    X, g, gd = _pruned(900, 8, 24, 8, "l2", seed=6)
+    _ri, _rd, counts = reverse_candidates(g, gd, 3, return_counts=True)
+    seen = []
+
+    def cap_of(c):
+        seen.append(c.copy())
+        return 11
+
+    ri, rd, hubs, hi, hd = reverse_candidates(g, gd, 3, hubs_cap=cap_of)
+    assert np.array_equal(seen[0], counts)
+    assert np.array_equal(hubs, np.nonzero(counts > 3)[0]) and hubs.size > 10
+    ref_i, ref_d = reverse_candidates(g, gd, 11, rows=hubs)
+    assert np.array_equal(hi, ref_i) and np.array_equal(hd, ref_d)
+    assert np.array_equal(ri, _ri) and np.array_equal(rd, _rd)
+    monkeypatch.setattr(rg, "get_memory_budget", lambda: 1)  # (numpy: one range anyway)
+    assert reverse_candidates(g, gd, 3, hubs_cap=lambda c: 3)[3] is None  # cap not exceeded
+    none = reverse_candidates(g, gd, 10 ** 6, hubs_cap=lambda c: 0)
+    assert none[2].size == 0 and none[3] is None
+
+
 # ------------------------------------------------------------------------------ GPU
 @pytest.mark.gpu
 @needs_gpu

@@ -53,7 +53,7 @@ def _new_reverse_mask_xp(graph, xp):
     return ok & ~mutual
 
 
-def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False):
+def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False, hubs_cap=None):
     """The nearest ``cap`` new reverse edges of every node (or of the nodes ``rows``).
 
     Parameters
@@ -68,6 +68,10 @@ def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False
         Only these target nodes (distinct ids), in this order; default all ``n``.
     return_counts : bool
         Also return the number of new reverse edges of every node (int64 (n,)).
+    hubs_cap : callable, optional
+        ``hubs_cap(counts)`` -> int ``h_cap``, given the new-reverse-edge count of every node:
+        the nodes with more than ``cap`` (hubs) also get their nearest ``h_cap`` from the same
+        sort (what a second call with ``cap=h_cap, rows=hubs`` returns, without its sort).
 
     Returns
     -------
@@ -78,6 +82,8 @@ def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False
         Their distances (``+inf`` in the ``-1`` slots).
     counts : int64 (n,)
         Only with ``return_counts``.
+    hubs, hub_idx, hub_dist : int64 (h,), int32 (h, h_cap), float32 (h, h_cap)
+        Only with ``hubs_cap``, last; ``hub_idx`` / ``hub_dist`` are None when ``h_cap <= cap``.
 
     Examples
     --------
@@ -101,9 +107,12 @@ def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False
     rev_idx = xp.full((m, cap), -1, dtype=xp.int32)
     rev_dist = xp.full((m, cap), xp.inf, dtype=xp.float32)
     all_counts = xp.zeros(n, dtype=xp.int64) if return_counts else None
+    hub = [xp.zeros(0, dtype=xp.int64), None, None]  # hubs, their ids, their distances
+    hub_pos = None
 
     def done():
-        return (rev_idx, rev_dist, all_counts) if return_counts else (rev_idx, rev_dist)
+        out = (rev_idx, rev_dist, all_counts) if return_counts else (rev_idx, rev_dist)
+        return out + tuple(hub) if hubs_cap is not None else out
 
     if n == 0 or R == 0 or cap == 0:
         return done()
@@ -114,6 +123,16 @@ def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False
         return done()
     v_all = graph.ravel()[e_all]
     flat_d = xp.ascontiguousarray(graph_dist, dtype=xp.float32).ravel()
+    if hubs_cap is not None:
+        per_node = xp.bincount(v_all, minlength=n)
+        h_cap = int(hubs_cap(per_node))
+        hub[0] = xp.nonzero(per_node > cap)[0].astype(xp.int64)
+        if h_cap > cap and hub[0].size:
+            hub_pos = xp.full(n, -1, dtype=xp.int64)
+            hub_pos[hub[0]] = xp.arange(hub[0].size, dtype=xp.int64)
+            hub[1] = xp.full((hub[0].size, h_cap), -1, dtype=xp.int32)
+            hub[2] = xp.full((hub[0].size, h_cap), xp.inf, dtype=xp.float32)
+        del per_node
     # the sort needs ~48 bytes per edge: split the targets into ranges when that exceeds the budget
     n_chunks = 1
     if xp is not np:
@@ -142,6 +161,12 @@ def reverse_candidates(graph, graph_dist, cap, *, rows=None, return_counts=False
             all_counts[int(v0):int(v1)] = counts
         starts = xp.cumsum(counts) - counts
         rank = xp.arange(v.size, dtype=xp.int64) - starts[v - int(v0)]
+        if hub_pos is not None:  # the hubs' longer lists, from the same sorted edges
+            hp = hub_pos[v]
+            hs = (hp >= 0) & (rank < h_cap)
+            hub[1][hp[hs], rank[hs]] = (e[hs] // R).astype(xp.int32)
+            hub[2][hp[hs], rank[hs]] = d[hs]
+            del hp, hs
         sel = rank < cap
         v, r = v[sel], rank[sel]
         e, d = e[sel], d[sel]
@@ -177,7 +202,8 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
         Occlusion-test shift (``prune_shift``), computed when not given.
     stats : dict, optional
         Receives ``hubs`` (nodes re-pruned over more reverse candidates), ``hub_cap`` and the
-        synchronised seconds of the two passes (``first_s``, ``hubs_s``).
+        synchronised seconds of the two prunes (``first_s``: the sort of the reverse edges, the
+        hubs' lists and the first prune; ``hubs_s``: the hubs' prune).
 
     Returns
     -------
@@ -199,38 +225,44 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
     t0 = time.perf_counter()
     graph = cp.asarray(graph, dtype=cp.int32)
     graph_dist = cp.asarray(graph_dist, dtype=cp.float32)
-    rev_idx, rev_dist, counts = reverse_candidates(graph, graph_dist, cap, return_counts=True)
+    budget = max(get_memory_budget(), 1 << 28)
+
+    def hub_cap_of(counts):
+        # hubs: nodes with more new reverse edges than ``cap`` are pruned again over up to
+        # ``hub_cap`` of them. Their farthest in-links are the long ones that tie separated parts of
+        # the data together; cutting them at R (tight_c10000, 100k x 64) left a graph at recall 0.95
+        # for any beam where the CPU's uncapped merge reaches 1.0 (benchmarks/diagnose_prune_steps.py).
+        n_hubs = int((counts > cap).sum())
+        if n_hubs == 0:
+            return 0
+        hub_cap = int(min(int(counts.max()), HUB_REVERSE_CAP_FACTOR * R))
+        per_row = (R + hub_cap) * 8 * 3  # ids + distances, concatenated copies
+        if n_hubs * per_row > budget // 2:
+            hub_cap = max(cap, int(budget // 2 // (n_hubs * 24)) - R)
+            logger.info("reverse edges: hub lists limited to %d by the memory budget", hub_cap)
+        return hub_cap
+
+    # one sort of the new reverse edges gives every node's nearest ``cap`` and the hubs' longer lists
+    rev_idx, rev_dist, hubs, ri, rd = reverse_candidates(graph, graph_dist, cap, hubs_cap=hub_cap_of)
     cand = cp.concatenate([graph, rev_idx], axis=1)
     del rev_idx
     cand_d = cp.concatenate([graph_dist, rev_dist], axis=1)
     del rev_dist
     out = prune_gpu(X, cand, cand_d, R, alpha, metric, fill=fill, shift=shift)
     del cand, cand_d
-    # hubs: nodes with more new reverse edges than ``cap`` are pruned again over up to
-    # ``hub_cap`` of them. Their farthest in-links are the long ones that tie separated parts of the
-    # data together; cutting them at R (tight_c10000, 100k x 64) left a graph at recall 0.95 for any
-    # beam where the CPU's uncapped merge reaches 1.0 (benchmarks/diagnose_prune_steps.py).
-    hubs = cp.nonzero(counts > cap)[0]
     if stats is not None:
         cp.cuda.get_current_stream().synchronize()
         t1 = time.perf_counter()
-        stats.update(first_s=t1 - t0, hubs=int(hubs.size), hub_cap=0, hubs_s=0.0)
-    if hubs.size:
-        hub_cap = int(min(int(counts.max()), HUB_REVERSE_CAP_FACTOR * R))
-        budget = max(get_memory_budget(), 1 << 28)
-        per_row = (R + hub_cap) * 8 * 3  # ids + distances, concatenated copies
-        if hubs.size * per_row > budget // 2:
-            hub_cap = max(cap, int(budget // 2 // (hubs.size * 24)) - R)
-            logger.info("reverse edges: hub lists limited to %d by the memory budget", hub_cap)
-        if hub_cap > cap:
-            ri, rd = reverse_candidates(graph, graph_dist, hub_cap, rows=hubs)
-            hc = cp.concatenate([graph[hubs], ri], axis=1)
-            hd = cp.concatenate([graph_dist[hubs], rd], axis=1)
-            del ri, rd
-            out[hubs] = prune_gpu(X, hc, hd, R, alpha, metric, fill=fill, shift=shift, node_ids=hubs)
-            if stats is not None:
-                cp.cuda.get_current_stream().synchronize()
-                stats.update(hub_cap=hub_cap, hubs_s=time.perf_counter() - t1)
+        stats.update(first_s=t1 - t0, hubs=int(hubs.size), hub_cap=0 if ri is None else int(ri.shape[1]),
+                     hubs_s=0.0)
+    if ri is not None:
+        hc = cp.concatenate([graph[hubs], ri], axis=1)
+        hd = cp.concatenate([graph_dist[hubs], rd], axis=1)
+        del ri, rd
+        out[hubs] = prune_gpu(X, hc, hd, R, alpha, metric, fill=fill, shift=shift, node_ids=hubs)
+        if stats is not None:
+            cp.cuda.get_current_stream().synchronize()
+            stats.update(hubs_s=time.perf_counter() - t1)
     return out
 
 
