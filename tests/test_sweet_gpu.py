@@ -315,3 +315,34 @@ def test_duplicate_gate_count_on_device(rng):
               rng.integers(0, 3, (3, 4)).astype(np.float32)):
         Xd = cp.asarray(X)
         assert sweet_gpu_module._mean_copies(Xd, np.random.default_rng(5)) == mean_copies(X, np.random.default_rng(5))
+
+
+@pytest.mark.gpu
+def test_gate_runs_or_gives_way(rng):
+    """gate=(min_saved, sample): Sweet KNN checks its savings on a sample after level 1 and either
+    finishes (the GEMM path's answer) or returns None with the estimate, which agrees with
+    estimate_savings; knnkit.knn(method="auto") then answers by GEMM (stats["sweet_gate"])."""
+    import cupy as cp
+
+    import knnkit
+    from knnkit._core.prepare import prepare
+    from knnkit.api.exact import exact_search
+
+    centres = rng.standard_normal((50, 16)).astype(np.float32) * 8
+    Xc = cp.asarray(centres[rng.integers(0, 50, 40_000)] + rng.standard_normal((40_000, 16)).astype(np.float32) * 0.3)
+    d, i, st = sweet_knn(Xc, Xc, 10, exclude_self=True, gate=(0.95, 256))
+    assert st["gate"]["passed"] and st["gate"]["saved_estimate"] >= 0.95
+    d0, i0 = knnkit.knn(Xc, k=10, method="gemm")
+    np.testing.assert_allclose(cp.asnumpy(d), cp.asnumpy(d0), rtol=1e-4, atol=1e-4)
+    Xu = cp.asarray(rng.random((40_000, 16), dtype=np.float32))
+    d, i, st = sweet_knn(Xu, Xu, 10, exclude_self=True, gate=(0.95, 256))
+    assert d is None and i is None and not st["gate"]["passed"]
+    assert abs(st["gate"]["saved_estimate"] - estimate_savings(Xu, None, 10, sample=256)) < 0.05
+    P = prepare(Xu, metric="sqeuclidean", device="gpu")
+    d, i, st = exact_search(P, None, 10, method="auto")
+    assert st.get("sweet_gate", {}).get("passed") is False
+    _d1, i1 = knnkit.knn(Xu, k=10, method="gemm")
+    assert float((cp.asnumpy(i) == cp.asnumpy(i1)).mean()) > 0.999
+    P = prepare(Xc, metric="sqeuclidean", device="gpu")
+    d, i, st = exact_search(P, None, 10, method="auto")
+    assert st["gate"]["passed"]

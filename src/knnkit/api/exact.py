@@ -202,19 +202,34 @@ def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", devic
     return wrap_output(d, out), wrap_output(i, out)
 
 
-def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True):
+def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
     """The registered exact method for ``method``. ``"auto"``: Sweet KNN where its filters save
     nearly every distance (low dimension, Euclidean, a problem large enough for the GEMM to cost
-    something; estimated on a sample of queries), the GEMM path otherwise."""
+    something; estimated on a sample of queries), the GEMM path otherwise.
+
+    ``gated=True`` (the GPU's search itself): where the estimate would decide, returns Sweet KNN
+    and the savings it must reach, ``(method, min_saved)``, for a run that estimates them itself
+    (``gate`` of :func:`knnkit.exact.sweet.sweet_knn`); else ``(method, None)``."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
+    need = None
     if method == "auto":
-        from ..exact.sweet import sweet_pays
+        from ..exact.sweet import estimate_savings, sweet_threshold
 
         l2_like = P.internal == "l2" or P.metric == "cosine"  # cosine: unit rows, squared L2
-        method = "sweet" if allow_sweet and l2_like and sweet_pays(P.X, None if Q is None else Q.X, k,
-                                                                    device=P.device, seed=seed) else "gemm"
-    return REGISTRY.get("exact", method, device=P.device, metric=P.metric)
+        QX = None if Q is None else Q.X
+        sweet = allow_sweet and l2_like and sweet_threshold(P.X, QX, k, device=P.device)
+        if not isinstance(sweet, bool):
+            from ..exact.sweet import SWEET_AUTO_SAMPLE
+
+            m = P.n if Q is None else Q.n
+            if gated and P.device == "gpu" and m >= 4 * SWEET_AUTO_SAMPLE:  # (the run's own sample)
+                need, sweet = sweet, True
+            else:
+                sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed) >= sweet
+        method = "sweet" if sweet else "gemm"
+    m = REGISTRY.get("exact", method, device=P.device, metric=P.metric)
+    return (m, need) if gated else m
 
 
 def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_state=None):
@@ -228,7 +243,21 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
     seed = seed_from(0 if random_state is None else random_state)
     # GEMM parameters given (precision, batch_size, ExactParams) are a request for the GEMM path
     gemm_asked = isinstance(params, ExactParams) or any(v is not None for v in (shortcuts or {}).values())
-    m = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked)
+    m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked, gated=True)
+    if need is not None:
+        # Sweet KNN estimates its own savings after level 1 and gives way to the GEMM path below
+        # them (no separate estimate: it repeated the clusters and level 1)
+        from ..exact.sweet import SWEET_AUTO_SAMPLE
+
+        via_l2 = P.metric == "cosine"
+        with device_scope(P.device, P.device_id):
+            d, i, stats = m.load_engine()(P.X, P.X if self_excluded else Q.X, k, metric="l2" if via_l2 else P.internal,
+                                          exclude_self=self_excluded, params=merge_params(m.params_class(), params),
+                                          seed=seed, gate=(need, SWEET_AUTO_SAMPLE))
+            if d is not None:
+                return _finish(P, Q, k, d, i, stats, via_l2)
+        gate = stats["gate"]
+        m = REGISTRY.get("exact", "gemm", device=P.device, metric=P.metric)
     cls = m.params_class()
     if cls is ExactParams:
         params = merge_params(cls, params, **(shortcuts or {}))
@@ -248,23 +277,33 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
         via_l2 = m.name == "sweet" and P.metric == "cosine"
         d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric="l2" if via_l2 else P.internal,
                                       exclude_self=self_excluded, params=params, seed=seed)
-        if via_l2:
-            d = d * 0.5 - 1.0
-        # neighbours closer than float32 resolves (values spanning more than ~1e19): found from
-        # the result, answered again in float64 below (or refused); an empty check otherwise
-        tiny = underflow_rows(d, i, P.raw, P.raw if self_excluded else Q.raw, P.internal, P.scale)
-        d = finalize_distances(d, P.metric, P.scale)
-        if tiny.size:
-            src = P.raw if self_excluded else Q.raw
-            d, i = answer_in_float64(d, i, tiny, P.raw, src[get_array_module(src).asarray(tiny)], k, P.metric,
-                                     n_queries=P.n if self_excluded else Q.n,
-                                     absmax=max(P.absmax, 0.0 if self_excluded else Q.absmax),
-                                     max_work=EXACT64_MAX_WORK, exclude=tiny if self_excluded else None, stacklevel=5)
-            stats["float64_rows"] = int(tiny.size)
-        # an exact search has no missing neighbours, and unscaled data (|x| <= 2^50) cannot overflow
-        # float32 distances: only a scaled result can hold inf (checked there alone: a device sync)
-        xp = get_array_module(d)
-        if P.scale != 1.0 and not bool(xp.isfinite(d).all()):
-            warnings.warn("some distances exceed the float32 range and are returned as inf; the neighbour "
-                          "ids are exact (computed at a safe scale)", RuntimeWarning, stacklevel=3)
+        if need is not None:
+            stats["sweet_gate"] = gate  # why Sweet KNN gave way
+        return _finish(P, Q, k, d, i, stats, via_l2)
+
+
+def _finish(P, Q, k, d, i, stats, via_l2):
+    """The engine's internal distances and ids as ``exact_search`` returns them (inside the
+    device scope): cosine back from squared L2, rows closer than float32 resolves answered in
+    float64, distances in the user's metric."""
+    self_excluded = Q is None
+    if via_l2:
+        d = d * 0.5 - 1.0
+    # neighbours closer than float32 resolves (values spanning more than ~1e19): found from
+    # the result, answered again in float64 below (or refused); an empty check otherwise
+    tiny = underflow_rows(d, i, P.raw, P.raw if self_excluded else Q.raw, P.internal, P.scale)
+    d = finalize_distances(d, P.metric, P.scale)
+    if tiny.size:
+        src = P.raw if self_excluded else Q.raw
+        d, i = answer_in_float64(d, i, tiny, P.raw, src[get_array_module(src).asarray(tiny)], k, P.metric,
+                                 n_queries=P.n if self_excluded else Q.n,
+                                 absmax=max(P.absmax, 0.0 if self_excluded else Q.absmax),
+                                 max_work=EXACT64_MAX_WORK, exclude=tiny if self_excluded else None, stacklevel=6)
+        stats["float64_rows"] = int(tiny.size)
+    # an exact search has no missing neighbours, and unscaled data (|x| <= 2^50) cannot overflow
+    # float32 distances: only a scaled result can hold inf (checked there alone: a device sync)
+    xp = get_array_module(d)
+    if P.scale != 1.0 and not bool(xp.isfinite(d).all()):
+        warnings.warn("some distances exceed the float32 range and are returned as inf; the neighbour "
+                      "ids are exact (computed at a safe scale)", RuntimeWarning, stacklevel=4)
     return d, i, stats

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._plan import SweetParams
 
-__all__ = ["SweetParams", "sweet_knn", "estimate_savings", "sweet_pays"]
+__all__ = ["SweetParams", "sweet_knn", "estimate_savings", "sweet_pays", "sweet_threshold"]
 
 
 def _check(X, Q, k, metric, exclude_self, params):
@@ -40,7 +40,7 @@ def _check(X, Q, k, metric, exclude_self, params):
     return params
 
 
-def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0):
+def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0, gate=None):
     """Exact k-NN of the rows of ``Q`` among the rows of ``X`` with Sweet KNN filtering.
 
     Parameters
@@ -58,6 +58,10 @@ def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0):
     params : SweetParams, optional
     seed : int
         Seed of the landmark sampling (the result does not depend on it, only the speed).
+    gate : (float, int), optional
+        GPU only (``method="auto"``): ``(min_saved, sample)``, run level 2 on ``sample`` random
+        queries first and return ``(None, None, stats)`` when they save less than ``min_saved``
+        of their distance computations (``stats["gate"]``); ignored on the CPU.
 
     Returns
     -------
@@ -88,7 +92,7 @@ def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0):
         return sweet_cpu(X, Q, k, params, int(seed), bool(exclude_self))
     from ._gpu import sweet_gpu
 
-    return sweet_gpu(X, Q, k, params, int(seed), bool(exclude_self))
+    return sweet_gpu(X, Q, k, params, int(seed), bool(exclude_self), gate=gate)
 
 
 def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
@@ -157,12 +161,10 @@ SWEET_AUTO_ALWAYS_D = 8
 SWEET_AUTO_MIN_SAVED = {"gpu": (0.95, 0.98), "cpu": (0.9, 0.9)}
 
 
-def sweet_pays(X, Q, k, *, device, seed=0):
-    """True when Sweet KNN should answer this squared-L2 exact search instead of the GEMM path
-    (``method="auto"`` of :func:`knnkit.knn`, and the exact graph of :func:`knnkit.knn_graph`).
-
-    ``X`` prepared data (n, d), ``Q`` prepared queries or None (all points); the caller has
-    checked that the internal metric is squared L2."""
+def sweet_threshold(X, Q, k, *, device):
+    """Whether Sweet KNN may answer this squared-L2 exact search (``method="auto"``): False (the
+    GEMM path), True (Sweet KNN without an estimate) or the fraction of distance computations it
+    must save (a float) for the sampled estimate to decide."""
     n, d = int(X.shape[0]), int(X.shape[1])
     m = n if Q is None else int(Q.shape[0])
     if d > SWEET_AUTO_MAX_D or float(m) * n < SWEET_AUTO_MIN_PAIRS[device] or k > 128:
@@ -170,4 +172,21 @@ def sweet_pays(X, Q, k, *, device, seed=0):
     if d <= SWEET_AUTO_ALWAYS_D:
         return True
     low, high = SWEET_AUTO_MIN_SAVED[device]
-    return estimate_savings(X, Q, k, sample=256, seed=seed) >= (low if d <= 16 else high)
+    return low if d <= 16 else high
+
+
+#: Queries of the savings estimate (``estimate_savings``, and the GPU run's gate)
+SWEET_AUTO_SAMPLE = 256
+
+
+def sweet_pays(X, Q, k, *, device, seed=0):
+    """True when Sweet KNN should answer this squared-L2 exact search instead of the GEMM path
+    (the exact graph of :func:`knnkit.knn_graph`; ``knnkit.knn(method="auto")`` on the GPU runs
+    the estimate inside Sweet KNN instead, see ``gate`` of :func:`sweet_knn`).
+
+    ``X`` prepared data (n, d), ``Q`` prepared queries or None (all points); the caller has
+    checked that the internal metric is squared L2."""
+    need = sweet_threshold(X, Q, k, device=device)
+    if isinstance(need, bool):
+        return need
+    return estimate_savings(X, Q, k, sample=SWEET_AUTO_SAMPLE, seed=seed) >= need

@@ -301,8 +301,15 @@ def _decode(cp, keys):
     return d, i
 
 
-def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
+def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None):
     """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`.
+
+    ``gate=(min_saved, sample)``: after level 1, level 2 runs first on ``sample`` queries drawn
+    at random; when the fraction of their distance computations saved is below ``min_saved`` the
+    call returns ``(None, None, stats)`` (``stats["gate"]``) and the caller takes the GEMM path.
+    This is :func:`knnkit.exact.sweet.estimate_savings` inside the run itself: a run that passes
+    reuses its clusters and level 1 (the separate estimate repeated them: ~20 ms of a 180 ms
+    clustered 16-D join, H100).
 
     Host syncs of a plain all-points call: the repeated-row gate's count, the clusters phase's
     rank-or-sort choice, (merging only) the distinct-row count, and one at the end for the stats.
@@ -361,6 +368,7 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
 
     filt = choose_filter(params, k, dim, merged=dup is not None)  # by the requested k, as the CPU twin
     nq_total = int(qseq.size)  # a host-side shape, no sync
+    gate_stats = None
     parts = _choose_parts(cp, params, nq_total, lambda: float(ncand_sum) / max(1, mq))
     name = level2_kernel_name(filt, k_sel)
     out_d = cp.empty((m, k_sel), cp.float32)
@@ -439,6 +447,21 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
         per_query = parts * k_sel * 8 * 4 + 64
         # one thread per (query, part) and no grid-stride loop: keep a launch under 2^24 threads
         chunk = max(1, min(nq_total, budget // per_query, (1 << 24) // parts))
+        if gate is not None and qsel is None and nq_total >= 4 * int(gate[1]):
+            # the savings on a random sample of queries first (their rows are written again below)
+            min_saved, sample = float(gate[0]), int(gate[1])
+            pick = np.sort(np.random.default_rng([seed, 7]).choice(nq_total, size=sample, replace=False))
+            qseq_all, nq_all = qseq, nq_total
+            qseq, nq_total = qseq_all[cp.asarray(pick)], sample  # (in cluster order: the remapping holds)
+            retry_on_oom(run_full, min(chunk, sample), what="sweet level-2 filter")
+            saved = 1.0 - float(cp.stack(ndist).sum()) / (float(sample) * n)
+            gate_stats = {"min_saved": min_saved, "sample": sample, "saved_estimate": saved,
+                          "passed": saved >= min_saved}
+            if saved < min_saved:
+                times = {"total": time.perf_counter() - t_all}
+                return None, None, dict(device="gpu", gate=gate_stats, times=times, n_landmarks_data=mt,
+                                        n_landmarks_query=mq)
+            qseq, nq_total = qseq_all, nq_all
         retry_on_oom(run_full, chunk, what="sweet level-2 filter")
     else:
         chunk = max(1, min(nq_total, 1 << 16, (1 << 24) // parts))
@@ -470,6 +493,8 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None):
                  placement={"sweet_level2<32,0>": "registers/local (k<=32)", "sweet_level2<128,0>":
                             "local (k<=128)", "sweet_level2<0,0>": "global (slot-major)"}.get(name, "none (partial)"),
                  distinct_rows=int(n) if dup is not None else None, times=times)
+    if gate_stats is not None:
+        stats["gate"] = gate_stats
     logger.debug("sweet gpu: %s", stats)
     if qsel is not None:
         sel = cp.asarray(qsel)
