@@ -158,6 +158,16 @@ def run(args, save):
             rec = {"case": name, "n": int(X.shape[0]), "m": int((X if all_points else Q).shape[0]),
                    "dim": int(X.shape[1]), "k": k, "all_points": all_points, "times_s": {}}
             try:
+                if gpu and args.api_only:
+                    # only these methods through knnkit.knn (no engine calls, no distance check)
+                    for meth in args.api_only.split(","):
+                        rec["times_s"][f"api_{meth}"] = timed(
+                            lambda meth=meth: knnkit.knn(Xd, None if all_points else Qd, k=k, method=meth),
+                            args.repeats, sync)[0]
+                    print(json.dumps({a: rec.get(a) for a in ("case", "dim", "k", "times_s")}), flush=True)
+                    results.append(rec)
+                    save(results)
+                    continue
                 if gpu:
                     t, (d, i, stats) = timed(lambda: sweet_knn(Xd, Qd, k, metric="l2", exclude_self=all_points),
                                             args.repeats, sync)
@@ -219,6 +229,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gemm-cpu", action="store_true", help="also time knnkit's CPU GEMM path (slow on few cores)")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
+    ap.add_argument("--api-only", default=None,
+                    help="GPU: time only these knnkit.knn methods (e.g. auto,gemm), nothing else")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()

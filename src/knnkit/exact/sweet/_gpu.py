@@ -451,9 +451,14 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None):
             # the savings on a random sample of queries first (their rows are written again below)
             min_saved, sample = float(gate[0]), int(gate[1])
             pick = np.sort(np.random.default_rng([seed, 7]).choice(nq_total, size=sample, replace=False))
-            qseq_all, nq_all = qseq, nq_total
+            qseq_all, nq_all, parts_all = qseq, nq_total, parts
             qseq, nq_total = qseq_all[cp.asarray(pick)], sample  # (in cluster order: the remapping holds)
+            # several threads per query, as the separate estimate ran it: one thread per query
+            # left 256 threads scanning alone (uniform 16-D 500k: ~0.5 s before giving way), and
+            # the split's counts (a shared bound) are the ones the thresholds were measured with
+            parts = _choose_parts(cp, params, sample, lambda: float(ncand_sum) / max(1, mq))
             retry_on_oom(run_full, min(chunk, sample), what="sweet level-2 filter")
+            parts = parts_all
             saved = 1.0 - float(cp.stack(ndist).sum()) / (float(sample) * n)
             gate_stats = {"min_saved": min_saved, "sample": sample, "saved_estimate": saved,
                           "passed": saved >= min_saved}
