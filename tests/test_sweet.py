@@ -471,3 +471,21 @@ def test_exact_graph_takes_sweet_where_it_pays(rng):
     np.testing.assert_array_equal(np.asarray(g.distances), D)
     # inner product never takes Sweet KNN
     assert _brute.brute_graph(X[:3000], 5, metric="ip")[2]["exact_method"] == "gemm"
+
+
+def test_gated_auto_path_on_the_cpu_is_the_estimate(monkeypatch):
+    """SWEET_AUTO_GATE asks the GPU's Sweet KNN to estimate inside its run; the CPU keeps the
+    separate estimate (and the decision it makes) whatever the switch says."""
+    from knnkit._core.prepare import prepare
+    from knnkit.api import exact as api_exact
+
+    rng = np.random.default_rng(3)
+    X = rng.random((20_000, 12), dtype=np.float32)
+    P = prepare(X, metric="sqeuclidean", device="cpu")
+    m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
+    assert need is None and m.name in ("sweet", "gemm")
+    assert m.name == api_exact.choose_exact_method("auto", P, None, 10).name
+    monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)
+    d, i, _st = api_exact.exact_search(P, None, 5, method="auto")
+    d0, i0, _ = api_exact.exact_search(P, None, 5, method="gemm")
+    np.testing.assert_array_equal(i, i0)

@@ -318,7 +318,7 @@ def test_duplicate_gate_count_on_device(rng):
 
 
 @pytest.mark.gpu
-def test_gate_runs_or_gives_way(rng):
+def test_gate_runs_or_gives_way(rng, monkeypatch):
     """gate=(min_saved, sample): Sweet KNN checks its savings on a sample after level 1 and either
     finishes (the GEMM path's answer) or returns None with the estimate, which agrees with
     estimate_savings; knnkit.knn(method="auto") then answers by GEMM (stats["sweet_gate"])."""
@@ -338,6 +338,9 @@ def test_gate_runs_or_gives_way(rng):
     d, i, st = sweet_knn(Xu, Xu, 10, exclude_self=True, gate=(0.95, 256))
     assert d is None and i is None and not st["gate"]["passed"]
     assert abs(st["gate"]["saved_estimate"] - estimate_savings(Xu, None, 10, sample=256)) < 0.05
+    from knnkit.api import exact as api_exact
+
+    monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)  # (off by default: see its note)
     P = prepare(Xu, metric="sqeuclidean", device="gpu")
     d, i, st = exact_search(P, None, 10, method="auto")
     assert st.get("sweet_gate", {}).get("passed") is False

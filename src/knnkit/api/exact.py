@@ -202,6 +202,15 @@ def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", devic
     return wrap_output(d, out), wrap_output(i, out)
 
 
+#: ``method="auto"`` on the GPU asks Sweet KNN to estimate its savings inside the run (``gate`` of
+#: :func:`knnkit.exact.sweet.sweet_knn`) instead of a separate estimate first. Off: measured on an
+#: H100 (500k all points, ``benchmarks/results/h100-2026-11-26-s13/sweet/bench_sweet_gpu_gate.json``)
+#: the first version was slower than the separate estimate (uniform 16-D 1.46-2.08 s against GEMM's
+#: 0.99-1.09 s, its sample run one thread per query; clustered 16-D / 32-D unchanged, 1.09-1.11x /
+#: 1.09x of Sweet KNN alone). The sample run now splits its queries as the estimate did; not measured.
+SWEET_AUTO_GATE = False
+
+
 def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
     """The registered exact method for ``method``. ``"auto"``: Sweet KNN where its filters save
     nearly every distance (low dimension, Euclidean, a problem large enough for the GEMM to cost
@@ -243,7 +252,10 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
     seed = seed_from(0 if random_state is None else random_state)
     # GEMM parameters given (precision, batch_size, ExactParams) are a request for the GEMM path
     gemm_asked = isinstance(params, ExactParams) or any(v is not None for v in (shortcuts or {}).values())
-    m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked, gated=True)
+    if SWEET_AUTO_GATE:
+        m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked, gated=True)
+    else:
+        m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked), None
     if need is not None:
         # Sweet KNN estimates its own savings after level 1 and gives way to the GEMM path below
         # them (no separate estimate: it repeated the clusters and level 1)
