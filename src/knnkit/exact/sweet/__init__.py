@@ -89,7 +89,7 @@ def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0, 
 
         X = np.ascontiguousarray(X, dtype=np.float32)
         Q = X if exclude_self else np.ascontiguousarray(Q, dtype=np.float32)
-        return sweet_cpu(X, Q, k, params, int(seed), bool(exclude_self))
+        return sweet_cpu(X, Q, k, params, int(seed), bool(exclude_self), gate=gate)
     from ._gpu import sweet_gpu
 
     return sweet_gpu(X, Q, k, params, int(seed), bool(exclude_self), gate=gate)

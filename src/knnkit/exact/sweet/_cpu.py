@@ -1251,8 +1251,10 @@ def _choose_parts(params, m, mean_cand):
     return int(max(1 if params.parallelism != "split" else 2, min(want, 64, max(1, int(mean_cand)))))
 
 
-def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None):
+def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None):
     """Sweet KNN join on the CPU; ``qsel`` restricts level 2 to some query rows (estimates).
+    ``gate`` is the GPU twin's in-run savings check; the CPU ignores it (its ``method="auto"``
+    estimates first, :func:`knnkit.exact.sweet.sweet_pays`) and always finishes the join.
 
     All-points joins whose rows repeat often (``_find_duplicates``) run on the distinct rows: each
     distinct row's k + 1 nearest original rows (self included) are found once, every copy offered
