@@ -74,8 +74,9 @@ EXACT_FALLBACK_MAX_WORK = {"gpu": 4e14, "cpu": 1.25e12 * max(1, os.cpu_count() o
 #: and the exact graph is affordable: the descent is bound to stall there and the exact graph to
 #: follow, so its iterations are time lost (1M x 128 on an H100: ~0.3 s of a 1.5 s knn_graph).
 #: Where the descent stalled and where it converged (recall estimate >= 0.99), ``benchmarks/lid_vs_stall.py``:
-#: 30k, CPU (``benchmarks/results/cpu/lid_vs_stall_30k.json``): stalled at LID 23.0-61.2 (uniform
-#: 32-128-d, broad clusters 64-128-d), converged at 11.9-31.3 (tight clusters 31.3, broad 32-d 22.0);
+#: 30k, CPU (``benchmarks/results/cpu/lid_vs_stall_cpu_30000.json``): stalled at LID 23.0-61.2 (uniform
+#: 32-128-d, broad clusters 64-128-d), converged at 11.9-45.4 (tight clusters 30.6 / 45.4, broad 32-d
+#: 22.0); the verdict there: uniform 96 / 128-d 3.34 / 3.81 s -> 2.31 / 2.81 s;
 #: 1M, H100 (``benchmarks/results/h100-2026-11-26-s13/verdict/``): stalled at 25.1-69.1 (uniform and
 #: broad 32-128-d), converged at 14.0-44.7 (tight clusters 30.5 / 44.7, clustered 25.0, SIFT-like
 #: 20.2). LID alone does not separate the two below ~45 (tight clusters), so there the stall watch
