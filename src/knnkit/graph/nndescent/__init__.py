@@ -50,7 +50,12 @@ class NNDescentParams(Params):
     target_recall : float or None, default 0.99
         After the descent, recall@k is estimated on 1000 sampled rows against exact neighbours
         (``stats["recall_estimate"]``); below the target, up to two more rounds continue from the
-        lists with 1.5x longer internal lists (``stats["target_rounds"]``). None: no estimate.
+        lists with 1.5x longer internal lists (``stats["target_rounds"]``). Where the exact graph
+        is affordable, a descent bound to end far below the target gives way to it: before the
+        descent when the data's local intrinsic dimension is at least
+        :data:`knnkit.graph.STALL_LID` (``stats["stalled"]["before_descent"]``), else when the
+        descent's extrapolated recall stalls (``stats["stalled"]``); ``stats["exact_fallback"]``
+        says so. None: no estimate and no exact fallback.
     init : {"auto", "random", "rpforest", "rsfk"}
         Initial lists. Every forest is the one RSFK forest (:mod:`knnkit.graph.rsfk`);
         :func:`forest_init_params` gives its settings. ``"rsfk"``: two random-sample trees with
