@@ -146,6 +146,13 @@ def run(args, save):
 
         from knnkit.exact._cpu import knn_cpu
     results = []
+
+    def time_api(rec, methods, Xd, Qd, k, all_points):
+        # the public entry, each method ("auto" must stay within 10 % of the better of the other two)
+        for meth in methods:
+            rec["times_s"][f"api_{meth}"] = timed(
+                lambda meth=meth: knnkit.knn(Xd, None if all_points else Qd, k=k, method=meth), args.repeats, sync)[0]
+
     only = None if args.cases is None else set(args.cases.split(","))
     for name, X, Q, ks in cases(args.quick, args.device):
         if only is not None and name not in only:
@@ -160,10 +167,7 @@ def run(args, save):
             try:
                 if gpu and args.api_only:
                     # only these methods through knnkit.knn (no engine calls, no distance check)
-                    for meth in args.api_only.split(","):
-                        rec["times_s"][f"api_{meth}"] = timed(
-                            lambda meth=meth: knnkit.knn(Xd, None if all_points else Qd, k=k, method=meth),
-                            args.repeats, sync)[0]
+                    time_api(rec, args.api_only.split(","), Xd, Qd, k, all_points)
                     print(json.dumps({a: rec.get(a) for a in ("case", "dim", "k", "times_s")}), flush=True)
                     results.append(rec)
                     save(results)
@@ -174,11 +178,7 @@ def run(args, save):
                     rec["times_s"]["sweet"] = t
                     tg, (dg, ig) = timed(lambda: knn_gpu(Xd, Qd, k, "l2", all_points), args.repeats, sync)
                     rec["times_s"]["gemm"] = tg
-                    # the public entry: "auto" must stay within 10 % of the better of the other two
-                    for meth in ("auto", "sweet", "gemm"):
-                        rec["times_s"][f"api_{meth}"] = timed(
-                            lambda meth=meth: knnkit.knn(Xd, None if all_points else Qd, k=k, method=meth),
-                            args.repeats, sync)[0]
+                    time_api(rec, ("auto", "sweet", "gemm"), Xd, Qd, k, all_points)
                     dk, dgk = d[:, -1].get(), dg[:, -1].get()
                     if brute_force is not None:
                         try:

@@ -216,29 +216,44 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
     nearly every distance (low dimension, Euclidean, a problem large enough for the GEMM to cost
     something; estimated on a sample of queries), the GEMM path otherwise.
 
-    ``gated=True`` (the GPU's search itself): where the estimate would decide, returns Sweet KNN
-    and the savings it must reach, ``(method, min_saved)``, for a run that estimates them itself
-    (``gate`` of :func:`knnkit.exact.sweet.sweet_knn`); else ``(method, None)``."""
+    ``gated=True`` (the search itself) returns ``(method, min_saved)``: with ``SWEET_AUTO_GATE``
+    on, where the estimate would decide on the GPU, Sweet KNN and the savings it must reach, for a
+    run that estimates them itself (``gate`` of :func:`knnkit.exact.sweet.sweet_knn`); else
+    ``(method, None)``."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     need = None
     if method == "auto":
-        from ..exact.sweet import estimate_savings, sweet_threshold
+        from ..exact.sweet import SWEET_AUTO_SAMPLE, estimate_savings, sweet_threshold
 
         l2_like = P.internal == "l2" or P.metric == "cosine"  # cosine: unit rows, squared L2
         QX = None if Q is None else Q.X
         sweet = allow_sweet and l2_like and sweet_threshold(P.X, QX, k, device=P.device)
         if not isinstance(sweet, bool):
-            from ..exact.sweet import SWEET_AUTO_SAMPLE
-
             m = P.n if Q is None else Q.n
-            if gated and P.device == "gpu" and m >= 4 * SWEET_AUTO_SAMPLE:  # (the run's own sample)
+            if gated and SWEET_AUTO_GATE and P.device == "gpu" and m >= 4 * SWEET_AUTO_SAMPLE:  # (its own sample)
                 need, sweet = sweet, True
             else:
                 sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed) >= sweet
         method = "sweet" if sweet else "gemm"
     m = REGISTRY.get("exact", method, device=P.device, metric=P.metric)
     return (m, need) if gated else m
+
+
+def _engine_params(m, params, shortcuts, device):
+    """The parameter object of method ``m`` from the user's ``params`` and GEMM ``shortcuts``."""
+    cls = m.params_class()
+    if cls is ExactParams:
+        params = merge_params(cls, params, **(shortcuts or {}))
+    else:
+        given = [name for name, v in (shortcuts or {}).items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to method='gemm', not {m.name!r}")
+        params = merge_params(cls, params)
+    if device == "cpu" and getattr(params, "precision", "exact") != "exact":
+        raise ValueError(f"precision={params.precision!r} needs the GPU (tensor cores); the CPU path is always "
+                         f"exact: use precision='exact' or device='gpu'")
+    return params
 
 
 def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_state=None):
@@ -252,45 +267,34 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
     seed = seed_from(0 if random_state is None else random_state)
     # GEMM parameters given (precision, batch_size, ExactParams) are a request for the GEMM path
     gemm_asked = isinstance(params, ExactParams) or any(v is not None for v in (shortcuts or {}).values())
-    if SWEET_AUTO_GATE:
-        m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked, gated=True)
-    else:
-        m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked), None
-    if need is not None:
-        # Sweet KNN estimates its own savings after level 1 and gives way to the GEMM path below
-        # them (no separate estimate: it repeated the clusters and level 1)
-        from ..exact.sweet import SWEET_AUTO_SAMPLE
-
-        via_l2 = P.metric == "cosine"
-        with device_scope(P.device, P.device_id):
-            d, i, stats = m.load_engine()(P.X, P.X if self_excluded else Q.X, k, metric="l2" if via_l2 else P.internal,
-                                          exclude_self=self_excluded, params=merge_params(m.params_class(), params),
-                                          seed=seed, gate=(need, SWEET_AUTO_SAMPLE))
-            if d is not None:
-                return _finish(P, Q, k, d, i, stats, via_l2)
-        gate = stats["gate"]
-        m = REGISTRY.get("exact", "gemm", device=P.device, metric=P.metric)
-    cls = m.params_class()
-    if cls is ExactParams:
-        params = merge_params(cls, params, **(shortcuts or {}))
-    else:
-        given = [name for name, v in (shortcuts or {}).items() if v is not None]
-        if given:
-            raise ValueError(f"{', '.join(given)} apply to method='gemm', not {m.name!r}")
-        params = merge_params(cls, params)
-    if P.device == "cpu" and getattr(params, "precision", "exact") != "exact":
-        raise ValueError(f"precision={params.precision!r} needs the GPU (tensor cores); the CPU path is always "
-                         f"exact: use precision='exact' or device='gpu'")
+    m, need = choose_exact_method(method, P, Q, k, seed, allow_sweet=not gemm_asked, gated=True)
     with device_scope(P.device, P.device_id):
         X = P.X
-        # cosine through normalisation: the prepared rows are unit vectors, where the squared
-        # Euclidean distance 2 - 2cos ranks as cosine does and obeys the triangle inequality
-        # Sweet KNN's bounds need; it goes back to the internal form -cos below
-        via_l2 = m.name == "sweet" and P.metric == "cosine"
-        d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric="l2" if via_l2 else P.internal,
-                                      exclude_self=self_excluded, params=params, seed=seed)
-        if need is not None:
-            stats["sweet_gate"] = gate  # why Sweet KNN gave way
+
+        def run(m, gate=None):
+            # cosine through normalisation: the prepared rows are unit vectors, where the squared
+            # Euclidean distance 2 - 2cos ranks as cosine does and obeys the triangle inequality
+            # Sweet KNN's bounds need; it goes back to the internal form -cos in _finish
+            via_l2 = m.name == "sweet" and P.metric == "cosine"
+            extra = {} if gate is None else {"gate": gate}
+            d, i, stats = m.load_engine()(X, X if self_excluded else Q.X, k, metric="l2" if via_l2 else P.internal,
+                                          exclude_self=self_excluded, params=_engine_params(m, params, shortcuts,
+                                                                                            P.device),
+                                          seed=seed, **extra)
+            return d, i, stats, via_l2
+
+        if need is None:
+            d, i, stats, via_l2 = run(m)
+        else:
+            from ..exact.sweet import SWEET_AUTO_SAMPLE
+
+            # Sweet KNN estimates its own savings after level 1 and gives way to the GEMM path below
+            # them (no separate estimate: it repeated the clusters and level 1)
+            d, i, stats, via_l2 = run(m, gate=(need, SWEET_AUTO_SAMPLE))
+            if d is None:
+                gate = stats["gate"]
+                d, i, stats, via_l2 = run(REGISTRY.get("exact", "gemm", device=P.device, metric=P.metric))
+                stats["sweet_gate"] = gate  # why Sweet KNN gave way
         return _finish(P, Q, k, d, i, stats, via_l2)
 
 

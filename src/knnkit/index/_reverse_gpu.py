@@ -24,6 +24,8 @@ keeps the original order of a row that does not overflow: the edge sets are the 
 against ``add_reverse_edges``.
 """
 
+import time
+
 import numpy as np
 
 from .._core.backend import get_array_module
@@ -218,8 +220,6 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
     import cupy as cp
 
     from ._prune_gpu import prune_gpu
-
-    import time
 
     cap = int(R if cap is None else cap)
     t0 = time.perf_counter()
