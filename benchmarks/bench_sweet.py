@@ -149,9 +149,20 @@ def run(args, save):
 
     def time_api(rec, methods, Xd, Qd, k, all_points):
         # the public entry, each method ("auto" must stay within 10 % of the better of the other two)
+        # "auto_gate" / "auto_nogate": method="auto" with knnkit.api.exact.SWEET_AUTO_GATE on / off
+        # (the estimate inside Sweet KNN's own run, or a separate one first); "auto": the default
+        from knnkit.api import exact as api_exact
+
         for meth in methods:
-            rec["times_s"][f"api_{meth}"] = timed(
-                lambda meth=meth: knnkit.knn(Xd, None if all_points else Qd, k=k, method=meth), args.repeats, sync)[0]
+            gate0 = api_exact.SWEET_AUTO_GATE
+            api_exact.SWEET_AUTO_GATE = {"auto_gate": True, "auto_nogate": False}.get(meth, gate0)
+            try:
+                rec["times_s"][f"api_{meth}"] = timed(
+                    lambda meth=meth: knnkit.knn(Xd, None if all_points else Qd, k=k,
+                                                 method="auto" if meth.startswith("auto") else meth),
+                    args.repeats, sync)[0]
+            finally:
+                api_exact.SWEET_AUTO_GATE = gate0
 
     only = None if args.cases is None else set(args.cases.split(","))
     for name, X, Q, ks in cases(args.quick, args.device):
@@ -230,7 +241,8 @@ def main():
     ap.add_argument("--gemm-cpu", action="store_true", help="also time knnkit's CPU GEMM path (slow on few cores)")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     ap.add_argument("--api-only", default=None,
-                    help="GPU: time only these knnkit.knn methods (e.g. auto,gemm), nothing else")
+                    help="GPU: time only these knnkit.knn methods (e.g. auto,gemm; auto_gate / auto_nogate = auto "
+                         "with SWEET_AUTO_GATE on / off), nothing else")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()

@@ -225,6 +225,23 @@ def test_estimate_savings(rng):
     assert estimate_savings(Y, None, 10, sample=200) < est
 
 
+def test_estimate_savings_stops_after_level1(rng):
+    """With ``need``, the estimate returns level 1's exact fraction (all queries) when it already
+    reaches ``need``; it is a lower bound of the full estimate. Below ``need`` it runs the sample."""
+    from knnkit.exact.sweet._cpu import sweet_cpu
+
+    centres = rng.standard_normal((40, 3)).astype(np.float32) * 40
+    X = (centres[rng.integers(0, 40, 6000)] + rng.standard_normal((6000, 3)).astype(np.float32) * 0.5).astype(np.float32)
+    full = estimate_savings(X, None, 10, sample=300)
+    sel = np.arange(0, 6000, 20)
+    d, i, st = sweet_cpu(X, X, 10, SweetParams(), 0, True, qsel=sel, enough=0.5)
+    assert d is None and i is None and st["early"] and st["saved_level1"] >= 0.5
+    early = estimate_savings(X, None, 10, sample=300, need=0.5)
+    assert early == pytest.approx(st["saved_level1"]) and 0.5 <= early <= full + 1e-9
+    # a need above level 1's fraction runs the sampled level 2: the same value as without need
+    assert estimate_savings(X, None, 10, sample=300, need=0.999999) == pytest.approx(full)
+
+
 def test_validation():
     X = np.zeros((10, 2), np.float32)
     with pytest.raises(ValueError, match="n_landmarks_data"):

@@ -140,6 +140,10 @@ def test_estimate_savings_gpu(rng):
     X = (centres[rng.integers(0, 30, 20000)] + rng.standard_normal((20000, 3)).astype(np.float32)).astype(np.float32)
     est = estimate_savings(cp.asarray(X), None, 10, sample=500)
     assert 0.9 < est <= 1.0
+    early = estimate_savings(cp.asarray(X), None, 10, sample=500, need=0.5)  # level 1 suffices
+    assert 0.5 <= early <= est + 1e-9
+    cpu = estimate_savings(X, None, 10, sample=500, need=0.5)
+    assert early == pytest.approx(cpu, abs=0.05)
 
 
 def test_ip_rejected_gpu():
@@ -332,6 +336,9 @@ def test_gate_runs_or_gives_way(rng, monkeypatch):
     Xc = cp.asarray(centres[rng.integers(0, 50, 40_000)] + rng.standard_normal((40_000, 16)).astype(np.float32) * 0.3)
     d, i, st = sweet_knn(Xc, Xc, 10, exclude_self=True, gate=(0.95, 256))
     assert st["gate"]["passed"] and st["gate"]["saved_estimate"] >= 0.95
+    assert st["gate"]["sample"] == 0  # level 1 alone saved enough: no sample run
+    d2, _i2, st2 = sweet_knn(Xc, Xc, 10, exclude_self=True, gate=(0.9999, 256))  # level 1 short: the sample
+    assert st2["gate"]["sample"] == 256 and (d2 is None) == (not st2["gate"]["passed"])
     d0, i0 = knnkit.knn(Xc, k=10, method="gemm")
     np.testing.assert_allclose(cp.asnumpy(d), cp.asnumpy(d0), rtol=1e-4, atol=1e-4)
     Xu = cp.asarray(rng.random((40_000, 16), dtype=np.float32))

@@ -234,7 +234,7 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
             if gated and SWEET_AUTO_GATE and P.device == "gpu" and m >= 4 * SWEET_AUTO_SAMPLE:  # (its own sample)
                 need, sweet = sweet, True
             else:
-                sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed) >= sweet
+                sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=sweet) >= sweet
         method = "sweet" if sweet else "gemm"
     m = REGISTRY.get("exact", method, device=P.device, metric=P.metric)
     return (m, need) if gated else m

@@ -95,11 +95,12 @@ def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0, 
     return sweet_gpu(X, Q, k, params, int(seed), bool(exclude_self), gate=gate)
 
 
-def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
+def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None, need=None):
     """Fraction of the ``m * n`` distance computations the filters would save.
 
     Clusters and level 1 are built on the full sets; level 2 runs on ``sample`` random queries
-    (counting only). ``Q=None`` or ``Q is X`` estimates the all-points join. Used by
+    (counting only), unless ``need`` is given and level 1 alone already saves that much over all
+    queries (then level 1's exact fraction is returned: a lower bound, at least ``need``). ``Q=None`` or ``Q is X`` estimates the all-points join. Used by
     ``method="auto"`` to choose between Sweet KNN and the GEMM path.
 
     Parameters
@@ -110,6 +111,8 @@ def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
         Queries on which the level-2 filter is run.
     seed : int
     params : SweetParams, optional
+    need : float, optional
+        The fraction the caller asks for (``method="auto"``); lets the estimate stop after level 1.
 
     Returns
     -------
@@ -127,11 +130,11 @@ def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None):
 
         _, _, stats = sweet_cpu(np.ascontiguousarray(X, np.float32), Q if all_points else
                                 np.ascontiguousarray(Q, np.float32), int(k), params, int(seed), all_points,
-                                qsel=sel)
+                                qsel=sel, enough=need)
     else:
         from ._gpu import sweet_gpu
 
-        _, _, stats = sweet_gpu(X, Q, int(k), params, int(seed), all_points, qsel=sel)
+        _, _, stats = sweet_gpu(X, Q, int(k), params, int(seed), all_points, qsel=sel, enough=need)
     return float(stats["saved_total"])
 
 
@@ -190,4 +193,4 @@ def sweet_pays(X, Q, k, *, device, seed=0):
     need = sweet_threshold(X, Q, k, device=device)
     if isinstance(need, bool):
         return need
-    return estimate_savings(X, Q, k, sample=SWEET_AUTO_SAMPLE, seed=seed) >= need
+    return estimate_savings(X, Q, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=need) >= need
