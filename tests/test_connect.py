@@ -121,6 +121,60 @@ def test_repair_orphans_and_ip(rng):
     assert (g2 != g).sum(axis=1).max() <= 2
 
 
+def _knn_graph_with_orphans(rng, n=3000, d=24, R=8):
+    """A full-rowed exact k-NN graph on uniform data (some nodes have no in-link at all) and a few
+    entry points: one weak component with some nodes no entry reaches."""
+    X = rng.random((n, d), dtype=np.float32)
+    _d, i = knnkit.knn(X, k=R, device="cpu")
+    return X, np.asarray(i, np.int32)
+
+
+def test_few_unreachable_repair_without_bfs_tree(rng):
+    """The device path's repair of a few unreachable nodes (run here on numpy with the host BFS):
+    everything reachable afterwards, rows full, at most R // 2 repair links per row, only the
+    links it reports, and every link r -> u joins u to one of its own reachable out-neighbours."""
+    from knnkit.index._connect import _repair_few_on_device
+
+    X, g = _knn_graph_with_orphans(rng)
+    entry = np.array([0, 1, 2], np.int64)
+    before = ~reachable_from(g, entry)
+    assert 0 < before.sum() <= 4096 and components(g)[1] == 1
+    g2 = g.copy()
+    added, rounds, m0 = _repair_few_on_device(g2, entry, mask_fn=reachable_from)
+    assert m0 == before.sum() and rounds >= 1 and added >= m0
+    assert _scipy_reach(g2, entry).all() and (g2 >= 0).all()
+    changed = g2 != g
+    assert changed.sum() == added
+    assert changed.sum(axis=1).max() <= g.shape[1] // 2
+    r, c = np.nonzero(changed)
+    u = g2[r, c]
+    assert all(r_ in g[u_] for r_, u_ in zip(r, u))  # r was an out-neighbour of u
+    # the host path (the CPU's, and the GPU's fallback) reaches the same end its own way
+    g3, st = repair_connectivity(X, g, metric="l2", entry_ids=entry)
+    assert st["unreachable_after"] == 0 and _scipy_reach(g3, entry).all()
+
+
+def test_few_unreachable_repair_gives_way(rng):
+    """A node whose out-neighbours are all unreachable too (a closed pair) cannot be linked from
+    its own list: the device repair returns None (the host path then links it by distance)."""
+    from knnkit.index._connect import _repair_few_on_device
+
+    n = 50
+    g = np.full((n, 4), -1, np.int32)
+    g[:48, 0] = (np.arange(48) + 1) % 48      # a ring over 0..47
+    g[48, 0], g[49, 0] = 49, 48              # a closed pair, linked into the ring by nothing
+    g[48, 1] = 0                              # (weakly connected through 48 -> 0)
+    g2 = g.copy()
+    out = _repair_few_on_device(g2, np.array([0]), mask_fn=reachable_from)
+    # 48 has a reachable out-neighbour (0): linked; then 49 is reached through 48 -> 49
+    assert out is not None and _scipy_reach(g2, [0]).all()
+    g4 = np.full((n, 4), -1, np.int32)
+    g4[:48, 0] = (np.arange(48) + 1) % 48
+    g4[48, 0], g4[49, 0] = 49, 48
+    g4[0, 1] = 47  # the pair is its own weak component here; only its out-lists matter below
+    assert _repair_few_on_device(g4.copy(), np.array([0]), mask_fn=reachable_from) is None
+
+
 def test_repair_in_place_and_full_rows(clustered_graph):
     X, g = clustered_graph
     g = g.copy()

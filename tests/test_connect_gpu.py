@@ -223,3 +223,27 @@ def test_repair_gpu_kernel_path_equals_old_path_when_repairing(data, monkeypatch
     assert np.array_equal(g_new.get(), g_old.get())
     assert {k: v for k, v in st_new.items() if "seconds" not in k} == \
         {k: v for k, v in st_old.items() if "seconds" not in k}
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_few_unreachable_repaired_on_the_device(rng, copy):
+    """One component with a few unreachable nodes: repaired on the device (no host copy of the
+    graph), the same links as the same rule run on numpy with the host BFS, everything reachable."""
+    import cupy as cp
+
+    from knnkit.index._connect import _repair_few_on_device
+
+    X = rng.random((5000, 24), dtype=np.float32)
+    _d, i = knnkit.knn(X, k=8, device="cpu")
+    g = np.asarray(i, np.int32)
+    entry = np.array([0, 1, 2], np.int64)
+    m0 = int((~reachable_from(g, entry)).sum())
+    assert 0 < m0 <= 4096 and components(g)[1] == 1
+    ref = g.copy()
+    _repair_few_on_device(ref, entry, mask_fn=reachable_from)
+    gd = cp.asarray(g)
+    g2, st = repair_connectivity(cp.asarray(X), gd, metric="l2", entry_ids=entry, copy=copy)
+    assert st.get("reach_placement") == "device" and st["unreachable_before"] == m0
+    assert st["unreachable_after"] == 0 and (g2 is gd) == (not copy)
+    assert np.array_equal(g2.get(), ref)
+    assert reachable_from(g2.get(), entry).all()

@@ -347,7 +347,7 @@ def test_gate_runs_or_gives_way(rng, monkeypatch):
     assert abs(st["gate"]["saved_estimate"] - estimate_savings(Xu, None, 10, sample=256)) < 0.05
     from knnkit.api import exact as api_exact
 
-    monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)  # (off by default: see its note)
+    monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)  # (the default; set for the test)
     P = prepare(Xu, metric="sqeuclidean", device="gpu")
     d, i, st = exact_search(P, None, 10, method="auto")
     assert st.get("sweet_gate", {}).get("passed") is False

@@ -203,12 +203,15 @@ def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", devic
 
 
 #: ``method="auto"`` on the GPU asks Sweet KNN to estimate its savings inside the run (``gate`` of
-#: :func:`knnkit.exact.sweet.sweet_knn`) instead of a separate estimate first. Off: measured on an
-#: H100 (500k all points, ``benchmarks/results/h100-2026-11-26-s13/sweet/bench_sweet_gpu_gate.json``)
-#: the first version was slower than the separate estimate (uniform 16-D 1.46-2.08 s against GEMM's
-#: 0.99-1.09 s, its sample run one thread per query; clustered 16-D / 32-D unchanged, 1.09-1.11x /
-#: 1.09x of Sweet KNN alone). The sample run now splits its queries as the estimate did; not measured.
-SWEET_AUTO_GATE = False
+#: :func:`knnkit.exact.sweet.sweet_knn`) instead of a separate estimate first: the run keeps its
+#: clusters and level 1, passes at once when level 1 alone saves enough (its count over all queries
+#: is exact), and otherwise samples level 2 before finishing or giving way to the GEMM path.
+#: H100, 500k all points (``benchmarks/results/h100-2026-11-26-s14/sweet/``), auto against the
+#: better of Sweet KNN and GEMM: clustered 16 / 32 / 64-D 1.00-1.01x with the gate, 1.05-1.07x with
+#: the separate estimate; uniform 16-D 1.02-1.05x (1.01-1.04x); uniform 64-D 1.05-1.09x (1.06-1.09x).
+#: (The first gate, one thread per sampled query and no level-1 shortcut, was slower: uniform 16-D
+#: 1.46-2.08 s against GEMM's ~1.0 s.)
+SWEET_AUTO_GATE = True
 
 
 def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):

@@ -280,7 +280,7 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
 
 
 #: The first prune leaves out the hubs, whose rows the hub pass writes anyway (same graph; off
-#: only for the A/B in ``benchmarks/reverse_hub_ab.py``).
+#: only for the A/B in ``benchmarks/build_flag_ab.py``).
 FIRST_PASS_SKIPS_HUBS = True
 
 #: Hubs (nodes with more new reverse edges than the first pass offers) are re-pruned over up to this

@@ -184,9 +184,10 @@ SWEET_AUTO_SAMPLE = 256
 
 def sweet_pays(X, Q, k, *, device, seed=0):
     """True when Sweet KNN should answer this squared-L2 exact search instead of the GEMM path
-    (the exact graph of :func:`knnkit.knn_graph`; ``knnkit.knn(method="auto")`` decides the same
-    way, unless ``knnkit.api.exact.SWEET_AUTO_GATE`` asks the GPU run to estimate inside Sweet
-    KNN, see ``gate`` of :func:`sweet_knn`).
+    (the exact graph of :func:`knnkit.knn_graph`, and ``knnkit.knn(method="auto")`` on the CPU;
+    on the GPU ``knnkit.knn`` estimates inside the Sweet KNN run instead, see
+    ``knnkit.api.exact.SWEET_AUTO_GATE`` and ``gate`` of :func:`sweet_knn`). The estimate stops
+    after level 1 when level 1 alone saves what is asked.
 
     ``X`` prepared data (n, d), ``Q`` prepared queries or None (all points); the caller has
     checked that the internal metric is squared L2."""
