@@ -16,6 +16,8 @@ echo "tests $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|FAILED|Error" "$o
 timeout 200 $py benchmarks/build_flag_ab.py --flag few --sets uniform_d128,sift_like_u8 --rounds 2 --out "$out" > "$out/build_ab_few.log" 2>&1
 echo "few rc=$? $(( $(date +%s) - t0 )) s"; grep -o '"FEW_ON_DEVICE[^}]*}[^}]*}' "$out/build_ab_few.log" | cut -c1-420
 grep identical "$out/build_ab_few.log"
-timeout 150 $py benchmarks/bench_sweet.py --device gpu --repeats 3 --cases uniform_d32,clustered_d16 \
-    --api-only auto,gemm --tag _gate_default --out "$out" > "$out/sweet_c.log" 2>&1
+timeout 100 $py benchmarks/bench_sweet.py --device gpu --repeats 3 --cases uniform_d32 \
+    --api-only auto,gemm --tag _gate_default_u32 --out "$out" > "$out/sweet_c.log" 2>&1
+timeout 100 $py benchmarks/bench_sweet.py --device gpu --repeats 3 --cases clustered_d16 \
+    --api-only auto,sweet,gemm --tag _gate_default_c16 --out "$out" >> "$out/sweet_c.log" 2>&1
 echo "sweet rc=$? $(( $(date +%s) - t0 )) s"; grep times_s "$out/sweet_c.log" | cut -c1-300
