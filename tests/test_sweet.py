@@ -240,6 +240,15 @@ def test_estimate_savings_stops_after_level1(rng):
     assert early == pytest.approx(st["saved_level1"]) and 0.5 <= early <= full + 1e-9
     # a need above level 1's fraction runs the sampled level 2: the same value as without need
     assert estimate_savings(X, None, 10, sample=300, need=0.999999) == pytest.approx(full)
+    # a floor above level 1's fraction gives up after level 1 (auto above 16-D); below it, samples
+    d, i, st = sweet_cpu(X, X, 10, SweetParams(), 0, True, qsel=sel, hopeless=1.0)
+    assert d is None and st["early"] and st["saved_total"] == pytest.approx(st["saved_level1"])
+    assert estimate_savings(X, None, 10, sample=300, need=0.999999, floor=1e-9) == pytest.approx(full)
+    Y = rng.random((3000, 32), dtype=np.float32)  # uniform 32-D: level 1 saves (nearly) nothing
+    from knnkit.exact.sweet import level1_floor
+
+    assert level1_floor(Y) == 0.5 and level1_floor(X) is None
+    assert estimate_savings(Y, None, 10, sample=200, need=0.98, floor=level1_floor(Y)) < 0.5
 
 
 def test_validation():

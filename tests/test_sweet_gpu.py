@@ -339,6 +339,8 @@ def test_gate_runs_or_gives_way(rng, monkeypatch):
     assert st["gate"]["sample"] == 0  # level 1 alone saved enough: no sample run
     d2, _i2, st2 = sweet_knn(Xc, Xc, 10, exclude_self=True, gate=(0.9999, 256))  # level 1 short: the sample
     assert st2["gate"]["sample"] == 256 and (d2 is None) == (not st2["gate"]["passed"])
+    d3, _i3, st3 = sweet_knn(Xc, Xc, 10, exclude_self=True, gate=(0.9999, 256, 1.0))  # under the floor
+    assert d3 is None and st3["gate"]["sample"] == 0 and not st3["gate"]["passed"]
     d0, i0 = knnkit.knn(Xc, k=10, method="gemm")
     np.testing.assert_allclose(cp.asnumpy(d), cp.asnumpy(d0), rtol=1e-4, atol=1e-4)
     Xu = cp.asarray(rng.random((40_000, 16), dtype=np.float32))

@@ -219,15 +219,15 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
     nearly every distance (low dimension, Euclidean, a problem large enough for the GEMM to cost
     something; estimated on a sample of queries), the GEMM path otherwise.
 
-    ``gated=True`` (the search itself) returns ``(method, min_saved)``: with ``SWEET_AUTO_GATE``
-    on, where the estimate would decide on the GPU, Sweet KNN and the savings it must reach, for a
-    run that estimates them itself (``gate`` of :func:`knnkit.exact.sweet.sweet_knn`); else
-    ``(method, None)``."""
+    ``gated=True`` (the search itself) returns ``(method, (min_saved, level1_floor))``: with
+    ``SWEET_AUTO_GATE`` on, where the estimate would decide on the GPU, Sweet KNN, the savings it
+    must reach and the level-1 fraction below which it gives up at once, for a run that estimates
+    them itself (``gate`` of :func:`knnkit.exact.sweet.sweet_knn`); else ``(method, None)``."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     need = None
     if method == "auto":
-        from ..exact.sweet import SWEET_AUTO_SAMPLE, estimate_savings, sweet_threshold
+        from ..exact.sweet import SWEET_AUTO_SAMPLE, estimate_savings, level1_floor, sweet_threshold
 
         l2_like = P.internal == "l2" or P.metric == "cosine"  # cosine: unit rows, squared L2
         QX = None if Q is None else Q.X
@@ -235,9 +235,10 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
         if not isinstance(sweet, bool):
             m = P.n if Q is None else Q.n
             if gated and SWEET_AUTO_GATE and P.device == "gpu" and m >= 4 * SWEET_AUTO_SAMPLE:  # (its own sample)
-                need, sweet = sweet, True
+                need, sweet = (sweet, level1_floor(P.X)), True
             else:
-                sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=sweet) >= sweet
+                sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=sweet,
+                                         floor=level1_floor(P.X)) >= sweet
         method = "sweet" if sweet else "gemm"
     m = REGISTRY.get("exact", method, device=P.device, metric=P.metric)
     return (m, need) if gated else m
@@ -293,7 +294,7 @@ def exact_search(P, Q, k, *, method="auto", params=None, shortcuts=None, random_
 
             # Sweet KNN estimates its own savings after level 1 and gives way to the GEMM path below
             # them (no separate estimate: it repeated the clusters and level 1)
-            d, i, stats, via_l2 = run(m, gate=(need, SWEET_AUTO_SAMPLE))
+            d, i, stats, via_l2 = run(m, gate=(need[0], SWEET_AUTO_SAMPLE, need[1]))
             if d is None:
                 gate = stats["gate"]
                 d, i, stats, via_l2 = run(REGISTRY.get("exact", "gemm", device=P.device, metric=P.metric))

@@ -1251,12 +1251,13 @@ def _choose_parts(params, m, mean_cand):
     return int(max(1 if params.parallelism != "split" else 2, min(want, 64, max(1, int(mean_cand)))))
 
 
-def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None):
+def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None):
     """Sweet KNN join on the CPU; ``qsel`` restricts level 2 to some query rows (estimates).
     ``gate`` is the GPU twin's in-run savings check; the CPU ignores it (its ``method="auto"``
     estimates first, :func:`knnkit.exact.sweet.sweet_pays`) and always finishes the join.
     ``enough`` (with ``qsel``): return ``(None, None, stats)`` before level 2 when level 1 alone
-    saves at least this fraction of all queries' distance computations (``stats["early"]``).
+    saves at least this fraction of all queries' distance computations (``stats["early"]``), or,
+    with ``hopeless``, less than that fraction.
 
     All-points joins whose rows repeat often (``_find_duplicates``) run on the distinct rows: each
     distinct row's k + 1 nearest original rows (self included) are found once, every copy offered
@@ -1277,9 +1278,9 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
         Xr, inv, uoff, uidx = dup
         Qr, k_sel, exclude = Xr, k + 1, False
     tab = build_cpu(Xr, Qr, k, params, seed, all_points)
-    if enough is not None and qsel is not None:
+    if (enough is not None or hopeless is not None) and qsel is not None:
         saved1 = 1.0 - tab["level1_pairs"] / (float(Qr.shape[0]) * n)
-        if saved1 >= float(enough):
+        if (enough is not None and saved1 >= float(enough)) or (hopeless is not None and saved1 < float(hopeless)):
             return None, None, dict(device="cpu", early=True, saved_level1=saved1, saved_level2=0.0,
                                     saved_total=saved1, n_landmarks_query=tab["mq"], n_landmarks_data=tab["mt"],
                                     times=dict(tab["times"], total=time.perf_counter() - t_all))

@@ -301,14 +301,17 @@ def _decode(cp, keys):
     return d, i
 
 
-def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None):
+def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None):
     """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`.
 
     ``enough`` (estimates only, with ``qsel``): when level 1 alone saves at least this fraction of
     the distance computations of ALL queries, level 2 is skipped and the stats report that lower
-    bound (``stats["early"]``). The gate takes the same shortcut with its ``min_saved``: level 1's
-    count over all queries is exact and level 2 only adds to it, so the shortcut never passes a
-    join the sample would have refused.
+    bound (``stats["early"]``); ``hopeless``: likewise when level 1 saves less than this (the
+    estimate then reports level 1's fraction). The gate takes the same shortcuts with its
+    ``min_saved`` and its optional third element (``gate=(min_saved, sample, hopeless)``): level 1's
+    count over all queries is exact and level 2 only adds to it, so the first shortcut never passes
+    a join the sample would have refused; the second is the caller's rule (see
+    :data:`knnkit.exact.sweet.SWEET_AUTO_LEVEL1_FLOOR`).
 
     ``gate=(min_saved, sample)``: after level 1, level 2 runs first on ``sample`` queries drawn
     at random; when the fraction of their distance computations saved is below ``min_saved`` the
@@ -372,9 +375,9 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
         level1_pairs = level1_all
     ncand_sum = ncand.sum(dtype=cp.int64)  # read with the stats at the end
     mark("level1")
-    if enough is not None and qsel is not None:
+    if (enough is not None or hopeless is not None) and qsel is not None:
         saved1 = 1.0 - float(level1_all) / (float(m) * n)  # (a sync)
-        if saved1 >= float(enough):
+        if (enough is not None and saved1 >= float(enough)) or (hopeless is not None and saved1 < float(hopeless)):
             times = {"total": time.perf_counter() - t_all}
             return None, None, dict(device="gpu", early=True, saved_level1=saved1, saved_level2=0.0,
                                     saved_total=saved1, n_landmarks_data=mt, n_landmarks_query=mq, times=times)
@@ -462,7 +465,16 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
         chunk = max(1, min(nq_total, budget // per_query, (1 << 24) // parts))
         if gate is not None and qsel is None and nq_total >= 4 * int(gate[1]):
             min_saved, sample = float(gate[0]), int(gate[1])
+            floor = float(gate[2]) if len(gate) > 2 and gate[2] is not None else None
             saved1 = 1.0 - float(level1_all) / (float(nq_total) * n)  # (a sync) level 1 over all queries
+            if floor is not None and saved1 < floor:
+                # level 1 saves too little for level 2 to make up (uniform 32-D: 0 %; the sample
+                # was most of the ~0.1 s the gate cost before giving way)
+                gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": False,
+                              "level1_floor": floor}
+                times = {"total": time.perf_counter() - t_all}
+                return None, None, dict(device="gpu", gate=gate_stats, times=times, n_landmarks_data=mt,
+                                        n_landmarks_query=mq)
             if saved1 >= min_saved:
                 # level 1 alone saves enough: no sample (clustered 16-D: the sample was most of the
                 # ~20 ms the separate estimate added to a ~180 ms join)
