@@ -100,8 +100,8 @@ def timed(fn, repeats, sync):
     return float(np.median(ts)), out
 
 
-def cases(quick, device):
-    """(name, X, Q or None, k list)."""
+def cases(quick, device, n=None):
+    """(name, X, Q or None, k list); ``n`` overrides the synthetic sets' size."""
     out = []
     skin = find_skin()
     if skin is not None:
@@ -112,9 +112,9 @@ def cases(quick, device):
             out.append(("skin_queries10k", S, S[rng.choice(S.shape[0], 10000, replace=False)] + 0.5, [20]))
     else:
         print("skin data not found (set KNNKIT_DATA); skipping it", file=sys.stderr)
-    if device == "gpu":
+    if n is None and device == "gpu":
         n = 200_000 if quick else 500_000
-    else:
+    elif n is None:
         n = 50_000 if quick else 200_000
     dims = [3, 8] if quick else [2, 3, 8, 16, 32, 64]
     for dim in dims:
@@ -165,18 +165,20 @@ def run(args, save):
                 api_exact.SWEET_AUTO_GATE = gate0
 
     only = None if args.cases is None else set(args.cases.split(","))
-    for name, X, Q, ks in cases(args.quick, args.device):
+    for name, X, Q, ks in cases(args.quick, args.device, args.n):
         if only is not None and name not in only:
             continue
         all_points = Q is None
         if gpu:
             Xd = cp.asarray(X)
             Qd = Xd if all_points else cp.asarray(Q)
-        for k in ks:
+        else:
+            Xd, Qd = X, (X if all_points else Q)
+        for k in (ks if args.ks is None else [int(v) for v in args.ks.split(",")]):
             rec = {"case": name, "n": int(X.shape[0]), "m": int((X if all_points else Q).shape[0]),
                    "dim": int(X.shape[1]), "k": k, "all_points": all_points, "times_s": {}}
             try:
-                if gpu and args.api_only:
+                if args.api_only:
                     # only these methods through knnkit.knn (no engine calls, no distance check)
                     time_api(rec, args.api_only.split(","), Xd, Qd, k, all_points)
                     print(json.dumps({a: rec.get(a) for a in ("case", "dim", "k", "times_s")}), flush=True)
@@ -241,8 +243,10 @@ def main():
     ap.add_argument("--gemm-cpu", action="store_true", help="also time knnkit's CPU GEMM path (slow on few cores)")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     ap.add_argument("--api-only", default=None,
-                    help="GPU: time only these knnkit.knn methods (e.g. auto,gemm; auto_gate / auto_nogate = auto "
+                    help="time only these knnkit.knn methods (e.g. auto,gemm; auto_gate / auto_nogate = auto "
                          "with SWEET_AUTO_GATE on / off), nothing else")
+    ap.add_argument("--n", type=int, default=None, help="size of the synthetic sets (default by device / quick)")
+    ap.add_argument("--ks", default=None, help="comma-separated k values instead of each case's own")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()

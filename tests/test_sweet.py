@@ -499,19 +499,46 @@ def test_exact_graph_takes_sweet_where_it_pays(rng):
     assert _brute.brute_graph(X[:3000], 5, metric="ip")[2]["exact_method"] == "gemm"
 
 
-def test_gated_auto_path_on_the_cpu_is_the_estimate(monkeypatch):
-    """SWEET_AUTO_GATE asks the GPU's Sweet KNN to estimate inside its run; the CPU keeps the
-    separate estimate (and the decision it makes) whatever the switch says."""
+def test_gate_inside_the_cpu_run(rng):
+    """The CPU twin's gate: level 1 alone passes clustered data (no sample), a floor above level 1
+    gives way at once, an unreachable min_saved samples level 2 and gives way; a run that passes
+    equals the GEMM path's answer."""
+    import knnkit
+
+    centres = rng.standard_normal((40, 12)).astype(np.float32) * 10
+    Xc = (centres[rng.integers(0, 40, 6000)] + rng.standard_normal((6000, 12)).astype(np.float32) * 0.3)
+    Xc = Xc.astype(np.float32)
+    d, i, st = sweet_knn(Xc, Xc, 5, exclude_self=True, gate=(0.5, 256))
+    assert st["gate"]["passed"] and st["gate"]["sample"] == 0
+    d0, i0 = knnkit.knn(Xc, k=5, method="gemm", device="cpu")
+    np.testing.assert_allclose(d, d0, rtol=1e-4, atol=1e-4)
+    d, i, st = sweet_knn(Xc, Xc, 5, exclude_self=True, gate=(0.5, 256, 1.0))
+    assert d is None and st["gate"]["sample"] == 0 and not st["gate"]["passed"]
+    d, i, st = sweet_knn(Xc, Xc, 5, exclude_self=True, gate=(1.0, 256))
+    assert d is None and st["gate"]["sample"] == 256 and not st["gate"]["passed"]
+    assert abs(st["gate"]["saved_estimate"] - estimate_savings(Xc, None, 5, sample=256)) < 0.05
+
+
+def test_gated_auto_path_on_the_cpu(monkeypatch):
+    """SWEET_AUTO_GATE asks Sweet KNN to estimate inside its run on the CPU too: ``auto`` answers
+    as the GEMM path does whichever way the gate goes (uniform 12-D samples level 2; uniform 32-D
+    gives way at level 1 under the floor)."""
     from knnkit._core.prepare import prepare
     from knnkit.api import exact as api_exact
 
     rng = np.random.default_rng(3)
-    X = rng.random((20_000, 12), dtype=np.float32)
-    P = prepare(X, metric="sqeuclidean", device="cpu")
-    m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
-    assert need is None and m.name in ("sweet", "gemm")
-    assert m.name == api_exact.choose_exact_method("auto", P, None, 10).name
     monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)
-    d, i, _st = api_exact.exact_search(P, None, 5, method="auto")
-    d0, i0, _ = api_exact.exact_search(P, None, 5, method="gemm")
-    np.testing.assert_array_equal(i, i0)
+    for dim, floor in ((12, None), (32, 0.5)):
+        X = rng.random((12_000, dim), dtype=np.float32)
+        P = prepare(X, metric="sqeuclidean", device="cpu")
+        m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
+        assert m.name == "sweet" and need == (0.9, floor)
+        d, i, st = api_exact.exact_search(P, None, 5, method="auto")
+        d0, i0, _ = api_exact.exact_search(P, None, 5, method="gemm")
+        np.testing.assert_allclose(d, d0, rtol=1e-5, atol=1e-6)
+        assert (i == i0).mean() > 0.999
+        gate = st.get("sweet_gate") or st.get("gate")
+        assert gate is not None and gate["sample"] == (0 if floor else 256)
+    monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", False)
+    m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
+    assert need is None

@@ -58,10 +58,11 @@ def sweet_knn(X, Q, k, *, metric="l2", exclude_self=False, params=None, seed=0, 
     params : SweetParams, optional
     seed : int
         Seed of the landmark sampling (the result does not depend on it, only the speed).
-    gate : (float, int), optional
-        GPU only (``method="auto"``): ``(min_saved, sample)``, run level 2 on ``sample`` random
-        queries first and return ``(None, None, stats)`` when they save less than ``min_saved``
-        of their distance computations (``stats["gate"]``); ignored on the CPU.
+    gate : (float, int[, float]), optional
+        ``method="auto"``: ``(min_saved, sample[, floor])``. After level 1 the join goes on when
+        level 1 alone saves ``min_saved`` of the distance computations, returns ``(None, None,
+        stats)`` when it saves less than ``floor``, and otherwise runs level 2 on ``sample`` random
+        queries first and returns None when they save less than ``min_saved`` (``stats["gate"]``).
 
     Returns
     -------
@@ -196,9 +197,9 @@ def level1_floor(X):
 
 def sweet_pays(X, Q, k, *, device, seed=0):
     """True when Sweet KNN should answer this squared-L2 exact search instead of the GEMM path
-    (the exact graph of :func:`knnkit.knn_graph`, and ``knnkit.knn(method="auto")`` on the CPU;
-    on the GPU ``knnkit.knn`` estimates inside the Sweet KNN run instead, see
-    ``knnkit.api.exact.SWEET_AUTO_GATE`` and ``gate`` of :func:`sweet_knn`). The estimate stops
+    (the exact graph of :func:`knnkit.knn_graph`; ``knnkit.knn(method="auto")`` estimates inside
+    the Sweet KNN run instead, see ``knnkit.api.exact.SWEET_AUTO_GATE`` and ``gate`` of
+    :func:`sweet_knn`). The estimate stops
     after level 1 when level 1 alone saves what is asked.
 
     ``X`` prepared data (n, d), ``Q`` prepared queries or None (all points); the caller has

@@ -1251,10 +1251,13 @@ def _choose_parts(params, m, mean_cand):
     return int(max(1 if params.parallelism != "split" else 2, min(want, 64, max(1, int(mean_cand)))))
 
 
-def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None):
+def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None, _tab=None):
     """Sweet KNN join on the CPU; ``qsel`` restricts level 2 to some query rows (estimates).
-    ``gate`` is the GPU twin's in-run savings check; the CPU ignores it (its ``method="auto"``
-    estimates first, :func:`knnkit.exact.sweet.sweet_pays`) and always finishes the join.
+    ``gate=(min_saved, sample[, floor])``: the savings check inside the run, as the GPU twin's
+    (``method="auto"``): after level 1 the run goes on when level 1 alone saves ``min_saved``,
+    returns ``(None, None, stats)`` when it saves less than ``floor``, and otherwise runs level 2
+    on ``sample`` random queries first (reusing this run's clusters and level 1) and goes on or
+    returns None by what they save. ``_tab``: those tables, for that sample run.
     ``enough`` (with ``qsel``): return ``(None, None, stats)`` before level 2 when level 1 alone
     saves at least this fraction of all queries' distance computations (``stats["early"]``), or,
     with ``hopeless``, less than that fraction.
@@ -1277,7 +1280,26 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
         # distinct rows, self kept: the k + 1 list of a distinct row serves every copy of it
         Xr, inv, uoff, uidx = dup
         Qr, k_sel, exclude = Xr, k + 1, False
-    tab = build_cpu(Xr, Qr, k, params, seed, all_points)
+    tab = build_cpu(Xr, Qr, k, params, seed, all_points) if _tab is None else _tab
+    gate_stats = None
+    if gate is not None and qsel is None and Qr.shape[0] >= 4 * int(gate[1]):
+        min_saved, sample = float(gate[0]), int(gate[1])
+        floor = float(gate[2]) if len(gate) > 2 and gate[2] is not None else None
+        saved1 = 1.0 - tab["level1_pairs"] / (float(Qr.shape[0]) * Xr.shape[0])
+        gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": True}
+        if floor is not None and saved1 < floor:
+            gate_stats.update(passed=False, level1_floor=floor)
+        elif saved1 < min_saved:
+            sel = np.sort(np.random.default_rng([seed, 7]).choice(Qr.shape[0], size=sample, replace=False))
+            # the sample on this run's tables (the distinct rows' when copies were merged: the same
+            # join, so the same fraction)
+            _, _, st = sweet_cpu(Xr, Qr, k, params, seed, all_points and dup is None, qsel=sel,
+                                 _tab=tab if dup is None else None)
+            gate_stats.update(sample=sample, saved_estimate=float(st["saved_total"]),
+                              passed=float(st["saved_total"]) >= min_saved)
+        if not gate_stats["passed"]:
+            return None, None, dict(device="cpu", gate=gate_stats, n_landmarks_query=tab["mq"],
+                                    n_landmarks_data=tab["mt"], times=dict(tab["times"], total=time.perf_counter() - t_all))
     if (enough is not None or hopeless is not None) and qsel is not None:
         saved1 = 1.0 - tab["level1_pairs"] / (float(Qr.shape[0]) * n)
         if (enough is not None and saved1 >= float(enough)) or (hopeless is not None and saved1 < float(hopeless)):
@@ -1377,6 +1399,8 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
                  distance_computations=ndist, mean_candidate_clusters=float(mean_cand),
                  placement="heap per task (CPU)", distinct_rows=int(Xr.shape[0]) if dup is not None else None,
                  times=times)
+    if gate_stats is not None:
+        stats["gate"] = gate_stats
     logger.debug("sweet cpu: %s", stats)
     if qsel is not None:
         return out_d[qsel], out_i[qsel], stats
