@@ -87,6 +87,12 @@ def main():
     ap.add_argument("--cuvs-probes", default="8,16,32,64,128,256")
     ap.add_argument("--graph-degree", type=int, default=32)
     ap.add_argument("--pq-bytes", type=int, default=None)
+    ap.add_argument("--compression", default=None, choices=["pq", "opq"],
+                    help="force PQ or OPQ (default: the library's choice)")
+    ap.add_argument("--budget-ratio", type=float, default=8.0,
+                    help="search under a memory budget of (graph + vectors) / this")
+    ap.add_argument("--build-budget-mb", type=float, default=None,
+                    help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
@@ -120,15 +126,20 @@ def main():
     res["stages"]["ground_truth_s"] = time.perf_counter() - t
     dump()
 
+    if a.build_budget_mb is not None:
+        knnkit.set_memory_budget(int(a.build_budget_mb * 2 ** 20))
     t = time.perf_counter()
     index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0, graph_degree=a.graph_degree,
-                                    pq_bytes=a.pq_bytes)
+                                    pq_bytes=a.pq_bytes, compression=a.compression)
     res["stages"]["build_s"] = time.perf_counter() - t
+    knnkit.set_memory_budget(None)
+    res["stages"]["build_params"] = {k: v for k, v in index._engine.build_params.items()
+                                     if isinstance(v, (int, float, str, bool, type(None)))}
     res["stages"]["build_phases_s"] = index.build_timings
     res["stages"]["connectivity"] = index._engine.build_params.get("connectivity")
     eng = index._engine
     need = a.n * a.d * 4 + a.n * eng.graph_degree * 4
-    budget = need // 8
+    budget = int(need / a.budget_ratio)
     knnkit.set_memory_budget(budget)
     res["memory"] = {"graph_plus_vectors_bytes": need, "budget_bytes": budget, "pq_bytes": eng.pq_bytes,
                      "codes_bytes": a.n * eng.pq_bytes}
