@@ -106,6 +106,30 @@ def test_host_placement_recall(kind, rng, tiny_budget):
     assert _recall(X, Q, i, k) >= _recall(X, Q, i_off, k) - 0.01
 
 
+def test_host_build_checks_its_walk(rng):
+    """A host index's build measures its walk on data rows (no calibration): recall against exact
+    distances at the default beam, more beams while short of 0.95, recorded in build_params; a
+    walk that stays far below (1-byte codes on 32-d data) warns instead of answering silently."""
+    seed = int(rng.integers(1 << 30))
+    X = _host(make_clustered(3000, 16, random_state=seed, device="cpu"))
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=seed)
+    chk = index.build_params["host_check"]
+    assert chk["k"] == 10 and chk["rows"] == 200 and chk["beams"][0] == 64
+    assert chk["recall"][-1] >= 0.95 and "host_check" in index.build_timings
+    # the check's recall agrees with a recall measured from scratch on the same rows
+    rows = np.sort(np.random.default_rng([seed, 11]).choice(3000, 200, replace=False))
+    d, i = index.search(X[rows], k=11, beam=chk["beams"][0])
+    dx = ((X[rows][:, None, :].astype(np.float64) - X[None].astype(np.float64)) ** 2).sum(2)
+    kth = np.sort(dx, axis=1)[:, 10]  # 11th smallest with self = 10th without
+    mine = np.array([[dd for dd, ii in zip(d[j], i[j]) if ii != rows[j]][:10] for j in range(200)])
+    assert abs((mine <= kth[:, None] * (1 + 1e-4) + 1e-6).mean() - chk["recall"][0]) < 0.02
+    U = rng.random((3000, 32), dtype=np.float32)
+    with pytest.warns(RuntimeWarning, match="recall@10"):
+        bad = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)
+    assert max(bad.build_params["host_check"]["recall"]) < 0.9
+    assert len(bad.build_params["host_check"]["beams"]) == 3
+
+
 def test_host_distances_exact_and_deterministic(rng):
     seed = int(rng.integers(1 << 30))
     X = rng.standard_normal((3000, 12)).astype(np.float32)
@@ -262,3 +286,17 @@ def test_host_index_refuses_delete():
     with pytest.raises(ValueError, match="delete"):
         ix.delete([1])
     assert ix.n_deleted == 0 and ix.search(X[:2], k=1)[1][:, 0].tolist() == [0, 1]
+
+
+@pytest.mark.gpu
+def test_gpu_host_check_matches_cpu_reference(rng):
+    """The build's walk check on the GPU: exact k-th distances streamed in chunks on the device
+    equal the CPU's, and the recorded recall is high on easy data."""
+    X = _host(make_clustered(6000, 24, random_state=7, device="cpu"))
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=7)
+    chk = index.build_params["host_check"]
+    assert chk["recall"][-1] >= 0.95
+    rows = np.arange(0, 6000, 37)
+    kg = index._engine.kth_distances(rows, 10, device="gpu", chunk=1000)
+    kc = index._engine.kth_distances(rows, 10, device="cpu")
+    np.testing.assert_allclose(kg, kc, rtol=1e-9, atol=1e-9)

@@ -298,7 +298,7 @@ class GraphIndex:
                           n_seeds=n_seeds)
         host = _resolve_placement(data, device, placement, compression, pq_bytes, graph_degree=bp.graph_degree)
         if host is not None:
-            return cls._build_host(host, metric, bp, sp, random_state, pq_bytes, compression)
+            return cls._build_host(host, metric, bp, sp, random_state, pq_bytes, compression, check=calibrate)
         P = prepare(data, metric=metric, device=device)
         if P.n < 2:
             raise ValueError("a GraphIndex needs at least 2 data points")
@@ -354,8 +354,9 @@ class GraphIndex:
         return kept
 
     @classmethod
-    def _build_host(cls, host, metric, bp, sp, random_state, pq_bytes, compression=None):
-        """placement="host": the HostIndex engine (BANG) over host data, no calibration."""
+    def _build_host(cls, host, metric, bp, sp, random_state, pq_bytes, compression=None, check=True):
+        """placement="host": the HostIndex engine (BANG) over host data; no calibration, a recall
+        check of the walk instead (``check``, see :meth:`_check_host`)."""
         from .._core.metrics import scale_for_max, scaled_absmax
         from .._core.validation import check_metric
 
@@ -373,7 +374,66 @@ class GraphIndex:
             engine = HostIndex.build(a, metric, build_params, random_state, device=dev,
                                      scale=scale_for_max(scaled_absmax(a)), pq_bytes=pq_bytes, budget=budget,
                                      compression=compression)
-        return cls(engine, sp)
+            index = cls(engine, sp)
+            if check:
+                t0 = time.perf_counter()
+                index._check_host(random_state)
+                if isinstance(getattr(engine, "build_timings", None), dict):
+                    engine.build_timings["host_check"] = time.perf_counter() - t0
+        return index
+
+    #: Host indexes are not calibrated (their graph is not cut for held-out queries); their build
+    #: checks the walk instead: ``HOST_CHECK_ROWS`` data rows as queries (their own row left out),
+    #: recall@10 against exact distances (ties forgiven) at the default beam, then at 2x and 4x it
+    #: while below ``HOST_CHECK_TARGET``. A larger beam that reaches the target becomes the index's
+    #: default; below ``HOST_CHECK_WARN`` at every beam the build warns. Short PQ codes are how a
+    #: host index gets there (H100, 2M x 96, 12-byte PQ: recall 0.09-0.34 at beams 16-128;
+    #: ``benchmarks/results/h100-2026-11-26-s14/bang/``).
+    HOST_CHECK_ROWS = 200
+    HOST_CHECK_TARGET = 0.95
+    HOST_CHECK_WARN = 0.90
+
+    def _check_host(self, random_state):
+        from .._core.random import seed_from
+
+        eng = self._engine
+        n = eng.n
+        k = min(10, n - 1)
+        seed = seed_from(0 if random_state is None else random_state)
+        rows = np.sort(np.random.default_rng([seed, 11]).choice(n, size=min(self.HOST_CHECK_ROWS, n), replace=False))
+        kth = eng.kth_distances(rows, k, device=self.device)
+        q = np.ascontiguousarray(np.asarray(eng.data[rows]))
+        extra = {f: getattr(self.search_params, f) for f in BANG_SEARCH_KEYS}
+        base = max(self.search_params.beam or 64, k + 1)
+        beams, recall = [], []
+        for mult in (1, 2, 4):
+            beam_, tau_, iters_, seeds_ = self.search_params.resolve(k + 1, {"beam": base * mult},
+                                                                     n_entry=len(eng._entry))
+            d, i = eng.search(q, k + 1, beam=beam_, tau=tau_, max_iters=iters_, n_seeds=seeds_, device=self.device,
+                              **extra)
+            d, i = np.asarray(as_host(d), np.float64), as_host(i)
+            own = i == rows[:, None]
+            # the row's own id left out, else the last slot (a copy of the row answered instead)
+            drop = np.where(own.any(axis=1), own.argmax(axis=1), k)
+            keep = np.ones(d.shape, bool)
+            keep[np.arange(len(rows)), drop] = False
+            d = d[keep].reshape(len(rows), k)
+            tol = 1e-5 * np.maximum(np.abs(kth), 1e-30)
+            recall.append(float((d <= (kth + tol)[:, None]).sum()) / d.size)
+            beams.append(int(beam_))
+            if recall[-1] >= self.HOST_CHECK_TARGET:
+                break
+        self.build_params["host_check"] = {"k": k, "rows": int(len(rows)), "beams": beams, "recall": recall}
+        if recall[0] < self.HOST_CHECK_TARGET <= recall[-1]:
+            logger.info("GraphIndex (host): recall@%d %.3f at beam %d, %.3f at beam %d: default beam raised to %d",
+                        k, recall[0], beams[0], recall[-1], beams[-1], beams[-1])
+            self.search_params = self.search_params.replace(beam=beams[-1])
+        if max(recall) < self.HOST_CHECK_WARN:
+            warnings.warn(f"GraphIndex (host placement): the build's check found recall@{k} {max(recall):.3f} at "
+                          f"beam {beams[int(np.argmax(recall))]} (beams {beams}: {[round(r, 3) for r in recall]}) "
+                          f"with {eng.pq_bytes}-byte {eng.compression.upper()} codes: raise the memory "
+                          f"budget or pq_bytes (longer codes), or search with a larger beam",
+                          RuntimeWarning, stacklevel=4)
 
     # ------------------------------------------------------------------ calibration
     @property

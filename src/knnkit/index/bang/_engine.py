@@ -290,6 +290,27 @@ class HostIndex:
         self._bang_upload = None
         self._gpu_extra.pop("data", None)
 
+    def kth_distances(self, rows, k, *, device, chunk=1 << 18):
+        """Exact INTERNAL distance (float64) from each data row ``rows[j]`` to its ``k``-th nearest
+        OTHER row (one copy of itself left out), streamed over the stored vectors in chunks on
+        ``device``: the reference of the build's recall check of host indexes."""
+        cp = cupy_or_none() if device == "gpu" else None
+        xp = cp if cp is not None else np
+        im = internal_metric(self.metric)
+        Q = xp.asarray(prepare_vectors(np.asarray(self._data[np.asarray(rows)]), self.metric, self.scale),
+                       dtype=xp.float64)
+        qn = (Q * Q).sum(axis=1)
+        best = xp.full((Q.shape[0], 0), np.inf)
+        for c0 in range(0, self.n, chunk):
+            C = xp.asarray(prepare_vectors(np.asarray(self._data[c0:c0 + chunk]), self.metric, self.scale),
+                           dtype=xp.float64)
+            G = Q @ C.T
+            D = -G if im == "ip" else xp.maximum(qn[:, None] + (C * C).sum(axis=1)[None, :] - 2.0 * G, 0.0)
+            D = xp.concatenate([best, D], axis=1)
+            kk = min(k + 1, D.shape[1])
+            best = xp.partition(D, kk - 1, axis=1)[:, :kk] if D.shape[1] > kk else D
+        return as_host(xp.sort(best, axis=1)[:, k])
+
     def search(self, q, k, *, beam, tau=None, max_iters, n_seeds, device, batch_size=None, traversal=None,
                rerank=None, prefetch=True, pipeline_batch=None, search_width=4):
         """Search validated queries ``q``; INTERNAL distances and int64 ids (numpy or cupy by
