@@ -135,6 +135,8 @@ def main():
     knnkit.set_memory_budget(None)
     res["stages"]["build_params"] = {k: v for k, v in index._engine.build_params.items()
                                      if isinstance(v, (int, float, str, bool, type(None)))}
+    res["stages"]["host_check"] = index.build_params.get("host_check")
+    res["default_beam"] = index.search_params.beam
     res["stages"]["build_phases_s"] = index.build_timings
     res["stages"]["connectivity"] = index._engine.build_params.get("connectivity")
     eng = index._engine
