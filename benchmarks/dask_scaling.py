@@ -99,6 +99,7 @@ def main():
                          "as before 2026-11-26), false (lists left on the workers; recall read after the timing)")
     ap.add_argument("--device-queries", action="store_true",
                     help="with --resident-queries: the resident blocks are cupy arrays on the GPU workers")
+    ap.add_argument("--search-repeats", type=int, default=1, help="timed searches per (workers, beam)")
     ap.add_argument("--resident-queries", action="store_true",
                     help="search: queries as a persisted dask array on the workers, results persisted there")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
@@ -233,37 +234,38 @@ def main():
                         placed[wk] = placed.get(wk, 0) + 1
             for beam in (32, 64, 128):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
-                clock.take(0.0)
-                t = time.perf_counter()
-                busy = None
-                if args.resident_queries:
-                    from distributed import get_task_stream
+                for rep in range(args.search_repeats):
+                    clock.take(0.0)
+                    t = time.perf_counter()
+                    busy = None
+                    if args.resident_queries:
+                        from distributed import get_task_stream
 
-                    with get_task_stream(client=c) as ts:
-                        Dr, Ir = ix.search(dQ, k=10, beam=beam, compute=False)
-                        Dr, Ir = c.persist([Dr, Ir])
-                        wait([Dr, Ir])
+                        with get_task_stream(client=c) as ts:
+                            Dr, Ir = ix.search(dQ, k=10, beam=beam, compute=False)
+                            Dr, Ir = c.persist([Dr, Ir])
+                            wait([Dr, Ir])
+                            s = time.perf_counter() - t
+                        busy = _busy(ts.data, t)
+                        I = Ir[:10_000].compute()
+                        I = I.get() if hasattr(I, "get") else I
+                    else:
+                        _, I = ix.search(Q, k=10, beam=beam, query_block=50_000)
                         s = time.perf_counter() - t
-                    busy = _busy(ts.data, t)
-                    I = Ir[:10_000].compute()
-                    I = I.get() if hasattr(I, "get") else I
-                else:
-                    _, I = ix.search(Q, k=10, beam=beam, query_block=50_000)
-                    s = time.perf_counter() - t
-                r = {"bench": "replicated_search", "workers": w, "replicas": w, "beam": beam, "build_s": round(build_s, 2),
-                     "resident_queries": bool(args.resident_queries), "device_queries": bool(args.device_queries),
-                     "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
-                     "recall": round(float(recall(I[:10_000], Tq)), 4)}
-                r["client"] = clock.take(s)
-                if args.resident_queries:
-                    r["query_blocks_per_worker"] = placed
-                if busy is not None:
-                    r["tasks"] = busy
-                    r["transfer_s"] = worker_seconds(ts.data)["transfer_s"]
-                if beam == 32 and not args.cpu:
-                    r["worker_gpus"] = c.run(_worker_gpu)
-                out["runs"].append(r)
-                log(json.dumps(r))
+                    r = {"bench": "replicated_search", "workers": w, "replicas": w, "beam": beam, "build_s": round(build_s, 2),
+                         "resident_queries": bool(args.resident_queries), "device_queries": bool(args.device_queries),
+                         "queries": args.queries, "rep": rep, "seconds": round(s, 3), "qps": round(args.queries / s),
+                         "recall": round(float(recall(I[:10_000], Tq)), 4)}
+                    r["client"] = clock.take(s)
+                    if args.resident_queries:
+                        r["query_blocks_per_worker"] = placed
+                    if busy is not None:
+                        r["tasks"] = busy
+                        r["transfer_s"] = worker_seconds(ts.data)["transfer_s"]
+                    if beam == 32 and not args.cpu:
+                        r["worker_gpus"] = c.run(_worker_gpu)
+                    out["runs"].append(r)
+                    log(json.dumps(r))
             if args.resident_queries:  # the same queries from the client's memory, results gathered
                 clock.take(0.0)
                 t = time.perf_counter()
