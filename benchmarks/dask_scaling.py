@@ -257,6 +257,7 @@ def main():
                          "queries": args.queries, "rep": rep, "seconds": round(s, 3), "qps": round(args.queries / s),
                          "recall": round(float(recall(I[:10_000], Tq)), 4)}
                     r["client"] = clock.take(s)
+                    r["holders"] = [list(h) for h in ix._holders()]  # replicas of each shard now
                     if args.resident_queries:
                         r["query_blocks_per_worker"] = placed
                     if busy is not None:

@@ -240,3 +240,20 @@ def test_dask_backed_graph_after_its_client_closed_says_so():
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False) as cluster, Client(cluster):
         with pytest.raises(RuntimeError, match="client that is closed"):
             g.compute()
+
+
+def test_sharded_index_replicates_a_lost_copy_again(client, caplog):
+    """A shard whose replica disappeared (here: cut to one copy by hand) is copied again before a
+    search, so that query blocks are spread over both holders instead of all going to the one left
+    (2 x H100: every block searched on one worker, at one worker's speed)."""
+    rng = np.random.default_rng(5)
+    X = rng.random((3000, 8), dtype=np.float32)
+    ix = knnkit.dask.ShardedIndex.build(X, replicas=2, client=client, device="cpu", random_state=0)
+    assert [len(h) for h in ix._holders()] == [2]
+    client.replicate(ix._futures, n=1)  # one copy dropped
+    assert len(client.who_has(ix._futures)[ix._futures[0].key]) == 1
+    with caplog.at_level("WARNING", logger="knnkit"):
+        d, i = ix.search(X[:50], k=5)
+    assert "replicating again" in caplog.text
+    assert [len(h) for h in ix._holders()] == [2]
+    assert (i[:, 0] == np.arange(50)).all()

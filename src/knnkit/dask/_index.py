@@ -7,6 +7,7 @@ import numpy as np
 
 from .._core.validation import METRICS, check_k, check_metric
 from .._core.backend import as_host
+from .._core.config import logger
 from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info
 from ._api import _check_device, _host_queries, _output, _send_blocks
 from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
@@ -130,6 +131,18 @@ class ShardedIndex:
                                    f"was lost with its worker(s) and has no replica left; rebuild it or load the "
                                    f"index again (replicas > 1 survives the loss of a worker)")
             out.append(held)
+        short = [s for s, held in enumerate(out) if len(held) < self.replicas]
+        if short and not lost:
+            # a replica gone (its worker restarted, or the scheduler dropped the copy): the search
+            # would send every block to the remaining holder (2 x H100, CuPy query blocks: all 20
+            # blocks searched on one worker, 1-worker time); copy the shard again
+            n_workers = len(self._client.scheduler_info()["workers"])
+            if any(len(out[s]) < min(self.replicas, n_workers) for s in short):
+                logger.warning("ShardedIndex: shard(s) %s held by fewer than %d workers (%s): replicating again",
+                               short, self.replicas, [out[s] for s in short])
+                self._client.replicate([self._futures[s] for s in short], n=min(self.replicas, n_workers))
+                who = self._client.who_has(self._futures)
+                out = [sorted(who.get(f.key, ())) or out[s] for s, f in enumerate(self._futures)]
         return out
 
     def _resident_blocks(self, queries):
