@@ -101,8 +101,9 @@ def estimate_savings(X, Q, k, *, sample=1000, seed=0, params=None, need=None, fl
 
     Clusters and level 1 are built on the full sets; level 2 runs on ``sample`` random queries
     (counting only), unless ``need`` is given and level 1 alone already saves that much over all
-    queries (then level 1's exact fraction is returned: a lower bound, at least ``need``). ``Q=None`` or ``Q is X`` estimates the all-points join. Used by
-    ``method="auto"`` to choose between Sweet KNN and the GEMM path.
+    queries (then level 1's exact fraction is returned: a lower bound, at least ``need``).
+    ``Q=None`` or ``Q is X`` estimates the all-points join. Used by ``method="auto"`` to choose
+    between Sweet KNN and the GEMM path.
 
     Parameters
     ----------
