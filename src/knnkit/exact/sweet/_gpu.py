@@ -301,7 +301,7 @@ def _decode(cp, keys):
     return d, i
 
 
-def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None):
+def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None, _tab=None):
     """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`.
 
     ``enough`` (estimates only, with ``qsel``): when level 1 alone saves at least this fraction of
@@ -311,7 +311,8 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
     ``min_saved`` and its optional third element (``gate=(min_saved, sample, hopeless)``): level 1's
     count over all queries is exact and level 2 only adds to it, so the first shortcut never passes
     a join the sample would have refused; the second is the caller's rule (see
-    :data:`knnkit.exact.sweet.SWEET_AUTO_LEVEL1_FLOOR`).
+    :data:`knnkit.exact.sweet.SWEET_AUTO_LEVEL1_FLOOR`). ``_tab`` is the CPU twin's (its gate's sample
+    reuses the run's tables that way); the GPU gate samples inside the run and ignores it.
 
     ``gate=(min_saved, sample)``: after level 1, level 2 runs first on ``sample`` queries drawn
     at random; when the fraction of their distance computations saved is below ``min_saved`` the
