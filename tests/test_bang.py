@@ -107,22 +107,32 @@ def test_host_placement_recall(kind, rng, tiny_budget):
 
 
 def test_host_build_checks_its_walk(rng):
-    """A host index's build measures its walk on data rows (no calibration): recall against exact
-    distances at the default beam, more beams while short of 0.95, recorded in build_params; a
-    walk that stays far below (1-byte codes on 32-d data) warns instead of answering silently."""
+    """A host index's build measures its walk on data rows held out of the graph (no calibration):
+    recall against exact distances to the other points at the default beam, more beams while
+    short of 0.95, recorded in build_params; the graph and entries are restored exactly; a walk that
+    stays far below (1-byte codes on 32-d data) warns instead of answering silently."""
     seed = int(rng.integers(1 << 30))
     X = _host(make_clustered(3000, 16, random_state=seed, device="cpu"))
     index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=seed)
     chk = index.build_params["host_check"]
     assert chk["k"] == 10 and chk["rows"] == 200 and chk["beams"][0] == 64
     assert chk["recall"][-1] >= 0.95 and "host_check" in index.build_timings
-    # the check's recall agrees with a recall measured from scratch on the same rows
+    eng = index._engine
+    g0, e0 = index.graph.copy(), eng._entry
     rows = np.sort(np.random.default_rng([seed, 11]).choice(3000, 200, replace=False))
-    d, i = index.search(X[rows], k=11, beam=chk["beams"][0])
-    dx = ((X[rows][:, None, :].astype(np.float64) - X[None].astype(np.float64)) ** 2).sum(2)
-    kth = np.sort(dx, axis=1)[:, 10]  # 11th smallest with self = 10th without
-    mine = np.array([[dd for dd, ii in zip(d[j], i[j]) if ii != rows[j]][:10] for j in range(200)])
-    assert abs((mine <= kth[:, None] * (1 + 1e-4) + 1e-6).mean() - chk["recall"][0]) < 0.02
+    restore = eng.hold_out(rows)
+    try:
+        assert (eng._graph[rows] == -1).all() and not np.isin(eng._graph, rows).any()
+        _d, i = index.search(X[rows], k=10, beam=64)
+        assert not np.isin(i, rows).any()  # held-out rows are never answers
+    finally:
+        restore()
+    assert np.array_equal(index.graph, g0) and eng._entry is e0
+    # the check's reference: the k-th distance among the points not held out
+    kth = eng.kth_distances(rows[:20], 10, device="cpu", exclude=rows)
+    keep = np.setdiff1d(np.arange(3000), rows)
+    dx = ((X[rows[:20]][:, None, :].astype(np.float64) - X[keep][None].astype(np.float64)) ** 2).sum(2)
+    np.testing.assert_allclose(kth, np.sort(dx, axis=1)[:, 9], rtol=1e-6, atol=1e-9)
     U = rng.random((3000, 32), dtype=np.float32)
     with pytest.warns(RuntimeWarning, match="recall@10"):
         bad = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)

@@ -290,26 +290,64 @@ class HostIndex:
         self._bang_upload = None
         self._gpu_extra.pop("data", None)
 
-    def kth_distances(self, rows, k, *, device, chunk=1 << 18):
+    def kth_distances(self, rows, k, *, device, chunk=1 << 18, exclude=None):
         """Exact INTERNAL distance (float64) from each data row ``rows[j]`` to its ``k``-th nearest
         OTHER row (one copy of itself left out), streamed over the stored vectors in chunks on
-        ``device``: the reference of the build's recall check of host indexes."""
+        ``device``: the reference of the build's recall check of host indexes. ``exclude``: row ids
+        that are never answers (then nothing else is left out: the k-th nearest of the rest)."""
         cp = cupy_or_none() if device == "gpu" else None
         xp = cp if cp is not None else np
         im = internal_metric(self.metric)
         Q = xp.asarray(prepare_vectors(np.asarray(self._data[np.asarray(rows)]), self.metric, self.scale),
                        dtype=xp.float64)
         qn = (Q * Q).sum(axis=1)
+        ex = None if exclude is None else np.unique(np.asarray(exclude, np.int64))
+        want = k if ex is not None else k + 1
         best = xp.full((Q.shape[0], 0), np.inf)
         for c0 in range(0, self.n, chunk):
             C = xp.asarray(prepare_vectors(np.asarray(self._data[c0:c0 + chunk]), self.metric, self.scale),
                            dtype=xp.float64)
             G = Q @ C.T
             D = -G if im == "ip" else xp.maximum(qn[:, None] + (C * C).sum(axis=1)[None, :] - 2.0 * G, 0.0)
+            if ex is not None:
+                cols = ex[(ex >= c0) & (ex < c0 + C.shape[0])] - c0
+                if cols.size:
+                    D[:, xp.asarray(cols)] = np.inf
             D = xp.concatenate([best, D], axis=1)
-            kk = min(k + 1, D.shape[1])
+            kk = min(want, D.shape[1])
             best = xp.partition(D, kk - 1, axis=1)[:, :kk] if D.shape[1] > kk else D
-        return as_host(xp.sort(best, axis=1)[:, k])
+        return as_host(xp.sort(best, axis=1)[:, want - 1])
+
+    def hold_out(self, rows):
+        """Cut ``rows`` out of the graph for a measurement (their lists and every link into them;
+        an entry medoid among them is replaced by its first out-neighbour not held out) and return
+        a function that restores the graph and entries exactly. Searches in between never reach or
+        return those rows, so they can be queries whose answers are the other points (the build's
+        recall check; the device calibration does the same with its held-out rows)."""
+        from .._calibrate import _live_entry
+
+        rows = np.unique(np.asarray(rows, np.int64))
+        G = self._graph
+        if not getattr(G, "flags", None) or not G.flags.writeable:
+            self._graph = G = np.array(G)  # a read-only memory map: cut a copy (kept afterwards)
+        hidden = np.zeros(self.n, dtype=bool)
+        hidden[rows] = True
+        entry, gpu = self._entry, self._gpu
+        self._entry = _live_entry(entry, G, rows)
+        self._gpu = None
+        saved_rows = G[rows].copy()
+        into = (G >= 0) & hidden[np.maximum(G, 0)]
+        pos = np.nonzero(into)
+        saved_links = G[pos]
+        G[pos] = -1
+        G[rows] = -1
+
+        def restore():
+            G[rows] = saved_rows
+            G[pos] = saved_links
+            self._entry, self._gpu = entry, gpu
+
+        return restore
 
     def search(self, q, k, *, beam, tau=None, max_iters, n_seeds, device, batch_size=None, traversal=None,
                rerank=None, prefetch=True, pipeline_batch=None, search_width=4):
