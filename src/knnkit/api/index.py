@@ -267,9 +267,9 @@ class GraphIndex:
             ``"auto"``: host when graph + vectors exceed the memory budget
             (:func:`knnkit.set_memory_budget`; on a CPU-only machine only an explicit budget
             counts); logged and shown in ``repr``. Host indexes are not calibrated and do not
-            support :meth:`extend`; their build checks the walk on 200 data rows instead
-            (``build_params["host_check"]``: recall@10 at the default beam and 2x / 4x it; a beam
-            that reaches 0.95 becomes the default, and a walk below 0.90 everywhere warns).
+            support :meth:`extend`; their build checks the walk on 200 data rows held out of the
+            graph instead (``build_params["host_check"]``: recall@10 at the default beam and 2x /
+            4x it; a beam that reaches 0.95 becomes the default, a walk below 0.90 everywhere warns).
         compression : {None, "pq", "opq"}
             Vector compression for the GPU walk (host placement; device placement has none):
             ``"pq"`` (product quantisation, 256 centroids per subspace) or ``"opq"`` (PQ after a
