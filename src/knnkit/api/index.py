@@ -388,8 +388,9 @@ class GraphIndex:
     #: data rows held out of the graph (:meth:`HostIndex.hold_out`) as queries, recall@10 against
     #: exact distances to the other points (ties forgiven) at the default beam, then at 2x and 4x it
     #: while below ``HOST_CHECK_TARGET``. A larger beam that reaches the target becomes the index's
-    #: default; below ``HOST_CHECK_WARN`` at every beam the build warns. Short PQ codes are how a
-    #: host index gets there (H100, 2M x 96, 12-byte PQ: recall 0.09-0.34 at beams 16-128;
+    #: default; below ``HOST_CHECK_WARN`` at every beam the build warns. Short PQ codes and hard
+    #: data are how a host index gets there (H100, 2M x 96: 12-byte PQ 0.09-0.34 at beams 16-128;
+    #: broad overlapping clusters with the default codes 0.52-0.76 at beams 64-256;
     #: ``benchmarks/results/h100-2026-11-26-s14/bang/``).
     HOST_CHECK_ROWS = 200
     HOST_CHECK_TARGET = 0.95

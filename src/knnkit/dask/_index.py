@@ -134,8 +134,9 @@ class ShardedIndex:
         short = [s for s, held in enumerate(out) if len(held) < self.replicas]
         if short and not lost:
             # a replica gone (its worker restarted, or the scheduler dropped the copy): the search
-            # would send every block to the remaining holder (2 x H100, CuPy query blocks: all 20
-            # blocks searched on one worker, 1-worker time); copy the shard again
+            # would send every block to the remaining holder and run at one worker's speed; copy
+            # the shard again (a 2 x H100 run that searched all 20 blocks on one worker suggested
+            # it, but there both workers still held the shard: that cause is still open)
             n_workers = len(self._client.scheduler_info()["workers"])
             if any(len(out[s]) < min(self.replicas, n_workers) for s in short):
                 logger.warning("ShardedIndex: shard(s) %s held by fewer than %d workers (%s): replicating again",
