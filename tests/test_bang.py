@@ -133,6 +133,11 @@ def test_host_build_checks_its_walk(rng):
     keep = np.setdiff1d(np.arange(3000), rows)
     dx = ((X[rows[:20]][:, None, :].astype(np.float64) - X[keep][None].astype(np.float64)) ** 2).sum(2)
     np.testing.assert_allclose(kth, np.sort(dx, axis=1)[:, 9], rtol=1e-6, atol=1e-9)
+    knnkit.set_memory_budget(4_000_000)  # a small budget: smaller chunks, the same distances
+    try:
+        np.testing.assert_array_equal(eng.kth_distances(rows[:20], 10, device="cpu", exclude=rows), kth)
+    finally:
+        knnkit.set_memory_budget(None)
     U = rng.random((3000, 32), dtype=np.float32)
     with pytest.warns(RuntimeWarning, match="recall@10"):
         bad = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)

@@ -290,11 +290,17 @@ class HostIndex:
         self._bang_upload = None
         self._gpu_extra.pop("data", None)
 
-    def kth_distances(self, rows, k, *, device, chunk=1 << 18, exclude=None):
+    def kth_distances(self, rows, k, *, device, chunk=None, exclude=None):
         """Exact INTERNAL distance (float64) from each data row ``rows[j]`` to its ``k``-th nearest
         OTHER row (one copy of itself left out), streamed over the stored vectors in chunks on
         ``device``: the reference of the build's recall check of host indexes. ``exclude``: row ids
-        that are never answers (then nothing else is left out: the k-th nearest of the rest)."""
+        that are never answers (then nothing else is left out: the k-th nearest of the rest).
+        ``chunk``: stored rows per step; default from a quarter of the memory budget (float64
+        distances and rows: ``8 (len(rows) + d)`` bytes per stored row, twice over), at most 2^18."""
+        if chunk is None:
+            per_row = 16 * (len(rows) + int(self._data.shape[1]) + 2 * k)
+            budget = get_memory_budget()
+            chunk = int(min(1 << 18, max(1024, (budget // 4 if budget else 1 << 28) // per_row)))
         cp = cupy_or_none() if device == "gpu" else None
         xp = cp if cp is not None else np
         im = internal_metric(self.metric)
