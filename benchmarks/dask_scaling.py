@@ -85,6 +85,13 @@ def _worker_gpu():
             "pci_bus_id": cupy.cuda.Device(0).pci_bus_id}
 
 
+def _count(items):
+    out = {}
+    for x in items:
+        out[str(x)] = out.get(str(x), 0) + 1
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4_000_000)
@@ -262,6 +269,11 @@ def main():
                          "recall": round(float(recall(I[:10_000], Tq)), 4)}
                     r["client"] = clock.take(s)
                     r["holders"] = [list(h) for h in ix._holders()]  # replicas of each shard now
+                    # per worker: blocks it held, and search tasks asked of it (the task stream says
+                    # where they ran)
+                    pl = ix.last_placement or []
+                    r["placement"] = {"blocks_on": _count([p["block_on"] for p in pl]),
+                                      "asked_of": _count([w for p in pl for w in p["searched_on"]])}
                     if args.resident_queries:
                         r["query_blocks_per_worker"] = placed
                     if busy is not None:

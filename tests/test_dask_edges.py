@@ -257,3 +257,9 @@ def test_sharded_index_replicates_a_lost_copy_again(client, caplog):
     assert "replicating again" in caplog.text
     assert [len(h) for h in ix._holders()] == [2]
     assert (i[:, 0] == np.arange(50)).all()
+    # where the call asked each block to be searched: one entry per block, a holder per shard
+    holders = set(ix._holders()[0])
+    d, i = ix.search(X[:50], k=5, query_block=10)
+    assert len(ix.last_placement) == 5
+    assert all(len(p["searched_on"]) == 1 and p["searched_on"][0] in holders for p in ix.last_placement)
+    assert {p["searched_on"][0] for p in ix.last_placement} == holders  # both replicas used

@@ -49,6 +49,7 @@ class ShardedIndex:
         self.replicas = int(replicas)
         self.device = device
         self._turn = 0
+        self.last_placement = None  # set by search(): see there
 
     @property
     def n(self):
@@ -267,8 +268,9 @@ class ShardedIndex:
             del Q
         load = {}  # blocks given to each worker so far
         results = []
+        placement = []  # per block: the worker holding it, and the worker each shard's task asked for
         for _qo, _qr, qf, where in blocks:
-            lists = []
+            lists, asked = [], []
             for s, f in enumerate(self._futures):
                 reps = holders[s]
                 least = min(reps, key=lambda x, i=len(reps): (load.get(x, 0), (reps.index(x) - self._turn) % i))
@@ -284,8 +286,14 @@ class ShardedIndex:
                 lists.append(self._client.submit(search_shard, f, qf, k, kw, self.shards[s]["offset"],
                                                  len(self._futures) == 1, pure=False, workers=[w],
                                                  allow_other_workers=True))
+                asked.append(w)
+            placement.append({"block_on": where, "searched_on": asked})
             results.append(tree_reduce(self._client, lists, merge_topk, k, self.metric, last=(True,)))
         self._turn += len(blocks)
+        # where the last call asked each block to be searched (the scheduler may still move a task:
+        # allow_other_workers), for diagnosing uneven placement (2 x H100: one run searched all 20
+        # blocks on one worker)
+        self.last_placement = placement
         if not compute:
             return result_arrays(results, [r for _o, r, _f, _w in blocks], k, (np.float32, np.int64), like,
                                  prefix="knnkit-search")
