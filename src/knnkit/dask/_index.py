@@ -38,6 +38,10 @@ class ShardedIndex:
     shards : list of dict
         ``offset`` (first global id) and ``n`` of every shard.
     replicas : int
+    last_placement : list of dict or None
+        After a search: per query block, ``block_on`` (the worker holding it, None when unknown)
+        and ``searched_on`` (the worker each shard's task was asked of; the scheduler may still
+        move a task). For diagnosing uneven placement.
     """
 
     def __init__(self, client, futures, shards, metric, dim, replicas, device):
