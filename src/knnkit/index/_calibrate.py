@@ -170,19 +170,32 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
                 return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout", pool)
             finally:
                 engine._graph = G
-        saved_rows = G[rows].copy()
-        into = (G >= 0) & hidden[xp.maximum(G, 0)]
-        pos = xp.nonzero(into)
-        saved_links = G[pos]
+        restore = cut_rows(G, rows, hidden)
         try:
-            G[pos] = -1
-            G[rows] = -1
             return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut", pool)
         finally:
-            G[rows] = saved_rows
-            G[pos] = saved_links
+            restore()
     finally:
         engine._entry = entry
+
+
+def cut_rows(G, rows, hidden):
+    """Cut ``rows`` out of the graph ``G`` in place (numpy or cupy): their own lists and every link
+    into them (``hidden``: bool (n,), True on ``rows``). Returns the function that restores ``G``
+    exactly. Used by the calibration and by host indexes' build check
+    (:meth:`knnkit.index.bang.HostIndex.hold_out`)."""
+    xp = get_array_module(G)
+    saved_rows = G[rows].copy()
+    pos = xp.nonzero((G >= 0) & hidden[xp.maximum(G, 0)])
+    saved_links = G[pos]
+    G[pos] = -1
+    G[rows] = -1
+
+    def restore():
+        G[rows] = saved_rows
+        G[pos] = saved_links
+
+    return restore
 
 
 def _live_entry(entry, graph, rows):

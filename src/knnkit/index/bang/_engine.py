@@ -330,7 +330,7 @@ class HostIndex:
         a function that restores the graph and entries exactly. Searches in between never reach or
         return those rows, so they can be queries whose answers are the other points (the build's
         recall check; the device calibration does the same with its held-out rows)."""
-        from .._calibrate import _live_entry
+        from .._calibrate import _live_entry, cut_rows
 
         rows = np.unique(np.asarray(rows, np.int64))
         G = self._graph
@@ -340,17 +340,11 @@ class HostIndex:
         hidden[rows] = True
         entry, gpu = self._entry, self._gpu
         self._entry = _live_entry(entry, G, rows)
-        self._gpu = None
-        saved_rows = G[rows].copy()
-        into = (G >= 0) & hidden[np.maximum(G, 0)]
-        pos = np.nonzero(into)
-        saved_links = G[pos]
-        G[pos] = -1
-        G[rows] = -1
+        self._gpu = None  # (the device entry points are made again from the live ones)
+        restore_graph = cut_rows(G, rows, hidden)
 
         def restore():
-            G[rows] = saved_rows
-            G[pos] = saved_links
+            restore_graph()
             self._entry, self._gpu = entry, gpu
 
         return restore
