@@ -228,18 +228,18 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     need = None
     if method == "auto":
-        from ..exact.sweet import SWEET_AUTO_SAMPLE, estimate_savings, level1_floor, sweet_threshold
+        from ..exact.sweet import SWEET_AUTO_SAMPLE, level1_floor, sweet_pays, sweet_threshold
 
         l2_like = P.internal == "l2" or P.metric == "cosine"  # cosine: unit rows, squared L2
         QX = None if Q is None else Q.X
-        sweet = allow_sweet and l2_like and sweet_threshold(P.X, QX, k, device=P.device)
-        if not isinstance(sweet, bool):
+        sweet = False
+        if allow_sweet and l2_like:
+            threshold = sweet_threshold(P.X, QX, k, device=P.device)
             m = P.n if Q is None else Q.n
-            if gated and SWEET_AUTO_GATE and m >= 4 * SWEET_AUTO_SAMPLE:  # (its own sample)
-                need, sweet = (sweet, level1_floor(P.X)), True
+            if not isinstance(threshold, bool) and gated and SWEET_AUTO_GATE and m >= 4 * SWEET_AUTO_SAMPLE:
+                need, sweet = (threshold, level1_floor(P.X)), True  # the run estimates (its own sample)
             else:
-                sweet = estimate_savings(P.X, QX, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=sweet,
-                                         floor=level1_floor(P.X)) >= sweet
+                sweet = sweet_pays(P.X, QX, k, device=P.device, seed=seed)
         method = "sweet" if sweet else "gemm"
     m = REGISTRY.get("exact", method, device=P.device, metric=P.metric)
     return (m, need) if gated else m

@@ -27,7 +27,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..._core.config import logger
-from ._plan import choose_filter, choose_landmarks, default_landmarks, mean_copies, pruning_rel
+from ._plan import choose_filter, choose_landmarks, default_landmarks, level1_verdict, mean_copies, pruning_rel
 
 __all__ = ["sweet_cpu", "build_cpu"]
 
@@ -1271,13 +1271,13 @@ def _choose_parts(params, m, mean_cand):
     return int(max(1 if params.parallelism != "split" else 2, min(want, 64, max(1, int(mean_cand)))))
 
 
-def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None, _tab=None):
+def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None):
     """Sweet KNN join on the CPU; ``qsel`` restricts level 2 to some query rows (estimates).
     ``gate=(min_saved, sample[, floor])``: the savings check inside the run, as the GPU twin's
     (``method="auto"``): after level 1 the run goes on when level 1 alone saves ``min_saved``,
     returns ``(None, None, stats)`` when it saves less than ``floor``, and otherwise runs level 2
     on ``sample`` random queries first (reusing this run's clusters and level 1) and goes on or
-    returns None by what they save. ``_tab``: those tables, for that sample run.
+    returns None by what they save (``_plan.level1_verdict``).
     ``enough`` (with ``qsel``): return ``(None, None, stats)`` before level 2 when level 1 alone
     saves at least this fraction of all queries' distance computations (``stats["early"]``), or,
     with ``hopeless``, less than that fraction.
@@ -1288,6 +1288,12 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
     without itself. Same results; the filters and distances work on the distinct rows only.
 
     Returns ``(dist, idx, stats)`` for the rows ``qsel`` (all rows when None)."""
+    return _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, None)
+
+
+def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, tab):
+    """:func:`sweet_cpu`; ``tab``: the clusters and level-1 tables when the caller has them (the
+    gate's sample run reuses its run's), else None."""
     t_all = time.perf_counter()
     n, dim = X.shape
     t0 = time.perf_counter()
@@ -1300,21 +1306,23 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
         # distinct rows, self kept: the k + 1 list of a distinct row serves every copy of it
         Xr, inv, uoff, uidx = dup
         Qr, k_sel, exclude = Xr, k + 1, False
-    tab = build_cpu(Xr, Qr, k, params, seed, all_points) if _tab is None else _tab
+    if tab is None:
+        tab = build_cpu(Xr, Qr, k, params, seed, all_points)
     gate_stats = None
     if gate is not None and qsel is None and Qr.shape[0] >= 4 * int(gate[1]):
         min_saved, sample = float(gate[0]), int(gate[1])
-        floor = float(gate[2]) if len(gate) > 2 and gate[2] is not None else None
+        floor = gate[2] if len(gate) > 2 else None
         saved1 = 1.0 - tab["level1_pairs"] / (float(Qr.shape[0]) * Xr.shape[0])
-        gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": True}
-        if floor is not None and saved1 < floor:
-            gate_stats.update(passed=False, level1_floor=floor)
-        elif saved1 < min_saved:
+        verdict = level1_verdict(saved1, min_saved, floor)
+        gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": verdict is not False}
+        if verdict is False:
+            gate_stats["level1_floor"] = float(floor)
+        elif verdict is None:
             sel = np.sort(np.random.default_rng([seed, 7]).choice(Qr.shape[0], size=sample, replace=False))
             # the sample on this run's tables (the distinct rows' when copies were merged: the same
             # join, so the same fraction)
-            _, _, st = sweet_cpu(Xr, Qr, k, params, seed, all_points and dup is None, qsel=sel,
-                                 _tab=tab if dup is None else None)
+            _, _, st = _sweet_cpu(Xr, Qr, k, params, seed, all_points and dup is None, sel, None, None, None,
+                                  tab if dup is None else None)
             gate_stats.update(sample=sample, saved_estimate=float(st["saved_total"]),
                               passed=float(st["saved_total"]) >= min_saved)
         if not gate_stats["passed"]:
@@ -1322,7 +1330,7 @@ def sweet_cpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
                                     n_landmarks_data=tab["mt"], times=dict(tab["times"], total=time.perf_counter() - t_all))
     if (enough is not None or hopeless is not None) and qsel is not None:
         saved1 = 1.0 - tab["level1_pairs"] / (float(Qr.shape[0]) * n)
-        if (enough is not None and saved1 >= float(enough)) or (hopeless is not None and saved1 < float(hopeless)):
+        if level1_verdict(saved1, enough, hopeless) is not None:
             return None, None, dict(device="cpu", early=True, saved_level1=saved1, saved_level2=0.0,
                                     saved_total=saved1, n_landmarks_query=tab["mq"], n_landmarks_data=tab["mt"],
                                     times=dict(tab["times"], total=time.perf_counter() - t_all))

@@ -31,7 +31,7 @@ import numpy as np
 from ..._core.config import get_memory_budget, logger
 from ..._core.cuda import get_kernel, kernel_path, retry_on_oom
 from ._plan import (choose_filter, choose_landmarks, copies_from_pairs, default_landmarks, draw_landmark_sets,
-                    dup_sample, mean_copies_of_sample, pruning_rel)
+                    dup_sample, level1_verdict, mean_copies_of_sample, pruning_rel)
 
 __all__ = ["sweet_gpu", "level2_kernel_name"]
 
@@ -301,7 +301,7 @@ def _decode(cp, keys):
     return d, i
 
 
-def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None, _tab=None):
+def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=None, hopeless=None):
     """Sweet KNN join on the GPU; arrays are cupy float32. See :func:`knnkit.exact.sweet.sweet_knn`.
 
     ``enough`` (estimates only, with ``qsel``): when level 1 alone saves at least this fraction of
@@ -311,8 +311,7 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
     ``min_saved`` and its optional third element (``gate=(min_saved, sample, hopeless)``): level 1's
     count over all queries is exact and level 2 only adds to it, so the first shortcut never passes
     a join the sample would have refused; the second is the caller's rule (see
-    :data:`knnkit.exact.sweet.SWEET_AUTO_LEVEL1_FLOOR`). ``_tab`` is the CPU twin's (its gate's sample
-    reuses the run's tables that way); the GPU gate samples inside the run and ignores it.
+    :data:`knnkit.exact.sweet.SWEET_AUTO_LEVEL1_FLOOR`); both are ``_plan.level1_verdict``.
 
     ``gate=(min_saved, sample)``: after level 1, level 2 runs first on ``sample`` queries drawn
     at random; when the fraction of their distance computations saved is below ``min_saved`` the
@@ -378,7 +377,7 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
     mark("level1")
     if (enough is not None or hopeless is not None) and qsel is not None:
         saved1 = 1.0 - float(level1_all) / (float(m) * n)  # (a sync)
-        if (enough is not None and saved1 >= float(enough)) or (hopeless is not None and saved1 < float(hopeless)):
+        if level1_verdict(saved1, enough, hopeless) is not None:
             times = {"total": time.perf_counter() - t_all}
             return None, None, dict(device="gpu", early=True, saved_level1=saved1, saved_level2=0.0,
                                     saved_total=saved1, n_landmarks_data=mt, n_landmarks_query=mq, times=times)
@@ -466,21 +465,17 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
         chunk = max(1, min(nq_total, budget // per_query, (1 << 24) // parts))
         if gate is not None and qsel is None and nq_total >= 4 * int(gate[1]):
             min_saved, sample = float(gate[0]), int(gate[1])
-            floor = float(gate[2]) if len(gate) > 2 and gate[2] is not None else None
+            floor = gate[2] if len(gate) > 2 else None
             saved1 = 1.0 - float(level1_all) / (float(nq_total) * n)  # (a sync) level 1 over all queries
-            if floor is not None and saved1 < floor:
-                # level 1 saves too little for level 2 to make up (uniform 32-D: 0 %; the sample
-                # was most of the ~0.1 s the gate cost before giving way)
-                gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": False,
-                              "level1_floor": floor}
-                times = {"total": time.perf_counter() - t_all}
-                return None, None, dict(device="gpu", gate=gate_stats, times=times, n_landmarks_data=mt,
-                                        n_landmarks_query=mq)
-            if saved1 >= min_saved:
-                # level 1 alone saves enough: no sample (clustered 16-D: the sample was most of the
-                # ~20 ms the separate estimate added to a ~180 ms join)
-                gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": True}
-            else:
+            # False: level 1 saves too little for level 2 to make up (uniform 32-D: 0 %; the sample
+            # was most of the ~0.1 s the gate cost before giving way); True: level 1 alone saves
+            # enough, no sample (clustered 16-D: the sample was most of the ~20 ms the separate
+            # estimate added to a ~180 ms join)
+            verdict = level1_verdict(saved1, min_saved, floor)
+            gate_stats = {"min_saved": min_saved, "sample": 0, "saved_estimate": saved1, "passed": verdict is not False}
+            if verdict is False:
+                gate_stats["level1_floor"] = float(floor)
+            elif verdict is None:
                 # the savings on a random sample of queries first (their rows are written again below)
                 pick = np.sort(np.random.default_rng([seed, 7]).choice(nq_total, size=sample, replace=False))
                 qseq_all, nq_all, parts_all = qseq, nq_total, parts
@@ -492,13 +487,12 @@ def sweet_gpu(X, Q, k, params, seed, all_points, qsel=None, gate=None, enough=No
                 retry_on_oom(run_full, min(chunk, sample), what="sweet level-2 filter")
                 parts = parts_all
                 saved = 1.0 - float(cp.stack(ndist).sum()) / (float(sample) * n)
-                gate_stats = {"min_saved": min_saved, "sample": sample, "saved_estimate": saved,
-                              "passed": saved >= min_saved}
-                if saved < min_saved:
-                    times = {"total": time.perf_counter() - t_all}
-                    return None, None, dict(device="gpu", gate=gate_stats, times=times, n_landmarks_data=mt,
-                                            n_landmarks_query=mq)
+                gate_stats.update(sample=sample, saved_estimate=saved, passed=saved >= min_saved)
                 qseq, nq_total = qseq_all, nq_all
+            if not gate_stats["passed"]:
+                times = {"total": time.perf_counter() - t_all}
+                return None, None, dict(device="gpu", gate=gate_stats, times=times, n_landmarks_data=mt,
+                                        n_landmarks_query=mq)
         retry_on_oom(run_full, chunk, what="sweet level-2 filter")
     else:
         chunk = max(1, min(nq_total, 1 << 16, (1 << 24) // parts))

@@ -15,7 +15,8 @@ import numpy as np
 from ..._core.params import Params, check_choice, check_float, check_int
 
 __all__ = ["SweetParams", "default_landmarks", "choose_filter", "pruning_rel", "choose_landmarks",
-           "draw_landmark_sets", "mean_copies", "dup_sample", "mean_copies_of_sample", "copies_from_pairs"]
+           "draw_landmark_sets", "mean_copies", "dup_sample", "mean_copies_of_sample", "copies_from_pairs",
+           "level1_verdict"]
 
 FILTERS = ("auto", "full", "partial")
 PARALLELISMS = ("auto", "query", "split")
@@ -110,6 +111,19 @@ def choose_filter(params, k, dim, merged=False):
     if merged:
         return "full"
     return "partial" if k / dim > params.partial_ratio else "full"
+
+
+def level1_verdict(saved1, enough=None, hopeless=None):
+    """What level 1 alone decides about a join, from ``saved1``, the fraction of all queries'
+    distance computations it saves: False when it saves less than ``hopeless`` (level 2 will not
+    make up the rest), True when it saves at least ``enough`` (level 2 only adds to it), None when
+    level 2 must be sampled. One rule for the savings estimate's early exit and the gate inside a
+    run, on both twins."""
+    if hopeless is not None and saved1 < float(hopeless):
+        return False
+    if enough is not None and saved1 >= float(enough):
+        return True
+    return None
 
 
 def draw_landmark_sets(n, count, trials, rng):
