@@ -149,6 +149,17 @@ def test_few_unreachable_repair_without_bfs_tree(rng):
     r, c = np.nonzero(changed)
     u = g2[r, c]
     assert all(r_ in g[u_] for r_, u_ in zip(r, u))  # r was an out-neighbour of u
+    # the caller's own first mask (the GPU path's, from the BFS that counted the unreachable) gives
+    # the same links and one BFS fewer
+    calls = []
+
+    def counting_bfs(graph, sources):
+        calls.append(1)
+        return reachable_from(graph, sources)
+
+    g4 = g.copy()
+    assert _repair_few_on_device(g4, entry, mask_fn=counting_bfs, first_mask=~before) == (added, rounds, m0)
+    assert np.array_equal(g4, g2) and len(calls) == rounds
     # the host path (the CPU's, and the GPU's fallback) reaches the same end its own way
     g3, st = repair_connectivity(X, g, metric="l2", entry_ids=entry)
     assert st["unreachable_after"] == 0 and _scipy_reach(g3, entry).all()

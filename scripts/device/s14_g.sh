@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fourteenth session, 2 x H100 (issue 17): the replicated search's 2-worker scaling repeated
-# (benchmarks/dask_scaling.py --search-repeats 3), 2M x 96, 1M queries resident on the workers,
-# numpy blocks and CuPy blocks; and whether the machine has nsys / ncu (issue 16's profile).
-#   OUT=/some/folder bash scripts/device/s14_g.sh   (carry .wheels/dask)
+# (benchmarks/dask_scaling.py --search-repeats $REPEATS, default 3), 2M x 96, 1M queries resident on
+# the workers, numpy blocks and CuPy blocks; and whether the machine has nsys / ncu (issue 16's profile).
+#   OUT=/some/folder [REPEATS=3] bash scripts/device/s14_g.sh   (carry .wheels/dask)
 set -u
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the output folder}"
@@ -16,7 +16,7 @@ t0=$(date +%s)
 for mode in host dev; do
   extra=$([ $mode = dev ] && echo --device-queries)
   timeout 250 "$PY" benchmarks/dask_scaling.py --n 2000000 --queries 1000000 --benches search --resident-queries \
-      $extra --search-repeats 3 --part-factors 1 > "$OUT/search_$mode.json" 2> "$OUT/search_$mode.log"
+      $extra --search-repeats "${REPEATS:-3}" --part-factors 1 > "$OUT/search_$mode.json" 2> "$OUT/search_$mode.log"
   echo "$mode rc=$? $(( $(date +%s) - t0 )) s"
 done
 "$PY" - "$OUT"/search_host.json "$OUT"/search_dev.json <<'PYEOF'

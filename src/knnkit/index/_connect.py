@@ -644,7 +644,7 @@ def _nothing_to_repair(graph, copy, t0):
 FEW_UNREACHABLE_MAX = 4096
 
 
-def _repair_few_on_device(g, entry, *, max_rounds=8, mask_fn=None):
+def _repair_few_on_device(g, entry, *, max_rounds=8, mask_fn=None, first_mask=None):
     """Link the few nodes of ``g`` (one weak component, int32 (n, R), modified in place) that the
     entries do not reach, without a host copy of the graph: each unreachable node ``u`` gets the
     link ``r -> u`` from its first out-neighbour ``r`` that is reachable and has room (rows are in
@@ -658,7 +658,8 @@ def _repair_few_on_device(g, entry, *, max_rounds=8, mask_fn=None):
     every link written is a valid edge).
 
     ``mask_fn(g, entry)`` -> boolean (n,) reachability (default: the device BFS of ``connect.cu``;
-    the CPU tests pass the host BFS)."""
+    the CPU tests pass the host BFS); ``first_mask``: that mask for ``g`` as given, when the caller
+    has it (the first round then runs no BFS)."""
     xp = _xp_of(g)
     if mask_fn is None:
         from ._connect_gpu import reachable_mask as mask_fn
@@ -671,7 +672,7 @@ def _repair_few_on_device(g, entry, *, max_rounds=8, mask_fn=None):
     prot = {}   # row -> its slots written by the repair
     added, before = 0, None
     for rounds in range(max_rounds + 1):
-        mask = xp.asarray(mask_fn(g, entry))
+        mask = xp.asarray(first_mask if rounds == 0 and first_mask is not None else mask_fn(g, entry))
         un = xp.flatnonzero(~mask)
         m = int(un.size)
         if before is None:
@@ -835,17 +836,19 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     if on_kernels:
         # the common case on the GPU: one component, every node reachable -- answered by the
         # kernels of connect.cu on the device graph, without the host copy and the host BFS
-        from ._connect_gpu import reach_count
+        from ._connect_gpu import MAX_BFS_LEVELS, mask_of_bits, reach_bits, reach_count
 
         if components_of is None:
             components_of = components(graph)
-        reached_gpu = reach_count(graph, entry)   # None: too many BFS levels, ask the host
+        # None: too many BFS levels, ask the host; the bits are the first round's mask of the
+        # device repair (one BFS, not two)
+        bits, reached_gpu = reach_bits(graph, entry, max_levels=MAX_BFS_LEVELS)
         if int(components_of[1]) == 1:
             if reached_gpu == n:
                 return _nothing_to_repair(graph, copy, t0)
             if reached_gpu is not None and n - reached_gpu <= FEW_UNREACHABLE_MAX and FEW_ON_DEVICE:
                 g = graph.copy() if copy else graph
-                done = _repair_few_on_device(g, entry)
+                done = _repair_few_on_device(g, entry, first_mask=mask_of_bits(bits, n))
                 if done is not None:
                     return _repaired_on_device(graph, g, copy, t0, *done)
                 graph, copy = g, False  # the host path goes on from the links written so far

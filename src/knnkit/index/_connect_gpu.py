@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core.cuda import get_kernel, kernel_path
 
-__all__ = ["component_roots", "reach_bits", "reach_count", "reachable_mask", "edge_sqdist", "drop_long_edges",
+__all__ = ["component_roots", "reach_bits", "reach_count", "reachable_mask", "mask_of_bits", "edge_sqdist", "drop_long_edges",
            "MAX_BFS_LEVELS"]
 
 _KERNEL = kernel_path(__file__, "connect.cu")
@@ -152,9 +152,12 @@ def reach_count(graph, sources, *, max_levels=None):
 
 def reachable_mask(graph, sources):
     """Boolean (n,) device mask of the nodes reachable from ``sources`` (sources included)."""
+    return mask_of_bits(reach_bits(graph, sources)[0], graph.shape[0])
+
+
+def mask_of_bits(bits, n):
+    """Boolean (n,) device mask of :func:`reach_bits`'s bit set."""
     cp = _cp()
-    n = graph.shape[0]
-    bits, _ = reach_bits(graph, sources)
     idx = cp.arange(n, dtype=cp.int32)
     return ((bits[idx >> 5] >> (idx & 31).astype(cp.uint32)) & cp.uint32(1)).astype(cp.bool_)
 

@@ -244,24 +244,29 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
 
     # one sort of the new reverse edges gives every node's nearest ``cap`` and the hubs' longer lists
     rev_idx, rev_dist, hubs, ri, rd = reverse_candidates(graph, graph_dist, cap, hubs_cap=hub_cap_of)
-    if ri is None or not FIRST_PASS_SKIPS_HUBS:
-        cand = cp.concatenate([graph, rev_idx], axis=1)
-        del rev_idx
-        cand_d = cp.concatenate([graph_dist, rev_dist], axis=1)
-        del rev_dist
-        out = prune_gpu(X, cand, cand_d, R, alpha, metric, fill=fill, shift=shift)
-    else:
+    rows = None  # the nodes of the first prune (None: all)
+    if ri is not None and FIRST_PASS_SKIPS_HUBS:
         # the hubs are pruned below over their longer lists: the first pass leaves them out (their
         # rows are the full, costliest ones: broad 1M x 128, a fifth of the nodes)
         rest = cp.ones(graph.shape[0], dtype=cp.bool_)
         rest[hubs] = False
-        rest = cp.nonzero(rest)[0].astype(cp.int32)
-        cand = cp.concatenate([graph[rest], rev_idx[rest]], axis=1)
-        del rev_idx
-        cand_d = cp.concatenate([graph_dist[rest], rev_dist[rest]], axis=1)
-        del rev_dist
+        rows = cp.nonzero(rest)[0].astype(cp.int32)
+        del rest
+
+    def of_rows(a):
+        return a if rows is None else a[rows]
+
+    cand = cp.concatenate([of_rows(graph), of_rows(rev_idx)], axis=1)
+    del rev_idx
+    cand_d = cp.concatenate([of_rows(graph_dist), of_rows(rev_dist)], axis=1)
+    del rev_dist
+    first = prune_gpu(X, cand, cand_d, R, alpha, metric, fill=fill, shift=shift, node_ids=rows)
+    if rows is None:
+        out = first
+    else:
         out = cp.empty_like(graph)
-        out[rest] = prune_gpu(X, cand, cand_d, R, alpha, metric, fill=fill, shift=shift, node_ids=rest)
+        out[rows] = first
+    del first
     del cand, cand_d
     if stats is not None:
         cp.cuda.get_current_stream().synchronize()
