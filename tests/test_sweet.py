@@ -247,8 +247,9 @@ def test_estimate_savings_stops_after_level1(rng):
     Y = rng.random((3000, 32), dtype=np.float32)  # uniform 32-D: level 1 saves (nearly) nothing
     from knnkit.exact.sweet import level1_floor
 
-    assert level1_floor(Y) == 0.5 and level1_floor(X) is None
-    assert estimate_savings(Y, None, 10, sample=200, need=0.98, floor=level1_floor(Y)) < 0.5
+    floor = level1_floor(Y, "gpu")  # (the GPU's rule, run here on the CPU twin; the CPU has none)
+    assert 0 < floor < 0.5 and level1_floor(X, "gpu") is None and level1_floor(Y, "cpu") is None
+    assert estimate_savings(Y, None, 10, sample=200, need=0.98, floor=floor) < floor
 
 
 def test_validation():
@@ -514,31 +515,48 @@ def test_gate_inside_the_cpu_run(rng):
     np.testing.assert_allclose(d, d0, rtol=1e-4, atol=1e-4)
     d, i, st = sweet_knn(Xc, Xc, 5, exclude_self=True, gate=(0.5, 256, 1.0))
     assert d is None and st["gate"]["sample"] == 0 and not st["gate"]["passed"]
+    # an unreachable min_saved: the sample stops at its first chunk (already over what it allows)
+    from knnkit.exact.sweet._cpu import _GATE_CHUNK
+
+    full = estimate_savings(Xc, None, 5, sample=256)
     d, i, st = sweet_knn(Xc, Xc, 5, exclude_self=True, gate=(1.0, 256))
-    assert d is None and st["gate"]["sample"] == 256 and not st["gate"]["passed"]
-    assert abs(st["gate"]["saved_estimate"] - estimate_savings(Xc, None, 5, sample=256)) < 0.05
+    assert d is None and st["gate"]["sample"] == _GATE_CHUNK and not st["gate"]["passed"]
+    assert abs(st["gate"]["saved_estimate"] - full) < 0.05
+    # a reachable one above level 1's fraction (wide clusters: level 1 weak, level 2 most of the
+    # savings): the whole sample runs and the join goes on
+    Xw = (centres[rng.integers(0, 40, 6000)] + rng.standard_normal((6000, 12)).astype(np.float32) * 4.0)
+    Xw = Xw.astype(np.float32)
+    level1 = estimate_savings(Xw, None, 5, sample=256, need=0.0)  # level 1's exact fraction
+    full = estimate_savings(Xw, None, 5, sample=256)
+    assert level1 + 0.1 < full
+    d, i, st = sweet_knn(Xw, Xw, 5, exclude_self=True, gate=((level1 + full) / 2, 256))
+    assert d is not None and st["gate"]["passed"] and st["gate"]["sample"] == 256
+    assert abs(st["gate"]["saved_estimate"] - full) < 0.05
+    d0, i0 = knnkit.knn(Xw, k=5, method="gemm", device="cpu")
+    np.testing.assert_allclose(d, d0, rtol=1e-4, atol=1e-4)
 
 
 def test_gated_auto_path_on_the_cpu(monkeypatch):
     """SWEET_AUTO_GATE asks Sweet KNN to estimate inside its run on the CPU too: ``auto`` answers
-    as the GEMM path does whichever way the gate goes (uniform 12-D samples level 2; uniform 32-D
-    gives way at level 1 under the floor)."""
+    as the GEMM path does when the gate gives way (uniform 12-D and 32-D: the sample stops early; the
+    CPU has no level-1 floor)."""
     from knnkit._core.prepare import prepare
     from knnkit.api import exact as api_exact
 
     rng = np.random.default_rng(3)
     monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)
-    for dim, floor in ((12, None), (32, 0.5)):
+    for dim in (12, 32):
         X = rng.random((12_000, dim), dtype=np.float32)
         P = prepare(X, metric="sqeuclidean", device="cpu")
         m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
-        assert m.name == "sweet" and need == (0.9, floor)
+        assert m.name == "sweet" and need == (0.9, None)  # no level-1 floor on the CPU
         d, i, st = api_exact.exact_search(P, None, 5, method="auto")
         d0, i0, _ = api_exact.exact_search(P, None, 5, method="gemm")
         np.testing.assert_allclose(d, d0, rtol=1e-5, atol=1e-6)
         assert (i == i0).mean() > 0.999
         gate = st.get("sweet_gate") or st.get("gate")
-        assert gate is not None and gate["sample"] == (0 if floor else 256)
+        # a sample that stops once over what 90 % saved allows (uniform data: after a chunk or three)
+        assert gate is not None and 0 < gate["sample"] < 256 and not gate["passed"]
     monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", False)
     m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
     assert need is None

@@ -237,7 +237,7 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
             threshold = sweet_threshold(P.X, QX, k, device=P.device)
             m = P.n if Q is None else Q.n
             if not isinstance(threshold, bool) and gated and SWEET_AUTO_GATE and m >= 4 * SWEET_AUTO_SAMPLE:
-                need, sweet = (threshold, level1_floor(P.X)), True  # the run estimates (its own sample)
+                need, sweet = (threshold, level1_floor(P.X, P.device)), True  # the run estimates (its own sample)
             else:
                 sweet = sweet_pays(P.X, QX, k, device=P.device, seed=seed)
         method = "sweet" if sweet else "gemm"

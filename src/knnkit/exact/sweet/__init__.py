@@ -184,16 +184,22 @@ def sweet_threshold(X, Q, k, *, device):
 
 #: Queries of the savings estimate (``estimate_savings``, and the GPU run's gate)
 SWEET_AUTO_SAMPLE = 256
-#: Above 16 dimensions ``auto`` gives up on Sweet KNN right after level 1 when level 1 saves less
-#: than this: level 2 alone does not make up the rest there (uniform 16-D: level 1 0 %, level 2
-#: 50-83 %, against the 98 % asked above 16-D; uniform 32-D 0.5-4 % in all), and the sampled level 2
-#: cost uniform 32 / 64-D 6-10 % over the GEMM path's time (H100, 500k all points).
-SWEET_AUTO_LEVEL1_FLOOR = 0.5
+#: Above 16 dimensions ``auto`` on the GPU gives up on Sweet KNN right after level 1 when level 1
+#: saves less than this: on uniform data level 2 does not make up the rest (uniform 16-D: level 1
+#: 0 %, level 2 50-83 %, against the 98 % asked above 16-D; uniform 32 / 64-D 0-4 % in all), and the
+#: sampled level 2 cost uniform 32 / 64-D 6-10 % over the GEMM path's time (H100, 500k all points).
+#: It was 0.5 until clustered data at 50k showed that level 1 alone is no verdict (CPU, 2 cores, all
+#: points: clustered 32 / 64-D level 1 saves 19-23 %, level 2 brings it to 98 %, and Sweet KNN takes
+#: 1.0-1.9 s where the GEMM path auto gave way to took 3.7-4.7 s; 12-D clusters of std 4: level 1
+#: 1-2 %, in all 96 %). None on the CPU: there the gate's sample stops at its first chunk over
+#: budget (``_cpu._GATE_CHUNK``), so hopeless data cost a chunk or three, not the sample.
+SWEET_AUTO_LEVEL1_FLOOR = {"gpu": 0.1, "cpu": None}
 
 
-def level1_floor(X):
-    """The level-1 fraction below which ``auto`` stops estimating (None: always sample level 2)."""
-    return SWEET_AUTO_LEVEL1_FLOOR if int(X.shape[1]) > 16 else None
+def level1_floor(X, device):
+    """The level-1 fraction below which ``auto`` stops estimating on ``device`` (None: always
+    sample level 2)."""
+    return SWEET_AUTO_LEVEL1_FLOOR[device] if int(X.shape[1]) > 16 else None
 
 
 def sweet_pays(X, Q, k, *, device, seed=0):
@@ -208,4 +214,5 @@ def sweet_pays(X, Q, k, *, device, seed=0):
     need = sweet_threshold(X, Q, k, device=device)
     if isinstance(need, bool):
         return need
-    return estimate_savings(X, Q, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=need, floor=level1_floor(X)) >= need
+    return estimate_savings(X, Q, k, sample=SWEET_AUTO_SAMPLE, seed=seed, need=need,
+                            floor=level1_floor(X, device)) >= need
