@@ -437,8 +437,26 @@ def _assign(P, L):
     labels = np.empty(P.shape[0], np.int32)
     for s in range(0, P.shape[0], _ASSIGN_BLOCK):
         G = P[s:s + _ASSIGN_BLOCK] @ L.T
-        labels[s:s + _ASSIGN_BLOCK] = np.argmin(ln[None, :] - 2.0 * G, axis=1)
+        _argmin_rows(G, ln, labels[s:s + _ASSIGN_BLOCK])
     return labels
+
+
+@njit(parallel=True, cache=True)
+def _argmin_rows(G, ln, out):
+    """``out[i] = argmin_j (ln[j] - 2 G[i, j])`` (float32, the first of equal values, as
+    ``np.argmin`` of the same float32 expression) on all threads, without the temporaries: NumPy's
+    expression and argmin took 0.1-0.25 s of a 50k x 670-landmark assignment at 64-D (2 cores)."""
+    two = np.float32(2.0)
+    for i in prange(G.shape[0]):
+        row = G[i]
+        best = ln[0] - two * row[0]
+        arg = 0
+        for j in range(1, row.shape[0]):
+            v = ln[j] - two * row[j]
+            if v < best:
+                best = v
+                arg = j
+        out[i] = arg
 
 
 # ----------------------------------------------------------------------------- heaps
