@@ -85,7 +85,9 @@ def main():
     ap.add_argument("--prefetch", default="on,off", help="prefetch settings to sweep")
     ap.add_argument("--rerank", default="on,off", help="re-rank settings to sweep (off: rerank=k)")
     ap.add_argument("--cuvs-probes", default="8,16,32,64,128,256")
-    ap.add_argument("--graph-degree", type=int, default=32)
+    ap.add_argument("--graph-degree", type=int, default=None,
+                    help="default: the build's own choice from the data's intrinsic dimension (32 was forced "
+                         "before 2026-11-29: on broad data it cost recall 0.95 -> 0.89 at L = 256, CPU 200k)")
     ap.add_argument("--pq-bytes", type=int, default=None)
     ap.add_argument("--data", default="clustered", choices=["clustered", "broad"],
                     help="clustered: 1024 tight clusters in a 24-d subspace (IVF-friendly); broad: "

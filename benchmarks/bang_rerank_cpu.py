@@ -49,6 +49,8 @@ def main():
     ap.add_argument("--reranks", default="1,2,4")
     ap.add_argument("--compression", default="pq,opq")
     ap.add_argument("--pq-bytes", type=int, default=None)
+    ap.add_argument("--graph-degree", type=int, default=None, help="default: the build's choice from the LID")
+    ap.add_argument("--no-exact-walk", action="store_true", help="skip the device-placed index")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     X, Q = make_broad_clusters(a.n, a.d, n_queries=a.queries, random_state=1)
@@ -62,10 +64,15 @@ def main():
     for comp in a.compression.split(","):
         t = time.perf_counter()
         index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0, pq_bytes=a.pq_bytes,
-                                        compression=comp)
+                                        compression=comp, graph_degree=a.graph_degree)
         build_s = time.perf_counter() - t
         eng = index._engine
+        res.setdefault("builds", []).append(dict(compression=comp, build_s=round(build_s, 1), pq_bytes=eng.pq_bytes,
+                                                 graph_degree=eng.graph_degree,
+                                                 host_check=index.build_params.get("host_check"),
+                                                 default_beam=index.search_params.beam))
         print(json.dumps(dict(compression=comp, build_s=round(build_s, 1), pq_bytes=eng.pq_bytes,
+                              graph_degree=eng.graph_degree,
                               host_check=index.build_params.get("host_check"),
                               default_beam=index.search_params.beam)), flush=True)
         for L in beams:
@@ -74,17 +81,22 @@ def main():
                 t = time.perf_counter()
                 _d, I = index.search(Q, k=a.k, beam=L, params=sp)
                 dt = time.perf_counter() - t
-                row = dict(compression=comp, pq_bytes=eng.pq_bytes, beam=L, rerank=r * L,
+                row = dict(compression=comp, pq_bytes=eng.pq_bytes, graph_degree=eng.graph_degree, beam=L, rerank=r * L,
                            recall=round(recall_at(np.asarray(I), gt_d, X, Q, a.k), 4), qps=round(a.queries / dt, 1),
                            build_s=round(build_s, 1))
                 res["rows"].append(row)
                 print(json.dumps(row), flush=True)
-    t = time.perf_counter()
-    dev = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
-    res["device_index_build_s"] = time.perf_counter() - t
+    if a.no_exact_walk:
+        beams = []
+    else:
+        t = time.perf_counter()
+        dev = knnkit.GraphIndex.build(X, device="cpu", random_state=0, graph_degree=a.graph_degree)
+        res["device_index_build_s"] = time.perf_counter() - t
+        res["device_index_graph_degree"] = dev._engine.graph_degree
     for L in beams:
         _d, I = dev.search(Q, k=a.k, beam=L)
-        row = dict(compression="none (exact walk)", beam=L, recall=round(recall_at(np.asarray(I), gt_d, X, Q, a.k), 4))
+        row = dict(compression="none (exact walk)", graph_degree=dev._engine.graph_degree, beam=L,
+                   recall=round(recall_at(np.asarray(I), gt_d, X, Q, a.k), 4))
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
     if a.out:

@@ -143,6 +143,9 @@ def test_host_build_checks_its_walk(rng):
         bad = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)
     assert max(bad.build_params["host_check"]["recall"]) < 0.9
     assert len(bad.build_params["host_check"]["beams"]) == 3
+    # short of the target at every beam: the default is the best beam checked, not the first
+    chk = bad.build_params["host_check"]
+    assert bad.search_params.beam == (chk["beams"][-1] if chk["recall"][-1] > chk["recall"][0] else 64)
 
 
 def test_host_distances_exact_and_deterministic(rng):
