@@ -388,6 +388,9 @@ def test_intrinsic_dim_estimate_and_auto_degree():
     assert lid_high > 25, lid_high         # isotropic 64-d (the MLE underestimates at this n)
     assert auto_build_params(lid_low) == (32, 64, 1.1)
     assert auto_build_params(lid_high)[0] >= 48
+    # the middle tier: fewer candidates on the CPU (same graph degree and alpha)
+    assert auto_build_params(35.0) == (48, 96, 1.0) and auto_build_params(35.0, device="cpu") == (48, 64, 1.0)
+    assert auto_build_params(45.0, device="cpu") == auto_build_params(45.0) == (64, 96, 1.0)
     dup = np.repeat(low[:10], 5, axis=0)   # only duplicates at distance 0: no estimate, defaults
     assert auto_build_params(estimate_intrinsic_dim(dup, random_state=0)) == (32, 64, 1.1)
 

@@ -28,9 +28,18 @@ __all__ = ["estimate_intrinsic_dim", "auto_build_params"]
 _SCALE_GAP = 0.5
 
 
-def auto_build_params(lid, lid_small=None):
+#: Candidates of the middle tier (LID 28-40, graph degree 48) on the CPU. 96 on the GPU, where the
+#: candidate graph costs little; on 2 CPU cores NN-Descent at 96 was most of the build, and 64 gave
+#: the same search (suite sets of this tier, 100k, paired with hnswlib; recall at beam 64 within
+#: 0.004, QPS equal or higher): broad_clusters 19.6 -> 12.0 s (hnswlib 9.0 s), skewed_norms_ip
+#: 26.2 -> 17.0 s (hnswlib 5.9 s) (`benchmarks/results/cpu/cpu_candidate_degree_2026-11-29.json`).
+CPU_MIDDLE_TIER_CANDIDATES = 64
+
+
+def auto_build_params(lid, lid_small=None, device="gpu"):
     """``(graph_degree, intermediate_degree, alpha)`` for an estimated intrinsic dimension ``lid``
-    (20 neighbours) and, optionally, the estimate at 5 neighbours ``lid_small``.
+    (20 neighbours) and, optionally, the estimate at 5 neighbours ``lid_small``; ``device``: where
+    the index is built (the CPU's middle tier takes :data:`CPU_MIDDLE_TIER_CANDIDATES` candidates).
 
     A collapse of the estimate between the two scales (``lid < 0.5 * lid_small``) means clusters
     of fewer points than the graph's degree: the 20 nearest neighbours cross into other clusters
@@ -44,5 +53,5 @@ def auto_build_params(lid, lid_small=None):
     if not np.isfinite(lid) or lid < 28:
         return 32, 64, 1.1
     if lid < 40:
-        return 48, 96, 1.0
+        return 48, CPU_MIDDLE_TIER_CANDIDATES if device == "cpu" else 96, 1.0
     return 64, 96, 1.0

@@ -43,7 +43,7 @@ def _resolve_auto_params(X, bp, random_state):
             bp["intermediate_degree"] = _default_intermediate_degree(bp["graph_degree"])
         return
     lid_small, lid = estimate_intrinsic_dim(X, random_state=random_state, scales=(5, 20))
-    R, K, alpha = auto_build_params(lid, lid_small)
+    R, K, alpha = auto_build_params(lid, lid_small, device="cpu" if get_array_module(X) is np else "gpu")
     bp["intrinsic_dim"] = round(lid, 2) if np.isfinite(lid) else None
     bp["intrinsic_dim_5nn"] = round(lid_small, 2) if np.isfinite(lid_small) else None
     if bp["graph_degree"] is None:
