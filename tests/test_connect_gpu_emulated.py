@@ -262,3 +262,21 @@ def test_link_placements_agree(placement, monkeypatch):
     with pytest.raises(ValueError, match="LINK_PLACEMENT"):
         monkeypatch.setattr(_connect, "LINK_PLACEMENT", "gpu")
         repair_connectivity(dev(X), dev(g), metric="l2", entry_ids=entry)
+
+
+def test_few_unreachable_repaired_on_the_device_with_one_first_bfs(connected, monkeypatch):
+    """A few nodes without in-links: repaired on the device (no host copy), everything reachable
+    afterwards, and the BFS that counted them is the repair's first mask (one BFS per round after)."""
+    X, g = connected
+    g = g.copy()
+    cut = np.array([5, 300, 1200])
+    g[np.isin(g, cut)] = -1    # no links into them: unreachable, still one weak component
+    assert components(g)[1] == 1 and reachable_from(g, [0]).sum() == 1500 - 3
+    _, kernels = install(monkeypatch)
+    monkeypatch.setattr(conn, "FEW_ON_DEVICE", True)
+    g_d, st = repair_connectivity(dev(X), dev(g), metric="l2", entry_ids=[0], copy=True)
+    assert st["reach_placement"] == "device" and st["unreachable_before"] == 3 and st["links_added"] >= 3
+    assert reachable_from(g_d.get(), [0]).all()
+    # the BFS that counted, then one per round after the first (whose mask is the count's bits);
+    # the last round's BFS finds nothing left (two BFS before, for the same rounds)
+    assert kernels.calls.count("bfs_seed") == 1 + st["reach_rounds"]
