@@ -391,6 +391,39 @@ def test_intrinsic_dim_estimate_and_auto_degree():
     # the middle tier: fewer candidates on the CPU (same graph degree and alpha)
     assert auto_build_params(35.0) == (48, 96, 1.0) and auto_build_params(35.0, device="cpu") == (48, 64, 1.0)
     assert auto_build_params(45.0, device="cpu") == auto_build_params(45.0) == (64, 96, 1.0)
+    # the estimate takes float32 answers (no float64 pass over rows the certificate rejects): the
+    # same value as the certified lists on data whose norms spread widely (many rejected rows)
+    import knnkit.exact as exact_pkg
+    from knnkit.datasets.suite import make_skewed_norms
+
+    S = make_skewed_norms(6000, 32, random_state=3)
+    fast = estimate_intrinsic_dim(S, random_state=0, scales=(5, 20))
+    orig = exact_pkg.knn_lists
+    try:
+        exact_pkg.knn_lists = lambda *a, **kw: orig(*a, **dict(kw, certify=True))
+        slow = estimate_intrinsic_dim(S, random_state=0, scales=(5, 20))
+    finally:
+        exact_pkg.knn_lists = orig
+    np.testing.assert_allclose(fast, slow, rtol=1e-4)
+    import knnkit.exact._cpu as exact_cpu
+
+    recomputed = []
+    within = exact_cpu._rows_within64
+
+    def spy(X, Q, rows, *a, **kw):
+        recomputed.append(len(rows))
+        return within(X, Q, rows, *a, **kw)
+
+    exact_cpu._rows_within64 = spy
+    try:
+        d_slow, i_slow, _ = orig(S, S[:200], 11, metric="l2", exclude_self=False)
+        assert recomputed and recomputed[0] > 0  # this data has rows the certificate rejects
+        recomputed.clear()
+        d_fast, i_fast, _ = orig(S, S[:200], 11, metric="l2", exclude_self=False, certify=False)
+        assert not recomputed  # ... which certify=False leaves in float32
+    finally:
+        exact_cpu._rows_within64 = within
+    np.testing.assert_allclose(d_fast, d_slow, rtol=1e-5, atol=1e-6)
     dup = np.repeat(low[:10], 5, axis=0)   # only duplicates at distance 0: no estimate, defaults
     assert auto_build_params(estimate_intrinsic_dim(dup, random_state=0)) == (32, 64, 1.1)
 

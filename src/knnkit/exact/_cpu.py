@@ -248,12 +248,14 @@ def _blocks(n, m, k, query_block=None):
     return qb, nb
 
 
-def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None):
+def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True):
     """CPU twin of :func:`knnkit.exact._gpu.knn` (same signature). ``precision`` must be
-    ``"exact"`` here: the facade refuses the tensor-core modes on the CPU."""
+    ``"exact"`` here: the facade refuses the tensor-core modes on the CPU. ``certify=False``:
+    rows the float32 rounding certificate rejects keep their float32 answer instead of being
+    recomputed in float64 (estimates only: see :func:`knnkit.exact.knn_lists`)."""
     if precision != "exact":
         raise ValueError(f"precision={precision!r} needs the GPU; the CPU path is always exact")
-    return knn_cpu(X, Q, k, metric, exclude_self, batch_size=batch_size)
+    return knn_cpu(X, Q, k, metric, exclude_self, batch_size=batch_size, certify=certify)
 
 
 def _blas_one_thread():
@@ -269,7 +271,7 @@ def _blas_one_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
+def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None, certify=True):
     """Exact k-NN of the rows of ``Q`` among the rows of ``X`` (internal minimised distances).
 
     Parameters
@@ -286,6 +288,10 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
         Query ``i`` never returns data index ``i`` (``Q`` must then be ``X``).
     batch_size : int, optional
         Queries per block (default 2048).
+    certify : bool
+        Recompute in float64 the rows whose float32 result the rounding certificate cannot
+        vouch for (default). False keeps their float32 answer: the top-k may then differ from
+        the exact one among distances equal to float32 rounding (for estimates).
 
     Returns
     -------
@@ -303,10 +309,10 @@ def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
     ((100, 3), dtype('int64'))
     """
     with _blas_one_thread():
-        return _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size)
+        return _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size, certify)
 
 
-def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
+def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None, certify=True):
     if metric_internal not in ("l2", "ip"):
         raise ValueError(f"knn_cpu supports internal metrics 'l2' and 'ip', got {metric_internal!r}")
     same = Q is X
@@ -354,7 +360,7 @@ def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None):
         bar.close()
     out_d = np.ascontiguousarray(cand_d[:, :k])
     out_i = np.ascontiguousarray(cand_i[:, :k])
-    if kc < avail and not exact_keys:
+    if kc < avail and not exact_keys and certify:
         bad = np.nonzero(~_certify(approx, cand_d, Qc, Xc, k, use_l2))[0]
         if bad.size:
             logger.debug("exact k-NN (CPU): %d of %d rows recomputed in float64 (rounding certificate)",

@@ -849,9 +849,13 @@ def _candidates_k(k, avail, mode):
     return int(min(avail, MAX_K, max(4 * k, 128)))
 
 
-def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None):
-    """GPU twin of :func:`knnkit.exact._cpu.knn` (same signature); see :func:`knn_gpu`."""
-    return knn_gpu(X, Q, k, metric, exclude_self, precision=precision, batch_size=batch_size)
+def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True):
+    """GPU twin of :func:`knnkit.exact._cpu.knn` (same signature); see :func:`knn_gpu`.
+    ``certify`` is the CPU twin's: here the exact mode certifies every row whatever it says (the
+    rejected rows cost milliseconds on the device), and the tensor-core modes take it as
+    ``certify_rows``."""
+    return knn_gpu(X, Q, k, metric, exclude_self, precision=precision, batch_size=batch_size,
+                   certify_rows=certify)
 
 
 def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_size=None, self_ids=None,
