@@ -800,3 +800,34 @@ def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
     assert index.graph_degree == 32 and index.build_params["denser"]["kept"] is False
     given = knnkit.GraphIndex.build(X, graph_degree=32, device="cpu", random_state=0)
     assert "denser" not in given.build_params
+
+
+@pytest.mark.parametrize("kind", ["l2", "ip", "clusters"])
+def test_holdout_graph_partial_equals_whole(kind, rng):
+    """The calibration's hold-out graph from the build's first prune and result, redoing only the
+    rows the held-out points change, equals a whole diversification of the reduced lists."""
+    from knnkit.datasets.suite import make_skewed_norms, make_tight_clusters
+    from knnkit.index._build import diversify, diversify_without
+    from knnkit.index._engine import _without
+    from knnkit.index._prune_cpu import pair_distances
+
+    seed = int(rng.integers(1 << 30))
+    if kind == "ip":
+        X, metric = make_skewed_norms(3000, 16, random_state=seed), "ip"
+    elif kind == "clusters":
+        X, metric = make_tight_clusters(3000, 16, 40, 0.05, random_state=seed), "l2"
+    else:
+        X, metric = rng.standard_normal((3000, 16)).astype(np.float32), "l2"
+    X = np.ascontiguousarray(X, np.float32)
+    _d, cand = knnkit.knn(X, k=40, metric="inner_product" if metric == "ip" else "sqeuclidean", device="cpu")
+    cand = np.asarray(cand, np.int64)
+    cand_dist = pair_distances(X, cand, metric)
+    rows = np.sort(rng.choice(3000, 60, replace=False))
+    first = {}
+    full = diversify(X, cand, 16, metric, alpha=1.0, cand_dist=cand_dist, first_out=first)
+    hc, hd = _without(cand, cand_dist, rows)
+    whole = diversify(X, hc, 16, metric, alpha=1.0, cand_dist=hd)
+    part = diversify_without(X, cand, cand_dist, rows, first["graph"], full, 16, metric, alpha=1.0)
+    np.testing.assert_array_equal(part, whole)
+    assert (part[rows] == -1).all() and not np.isin(part, rows).any()
+    assert not np.array_equal(part, full)  # the held-out rows changed something

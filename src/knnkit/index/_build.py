@@ -27,7 +27,7 @@ from .._core.backend import as_host, get_array_module, twin
 from ..exact import knn_lists
 from ..graph import EXACT_FALLBACK_MAX_WORK, build_lists, choose_method, exact_affordable
 from ..graph.nndescent import NNDescentParams
-from ._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances
+from ._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances, prune_cpu
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
            "build_graph_gpu"]
@@ -498,10 +498,12 @@ def _prune_dispatch(X, cand_idx, cand_dist, R, alpha, metric, device):
     return twin(__package__, "cpu").prune(as_host(X), cand_idx, cand_dist, R, alpha, metric)
 
 
-def diversify(X, cand_idx, R, metric, *, alpha=1.2, method="prune", device="cpu", cand_dist=None):
+def diversify(X, cand_idx, R, metric, *, alpha=1.2, method="prune", device="cpu", cand_dist=None, first_out=None):
     """Turn candidate lists (n, K) into a fixed out-degree (n, R) int32 graph (host numpy).
 
-    ``X`` is the prepared float32 data (numpy, or cupy when ``device == "gpu"``).
+    ``X`` is the prepared float32 data (numpy, or cupy when ``device == "gpu"``). ``first_out``
+    (a dict, method "prune"): receives ``"graph"``, the first prune before the reverse edges (what
+    :func:`diversify_without` starts from).
     """
     Xh = np.ascontiguousarray(as_host(X))
     cand_idx = np.ascontiguousarray(cand_idx, dtype=np.int64)
@@ -514,4 +516,41 @@ def diversify(X, cand_idx, R, metric, *, alpha=1.2, method="prune", device="cpu"
     if method != "prune":
         raise ValueError(f"diversify must be 'prune' or 'ggnn', got {method!r}")
     g = _prune_dispatch(X, cand_idx, cand_dist, R, alpha, metric, device)
+    if first_out is not None:
+        first_out["graph"] = g
     return add_reverse_edges(Xh, g, R, alpha, metric)
+
+
+def diversify_without(X, cand_idx, cand_dist, rows, first, final, R, metric, *, alpha=1.2):
+    """``diversify(..., method="prune")`` (CPU) of the candidate lists with the points ``rows``
+    taken out (:func:`knnkit.index._engine._without`: the calibration's hold-out graph), computed
+    from the full build's first prune ``first`` and result ``final`` by redoing only what changes:
+    the first prune of the rows whose lists held one of ``rows`` (and ``rows`` themselves), and the
+    reverse-edge merge of the rows whose own list or set of in-links changed (the changed rows and
+    their old and new out-neighbours). Every other row's inputs are the full build's, in the same
+    order, so the result equals ``diversify`` of the reduced lists (checked in the tests); it redoes
+    ~30 % of the first prune at 500 held-out rows x 64 candidates, and part of the merge."""
+    Xh = np.ascontiguousarray(as_host(X))
+    cand_idx = np.ascontiguousarray(cand_idx, dtype=np.int64)
+    n = cand_idx.shape[0]
+    gone = np.zeros(n, bool)
+    gone[rows] = True
+    changed = np.flatnonzero(gone | ((cand_idx >= 0) & gone[np.maximum(cand_idx, 0)]).any(axis=1))
+    hc = cand_idx[changed].copy()
+    hd = np.ascontiguousarray(cand_dist, dtype=np.float32)[changed].copy()
+    drop = (hc >= 0) & gone[np.maximum(hc, 0)]
+    drop[gone[changed]] = True  # a held-out row's own list is emptied
+    hc[drop] = -1
+    hd[drop] = np.inf
+    first_h = first.copy()
+    first_h[changed] = prune_cpu(Xh, hc, hd, R, alpha, metric, node_ids=changed)
+    touched = np.concatenate([changed, first[changed].ravel(), first_h[changed].ravel()])
+    touched = np.unique(touched[touched >= 0])
+    counts = np.bincount(first_h[first_h >= 0].ravel(), minlength=n)
+    merge = touched[counts[touched] > 0]   # rows add_reverse_edges merges (they have in-links)
+    keep = touched[counts[touched] == 0]   # rows it leaves as the first prune gave them
+    out = np.array(final, dtype=np.int32, copy=True)
+    if merge.size:
+        out[merge] = add_reverse_edges(Xh, first_h, R, alpha, metric, rows=merge.astype(np.int64))[merge]
+    out[keep] = first_h[keep]
+    return out

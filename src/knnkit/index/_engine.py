@@ -59,6 +59,11 @@ def _resolve_auto_params(X, bp, random_state):
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
 
 
+#: The hold-out graph from the build's own first prune and result, redoing only the rows the held-out
+#: points change (:func:`._build.diversify_without`; same graph). Off: a whole second diversification
+#: of the reduced lists (the A/B and the tests' reference).
+HOLDOUT_PARTIAL = True
+
 #: The calibration's hold-out graph (one more diversification: 9-15 % of the CPU build of the
 #: suite's sets it is made for; 20 % on tight clusters / manifold and ~50 % on skin and duplicates,
 #: which do not get it) is built for RobustPrune slack up to this, i.e. where the automatic
@@ -300,23 +305,32 @@ class SearchGraph:
             timings["candidates"] = time.perf_counter() - t0
             stage.done("candidates")
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
+            want_holdout = (holdout and dev == "cpu" and bp["diversify"] == "prune" and candidates is None
+                            and bp["alpha"] <= HOLDOUT_MAX_ALPHA)
+            first = {} if want_holdout else None
             g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
-                          cand_dist=cand_dist)
+                          cand_dist=cand_dist, first_out=first)
             g = xp.asarray(g) if xp is not np else g
+            g_div = g.copy() if want_holdout and cycle is not None else g  # (link_copies writes in place)
             g = link_copies(g, cycle)
             stage.done("diversify")
             timings["graph"] = time.perf_counter() - t0
             timings["diversify"] = timings["graph"] - timings["candidates"]
-            if (holdout and dev == "cpu" and bp["diversify"] == "prune" and candidates is None
-                    and bp["alpha"] <= HOLDOUT_MAX_ALPHA):
+            if want_holdout:
+                from ._build import diversify_without
                 from ._calibrate import holdout_rows
 
                 rows = holdout_rows(n)
                 if rows is not None:
                     t_h = time.perf_counter()
-                    hc, hd = _without(cand, cand_dist, rows)
-                    gh = diversify(X, hc, R, im, alpha=bp["alpha"], method="prune", device=dev, cand_dist=hd)
-                    del hc, hd
+                    if HOLDOUT_PARTIAL:
+                        gh = diversify_without(X, cand, cand_dist, rows, first["graph"], g_div, R, im,
+                                               alpha=bp["alpha"])
+                    else:
+                        hc, hd = _without(cand, cand_dist, rows)
+                        gh = diversify(X, hc, R, im, alpha=bp["alpha"], method="prune", device=dev, cand_dist=hd)
+                        del hc, hd
+                    del g_div
                     # with the graph before the connectivity repair (g is repaired in place below)
                     held = (rows, _pad(link_copies(gh, cycle), bp["graph_degree"]),
                             _pad(g, bp["graph_degree"]).copy())
