@@ -35,11 +35,10 @@ _SCALE_GAP = 0.5
 #: 26.2 -> 17.0 s (hnswlib 5.9 s) (`benchmarks/results/cpu/cpu_candidate_degree_2026-11-29.json`).
 CPU_MIDDLE_TIER_CANDIDATES = 64
 
-#: Candidates of the clusters-of-few-points tier (graph degree 64) on the CPU (96 on the GPU):
-#: tight_c10000 100k x 64 (10 points per cluster) 27.2 -> 14.7 s (hnswlib 10.3 s), recall 1.0 at
-#: every beam with both, QPS higher (same benchmark, `..._after2_more_2026-11-29.json`, and
-#: `benchmarks/results/cpu/tight_c10000_k64_2026-11-29.json`).
-CPU_SCALE_GAP_CANDIDATES = 64
+#: (The clusters-of-few-points tier keeps 96 on the CPU too: 64 built tight_c10000 100k in 14.7 s
+#: instead of 27.2 s and its generated queries still got 1.0, but the calibration's held-out data
+#: rows, whose 10th neighbour lies in another cluster, read 0.969 at beam 64 instead of 0.985:
+#: fewer cross-cluster candidates. `benchmarks/results/robustness/cpu_small_2026-11-29.json`.)
 
 
 def auto_build_params(lid, lid_small=None, device="gpu"):
@@ -55,7 +54,7 @@ def auto_build_params(lid, lid_small=None, device="gpu"):
     at beam 64 and 0.867 at any beam on the GPU (100k), degree 64 / alpha 1.0 0.986 (30k x 64,
     3,000 clusters, CPU), so those get the high-dimensional parameters."""
     if lid_small is not None and np.isfinite(lid_small) and np.isfinite(lid) and lid < _SCALE_GAP * lid_small:
-        return 64, CPU_SCALE_GAP_CANDIDATES if device == "cpu" else 96, 1.0
+        return 64, 96, 1.0
     if not np.isfinite(lid) or lid < 28:
         return 32, 64, 1.1
     if lid < 40:
