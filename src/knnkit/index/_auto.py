@@ -35,10 +35,10 @@ _SCALE_GAP = 0.5
 #: 26.2 -> 17.0 s (hnswlib 5.9 s) (`benchmarks/results/cpu/cpu_candidate_degree_2026-11-29.json`).
 CPU_MIDDLE_TIER_CANDIDATES = 64
 
-#: (The clusters-of-few-points tier keeps 96 on the CPU too: 64 built tight_c10000 100k in 14.7 s
-#: instead of 27.2 s and its generated queries still got 1.0, but the calibration's held-out data
-#: rows, whose 10th neighbour lies in another cluster, read 0.969 at beam 64 instead of 0.985:
-#: fewer cross-cluster candidates. `benchmarks/results/robustness/cpu_small_2026-11-29.json`.)
+# The clusters-of-few-points tier keeps 96 on the CPU too: 64 built tight_c10000 100k in 14.7 s
+# instead of 27.2 s and its generated queries still got 1.0, but the calibration's held-out data
+# rows, whose 10th neighbour lies in another cluster, read 0.969 at beam 64 instead of 0.985:
+# fewer cross-cluster candidates (`benchmarks/results/robustness/cpu_small_2026-11-29.json`).
 
 
 def auto_build_params(lid, lid_small=None, device="gpu"):

@@ -521,9 +521,23 @@ def diversify(X, cand_idx, R, metric, *, alpha=1.2, method="prune", device="cpu"
     return add_reverse_edges(Xh, g, R, alpha, metric)
 
 
+def _without(cand, cand_dist, rows):
+    """Host candidate lists and distances with the points ``rows`` taken out: their own lists
+    emptied and every entry naming one of them dropped (id -1, distance +inf)."""
+    out = np.ascontiguousarray(cand, dtype=np.int64).copy()
+    dist = np.ascontiguousarray(cand_dist, dtype=np.float32).copy()
+    gone = np.zeros(out.shape[0], dtype=bool)
+    gone[rows] = True
+    drop = (out >= 0) & gone[np.maximum(out, 0)]
+    drop[rows] = True
+    out[drop] = -1
+    dist[drop] = np.inf
+    return out, dist
+
+
 def diversify_without(X, cand_idx, cand_dist, rows, first, final, R, metric, *, alpha=1.2):
     """``diversify(..., method="prune")`` (CPU) of the candidate lists with the points ``rows``
-    taken out (:func:`knnkit.index._engine._without`: the calibration's hold-out graph), computed
+    taken out (:func:`_without`: the calibration's hold-out graph), computed
     from the full build's first prune ``first`` and result ``final`` by redoing only what changes:
     the first prune of the rows whose lists held one of ``rows`` (and ``rows`` themselves), and the
     reverse-edge merge of the rows whose own list or set of in-links changed (the changed rows and
@@ -533,15 +547,9 @@ def diversify_without(X, cand_idx, cand_dist, rows, first, final, R, metric, *, 
     Xh = np.ascontiguousarray(as_host(X))
     cand_idx = np.ascontiguousarray(cand_idx, dtype=np.int64)
     n = cand_idx.shape[0]
-    gone = np.zeros(n, bool)
-    gone[rows] = True
-    changed = np.flatnonzero(gone | ((cand_idx >= 0) & gone[np.maximum(cand_idx, 0)]).any(axis=1))
-    hc = cand_idx[changed].copy()
-    hd = np.ascontiguousarray(cand_dist, dtype=np.float32)[changed].copy()
-    drop = (hc >= 0) & gone[np.maximum(hc, 0)]
-    drop[gone[changed]] = True  # a held-out row's own list is emptied
-    hc[drop] = -1
-    hd[drop] = np.inf
+    hc, hd = _without(cand_idx, cand_dist, rows)
+    changed = np.flatnonzero((hc != cand_idx).any(axis=1))  # (a held-out row's own list is emptied)
+    hc, hd = hc[changed], hd[changed]
     first_h = first.copy()
     first_h[changed] = prune_cpu(Xh, hc, hd, R, alpha, metric, node_ids=changed)
     touched = np.concatenate([changed, first[changed].ravel(), first_h[changed].ravel()])

@@ -15,7 +15,7 @@ from .._core.backend import as_host, cupy_or_none, get_array_module, twin
 from .._core.metrics import internal_metric, prepare_vectors
 from ..graph.nndescent import default_update
 from ._auto import auto_build_params, estimate_intrinsic_dim
-from ._build import candidate_graph, diversify, exact_knn_cpu, nn1_max
+from ._build import _without, candidate_graph, diversify, diversify_without, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
 from ._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
 from ._search_cpu import search_cpu
@@ -80,20 +80,6 @@ def _pad(g, width):
     if g.shape[1] >= width:
         return g
     return xp.concatenate([g, xp.full((g.shape[0], width - g.shape[1]), -1, xp.int32)], axis=1)
-
-
-def _without(cand, cand_dist, rows):
-    """Host candidate lists and distances with the points ``rows`` taken out: their own lists
-    emptied and every entry naming one of them dropped (id -1, distance +inf)."""
-    out = np.ascontiguousarray(cand, dtype=np.int64).copy()
-    dist = np.ascontiguousarray(cand_dist, dtype=np.float32).copy()
-    gone = np.zeros(out.shape[0], dtype=bool)
-    gone[rows] = True
-    drop = (out >= 0) & gone[np.maximum(out, 0)]
-    drop[rows] = True
-    out[drop] = -1
-    dist[drop] = np.inf
-    return out, dist
 
 
 def _entry_structure(X, bp, im, random_state):
@@ -317,7 +303,6 @@ class SearchGraph:
             timings["graph"] = time.perf_counter() - t0
             timings["diversify"] = timings["graph"] - timings["candidates"]
             if want_holdout:
-                from ._build import diversify_without
                 from ._calibrate import holdout_rows
 
                 rows = holdout_rows(n)

@@ -27,6 +27,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from ..._core.config import logger
+from .._cpu import _blas_one_thread
 from ._plan import choose_filter, choose_landmarks, default_landmarks, level1_verdict, mean_copies, pruning_rel
 
 __all__ = ["sweet_cpu", "build_cpu"]
@@ -461,7 +462,6 @@ def _argmin_rows(G, ln, out):
 
 # ----------------------------------------------------------------------------- heaps
 # the bounded max-heap of the GEMM path (same (distance, index) order, so ties match it)
-from .._cpu import _blas_one_thread  # noqa: E402
 from .._cpu import _sift_down as _sift_down_at  # noqa: E402
 
 
