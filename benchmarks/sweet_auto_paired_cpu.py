@@ -1,10 +1,12 @@
-"""``knnkit.knn(method="auto")`` against the better of Sweet KNN and the GEMM path on the CPU,
-the runs of one case interleaved (issue 13: ``auto`` never more than 10 % slower than the better).
+"""``knnkit.knn(method="auto")`` against the better of Sweet KNN and the GEMM path on the CPU
+(or the GPU: ``--device gpu``), the runs of one case interleaved (issue 13: ``auto`` never more
+than 10 % slower than the better).
 
     PYTHONPATH=src python benchmarks/sweet_auto_paired_cpu.py [--n 50000] [--dims 16,32,64]
-        [--ks 1,20] [--repeats 3] [--out benchmarks/results/cpu/sweet_auto_paired_<date>.json]
+        [--ks 1,20] [--repeats 3] [--device cpu|gpu]
+        [--out benchmarks/results/cpu/sweet_auto_paired_<date>.json]
 
-All-points joins (``knnkit.knn(X, k=k, ...)``, device cpu) on uniform and clustered synthetic data.
+All-points joins (``knnkit.knn(X, k=k, ...)``, on the chosen device) on uniform and clustered synthetic data.
 Per case the methods run in turn after one untimed run each, the order rotated every round and a
 0.5 s pause before each run (a GEMM's BLAS threads spin for a while after it returns and slowed
 whatever ran next), so that a load change on the shared cores hits all of them alike; the minimum and the median of
@@ -28,18 +30,20 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 import knnkit  # noqa: E402
 
 
-def _run(X, k, method):
+def _run(X, k, method, device):
     t = time.perf_counter()
-    knnkit.knn(X, k=k, method=method, device="cpu")
+    D, _ = knnkit.knn(X, k=k, method=method, device=device)
+    if device == "gpu":  # the answer is a CuPy array: wait for it
+        D[:1, :1].get()
     return time.perf_counter() - t
 
 
-def _auto_choice(X, k):
+def _auto_choice(X, k, device):
     """What ``auto`` ran, from the engine's statistics (one more, untimed call)."""
     from knnkit._core.prepare import prepare
     from knnkit.api.exact import exact_search
 
-    _, _, st = exact_search(prepare(X, metric="sqeuclidean", device="cpu"), None, k, method="auto")
+    _, _, st = exact_search(prepare(X, metric="sqeuclidean", device=device), None, k, method="auto")
     if "sweet_gate" in st:
         return "gemm (Sweet KNN gave way: saved estimate %.3f)" % st["sweet_gate"]["saved_estimate"]
     return "sweet" if "filter" in st else "gemm"
@@ -52,24 +56,25 @@ def main():
     ap.add_argument("--ks", default="1,20")
     ap.add_argument("--kinds", default="clustered,uniform")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     rows = []
     for kind in a.kinds.split(","):
         for d in (int(v) for v in a.dims.split(",")):
             make = knnkit.datasets.make_clustered if kind == "clustered" else knnkit.datasets.make_uniform
-            X = make(a.n, d, random_state=0, device="cpu")
+            X = make(a.n, d, random_state=0, device=a.device)
             for k in (int(v) for v in a.ks.split(",")):
                 methods = ["auto", "gemm"] + (["sweet"] if kind == "clustered" or d <= 8 else [])
                 times = {m: [] for m in methods}
-                chosen = _auto_choice(X, k)
+                chosen = _auto_choice(X, k, a.device)
                 load0 = os.getloadavg()[0]
                 for rep in range(a.repeats + 1):
                     # the order turns each round (each method follows each other one alike), and a
                     # pause lets the BLAS threads of a GEMM run stop spinning before the next run
                     for m in methods[rep % len(methods):] + methods[:rep % len(methods)]:
-                        time.sleep(0.5)
-                        t = _run(X, k, m)
+                        time.sleep(0.5 if a.device == "cpu" else 0.05)
+                        t = _run(X, k, m, a.device)
                         if rep:
                             times[m].append(t)
                 best_other = min(min(times[m]) for m in methods if m != "auto")
@@ -82,7 +87,7 @@ def main():
                            load1=[round(load0, 2), round(os.getloadavg()[0], 2)])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    res = dict(benchmark="sweet_auto_paired_cpu", date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    res = dict(benchmark="sweet_auto_paired_" + a.device, date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                cpu_count=os.cpu_count(), repeats=a.repeats, rows=rows)
     if a.out:
         with open(a.out, "w") as f:
