@@ -70,8 +70,12 @@ def main():
             cal = idx.calibration or {}
             curve = []
             for beam in beams:
-                D, I = idx.search(Qd, 10, beam=beam)
-                sync()
+                try:
+                    D, I = idx.search(Qd, 10, beam=beam)
+                    sync()
+                except Exception as e:  # a beam the search refuses: recorded
+                    curve.append(dict(beam=beam, error=f"{type(e).__name__}: {e}"))
+                    continue
                 ts = []
                 for _ in range(3):
                     t = time.perf_counter()
