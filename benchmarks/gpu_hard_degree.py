@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--configs", default="auto,96/128/1.0,128/192/1.0,64/96/1.2")
     ap.add_argument("--beams", default="128,256,512,1024,2048")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--tag", default="", help="suffix of the output file name")
     a = ap.parse_args()
     import cupy as cp
 
@@ -87,13 +88,15 @@ def main():
             row = dict(set=name, n=X.shape[0], d=X.shape[1], config=cfg, graph_degree=idx.graph_degree,
                        build_params={k: v for k, v in idx.build_params.items() if k in
                                      ("graph_degree", "intermediate_degree", "alpha", "intrinsic_dim")},
-                       build_s=round(bt, 3), calibration_max=max(cal.get("recall", [0])),
+                       build_s=round(bt, 3), build_timings={k: round(float(v), 3) for k, v in
+                                                            (idx.build_timings or {}).items()},
+                       calibration_max=max(cal.get("recall", [0])),
                        default_beam=idx.search_params.beam, curve=curve)
             print(json.dumps(row), flush=True)
             res["rows"].append(row)
             del idx
             cp.get_default_memory_pool().free_all_blocks()
-    with open(os.path.join(a.out, "gpu_hard_degree.json"), "w") as f:
+    with open(os.path.join(a.out, f"gpu_hard_degree{a.tag}.json"), "w") as f:
         json.dump(res, f, indent=1)
 
 

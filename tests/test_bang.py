@@ -318,3 +318,21 @@ def test_gpu_host_check_matches_cpu_reference(rng):
     kg = index._engine.kth_distances(rows, 10, device="gpu", chunk=1000)
     kc = index._engine.kth_distances(rows, 10, device="cpu")
     np.testing.assert_allclose(kg, kc, rtol=1e-9, atol=1e-9)
+
+
+def test_host_index_never_takes_the_gpu_top_tier(monkeypatch):
+    """A host-placed index builds its graph without the GPU's densest automatic tier (each
+    expanded list of its walk crosses PCIe): every SearchGraph.build it runs gets top_tier=False."""
+    from knnkit.index import _engine
+
+    seen = []
+    real = _engine.SearchGraph.build.__func__
+
+    def spy(cls, *args, **kwargs):
+        seen.append(kwargs.get("top_tier", True))
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(_engine.SearchGraph, "build", classmethod(spy))
+    X = make_uniform(3000, 16, random_state=5, device="cpu")
+    knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
+    assert seen == [False]

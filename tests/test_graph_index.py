@@ -392,6 +392,13 @@ def test_intrinsic_dim_estimate_and_auto_degree():
     assert auto_build_params(35.0) == (48, 96, 1.0) and auto_build_params(35.0, device="cpu") == (48, 64, 1.0)
     assert auto_build_params(45.0, device="cpu") == auto_build_params(45.0) == (64, 96, 1.0)
     assert auto_build_params(2.0, 20.0) == auto_build_params(2.0, 20.0, device="cpu") == (64, 96, 1.0)
+    # the GPU's top tier from LID 50 (not on the CPU, not for a host-placed index, not below 50)
+    from knnkit.index._auto import GPU_TOP_TIER, GPU_TOP_TIER_LID
+
+    assert auto_build_params(float(GPU_TOP_TIER_LID)) == auto_build_params(69.0) == GPU_TOP_TIER == (128, 128, 1.0)
+    assert auto_build_params(GPU_TOP_TIER_LID - 0.5) == (64, 96, 1.0)
+    assert auto_build_params(69.0, device="cpu") == auto_build_params(69.0, top_tier=False) == (64, 96, 1.0)
+    assert auto_build_params(2.0, 200.0) == (64, 96, 1.0)  # clusters of few points keep their tier
     # the estimate takes float32 answers (no float64 pass over rows the certificate rejects): the
     # same value as the certified lists on data whose norms spread widely (many rejected rows)
     import knnkit.exact as exact_pkg

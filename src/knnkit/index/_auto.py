@@ -41,10 +41,24 @@ CPU_MIDDLE_TIER_CANDIDATES = 64
 # fewer cross-cluster candidates (`benchmarks/results/robustness/cpu_small_2026-11-29.json`).
 
 
-def auto_build_params(lid, lid_small=None, device="gpu"):
+#: The GPU's top tier: LID >= GPU_TOP_TIER_LID gets (graph_degree, intermediate_degree, alpha) =
+#: GPU_TOP_TIER instead of (64, 96, 1.0). H200, 1M points, 1,000 suite queries, k = 10
+#: (`benchmarks/gpu_hard_degree.py`, `benchmarks/results/h200-2026-11-29-s16/hard_degree/`): with
+#: degree 64 no beam up to 2048 reached 0.99 on uniform 128-d (LID 69: 0.969) or broad 128-d (LID 64:
+#: 0.972); with 128 / 128 they read 0.998 and 0.986 at 2048, QPS at 0.95 1.2-2.1x and at 0.99 2-6x
+#: degree 64's (broad 96-d, LID 52, too), for a build of 3.4-4.2 s instead of 1.7-2.0 s. A wider
+#: warp-parallel expansion costs the GPU walk little per hop, so the longer lists are nearly free
+#: there; below LID 28 (SIFT-like, uniform 32-d) the denser graphs gained nothing. Not on the CPU
+#: (each edge is a distance there) nor for host placement (BANG: each hop's list crosses PCIe).
+GPU_TOP_TIER = (128, 128, 1.0)
+GPU_TOP_TIER_LID = 50
+
+
+def auto_build_params(lid, lid_small=None, device="gpu", top_tier=True):
     """``(graph_degree, intermediate_degree, alpha)`` for an estimated intrinsic dimension ``lid``
     (20 neighbours) and, optionally, the estimate at 5 neighbours ``lid_small``; ``device``: where
-    the index is built (the CPU's middle tier takes :data:`CPU_MIDDLE_TIER_CANDIDATES` candidates).
+    the index is built (the CPU's middle tier takes :data:`CPU_MIDDLE_TIER_CANDIDATES` candidates);
+    ``top_tier``: the GPU's :data:`GPU_TOP_TIER` is allowed (not for a host-placed index).
 
     A collapse of the estimate between the two scales (``lid < 0.5 * lid_small``) means clusters
     of fewer points than the graph's degree: the 20 nearest neighbours cross into other clusters
@@ -59,4 +73,6 @@ def auto_build_params(lid, lid_small=None, device="gpu"):
         return 32, 64, 1.1
     if lid < 40:
         return 48, CPU_MIDDLE_TIER_CANDIDATES if device == "cpu" else 96, 1.0
+    if device == "gpu" and top_tier and lid >= GPU_TOP_TIER_LID:
+        return GPU_TOP_TIER
     return 64, 96, 1.0

@@ -35,15 +35,17 @@ def _default_intermediate_degree(R):
     return 2 * R if R < 64 else max(R + 32, (3 * R) // 2)
 
 
-def _resolve_auto_params(X, bp, random_state):
+def _resolve_auto_params(X, bp, random_state, top_tier=True):
     """Fill ``graph_degree``, ``intermediate_degree`` and ``alpha`` left as None (in place) from
-    the estimated intrinsic dimension of ``X`` (see ``_auto.py``)."""
+    the estimated intrinsic dimension of ``X`` (see ``_auto.py``; ``top_tier``: the GPU's densest
+    tier is allowed)."""
     if bp["graph_degree"] is not None and bp["alpha"] is not None:
         if bp["intermediate_degree"] is None:
             bp["intermediate_degree"] = _default_intermediate_degree(bp["graph_degree"])
         return
     lid_small, lid = estimate_intrinsic_dim(X, random_state=random_state, scales=(5, 20))
-    R, K, alpha = auto_build_params(lid, lid_small, device="cpu" if get_array_module(X) is np else "gpu")
+    R, K, alpha = auto_build_params(lid, lid_small, device="cpu" if get_array_module(X) is np else "gpu",
+                                    top_tier=top_tier)
     bp["intrinsic_dim"] = round(lid, 2) if np.isfinite(lid) else None
     bp["intrinsic_dim_5nn"] = round(lid_small, 2) if np.isfinite(lid_small) else None
     if bp["graph_degree"] is None:
@@ -223,7 +225,7 @@ class SearchGraph:
         return self.n
 
     @classmethod
-    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None, holdout=False):
+    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None, holdout=False, top_tier=True):
         """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
         parameters (None entries chosen from the data, in place). Returns the engine; its
         ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
@@ -231,7 +233,9 @@ class SearchGraph:
         ``candidates``: precomputed candidate lists ``(ids (n, K), None)`` on the host (the
         out-of-core graph of a host-placed index); ``a`` must then be host data.
         ``holdout``: also build the calibration's hold-out graph (CPU, RobustPrune; see
-        :func:`._calibrate.holdout_graph`), kept on the engine as ``_holdout`` until calibrated."""
+        :func:`._calibrate.holdout_graph`), kept on the engine as ``_holdout`` until calibrated.
+        ``top_tier``: automatic parameters may take the GPU's densest tier (False for a host-placed
+        index, whose walk fetches every expanded list over PCIe)."""
         import time
 
         from ._build import build_graph_gpu, candidates_on_distinct, link_copies
@@ -242,7 +246,7 @@ class SearchGraph:
         t_start = time.perf_counter()
         X = prepare_vectors(a, metric, scale)
         n = a.shape[0]
-        _resolve_auto_params(X, bp, random_state)
+        _resolve_auto_params(X, bp, random_state, top_tier=top_tier)
         timings = {"prepare_auto": time.perf_counter() - t_start}
         R = min(bp["graph_degree"], n - 1)
         K = min(bp["intermediate_degree"], n - 1)

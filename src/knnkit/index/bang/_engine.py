@@ -191,20 +191,20 @@ class HostIndex:
             cand = _out_of_core_candidates(a, metric, K, budget, device, random_state)
             timings_oc = time.perf_counter() - t0
         if cand is not None:
-            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand)
+            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand, top_tier=False)
             graph, entry, timings = np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
             timings["candidates_out_of_core"] = timings_oc
             del eng
         elif device == "gpu":
             cp = cupy_or_none()
-            eng = SearchGraph.build(cp.asarray(a), metric, bp, random_state, scale=scale)
+            eng = SearchGraph.build(cp.asarray(a), metric, bp, random_state, scale=scale, top_tier=False)
             graph = cp.asnumpy(eng._graph)
             entry = eng._entry.to(np)
             timings = dict(eng.build_timings)
             del eng
             cp.get_default_memory_pool().free_all_blocks()
         else:
-            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale)
+            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, top_tier=False)
             graph, entry, timings = np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
             del eng
         if not isinstance(entry, EntryPoints):
