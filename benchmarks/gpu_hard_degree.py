@@ -6,7 +6,8 @@ reachable by beam, no plateau below 0.999" on every suite set; at 1M the GPU ind
         --configs auto,96/128/1.0,128/192/1.0,64/96/1.2 --out $OUT
 
 Per set: exact ground truth of the suite's 1,000 queries (GPU exact path), then per configuration
-(``auto`` or ``R/K/alpha``) a GraphIndex build on the GPU (after one untimed warm-up build of
+(``auto`` or ``R/K/alpha``, optionally ``@ATTR=int`` setting an integer flag of
+``knnkit.index._reverse_gpu`` for that build only) a GraphIndex build on the GPU (after one untimed warm-up build of
 the automatic configuration on the same data, so compilation is not timed), its calibration's
 largest recall, and the recall@10 (ann-benchmarks ties, eps 1e-3) and QPS (median of 3 calls,
 1,000 queries in one call) at each beam. Writes ``gpu_hard_degree.json``.
@@ -27,6 +28,7 @@ import numpy as np  # noqa: E402
 import knnkit  # noqa: E402
 from knnkit.datasets.suite import robustness_sets  # noqa: E402
 from knnkit.evaluate import recall  # noqa: E402
+from knnkit.index import _reverse_gpu  # noqa: E402
 
 
 def main():
@@ -55,6 +57,12 @@ def main():
         sync()
         for cfg in a.configs.split(","):
             kw = {}
+            cfg, _, flag = cfg.partition("@")  # "auto@HUB_REVERSE_CAP_MAX=512": a _reverse_gpu flag
+            old = None
+            if flag:
+                attr, val = flag.split("=")
+                old = (attr, getattr(_reverse_gpu, attr))
+                setattr(_reverse_gpu, attr, None if val == "None" else int(val))
             if cfg != "auto":
                 R, K, al = cfg.split("/")
                 kw = dict(graph_degree=int(R), intermediate_degree=int(K), alpha=float(al))
@@ -63,11 +71,16 @@ def main():
                 idx = knnkit.GraphIndex.build(Xd, metric=metric, random_state=0, **kw)
                 sync()
             except Exception as e:  # a configuration the build refuses: recorded, not fatal
+                if old is not None:
+                    setattr(_reverse_gpu, *old)
                 row = dict(set=name, config=cfg, error=f"{type(e).__name__}: {e}")
                 print(json.dumps(row), flush=True)
                 res["rows"].append(row)
                 continue
             bt = time.perf_counter() - t
+            if old is not None:
+                setattr(_reverse_gpu, *old)
+            cfg = cfg + ("@" + flag if flag else "")
             cal = idx.calibration or {}
             curve = []
             for beam in beams:
