@@ -237,7 +237,7 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
             return 0
         hub_cap = int(min(int(counts.max()), HUB_REVERSE_CAP_FACTOR * R))
         if HUB_REVERSE_CAP_MAX is not None:
-            hub_cap = max(cap, min(hub_cap, int(HUB_REVERSE_CAP_MAX) - R))
+            hub_cap = max(cap, min(hub_cap, int(HUB_REVERSE_CAP_MAX)))
         per_row = (R + hub_cap) * 8 * 3  # ids + distances, concatenated copies
         if n_hubs * per_row > budget // 2:
             hub_cap = max(cap, int(budget // 2 // (n_hubs * 24)) - R)
@@ -295,7 +295,7 @@ FIRST_PASS_SKIPS_HUBS = True
 #: at beam 256; 2 R 0.974, 4 R 0.996, R 0.894).
 HUB_REVERSE_CAP_FACTOR = 8
 
-#: Longest list (graph row + reverse candidates) a hub is re-pruned over, or None: no bound but
+#: Most reverse candidates a hub is re-pruned over (beside its R graph entries), or None: no bound but
 #: the factor's. (Under measurement for the top tier's R = 128, whose 8 R hub lists made the
 #: reverse stage 1.9-3.1 s of a 3.4-4.3 s build at 1M.)
 HUB_REVERSE_CAP_MAX = None
