@@ -57,7 +57,7 @@ def main():
         sync()
         for cfg in a.configs.split(","):
             kw = {}
-            cfg, _, flag = cfg.partition("@")  # "auto@HUB_REVERSE_CAP_MAX=512": a _reverse_gpu flag
+            cfg, _, flag = cfg.partition("@")  # "auto@HUB_REVERSE_CAP_FACTOR_WIDE=4": a _reverse_gpu flag
             old = None
             if flag:
                 attr, val = flag.split("=")

@@ -235,9 +235,8 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
         n_hubs = int((counts > cap).sum())
         if n_hubs == 0:
             return 0
-        hub_cap = int(min(int(counts.max()), HUB_REVERSE_CAP_FACTOR * R))
-        if HUB_REVERSE_CAP_MAX is not None:
-            hub_cap = max(cap, min(hub_cap, int(HUB_REVERSE_CAP_MAX)))
+        factor = HUB_REVERSE_CAP_FACTOR if R <= 64 else HUB_REVERSE_CAP_FACTOR_WIDE
+        hub_cap = int(max(cap, min(int(counts.max()), factor * R)))
         per_row = (R + hub_cap) * 8 * 3  # ids + distances, concatenated copies
         if n_hubs * per_row > budget // 2:
             hub_cap = max(cap, int(budget // 2 // (n_hubs * 24)) - R)
@@ -294,8 +293,10 @@ FIRST_PASS_SKIPS_HUBS = True
 #: many times R reverse candidates: 8 R matched the CPU's uncapped merge on tight_c10000 (recall 1.0
 #: at beam 256; 2 R 0.974, 4 R 0.996, R 0.894).
 HUB_REVERSE_CAP_FACTOR = 8
-
-#: Most reverse candidates a hub is re-pruned over (beside its R graph entries), or None: no bound but
-#: the factor's. (Under measurement for the top tier's R = 128, whose 8 R hub lists made the
-#: reverse stage 1.9-3.1 s of a 3.4-4.3 s build at 1M.)
-HUB_REVERSE_CAP_MAX = None
+#: ... and this many for graphs wider than 64 (the GPU's top tier, R = 128, high intrinsic
+#: dimension): 8 R = 1,024 hub candidates made the reverse stage 1.9-3.1 s of a 3.6-4.3 s build at 1M,
+#: 2 R 0.77-0.91 s with the same recall at every beam 128-4096 (within 0.001; 4 R in between), on
+#: uniform 128-d / 960-d and broad 128-d (H200, `benchmarks/gpu_hard_degree.py`,
+#: `benchmarks/results/h200-2026-11-29-s16/hard_degree/gpu_hard_degree_hubcap.json`). The 8 R lists
+#: serve the separated clusters of the R = 64 tier.
+HUB_REVERSE_CAP_FACTOR_WIDE = 2
