@@ -802,12 +802,43 @@ def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
     assert rec["from"][0] == 32 and len(rec["recall_at_64"]) == 2
     assert index.graph_degree == (48 if rec["kept"] else 32)
     assert rec["kept"] == (rec["recall_at_64"][1] > rec["recall_at_64"][0])
-    # the same tier again cannot be better: the first index is kept
-    monkeypatch.setattr(api_index, "DENSER", (32, 64, 1.1))
+    # on the CPU the denser graph's candidates are the low tier's walk for every row (no copies here)
+    if rec["kept"]:
+        assert index.build_params["candidates"]["method"] == "search"
+    Q = rng.random((200, 12), dtype=np.float32)
+    _d, i = index.search(Q, k=10)
+    assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
+    # a sparser "denser" tier cannot be better: the first index is kept
+    monkeypatch.setattr(api_index, "DENSER", (12, 24, 1.1))
     index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
     assert index.graph_degree == 32 and index.build_params["denser"]["kept"] is False
     given = knnkit.GraphIndex.build(X, graph_degree=32, device="cpu", random_state=0)
     assert "denser" not in given.build_params
+
+
+def test_own_neighbour_lists_and_copies(rng, monkeypatch):
+    """The denser tier's search-based candidates: each row's K nearest other rows from the low
+    tier's walk (itself left out, whatever its position), near the exact lists; data whose copies
+    the build merged keeps the NN-Descent candidates (a walk would list a row's copies)."""
+    import knnkit.api.index as api_index
+
+    X = rng.random((3000, 8), dtype=np.float32)
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    eng = index._engine
+    assert eng.merged_copies is False
+    ids = eng.own_neighbour_lists(20, beam=64, tau=float("inf"), max_iters=10_000, n_seeds=4)
+    assert ids.shape == (3000, 20) and ids.dtype == np.int64
+    assert not (ids == np.arange(3000)[:, None]).any()
+    assert recall(ids, truth(X, X, 21, "sqeuclidean")[:, 1:]) >= 0.95
+    # many copies: merged at build, and the denser rebuild takes NN-Descent's lists
+    base = rng.random((2000, 12), dtype=np.float32)
+    Xc = np.concatenate([base] * 6)
+    monkeypatch.setattr(api_index, "DENSER_BELOW", 1.01)
+    idx = knnkit.GraphIndex.build(Xc, device="cpu", random_state=0)
+    assert idx.build_params["denser"]["from"][0] == 32
+    if idx.build_params["denser"]["kept"]:
+        assert idx.build_params["candidates"].get("method") != "search"
+    assert idx._engine.merged_copies is True or idx.graph_degree == 32
 
 
 @pytest.mark.parametrize("kind", ["l2", "ip", "clusters"])

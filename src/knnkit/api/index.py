@@ -64,6 +64,9 @@ def filter_thresholds(device: str) -> tuple[int, float, int]:
 #: taken when the low tier's calibrated recall at beam 64 is below ``DENSER_BELOW``.
 DENSER = (48, 96, 1.0)
 DENSER_BELOW = 0.985
+#: Beam of the walk that gives the denser tier its candidate lists on the CPU (each row's own
+#: neighbours in the low tier's graph; see ``GraphIndex._denser``).
+DENSER_SEARCH_BEAM = 128
 _LOW_TIER_DEGREE = 32
 
 
@@ -342,7 +345,16 @@ class GraphIndex:
         logger.info("GraphIndex: calibrated recall %.3f at beam 64 with graph_degree=%d: building again with "
                     "graph_degree=%d, intermediate_degree=%d, alpha=%.2f", before, index.graph_degree, R, K, alpha)
         t0 = time.perf_counter()
-        engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True)
+        first = index._engine
+        cand = None
+        if first.device == "cpu" and not getattr(first, "merged_copies", True):
+            # on the CPU the K candidates come from walking the low tier's graph for every row
+            # (Vamana's search-based candidates) instead of a second NN-Descent at K
+            b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM), "tau": float("inf")},
+                                              n_entry=len(first._entry))
+            cand = (first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds), None)
+            bp2["candidates"] = {"method": "search", "K": K, "beam": b}
+        engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand)
         denser = cls(engine, sp)
         denser._calibrate()
         after = _recall_at(denser.calibration, 64)

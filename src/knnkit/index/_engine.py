@@ -295,7 +295,7 @@ class SearchGraph:
             timings["candidates"] = time.perf_counter() - t0
             stage.done("candidates")
             logger.info("GraphIndex: diversify (%s) to R=%d", bp["diversify"], R)
-            want_holdout = (holdout and dev == "cpu" and bp["diversify"] == "prune" and candidates is None
+            want_holdout = (holdout and dev == "cpu" and bp["diversify"] == "prune"
                             and bp["alpha"] <= HOLDOUT_MAX_ALPHA)
             first = {} if want_holdout else None
             g = diversify(X, cand, R, im, alpha=bp["alpha"], method=bp["diversify"], device=dev,
@@ -340,6 +340,9 @@ class SearchGraph:
             stage.done("connect")
         logger.info("GraphIndex: build phases (s): %s", {k: round(v, 3) for k, v in timings.items()})
         engine = cls(a, g, entry, metric=metric, build_params=bp, device=dev, nn1_max=nn1, scale=scale)
+        # candidate lists on the distinct rows, copies linked after (a search of this graph for each
+        # row's own neighbours would list its copies: see own_neighbour_lists)
+        engine.merged_copies = dev == "cpu" and candidates is None and cycle is not None
         if held is not None:
             from ._calibrate import holdout_graph
 
@@ -347,6 +350,24 @@ class SearchGraph:
             engine._holdout = (rows, holdout_graph(g, before, gh, rows))
         engine.build_timings = timings  # seconds per phase of this build (not saved with the index)
         return engine
+
+    def own_neighbour_lists(self, K, *, beam, tau, max_iters, n_seeds, batch=65536):
+        """``(n, K)`` int64 ids: each data row's ``K`` nearest other rows as this graph's CPU walk
+        finds them (``-1`` where fewer come back), for candidate lists of a denser graph built
+        from this one (Vamana's search-based candidates). Not for data whose copies were merged
+        (``merged_copies``): the lists would be full of a row's copies."""
+        n = self.n
+        ids = np.empty((n, K), np.int64)
+        for s in range(0, n, batch):
+            e = min(n, s + batch)
+            _d, i = self.search(self._data[s:e], K + 1, beam=beam, tau=tau, max_iters=max_iters,
+                                n_seeds=n_seeds, device="cpu")
+            i = as_host(i)
+            # the row itself out (it may be missing or not first: equal distances); the other K kept
+            self_hit = i == np.arange(s, e, dtype=np.int64)[:, None]
+            order = np.argsort(self_hit, axis=1, kind="stable")
+            ids[s:e] = np.take_along_axis(i, order, axis=1)[:, :K]
+        return ids
 
     # ------------------------------------------------------------------ search
     def _host_arrays(self):
