@@ -49,6 +49,8 @@ from knnkit.index._connect import components, reachable_from  # noqa: E402
 K = 10
 BEAMS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
 EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
+#: knnkit on the GPU continues past 2048 while short of LONG_SWEEP_STOP, as its calibration does
+GPU_EXTRA_BEAMS = [3072, 4096]
 #: past 512 (beam or ef), the sweep stops once this recall is reached (high-d sets keep gaining)
 LONG_SWEEP_STOP = 0.995
 ITOPK = [16, 32, 64, 96, 128, 192, 256, 384, 512]
@@ -125,8 +127,9 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
     res["index_build_phases_s"] = {k: round(v, 4) for k, v in index.build_timings.items()}
     default_beam = index.search_params.beam or 64
     curve, strict = [], []
-    for b in sorted(set(BEAMS + [default_beam])):
-        if b < K:
+    beams = sorted(set(BEAMS + [default_beam]))
+    for b in beams + (GPU_EXTRA_BEAMS if device == "gpu" else []):
+        if b < K or (b > beams[-1] and curve and curve[-1][0] >= LONG_SWEEP_STOP):
             continue
         index.search(Q[: min(50, len(Q))], k=K, beam=b)  # warm-up (JIT / kernel compile)
         t, (D, I) = _timed(lambda: index.search(Q, k=K, beam=b), device, repeat=2)
