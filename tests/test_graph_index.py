@@ -653,6 +653,31 @@ def test_target_recall_scans_exactly_where_the_calibrated_walk_is_slower(caplog)
     np.testing.assert_array_equal(walked[1], index.search(Q, k=10, beam=16)[1])
 
 
+def test_calibration_stops_where_walking_costs_more_than_the_scan(monkeypatch):
+    """Past the fixed beams, a CPU calibration tries larger ones only while the default target is
+    unmet or its walk still beats the exact scan of the same rows (uniform 960-d, 50k: beams 1536
+    and 2048 cost ~11 s of a 77 s build and could only ever lose to the scan)."""
+    from knnkit.index import _calibrate
+
+    rng = np.random.default_rng(8)
+    X = rng.random((3000, 48), dtype=np.float32)
+    monkeypatch.setitem(_calibrate.calibrate.__kwdefaults__, "beams", (16,))
+    monkeypatch.setitem(_calibrate.calibrate.__kwdefaults__, "extra_beams", (24, 32, 48, 64, 96, 128, 192, 256))
+    monkeypatch.setattr(_calibrate, "EXTEND_UNTIL", 1.01)  # never satisfied: only the time rule stops it
+    monkeypatch.setattr(_calibrate, "EXACT_FASTER", float("inf"))  # no walk "slower than the scan"
+    index = GraphIndex.build(X, graph_degree=16, device="cpu", random_state=0)
+    full = index.calibration
+    assert "stopped_at" not in full and full["beams"][-1] == 256
+    monkeypatch.setattr(_calibrate, "EXACT_FASTER", -1.0)  # every walk "slower than the scan"
+    index = GraphIndex.build(X, graph_degree=16, device="cpu", random_state=0)
+    cal = index.calibration
+    # settled: the default's rule (raised_default_beam -> first_beam_reaching) has a beam for it
+    target = _calibrate.DEFAULT_TARGET + _calibrate.DEFAULT_MARGIN + 0.005
+    assert cal["stopped_at"] == cal["beams"][-1] and cal["recall"][-1] >= target
+    assert all(r < target for r in cal["recall"][:-1])  # it went on while the default was unsettled
+    assert len(cal["beams"]) < len(full["beams"])
+
+
 def test_candidate_fallback_budget_is_knn_graphs():
     """Stalled NN-Descent candidates are rebuilt exactly up to knn_graph's own CPU budget: the CPU
     index had its own 2e11 (15k x 960 was past it, 50k x 960 uniform kept candidates of recall@10
@@ -870,3 +895,20 @@ def test_holdout_graph_partial_equals_whole(kind, rng):
     np.testing.assert_array_equal(part, whole)
     assert (part[rows] == -1).all() and not np.isin(part, rows).any()
     assert not np.array_equal(part, full)  # the held-out rows changed something
+
+
+def test_top_tier_only_where_its_graph_fits_the_budget():
+    """The GPU's top tier (degree 128) is taken only when vectors plus its graph fit the memory
+    budget, the quantity placement="auto" compared (assuming degree 64) when it kept the index
+    on the device."""
+    from knnkit.index._engine import _top_tier_fits
+
+    a = np.zeros((1000, 32), np.float32)
+    need = 1000 * 32 * 4 + 1000 * 128 * 4
+    try:
+        knnkit.set_memory_budget(need)
+        assert _top_tier_fits(a)
+        knnkit.set_memory_budget(need - 1)
+        assert not _top_tier_fits(a)
+    finally:
+        knnkit.set_memory_budget(None)

@@ -522,8 +522,10 @@ class GraphIndex:
     def reaches(self, target_recall: float) -> bool:
         """Whether some calibrated beam reached ``target_recall`` + 0.005. When none did, the
         graph cannot be trusted to deliver that recall (data of very high intrinsic dimension:
-        1M x 128 uniform reached 0.955 at beam 2048 on the GPU) and ``search(target_recall=...)``
-        answers by an exact scan instead."""
+        1M x 128 uniform reached 0.955 at beam 2048 with degree 64 on the GPU), or a CPU
+        calibration stopped where walking had become slower than the exact scan
+        (``calibration["stopped_at"]``), and ``search(target_recall=...)`` answers by an exact
+        scan instead."""
         if not self.calibration:
             raise ValueError("this index has no calibration (built with calibrate=False, by an older knnkit, or too few "
                              "live points to measure one)")

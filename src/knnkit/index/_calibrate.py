@@ -37,7 +37,10 @@ __all__ = ["calibrate", "beam_for", "first_beam_reaching", "raised_default_beam"
 BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 #: Beams tried after BEAMS while the calibrated recall is still below EXTEND_UNTIL: data of high
 #: intrinsic dimension keeps gaining past 512 (uniform 128-d, 100k: 0.931 / 0.969 / 0.982 at
-#: 256 / 384 / 512; 960-d: 0.838 / 0.910 / 0.947), so a target of 0.95 or 0.99 needs them.
+#: 256 / 384 / 512; 960-d: 0.838 / 0.910 / 0.947), so a target of 0.95 or 0.99 needs them. A
+#: timed (CPU) calibration stops earlier once the default's target is met and the last walk took
+#: longer than the exact scan of the same rows (``stopped_at``): a larger beam could only lose to
+#: the scan that ``search(target_recall=)`` then uses.
 EXTRA_BEAMS = (768, 1024, 1536, 2048)
 #: ... and on the GPU these too (a beam of 4096 walks 500 rows in ~0.06 s there): broad 128-d 1M
 #: reads 0.986 at 2048 and 0.991 at 4096 with the top tier's graph (H200, `gpu_hard_degree.py`).
@@ -240,10 +243,17 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
             return None
         q = engine.data[rows]
         used, curve, secs = [], [], []
+        out_stop = None
         extra = tuple(extra_beams) + (GPU_EXTRA_BEAMS if engine.device == "gpu" and extra_beams else ())
         for beam in tuple(beams) + extra:
             if beam < k or beam > engine.n or (used and beam > max(beams) and curve[-1] >= EXTEND_UNTIL):
                 continue
+            if (timed and used and beam > max(beams) and secs[-1] > EXACT_FASTER * exact_s
+                    and first_beam_reaching({"beams": used, "recall": curve}, DEFAULT_TARGET + DEFAULT_MARGIN)):
+                # the default is settled and walking already costs more than the exact scan, which
+                # answers any higher target (search(target_recall=) prefers it): no larger beam
+                out_stop = int(used[-1])
+                break
             b, tau, iters, seeds = search_params.resolve(k, {"beam": beam, "tau": float("inf")},
                                                          n_entry=len(engine._entry))
             t0 = time.perf_counter()
@@ -254,6 +264,8 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
         out = {"k": k, "beams": used, "recall": curve, "queries": int(ok.sum()), "held_out": how}
         if timed:
             out.update(seconds=secs, exact_seconds=round(exact_s, 4))
+            if out_stop is not None:
+                out["stopped_at"] = out_stop  # larger beams: slower than the exact scan
         return out
     except Exception as e:
         logger.warning("GraphIndex: calibration failed (%s: %s); search defaults unchanged", type(e).__name__, e)

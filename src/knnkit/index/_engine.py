@@ -10,11 +10,11 @@ Inputs are validated by the facade; nothing here checks them again.
 
 import numpy as np
 
-from .._core.config import logger
+from .._core.config import get_memory_budget, logger
 from .._core.backend import as_host, cupy_or_none, get_array_module, twin
 from .._core.metrics import internal_metric, prepare_vectors
 from ..graph.nndescent import default_update
-from ._auto import auto_build_params, estimate_intrinsic_dim
+from ._auto import GPU_TOP_TIER, auto_build_params, estimate_intrinsic_dim
 from ._build import _without, candidate_graph, diversify, diversify_without, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
 from ._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
@@ -59,6 +59,20 @@ def _resolve_auto_params(X, bp, random_state, top_tier=True):
         bp["alpha"] = alpha
     logger.info("GraphIndex: estimated intrinsic dimension %.1f -> graph_degree=%d, intermediate_degree=%d, "
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
+
+
+def _top_tier_fits(a):
+    """Whether vectors plus a graph of the GPU's top-tier degree fit the memory budget (the
+    quantity ``placement="auto"`` compares with it, ``bang._engine.host_bytes``, which assumes
+    degree 64 when none is given: a top-tier graph that does not fit falls back to 64)."""
+    n, d = int(a.shape[0]), int(a.shape[1])
+    need = n * d * int(np.dtype(a.dtype).itemsize) + n * int(GPU_TOP_TIER[0]) * 4
+    budget = get_memory_budget()
+    if budget and need > budget:
+        logger.info("GraphIndex: a degree-%d graph and the vectors need %d bytes, over the memory budget %d: "
+                    "the top tier is not used", GPU_TOP_TIER[0], need, budget)
+        return False
+    return True
 
 
 #: The hold-out graph from the build's own first prune and result, redoing only the rows the held-out
@@ -246,6 +260,8 @@ class SearchGraph:
         t_start = time.perf_counter()
         X = prepare_vectors(a, metric, scale)
         n = a.shape[0]
+        if top_tier and dev == "gpu" and bp["graph_degree"] is None:
+            top_tier = _top_tier_fits(a)
         _resolve_auto_params(X, bp, random_state, top_tier=top_tier)
         timings = {"prepare_auto": time.perf_counter() - t_start}
         R = min(bp["graph_degree"], n - 1)
