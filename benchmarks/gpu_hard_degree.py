@@ -96,7 +96,7 @@ def main():
                     D, I = idx.search(Qd, 10, beam=beam)
                     sync()
                     ts.append(time.perf_counter() - t)
-                r = recall(I, gt_i, found_distances=D, true_distances=gt_d)
+                r = recall(I, gt_i, found_distances=D, true_distances=gt_d, similarity=metric == "inner_product")
                 curve.append(dict(beam=beam, recall=round(float(r), 4), qps=round(Q.shape[0] / float(np.median(ts)))))
             row = dict(set=name, n=X.shape[0], d=X.shape[1], config=cfg, graph_degree=idx.graph_degree,
                        build_params={k: v for k, v in idx.build_params.items() if k in
