@@ -45,7 +45,7 @@ def main():
 
     res = dict(benchmark="cpu_candidate_degree", date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                cpu_count=os.cpu_count(), sets=[])
-    for name, X, Q, metric in robustness_sets(a.scale, names=a.sets.split(","), real=False):
+    for name, X, Q, metric in robustness_sets(a.scale, names=a.sets.split(","), real=True):
         X = np.ascontiguousarray(X, np.float32)
         Q = np.ascontiguousarray(Q, np.float32)
         gt_d, _ = knnkit.knn(X, Q, k=10, metric=metric, device="cpu")

@@ -387,6 +387,7 @@ def test_intrinsic_dim_estimate_and_auto_degree():
     assert 2 < lid_low < 5, lid_low       # a 3-d subspace embedded in 64-d
     assert lid_high > 25, lid_high         # isotropic 64-d (the MLE underestimates at this n)
     assert auto_build_params(lid_low) == (32, 64, 1.1)
+    assert auto_build_params(lid_low, device="cpu") == (32, 48, 1.1)  # fewer candidates on the CPU
     assert auto_build_params(lid_high)[0] >= 48
     # the middle tier: fewer candidates on the CPU (same graph degree and alpha)
     assert auto_build_params(35.0) == (48, 96, 1.0) and auto_build_params(35.0, device="cpu") == (48, 64, 1.0)
@@ -855,6 +856,13 @@ def test_own_neighbour_lists_and_copies(rng, monkeypatch):
     assert ids.shape == (3000, 20) and ids.dtype == np.int64
     assert not (ids == np.arange(3000)[:, None]).any()
     assert recall(ids, truth(X, X, 21, "sqeuclidean")[:, 1:]) >= 0.95
+    assert eng.first_candidates is None  # kept during the build for the denser rebuild only
+    # the walk's lists joined with the first build's: each id once per row, -1 for the rest
+    from knnkit.index._engine import merged_candidates
+
+    m = merged_candidates(np.array([[4, 2, -1], [0, 1, 2]]), np.array([[2, 7], [3, 0]]))
+    assert m.shape == (2, 5)
+    assert [sorted(v for v in row if v >= 0) for row in m.tolist()] == [[2, 4, 7], [0, 1, 2, 3]]
     # many copies: merged at build, and the denser rebuild takes NN-Descent's lists
     base = rng.random((2000, 12), dtype=np.float32)
     Xc = np.concatenate([base] * 6)

@@ -25,6 +25,7 @@ from .._core.types import Array, ArrayLike, Device, HostArray, Metric, NeighborP
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
+from ..index._engine import merged_candidates
 from ..index._calibrate import beam_for, calibrate, exact_is_faster, first_beam_reaching, raised_default_beam
 
 __all__ = ["GraphIndex"]
@@ -316,8 +317,9 @@ class GraphIndex:
         # one bar over the build's stages (the engine adds its own; calibration is the last one)
         with device_scope(P.device, P.device_id), \
                 progress(total=1 if calibrate else 0, desc="GraphIndex.build", unit="stage") as bar:
+            auto = bp.graph_degree is None and bp.intermediate_degree is None and bp.alpha is None
             engine = SearchGraph.build(P.raw, P.metric, build_params, random_state, scale=P.scale, bar=bar,
-                                        holdout=calibrate)
+                                        holdout=calibrate, keep_candidates=auto and calibrate)
             index = cls(engine, sp)
             if calibrate:
                 t_cal = time.perf_counter()
@@ -325,9 +327,9 @@ class GraphIndex:
                 if isinstance(getattr(engine, "build_timings", None), dict):
                     engine.build_timings["calibration"] = time.perf_counter() - t_cal
                 bar.update()
-                auto = bp.graph_degree is None and bp.intermediate_degree is None and bp.alpha is None
                 if auto and _too_sparse(index):
                     index = cls._denser(index, P, build_params, sp, random_state)
+            engine.first_candidates = None  # (kept for _denser only)
         return index
 
     @classmethod
@@ -359,8 +361,12 @@ class GraphIndex:
             # (Vamana's search-based candidates) instead of a second NN-Descent at K
             b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM), "tau": float("inf")},
                                               n_entry=len(first._entry))
-            cand = (first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds), None)
-            bp2["candidates"] = {"method": "search", "K": K, "beam": b}
+            walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
+            # with the first build's own lists: a walk trapped in a cluster finds no other (tight
+            # clusters without the repair: 0.80 at every beam from the walk alone)
+            first_lists = getattr(first, "first_candidates", None)
+            cand = (walked if first_lists is None else merged_candidates(walked, first_lists), None)
+            bp2["candidates"] = {"method": "search" if first_lists is None else "search+first", "K": K, "beam": b}
         engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand)
         denser = cls(engine, sp)
         denser._calibrate()

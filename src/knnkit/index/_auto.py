@@ -35,6 +35,13 @@ _SCALE_GAP = 0.5
 #: 26.2 -> 17.0 s (hnswlib 5.9 s) (`benchmarks/results/cpu/cpu_candidate_degree_2026-11-29.json`).
 CPU_MIDDLE_TIER_CANDIDATES = 64
 
+#: Candidates of the low tier (LID < 28, graph degree 32) on the CPU; 64 on the GPU. Paired
+#: (100k, 2 cores, `benchmarks/cpu_candidate_degree.py`, builds 64 -> 48, same recall at every beam):
+#: Fashion-MNIST 15.5 -> 12.5 s (hnswlib 13.0 s), manifold 6.9 -> 5.6 s, 2-D points 4.0 -> 3.0 s,
+#: skin 4.4-4.7 -> 3.5-3.7 s, duplicates 4.7-4.8 -> 3.8-4.0 s; tight_c1000 4.6-5.0 -> 5.4-5.5 s (the
+#: descent takes longer to settle at 48 there) (`benchmarks/results/cpu/cpu_low_tier_k48_2026-11-29*.json`).
+CPU_LOW_TIER_CANDIDATES = 48
+
 # The clusters-of-few-points tier keeps 96 on the CPU too: 64 built tight_c10000 100k in 14.7 s
 # instead of 27.2 s and its generated queries still got 1.0, but the calibration's held-out data
 # rows, whose 10th neighbour lies in another cluster, read 0.969 at beam 64 instead of 0.985:
@@ -70,7 +77,7 @@ def auto_build_params(lid, lid_small=None, device="gpu", top_tier=True):
     if lid_small is not None and np.isfinite(lid_small) and np.isfinite(lid) and lid < _SCALE_GAP * lid_small:
         return 64, 96, 1.0
     if not np.isfinite(lid) or lid < 28:
-        return 32, 64, 1.1
+        return 32, CPU_LOW_TIER_CANDIDATES if device == "cpu" else 64, 1.1
     if lid < 40:
         return 48, CPU_MIDDLE_TIER_CANDIDATES if device == "cpu" else 96, 1.0
     if device == "gpu" and top_tier and lid >= GPU_TOP_TIER_LID:

@@ -61,6 +61,17 @@ def _resolve_auto_params(X, bp, random_state, top_tier=True):
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
 
 
+def merged_candidates(*lists):
+    """Row-wise union of candidate id lists (each ``(n, K_i)``, ``-1`` = none): ``(n, sum K_i)``,
+    each id once per row, the rest ``-1`` (the order does not matter: RobustPrune sorts by
+    distance)."""
+    ids = np.sort(np.concatenate(lists, axis=1), axis=1)
+    repeat = np.zeros(ids.shape, dtype=bool)
+    repeat[:, 1:] = ids[:, 1:] == ids[:, :-1]
+    ids[repeat] = -1
+    return ids
+
+
 def _top_tier_fits(a):
     """Whether vectors plus a graph of the GPU's top-tier degree fit the memory budget (the
     quantity ``placement="auto"`` compares with it, ``bang._engine.host_bytes``, which assumes
@@ -239,7 +250,8 @@ class SearchGraph:
         return self.n
 
     @classmethod
-    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None, holdout=False, top_tier=True):
+    def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None, holdout=False, top_tier=True,
+              keep_candidates=False):
         """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
         parameters (None entries chosen from the data, in place). Returns the engine; its
         ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
@@ -249,7 +261,9 @@ class SearchGraph:
         ``holdout``: also build the calibration's hold-out graph (CPU, RobustPrune; see
         :func:`._calibrate.holdout_graph`), kept on the engine as ``_holdout`` until calibrated.
         ``top_tier``: automatic parameters may take the GPU's densest tier (False for a host-placed
-        index, whose walk fetches every expanded list over PCIe)."""
+        index, whose walk fetches every expanded list over PCIe). ``keep_candidates``: a CPU build
+        keeps its candidate ids as ``first_candidates`` (None where copies were merged or on the
+        GPU) for a denser rebuild to start from (see ``GraphIndex._denser``); drop them after."""
         import time
 
         from ._build import build_graph_gpu, candidates_on_distinct, link_copies
@@ -359,6 +373,8 @@ class SearchGraph:
         # candidate lists on the distinct rows, copies linked after (a search of this graph for each
         # row's own neighbours would list its copies: see own_neighbour_lists)
         engine.merged_copies = dev == "cpu" and candidates is None and cycle is not None
+        engine.first_candidates = (cand if keep_candidates and dev == "cpu" and candidates is None and cycle is None
+                                   else None)
         if held is not None:
             from ._calibrate import holdout_graph
 
@@ -370,8 +386,8 @@ class SearchGraph:
     def own_neighbour_lists(self, K, *, beam, tau, max_iters, n_seeds, batch=65536):
         """``(n, K)`` int64 ids: each data row's ``K`` nearest other rows as this graph's CPU walk
         finds them (``-1`` where fewer come back), for candidate lists of a denser graph built
-        from this one (Vamana's search-based candidates). Not for data whose copies were merged
-        (``merged_copies``): the lists would be full of a row's copies."""
+        from this one (Vamana's search-based candidates; see :func:`merged_candidates`). Not for
+        data whose copies were merged (``merged_copies``): the lists would be full of a row's copies."""
         n = self.n
         ids = np.empty((n, K), np.int64)
         for s in range(0, n, batch):
