@@ -49,7 +49,7 @@ def main():
     except OSError:
         commit = None
     res = dict(benchmark="gpu_hard_degree", gpu=cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-               commit=commit, params=vars(a), rows=[])
+               commit=commit, params={k: v for k, v in vars(a).items() if k != "out"}, rows=[])
     for name, X, Q, metric in robustness_sets(a.scale, names=a.sets.split(","), real=False):
         Xd, Qd = cp.asarray(X), cp.asarray(Q)
         gt_d, gt_i = knnkit.knn(Xd, Qd, k=10, metric=metric)
