@@ -44,13 +44,14 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 import knnkit  # noqa: E402
 from knnkit.datasets.suite import robustness_sets  # noqa: E402
 from knnkit.evaluate import graph_recall, recall  # noqa: E402
+from knnkit.index import _calibrate  # noqa: E402
 from knnkit.index._connect import components, reachable_from  # noqa: E402
 
 K = 10
 BEAMS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
 EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
 #: knnkit on the GPU continues past 2048 while short of LONG_SWEEP_STOP, as its calibration does
-GPU_EXTRA_BEAMS = [3072, 4096]
+GPU_EXTRA_BEAMS = list(_calibrate.GPU_EXTRA_BEAMS)
 #: past 512 (beam or ef), the sweep stops once this recall is reached (high-d sets keep gaining)
 LONG_SWEEP_STOP = 0.995
 ITOPK = [16, 32, 64, 96, 128, 192, 256, 384, 512]

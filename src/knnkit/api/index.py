@@ -356,17 +356,16 @@ class GraphIndex:
         t0 = time.perf_counter()
         first = index._engine
         cand = None
-        if first.device == "cpu" and not getattr(first, "merged_copies", True):
-            # on the CPU the K candidates come from walking the low tier's graph for every row
-            # (Vamana's search-based candidates) instead of a second NN-Descent at K
+        if first.first_candidates is not None:  # a CPU build without merged copies
+            # the K candidates come from walking the low tier's graph for every row (Vamana's
+            # search-based candidates) instead of a second NN-Descent at K, joined with the first
+            # build's own lists: a walk trapped in a cluster finds no other (tight clusters
+            # without the repair: 0.80 at every beam from the walk alone)
             b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM), "tau": float("inf")},
                                               n_entry=len(first._entry))
             walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
-            # with the first build's own lists: a walk trapped in a cluster finds no other (tight
-            # clusters without the repair: 0.80 at every beam from the walk alone)
-            first_lists = getattr(first, "first_candidates", None)
-            cand = (walked if first_lists is None else merged_candidates(walked, first_lists), None)
-            bp2["candidates"] = {"method": "search" if first_lists is None else "search+first", "K": K, "beam": b}
+            cand = (merged_candidates(walked, first.first_candidates), None)
+            bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
         engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand)
         denser = cls(engine, sp)
         denser._calibrate()

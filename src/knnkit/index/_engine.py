@@ -72,12 +72,17 @@ def merged_candidates(*lists):
     return ids
 
 
+def host_bytes(n, d, itemsize, R):
+    """Bytes a device-placed index needs on the GPU: vectors plus graph (what ``"auto"`` compares
+    with the memory budget)."""
+    return int(n) * int(d) * int(itemsize) + int(n) * int(R) * 4
+
+
 def _top_tier_fits(a):
     """Whether vectors plus a graph of the GPU's top-tier degree fit the memory budget (the
-    quantity ``placement="auto"`` compares with it, ``bang._engine.host_bytes``, which assumes
-    degree 64 when none is given: a top-tier graph that does not fit falls back to 64)."""
-    n, d = int(a.shape[0]), int(a.shape[1])
-    need = n * d * int(np.dtype(a.dtype).itemsize) + n * int(GPU_TOP_TIER[0]) * 4
+    quantity ``placement="auto"`` compares with it, :func:`host_bytes`, assuming degree 64 when
+    none is given: a top-tier graph that does not fit falls back to 64)."""
+    need = host_bytes(a.shape[0], a.shape[1], np.dtype(a.dtype).itemsize, GPU_TOP_TIER[0])
     budget = get_memory_budget()
     if budget and need > budget:
         logger.info("GraphIndex: a degree-%d graph and the vectors need %d bytes, over the memory budget %d: "
@@ -211,6 +216,10 @@ class SearchGraph:
         self.deleted = None  # host bool (n,) tombstones, or None (see _delete.py)
         self.consolidated = True  # False while deleted points still carry links (bridges)
         self._holdout = None  # (rows, graph) for the calibration, dropped once it ran (_calibrate.py)
+        # set by build(): candidate lists built on distinct rows, and the candidate ids kept for a
+        # denser rebuild (GraphIndex._denser) until the build is done
+        self.merged_copies = False
+        self.first_candidates = None
         if device == "cpu" and isinstance(entry, EntryPoints):
             entry._cpu_cells()  # the seed cells now, not in the first search (0.01-0.15 s)
 

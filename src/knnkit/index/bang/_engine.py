@@ -15,7 +15,7 @@ from ..._core.backend import as_host, cupy_or_none
 from ..._core.config import get_memory_budget, logger
 from ..._core.metrics import internal_metric, prepare_vectors
 from ..._core.params import check_int
-from .._engine import SearchGraph
+from .._engine import SearchGraph, host_bytes
 from .._entry import EntryPoints
 from ._pq import choose_m, encode, pq_tables, train_opq, train_pq, use_opq, TRAIN_SAMPLE
 from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
@@ -27,12 +27,6 @@ BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch", "search_width")
 #: largest search width (the GPU kernels' shared scratch: BANG_MAX_W in bang.cu)
 MAX_SEARCH_WIDTH = 64
 ENCODE_BATCH = 1 << 18  # rows prepared and encoded per step (streamed from host memory or a memory map)
-
-
-def host_bytes(n, d, itemsize, R):
-    """Bytes a device-placed index needs on the GPU: vectors plus graph (what ``"auto"`` compares
-    with the memory budget)."""
-    return int(n) * int(d) * int(itemsize) + int(n) * int(R) * 4
 
 
 #: Out-of-core candidate graphs of host-placed indexes: shards of at least MIN_SHARD points and at
