@@ -121,6 +121,52 @@ def test_repair_orphans_and_ip(rng):
     assert (g2 != g).sum(axis=1).max() <= 2
 
 
+def _hub_graph(rng, n, R=8, hubs=8):
+    """Every row points at the same few hub rows (an inner-product graph of skewed norms in
+    miniature): hubs take R // 2 repair links each, so almost every node needs a link from its
+    nearest reachable node instead of from a neighbour."""
+    X = rng.standard_normal((n, 8)).astype(np.float32)
+    g = np.full((n, R), -1, np.int32)
+    g[:, :hubs] = np.arange(hubs, dtype=np.int32)
+    g[np.arange(hubs), :hubs] = (np.arange(hubs)[:, None] + np.arange(1, hubs + 1)[None, :]) % hubs
+    return X, g
+
+
+def test_repair_many_unreachable_in_two_rounds(rng):
+    """40k nodes behind 8 full hubs: the rounds link everything left from the nearest reachable
+    nodes batch after batch (the old rounds took one batch of 16,384 each, with a BFS between:
+    skewed norms 1M x 96 on the GPU ran out of its 64 rounds with 74k nodes unreachable)."""
+    n = 40_000
+    X, g = _hub_graph(rng, n)
+    g2, st = repair_connectivity(X, g, metric="ip", entry_ids=[0], max_rounds=2)
+    assert st["unreachable_before"] == n - 8 and st["unreachable_after"] == 0, st
+    assert _scipy_reach(g2, [0]).all()
+    assert st["links_added"] == n - 8      # one link per node: nothing links a node twice
+
+
+def test_repair_left_unfinished_warns(rng):
+    """Rounds that run out leave nodes unreachable: never silently."""
+    X, g = _hub_graph(rng, 3000)
+    with pytest.warns(RuntimeWarning, match="unreachable"):
+        _g2, st = repair_connectivity(X, g, metric="ip", entry_ids=[0], max_rounds=1)
+    assert st["unreachable_after"] > 0
+
+
+def test_repair_marks_what_a_link_reaches(rng):
+    """A node made reachable by one repair link makes what it reaches reachable too: fewer links
+    than unreachable nodes on a k-NN graph, and every node reached (checked by SciPy's BFS)."""
+    X = rng.standard_normal((1500, 8)).astype(np.float32)
+    _d, idx = knnkit.knn(X, k=6, device="cpu")
+    g = np.full((1500, 12), -1, np.int32)
+    g[:, :6] = idx
+    g2, st = repair_connectivity(X, g, metric="l2", entry_ids=[0])
+    assert st["unreachable_before"] > 0 and st["unreachable_after"] == 0
+    assert st["links_added"] < st["unreachable_before"], st
+    assert _scipy_reach(g2, [0]).all()
+    # only slots that were empty or not on the BFS tree changed; the k-NN part keeps most edges
+    assert (g2[:, :6] == g[:, :6]).mean() > 0.95
+
+
 def _knn_graph_with_orphans(rng, n=3000, d=24, R=8):
     """A full-rowed exact k-NN graph on uniform data (some nodes have no in-link at all) and a few
     entry points: one weak component with some nodes no entry reaches."""

@@ -15,6 +15,7 @@ ones: ``"l2"`` (squared Euclidean) and ``"ip"`` (negative inner product).
 """
 
 import time
+import warnings
 
 import numpy as np
 
@@ -554,41 +555,75 @@ def _put_link(graph, parent, touched, repair_links, cap, r, u):
 
 
 @_njit(cache=True)
-def _link_unreachable(graph, parent, touched, repair_links, cap):
-    """Every unreachable node u with a reachable out-neighbour r (the nearest first: rows are in
-    distance order) gets the reverse link r -> u. Tree edges are never replaced, so every node
-    reachable before stays reachable; a row takes at most ``cap`` repair links in all."""
+def _mark_reached(graph, u, parent, queue):
+    """``u`` was just linked from a reachable node: mark (parent pointers, as the BFS tree would)
+    every unreachable node that ``u`` reaches; returns how many were marked besides ``u``. Each
+    node is marked once over a whole repair, so the marking costs one BFS in all."""
+    n, R = graph.shape
+    queue[0] = u
+    head, tail = 0, 1
+    while head < tail:
+        w = queue[head]
+        head += 1
+        for j in range(R):
+            v = graph[w, j]
+            if v < 0 or v >= n or parent[v] != -2:
+                continue
+            parent[v] = w
+            queue[tail] = v
+            tail += 1
+    return tail - 1
+
+
+@_njit(cache=True)
+def _link_unreachable(graph, parent, touched, repair_links, cap, queue):
+    """Every node u still unreachable when the pass comes to it, with a reachable out-neighbour r
+    with room (the nearest first: rows are in distance order), gets the reverse link r -> u, and
+    what u reaches is marked reachable at once (:func:`_mark_reached`), so a part reached through
+    one link takes no more. Tree edges (``parent``) are never replaced, so every node reachable
+    before stays reachable; a row takes at most ``cap`` repair links in all. Returns
+    ``(links added, nodes newly reached)``."""
     n, R = graph.shape
     added = 0
+    newly = 0
     for u in range(n):
         if parent[u] != -2:
             continue
         for j in range(R):
             r = graph[u, j]
             if r < n and _put_link(graph, parent, touched, repair_links, cap, r, u):
+                parent[u] = r
                 added += 1
+                newly += 1 + _mark_reached(graph, u, parent, queue)
                 break
-    return added
+    return added, newly
 
 
 @_njit(cache=True)
-def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst):
-    """For each ``dst[i]`` the first candidate source of ``src_cand[i]`` with room gets dst[i]."""
+def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst, queue):
+    """For each ``dst[i]`` still unreachable, the first candidate source of ``src_cand[i]`` with
+    room gets dst[i] (marked reachable with what it reaches). Returns ``(added, newly reached)``."""
     added = 0
+    newly = 0
     for i in range(dst.shape[0]):
         u = dst[i]
+        if parent[u] != -2:
+            continue
         for c in range(src_cand.shape[1]):
             if _put_link(graph, parent, touched, repair_links, cap, src_cand[i, c], u):
+                parent[u] = src_cand[i, c]
                 added += 1
+                newly += 1 + _mark_reached(graph, u, parent, queue)
                 break
-    return added
+    return added, newly
 
 
-def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry,
+def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry, queue,
                                  batch=16384, sample=2048, cands=16):
     """Unreachable nodes with no reachable out-neighbour (a part that only links into itself, or
     whose reachable neighbours are full): link up to ``batch`` of them from their nearest reachable
-    nodes among a sample of ``sample`` reachable ones (exact distances, one GEMM)."""
+    nodes among a sample of ``sample`` reachable ones (exact distances, one GEMM). Returns
+    ``(links added, nodes newly reached)``."""
     un = np.flatnonzero(parent == -2)[:batch]
     reach = np.flatnonzero(parent != -2)
     if un.size == 0 or reach.size == 0:
@@ -624,7 +659,8 @@ def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, 
     # last resort: random reachable nodes (a row with room always exists among them)
     parts.append(rs.choice(reach, size=(un.size, 8)))
     src = np.concatenate(parts, axis=1).astype(np.int64)
-    return int(_insert_links(gh, parent, touched, repair_links, cap, src, un.astype(np.int64)))
+    added, newly = _insert_links(gh, parent, touched, repair_links, cap, src, un.astype(np.int64), queue)
+    return int(added), int(newly)
 
 
 def _nothing_to_repair(graph, copy, t0):
@@ -927,23 +963,36 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     stats["component_seconds"] = round(time.perf_counter() - t0, 4)
 
     # phase 2 on the host copy: BFS tree from the entries, then reverse links into the unreachable
-    # part, never removing a tree edge (so nothing reachable is lost), a few rounds in Numba
+    # part, never removing a tree edge (so nothing reachable is lost), in Numba passes that mark
+    # what each link reaches at once. Where neighbours cannot take the links (inner-product graphs:
+    # every row points at the same few long vectors, whose R // 2 repair slots fill; skewed norms
+    # 1M x 96 left 993k nodes unreachable), the rest are linked from their nearest reachable nodes,
+    # batch after batch in the same round (one BFS per round cost 3.5 s at 1M and 64 rounds did
+    # not finish).
     rounds = 0
     touched = np.zeros(gh.shape, np.bool_) if reached < n else None
     repair_links = np.zeros(n, np.int32)
     cap = max(1, gh.shape[1] // 2)
     while reached < n and rounds < max_rounds:
         touched[:] = False
-        added = _link_unreachable(gh, parent, touched, repair_links, cap)
-        logger.debug("repair_connectivity: reach round %d, %d unreachable, %d linked from a neighbour",
-                     rounds, n - reached, added)
+        added, newly = _link_unreachable(gh, parent, touched, repair_links, cap, queue)
+        reached += newly
+        logger.debug("repair_connectivity: reach round %d, %d linked from a neighbour, %d unreachable left",
+                     rounds, added, n - reached)
         if added == 0:
-            added = _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry)
+            while reached < n:
+                a, newly = _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric,
+                                                        entry, queue)
+                if a == 0:
+                    break
+                added += a
+                reached += newly
             if added == 0:
                 break
         ins.added += added
         rounds += 1
         uploaded = None  # gh changed
+    if rounds:  # the count from the marks, checked by one BFS
         reached = _bfs_tree(gh, entry, parent, queue)
     stats["reach_rounds"] = rounds
     stats["reach_seconds"] = round(time.perf_counter() - t0 - stats["component_seconds"], 4)
@@ -960,6 +1009,10 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     level("repair_connectivity: components %d -> %d, unreachable %d -> %d, %d links added (%.3f s)",
           stats["components_before"], c, stats["unreachable_before"], stats["unreachable_after"],
           stats["links_added"], stats["seconds"])
+    if c > 1 or stats["unreachable_after"]:  # a search can miss these: say so (max_rounds ran out)
+        warnings.warn(f"repair_connectivity: after {max_rounds} rounds {c} components and "
+                      f"{stats['unreachable_after']} nodes unreachable from the entry points are left; "
+                      f"searches cannot return those nodes", RuntimeWarning, stacklevel=2)
     if not copy:  # write the result into the caller's array (numpy or cupy)
         if g is not graph:
             graph[...] = g
