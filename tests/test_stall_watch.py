@@ -225,3 +225,21 @@ def test_gpu_verdict_graph_and_index_candidates(monkeypatch):
     truth_h = cp.asnumpy(truth)
     idx_h = cp.asnumpy(idx)
     assert np.mean([len(set(idx_h[i, :10]) & set(truth_h[i])) / 10 for i in range(0, 20000, 37)]) >= 0.99
+
+
+def test_auto_method_weighs_the_dimension(monkeypatch):
+    """``choose_method("auto")`` takes the exact graph up to the size limit and, when the caller
+    gives ``d``, only while n * n * d stays under the work limit (public knn_graph passes it)."""
+    from knnkit.graph import choose_method
+
+    monkeypatch.setitem(kgraph.BRUTE_AUTO_MAX_N, "cpu", 5000)
+    monkeypatch.setitem(kgraph.BRUTE_AUTO_MAX_WORK, "cpu", 4000 * 4000 * 64)
+    assert choose_method("auto", 4000, "cpu", "sqeuclidean").name == "brute"             # no d: size only
+    assert choose_method("auto", 4000, "cpu", "sqeuclidean", d=64).name == "brute"       # at the limit
+    assert choose_method("auto", 4000, "cpu", "sqeuclidean", d=65).name == "nndescent"   # over it
+    assert choose_method("auto", 6000, "cpu", "sqeuclidean", d=2).name == "nndescent"    # over the size
+    X = np.random.default_rng(0).random((3000, 96), dtype=np.float32)
+    assert knnkit.knn_graph(X, 5, device="cpu").stats.method == "brute"
+    monkeypatch.setitem(kgraph.BRUTE_AUTO_MAX_WORK, "cpu", 3000 * 3000 * 95)
+    g = knnkit.knn_graph(X, 5, device="cpu", random_state=0)
+    assert g.stats.method == "nndescent" and g.recall(knnkit.knn(X, k=5, device="cpu")[1]) >= 0.95

@@ -55,7 +55,7 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
     kk = k - 1 if include_self else k  # neighbours to find besides self
     if not isinstance(method, str):
         raise TypeError(f"method must be a string, got {type(method).__name__}")
-    m = choose_method(method, n, P.device, P.metric)
+    m = choose_method(method, n, P.device, P.metric, d=P.d)
     prm = _graph_params(m, params, shortcuts or {})
     verbose = bool((shortcuts or {}).get("verbose"))
     if verbose:  # NN-Descent logs its own start and iterations; every method logs start and end here

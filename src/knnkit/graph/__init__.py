@@ -25,14 +25,22 @@ GRAPH_METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine", "manhatt
 #: NN-Descent 0.26 / 0.25 s at 5k, 0.52 / 0.26 s at 10k, 1.99 / 0.49 s at 20k (recall 0.999 with
 #: the recall target), so the CPU crossover is 5k (it was 20k).
 BRUTE_AUTO_MAX_N = {"cpu": 5_000, "gpu": 100_000}
+#: ... and up to this many multiply-adds (n * n * d) when the caller gives ``d``: the exact graph's
+#: cost grows with d, NN-Descent's much less (GPU, Fashion-MNIST 70k x 784: exact 0.18 s, NN-Descent
+#: to recall 0.994 in 0.062 s, ``benchmarks/results/h200-2026-11-29-s17/peers/bench_rsfk_gpu.json``).
+#: Where NN-Descent would stall (high intrinsic dimension) its LID verdict still takes the exact
+#: graph, for the cost of the estimate. The GPU value is set from
+#: ``benchmarks/graph_auto_crossover.py``; the CPU has its size limit only.
+BRUTE_AUTO_MAX_WORK = {"cpu": float("inf"), "gpu": 100_000 * 100_000 * 128}
 
 
-def choose_method(method, n, device, metric, brute_max_n=None):
-    """The registered graph method for ``method`` (``"auto"``: by size and device; ``brute_max_n``
-    overrides the size limit of the exact graph)."""
+def choose_method(method, n, device, metric, brute_max_n=None, d=None):
+    """The registered graph method for ``method`` (``"auto"``: by size, dimension ``d`` when given,
+    and device; ``brute_max_n`` overrides the size limit of the exact graph)."""
     if method == "auto":
         limit = BRUTE_AUTO_MAX_N[device] if brute_max_n is None else brute_max_n[device]
-        method = "brute" if n <= limit else "nndescent"
+        small = n <= limit and (d is None or float(n) * n * d <= BRUTE_AUTO_MAX_WORK[device])
+        method = "brute" if small else "nndescent"
     return REGISTRY.get("graph", method, device=device, metric=metric)
 
 
