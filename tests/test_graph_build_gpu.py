@@ -235,3 +235,25 @@ def test_gpu_reverse_hubs_match_uncapped_cpu_merge():
     sub = cp.asnumpy(prune_gpu(cp.asarray(X), cp.asarray(ci[hubs]), cp.asarray(cd[hubs]), 16, 1.0, "l2",
                                node_ids=cp.asarray(hubs)))
     assert np.array_equal(sub, full[hubs])
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric", ["sqeuclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize("scale", [1.0, 1e4, 1e-4])
+def test_brute_graph_on_the_gpu_is_exact(metric, scale):
+    """method="brute" on the GPU takes the certified tensor-core GEMM by default: the same graph as
+    the CPU's float64-checked exact graph (ids up to ties, distances to float32 rounding), on
+    off-centre data of large and small magnitude."""
+    import cupy as cp
+
+    rng = np.random.default_rng(31)
+    X = ((rng.standard_normal((7001, 48)) + 3.0) * scale).astype(np.float32)
+    g = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, method="brute")
+    assert g.stats.extra.get("precision") == "fp16_rerank"
+    h = knnkit.knn_graph(X, 10, metric=metric, method="brute", device="cpu")
+    gi, gd = cp.asnumpy(g.indices), cp.asnumpy(g.distances)
+    same = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(gi.tolist(), h.indices.tolist())])
+    assert same >= 0.999, same
+    np.testing.assert_allclose(gd, h.distances, rtol=2e-5, atol=2e-5 * float(np.abs(h.distances).max()))
+    assert (gi >= 0).all() and (gi != np.arange(len(X))[:, None]).all()

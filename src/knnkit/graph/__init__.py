@@ -106,7 +106,9 @@ def _exact_graph(X, k, im, device):
     from ..exact import ExactParams
     from ._brute import brute_graph
 
-    precision = "fp16_rerank" if device == "gpu" else "exact"
+    from ._brute import GRAPH_GPU_PRECISION
+
+    precision = GRAPH_GPU_PRECISION if device == "gpu" else "exact"
     I, D, _ = brute_graph(X, k, metric=im, params=ExactParams(precision=precision))
     return I, D
 
