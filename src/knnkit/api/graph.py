@@ -39,7 +39,8 @@ def knn_graph(data: ArrayLike, k: int = 10, *, method: str = "auto", metric: Met
         Neighbours per point (``include_self=True`` counts the point itself).
     method : str, default "auto"
         A registered graph method (``knnkit.methods("graph")``): ``"nndescent"``, ``"brute"``
-        (exact). ``"auto"``: brute force when n <= 5 000 on the CPU (100 000 on the GPU),
+        (exact; on the GPU the certified tensor-core GEMM, exact up to ties). ``"auto"``: brute
+        force when n <= 5 000 on the CPU (on the GPU n <= 200 000 and n * n * d <= 8e12),
         NN-Descent above.
     metric : {"sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"}
         ``manhattan`` (L1) is NN-Descent only (brute force falls back to a CPU loop).

@@ -23,15 +23,18 @@ GRAPH_METRICS = ("sqeuclidean", "euclidean", "inner_product", "cosine", "manhatt
 #: ``method="auto"`` uses the exact brute-force graph up to this many points (it is then both
 #: exact and about as fast as NN-Descent); NN-Descent above. CPU, 2 cores, d = 64, k = 10: brute /
 #: NN-Descent 0.26 / 0.25 s at 5k, 0.52 / 0.26 s at 10k, 1.99 / 0.49 s at 20k (recall 0.999 with
-#: the recall target), so the CPU crossover is 5k (it was 20k).
-BRUTE_AUTO_MAX_N = {"cpu": 5_000, "gpu": 100_000}
-#: ... and up to this many multiply-adds (n * n * d) when the caller gives ``d``: the exact graph's
-#: cost grows with d, NN-Descent's much less (GPU, Fashion-MNIST 70k x 784: exact 0.18 s, NN-Descent
-#: to recall 0.994 in 0.062 s, ``benchmarks/results/h200-2026-11-29-s17/peers/bench_rsfk_gpu.json``).
-#: Where NN-Descent would stall (high intrinsic dimension) its LID verdict still takes the exact
-#: graph, for the cost of the estimate. The GPU value is set from
-#: ``benchmarks/graph_auto_crossover.py``; the CPU has its size limit only.
-BRUTE_AUTO_MAX_WORK = {"cpu": float("inf"), "gpu": 100_000 * 100_000 * 128}
+#: the recall target), so the CPU crossover is 5k (it was 20k). GPU (H200, the certified
+#: tensor-core exact graph against NN-Descent to its 0.99 target, clustered data,
+#: ``benchmarks/results/h200-2026-11-29-s17/crossover/``): 100k x 128 0.040 / 0.082 s, 200k x 32
+#: 0.095 / 0.113 s, 200k x 128 0.108 / 0.128 s, 300k x 64 0.198 / 0.174 s: 200k (it was 100k,
+#: measured against the float32 GEMM, 2.4x slower).
+BRUTE_AUTO_MAX_N = {"cpu": 5_000, "gpu": 200_000}
+#: ... and up to this many multiply-adds (n * n * d) when the caller gives ``d`` (the public
+#: knn_graph does): the exact graph's cost grows with d, NN-Descent's much less. GPU: Fashion-MNIST
+#: 70k x 784 (3.8e12) exact 0.063 s, NN-Descent 0.121 s; 300k x 64 (5.8e12) is past the crossover
+#: by size. Where NN-Descent would stall (high intrinsic dimension) its LID verdict still takes the
+#: exact graph, for the cost of the estimate. The CPU has its size limit only.
+BRUTE_AUTO_MAX_WORK = {"cpu": float("inf"), "gpu": 8e12}
 
 
 def choose_method(method, n, device, metric, brute_max_n=None, d=None):
