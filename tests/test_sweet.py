@@ -545,6 +545,7 @@ def test_gated_auto_path_on_the_cpu(monkeypatch):
 
     rng = np.random.default_rng(3)
     monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", True)
+    monkeypatch.setitem(api_exact.SWEET_AUTO_PREGATE, "cpu", None)  # the gate itself (the pre-gate: below)
     for dim in (12, 32):
         X = rng.random((12_000, dim), dtype=np.float32)
         P = prepare(X, metric="sqeuclidean", device="cpu")
@@ -560,3 +561,27 @@ def test_gated_auto_path_on_the_cpu(monkeypatch):
     monkeypatch.setattr(api_exact, "SWEET_AUTO_GATE", False)
     m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
     assert need is None
+
+
+def test_auto_pregate_on_a_subset_cpu(rng):
+    """On the CPU ``auto`` first estimates Sweet KNN's savings on a subset: uniform 32-D gives way
+    to the GEMM path without the gated run (no need returned), clustered data goes on to the
+    gated run; the answers equal the GEMM path's."""
+    from knnkit._core.prepare import prepare
+    from knnkit.api import exact as api_exact
+
+    assert api_exact.SWEET_AUTO_PREGATE["cpu"] is not None and api_exact.SWEET_AUTO_PREGATE["gpu"] is None
+    U = rng.random((40_000, 32), dtype=np.float32)
+    P = prepare(U, metric="sqeuclidean", device="cpu")
+    m, need = api_exact.choose_exact_method("auto", P, None, 10, gated=True)
+    assert m.name == "gemm" and need is None
+    from knnkit.datasets import make_clustered
+
+    C = make_clustered(40_000, 32, random_state=int(rng.integers(1 << 30)), device="cpu")
+    PC = prepare(C, metric="sqeuclidean", device="cpu")
+    m, need = api_exact.choose_exact_method("auto", PC, None, 10, gated=True)
+    assert m.name == "sweet" and need == (0.9, None)
+    d, i, st = api_exact.exact_search(PC, None, 5, method="auto")
+    d0, i0, _ = api_exact.exact_search(PC, None, 5, method="gemm")
+    np.testing.assert_allclose(d, d0, rtol=1e-5, atol=1e-5)
+    assert (i == i0).mean() > 0.999
