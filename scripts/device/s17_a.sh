@@ -4,12 +4,8 @@
 # clusters 1,000 / 10,000, broad 96 / 128-d), knnkit defaults side by side with cuVS CAGRA
 # (degree 64) and cuVS nn_descent in one run (issue 11's acceptance ratios).
 #   OUT=/some/folder scripts/device/s17_a.sh   (from the repository root)
-set -uo pipefail
-out=${OUT:-gpu-out}; mkdir -p "$out"
-export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KNNKIT_DATA=${KNNKIT_DATA:-$PWD/.data}
+. scripts/device/common.sh
 . scripts/device/peer_env.sh
-py=${PYTHON:-python3}
-t0=$(date +%s)
 $py -c "import cuvs; print('cuvs', cuvs.__version__)" 2>&1 | tail -1
 timeout 570 $py benchmarks/robustness.py --device gpu --scale full --no-real \
     --sets broad_d128,uniform_d128,broad_clusters,tight_c1000,tight_c10000,uniform_d32,uniform_d960 \

@@ -4,12 +4,8 @@
 # then time to recall on broad 1M x 128 and Fashion-MNIST for rsfk / nnd / knn_graph beside cuVS
 # nn_descent (issue 14).
 #   OUT=/some/folder scripts/device/s17_b.sh   (from the repository root; .data carried)
-set -uo pipefail
-out=${OUT:-gpu-out}; mkdir -p "$out"
-export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KNNKIT_DATA=${KNNKIT_DATA:-$PWD/.data}
+. scripts/device/common.sh
 . scripts/device/peer_env.sh
-py=${PYTHON:-python3}
-t0=$(date +%s)
 timeout 200 $py benchmarks/bench_sweet.py --device gpu --repeats 3 --cases skin,uniform_d3,clustered_d3 --ks 1,20 \
     --out "$out" > "$out/sweet.log" 2>&1
 echo "sweet rc=$? $(( $(date +%s) - t0 )) s"; grep times_s "$out/sweet.log" | cut -c1-400

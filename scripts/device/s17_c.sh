@@ -4,11 +4,7 @@
 # repair change), uniform 32-d and tight_c1000 at 1M with the warm-up per dimension (knn_graph
 # times); then where knn_graph's "auto" should stop taking the exact graph (graph_auto_crossover).
 #   OUT=/some/folder scripts/device/s17_c.sh   (from the repository root; .data carried)
-set -uo pipefail
-out=${OUT:-gpu-out}; mkdir -p "$out"
-export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KNNKIT_DATA=${KNNKIT_DATA:-$PWD/.data}
-py=${PYTHON:-python3}
-t0=$(date +%s)
+. scripts/device/common.sh
 timeout 170 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_connect_gpu.py tests/test_connect_gpu_emulated.py \
     tests/test_connect.py tests/test_stall_watch.py tests/test_graph_index_gpu.py > "$out/tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|FAILED|Error" "$out/tests.log" | tail -8

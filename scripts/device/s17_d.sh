@@ -2,11 +2,7 @@
 # Seventeenth session, GPU check of the exact graph's certified tensor-core GEMM (method="brute"
 # on the GPU) and where knn_graph's "auto" should stop taking it (graph_auto_crossover).
 #   OUT=/some/folder scripts/device/s17_d.sh   (from the repository root; .data carried)
-set -uo pipefail
-out=${OUT:-gpu-out}; mkdir -p "$out"
-export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KNNKIT_DATA=${KNNKIT_DATA:-$PWD/.data}
-py=${PYTHON:-python3}
-t0=$(date +%s)
+. scripts/device/common.sh
 timeout 200 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_build_gpu.py tests/test_integration_gpu.py \
     tests/test_nn_descent_gpu.py tests/test_sweet_gpu.py > "$out/tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|FAILED|Error" "$out/tests.log" | tail -8

@@ -501,7 +501,6 @@ def _link_components(xp, X, labels, c, metric, L, ins, members=None):
 def _bfs_tree(graph, entry, parent, queue):
     """Breadth-first tree from ``entry``: ``parent[v]`` = the node that first reached v, -1 for an
     entry, -2 for an unreachable node. Returns the number of reachable nodes."""
-    n, R = graph.shape
     for v in range(parent.shape[0]):
         parent[v] = -2
     tail = 0
@@ -510,7 +509,15 @@ def _bfs_tree(graph, entry, parent, queue):
             parent[e] = -1
             queue[tail] = e
             tail += 1
-    head = 0
+    return _expand(graph, parent, queue, 0, tail)
+
+
+@_njit(cache=True)
+def _expand(graph, parent, queue, head, tail):
+    """Breadth-first from the nodes ``queue[head:tail]``: every node they reach whose ``parent``
+    is -2 (unreachable) gets the node that first reached it as parent and joins the queue.
+    Returns the queue's new tail."""
+    n, R = graph.shape
     while head < tail:
         u = queue[head]
         head += 1
@@ -559,20 +566,8 @@ def _mark_reached(graph, u, parent, queue):
     """``u`` was just linked from a reachable node: mark (parent pointers, as the BFS tree would)
     every unreachable node that ``u`` reaches; returns how many were marked besides ``u``. Each
     node is marked once over a whole repair, so the marking costs one BFS in all."""
-    n, R = graph.shape
     queue[0] = u
-    head, tail = 0, 1
-    while head < tail:
-        w = queue[head]
-        head += 1
-        for j in range(R):
-            v = graph[w, j]
-            if v < 0 or v >= n or parent[v] != -2:
-                continue
-            parent[v] = w
-            queue[tail] = v
-            tail += 1
-    return tail - 1
+    return _expand(graph, parent, queue, 0, 1) - 1
 
 
 @_njit(cache=True)
