@@ -45,9 +45,11 @@ def knn(data: ArrayLike, queries: ArrayLike | None = None, k: int = 10, *, metri
     method : str, default "auto"
         A registered exact method (``knnkit.methods("exact")``): ``"gemm"`` (dense GEMM +
         k-selection) or ``"sweet"`` (Sweet KNN: triangle-inequality filtering, Euclidean metrics,
-        pays in low dimensions). ``"auto"`` picks Sweet KNN for Euclidean data of dimension <= 16
-        when its filters are estimated (on a sample of queries) to save >= 95 % (GPU) / 90 % (CPU)
-        of the distance computations, the GEMM path otherwise. Every method returns the same
+        pays in low dimensions). ``"auto"`` picks Sweet KNN for Euclidean data (and cosine) up to
+        8 dimensions, and up to 64 when its filters are estimated to save >= 95 % (GPU, up to 16-D)
+        / 98 % (GPU, above) / 90 % (CPU) of the distance computations: on the CPU first on a subset
+        of the rows, then on a sample of queries inside the Sweet KNN run, which gives way to the
+        GEMM path when they fall short; the GEMM path otherwise. Every method returns the same
         exact result.
     precision : {"exact", "fp16_rerank", "tf32_rerank", "bf16_rerank"}, default "exact"
         GPU only: on the CPU anything but "exact" is refused. ``"exact"`` uses a float32 GEMM. The
