@@ -613,16 +613,26 @@ def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst, queu
     return added, newly
 
 
+#: Sources sampled per batch of nearest-reachable links when more than a batch is unreachable.
+MANY_UNREACHABLE_SAMPLE = 512
+
+
 def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry, queue,
                                  batch=16384, sample=2048, cands=16):
     """Unreachable nodes with no reachable out-neighbour (a part that only links into itself, or
     whose reachable neighbours are full): link up to ``batch`` of them from their nearest reachable
     nodes among a sample of ``sample`` reachable ones (exact distances, one GEMM). Returns
     ``(links added, nodes newly reached)``."""
-    un = np.flatnonzero(parent == -2)[:batch]
+    un = np.flatnonzero(parent == -2)
     reach = np.flatnonzero(parent != -2)
     if un.size == 0 or reach.size == 0:
-        return 0
+        return 0, 0
+    if un.size > batch:
+        # many left (inner-product graphs: nearly every row behind full hubs): a smaller sample
+        # of sources per batch, since the cost is rows x sample and any reachable source with
+        # room will do for rows that no walk from a hub reached
+        sample = min(sample, MANY_UNREACHABLE_SAMPLE)
+        un = un[:batch]
     rs = np.random.default_rng(int(un.size) * 7919 + int(reach.size))
     pool = np.unique(np.concatenate([entry, rs.choice(reach, size=min(sample, reach.size), replace=False)]))
     pool = pool[parent[pool] != -2]
