@@ -248,7 +248,7 @@ def _subset_may_pay(X, Q, k, need, device, seed):
     xp = get_array_module(X)
     rng = np.random.default_rng(seed)
     sub = X[xp.asarray(np.sort(rng.choice(n, size=s, replace=False)))]
-    saved = estimate_savings(sub, None if Q is None else Q, k, sample=128, seed=seed)
+    saved = estimate_savings(sub, Q, k, sample=128, seed=seed)
     logger.debug("knn auto: Sweet KNN saves %.3f on a %d-row subset (asked %.2f - %.2f)", saved, s, need, slack)
     return saved >= need - slack
 

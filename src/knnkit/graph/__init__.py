@@ -107,9 +107,7 @@ def _exact_graph(X, k, im, device):
     """The exact graph (GPU: fp16 tensor-core GEMM with every row whose error bound fails
     recomputed in float32, i.e. exact up to ties)."""
     from ..exact import ExactParams
-    from ._brute import brute_graph
-
-    from ._brute import GRAPH_GPU_PRECISION
+    from ._brute import GRAPH_GPU_PRECISION, brute_graph
 
     precision = GRAPH_GPU_PRECISION if device == "gpu" else "exact"
     I, D, _ = brute_graph(X, k, metric=im, params=ExactParams(precision=precision))

@@ -532,31 +532,32 @@ def _expand(graph, parent, queue, head, tail):
 
 
 @_njit(cache=True)
-def _free_slot(graph, parent, touched, r):
+def _free_slot(graph, parent, r):
     """A slot of row ``r`` that can take a new link without losing reachability: an empty one,
-    else the last one whose edge is not a BFS-tree edge (its target has another parent) and was not
-    written this round; -1 if none."""
+    else the last one whose edge is not a tree edge (its target has another parent; the repair's
+    own links are tree edges, see :func:`_put_link`); -1 if none."""
     R = graph.shape[1]
     for s in range(R):
         if graph[r, s] < 0:
             return s
     for s in range(R - 1, -1, -1):
         t = graph[r, s]
-        if not touched[r, s] and parent[t] != r:
+        if parent[t] != r:
             return s
     return -1
 
 
 @_njit(cache=True)
-def _put_link(graph, parent, touched, repair_links, cap, r, u):
-    """Write the link r -> u if ``r`` is a reachable node with room (see :func:`_free_slot`)."""
+def _put_link(graph, parent, repair_links, cap, r, u):
+    """Write the link r -> u if ``r`` is a reachable node with room (see :func:`_free_slot`); the
+    link becomes u's tree edge (``parent[u] = r``), so no later link replaces it."""
     if r < 0 or parent[r] == -2 or repair_links[r] >= cap:
         return False
-    s = _free_slot(graph, parent, touched, r)
+    s = _free_slot(graph, parent, r)
     if s < 0:
         return False
     graph[r, s] = u
-    touched[r, s] = True
+    parent[u] = r
     repair_links[r] += 1
     return True
 
@@ -571,7 +572,7 @@ def _mark_reached(graph, u, parent, queue):
 
 
 @_njit(cache=True)
-def _link_unreachable(graph, parent, touched, repair_links, cap, queue):
+def _link_unreachable(graph, parent, repair_links, cap, queue):
     """Every node u still unreachable when the pass comes to it, with a reachable out-neighbour r
     with room (the nearest first: rows are in distance order), gets the reverse link r -> u, and
     what u reaches is marked reachable at once (:func:`_mark_reached`), so a part reached through
@@ -586,8 +587,7 @@ def _link_unreachable(graph, parent, touched, repair_links, cap, queue):
             continue
         for j in range(R):
             r = graph[u, j]
-            if r < n and _put_link(graph, parent, touched, repair_links, cap, r, u):
-                parent[u] = r
+            if r < n and _put_link(graph, parent, repair_links, cap, r, u):
                 added += 1
                 newly += 1 + _mark_reached(graph, u, parent, queue)
                 break
@@ -595,7 +595,7 @@ def _link_unreachable(graph, parent, touched, repair_links, cap, queue):
 
 
 @_njit(cache=True)
-def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst, queue):
+def _insert_links(graph, parent, repair_links, cap, src_cand, dst, queue):
     """For each ``dst[i]`` still unreachable, the first candidate source of ``src_cand[i]`` with
     room gets dst[i] (marked reachable with what it reaches). Returns ``(added, newly reached)``."""
     added = 0
@@ -605,8 +605,7 @@ def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst, queu
         if parent[u] != -2:
             continue
         for c in range(src_cand.shape[1]):
-            if _put_link(graph, parent, touched, repair_links, cap, src_cand[i, c], u):
-                parent[u] = src_cand[i, c]
+            if _put_link(graph, parent, repair_links, cap, src_cand[i, c], u):
                 added += 1
                 newly += 1 + _mark_reached(graph, u, parent, queue)
                 break
@@ -617,7 +616,7 @@ def _insert_links(graph, parent, touched, repair_links, cap, src_cand, dst, queu
 MANY_UNREACHABLE_SAMPLE = 512
 
 
-def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric, entry, queue,
+def _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric, entry, queue,
                                  batch=16384, sample=2048, cands=16):
     """Unreachable nodes with no reachable out-neighbour (a part that only links into itself, or
     whose reachable neighbours are full): link up to ``batch`` of them from their nearest reachable
@@ -664,7 +663,7 @@ def _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, 
     # last resort: random reachable nodes (a row with room always exists among them)
     parts.append(rs.choice(reach, size=(un.size, 8)))
     src = np.concatenate(parts, axis=1).astype(np.int64)
-    added, newly = _insert_links(gh, parent, touched, repair_links, cap, src, un.astype(np.int64), queue)
+    added, newly = _insert_links(gh, parent, repair_links, cap, src, un.astype(np.int64), queue)
     return int(added), int(newly)
 
 
@@ -975,18 +974,16 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     # batch after batch in the same round (one BFS per round cost 3.5 s at 1M and 64 rounds did
     # not finish).
     rounds = 0
-    touched = np.zeros(gh.shape, np.bool_) if reached < n else None
     repair_links = np.zeros(n, np.int32)
     cap = max(1, gh.shape[1] // 2)
     while reached < n and rounds < max_rounds:
-        touched[:] = False
-        added, newly = _link_unreachable(gh, parent, touched, repair_links, cap, queue)
+        added, newly = _link_unreachable(gh, parent, repair_links, cap, queue)
         reached += newly
         logger.debug("repair_connectivity: reach round %d, %d linked from a neighbour, %d unreachable left",
                      rounds, added, n - reached)
         if added == 0:
             while reached < n:
-                a, newly = _link_from_nearest_reachable(xp, X, gh, parent, touched, repair_links, cap, metric,
+                a, newly = _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric,
                                                         entry, queue)
                 if a == 0:
                     break
