@@ -243,3 +243,84 @@ def test_auto_method_weighs_the_dimension(monkeypatch):
     monkeypatch.setitem(kgraph.BRUTE_AUTO_MAX_WORK, "cpu", 3000 * 3000 * 95)
     g = knnkit.knn_graph(X, 5, device="cpu", random_state=0)
     assert g.stats.method == "nndescent" and g.recall(knnkit.knn(X, k=5, device="cpu")[1]) >= 0.95
+
+
+# --- the near-exact fallback (GPU lists without a certificate) and its safety net ----------------
+
+def _spoiled_near(monkeypatch, spoil_rows):
+    """Let the CPU take the near-exact branch: its lists are the exact ones with the first ``spoil_rows``
+    rows' lists replaced by far points (what fp16 rounding gone wrong would look like)."""
+    real = kgraph._exact_graph
+    calls = []
+
+    def fake(X, k, im, device, near=False):
+        calls.append(near)
+        I, D = real(X, k, im, device)
+        if near:
+            I = I.copy()
+            I[:spoil_rows] = (np.arange(spoil_rows)[:, None] + 1 + np.arange(k)[None, :] * 997) % X.shape[0]
+        return I, D
+
+    monkeypatch.setattr(kgraph, "_near_allowed", lambda device, im, target: target < 1.0)
+    monkeypatch.setattr(kgraph, "_exact_graph", fake)
+    return calls
+
+
+@pytest.mark.parametrize("watch", [False, True])
+def test_near_exact_lists_kept_when_they_meet_the_target(monkeypatch, watch):
+    if watch:
+        monkeypatch.setattr(kgraph, "STALL_LID", math.inf)
+    X = make_uniform_cube(6000, 160, random_state=5)
+    calls = _spoiled_near(monkeypatch, spoil_rows=0)
+    g = knnkit.knn_graph(X, 10, random_state=0)
+    fb = g.stats.extra["exact_fallback"]
+    assert calls == [True] and fb["lists"] == "near_exact"
+    assert fb["before_descent"] if not watch else not fb.get("before_descent")
+    assert _truth_recall(X, np.asarray(g.indices)) == 1.0
+
+
+@pytest.mark.parametrize("watch", [False, True])
+def test_near_exact_lists_short_of_the_target_are_replaced(monkeypatch, watch):
+    if watch:
+        monkeypatch.setattr(kgraph, "STALL_LID", math.inf)
+    X = make_uniform_cube(6000, 160, random_state=5)
+    calls = _spoiled_near(monkeypatch, spoil_rows=600)  # ~10 % of the rows wrong: recall ~0.90
+    g = knnkit.knn_graph(X, 10, random_state=0)
+    fb = g.stats.extra["exact_fallback"]
+    assert calls == [True, False] and fb["lists"] == "exact"
+    assert fb["near_exact_estimate"] < 0.99 <= g.stats.extra["recall_estimate"]
+    assert _truth_recall(X, np.asarray(g.indices)) == 1.0
+
+
+def test_target_one_never_takes_near_exact_lists(monkeypatch):
+    X = make_uniform_cube(6000, 160, random_state=5)
+    calls = _spoiled_near(monkeypatch, spoil_rows=600)
+    g = knnkit.knn_graph(X, 10, random_state=0, target_recall=1.0)
+    assert calls == [False] and g.stats.extra["exact_fallback"]["lists"] == "exact"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
+@pytest.mark.parametrize("metric", ["sqeuclidean", "inner_product"])
+def test_near_exact_fallback_on_the_gpu(metric):
+    import cupy as cp
+
+    X = make_uniform_cube(30_000, 160, random_state=11)  # LID ~ 60: the verdict, then the fallback
+    if metric == "inner_product":
+        X = X - X.mean(0)
+    g = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, device="gpu", random_state=0)
+    fb = g.stats.extra["exact_fallback"]
+    assert fb["lists"] in ("near_exact", "exact")
+    if fb["lists"] == "near_exact":
+        assert fb["near_exact_estimate"] >= 0.99
+    _d, truth = knnkit.knn(X, k=10, metric=metric, method="gemm")
+    rec = g.recall(truth)  # ids against ids: ties may cost a little, fp16 swaps no more than 1 %
+    assert rec >= 0.99, (rec, fb)
+    # the certified graph is exact: switching the near-exact lists off must give ~1.0
+    old = kgraph.NEAR_EXACT_EXTRA
+    try:
+        kgraph.NEAR_EXACT_EXTRA = None
+        g2 = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, device="gpu", random_state=0)
+    finally:
+        kgraph.NEAR_EXACT_EXTRA = old
+    assert g2.stats.extra["exact_fallback"]["lists"] == "exact" and g2.recall(truth) >= 0.999

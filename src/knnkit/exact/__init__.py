@@ -43,18 +43,20 @@ class ExactParams(Params):
                 "batch_size": check_int(self.batch_size, "batch_size", minimum=1, allow_none=True)}
 
 
-def knn_lists(X, Q, k, *, metric, exclude_self, params=None, seed=0, certify=True):
+def knn_lists(X, Q, k, *, metric, exclude_self, params=None, seed=0, certify=True, candidates=None):
     """Engine of exact k-NN on prepared arrays (contract in :mod:`knnkit._core.registry`).
 
     Returns ``(dist, idx, stats)``: internal distances float32 (m, k), int64 ids, rows sorted by
     (distance, id). ``seed`` is unused (the GEMM path has no random choice). ``certify=False`` is
     for internal estimates that do not need exact ties (the intrinsic-dimension estimate): the CPU
     then keeps the float32 answer of rows its rounding certificate rejects instead of recomputing
-    them in float64 (skewed-norm data, 500 rows x 100k: 1.5 s of a 1.6 s estimate)."""
+    them in float64 (skewed-norm data, 500 rows x 100k: 1.5 s of a 1.6 s estimate); on the GPU
+    the tensor-core modes then keep ``candidates`` (default k) per row, re-ranked exactly, with no
+    certificate (the near-exact fallback of ``knn_graph``)."""
     params = params or ExactParams()
     impl = twin(__name__, device_of(X))
     dist, idx = impl.knn(X, Q, k, metric, exclude_self, precision=params.precision, batch_size=params.batch_size,
-                         certify=certify)
+                         certify=certify, candidates=candidates)
     return dist, idx, {"method": "gemm", "precision": params.precision}
 
 

@@ -248,11 +248,12 @@ def _blocks(n, m, k, query_block=None):
     return qb, nb
 
 
-def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True):
+def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True, candidates=None):
     """CPU twin of :func:`knnkit.exact._gpu.knn` (same signature). ``precision`` must be
     ``"exact"`` here: the facade refuses the tensor-core modes on the CPU. ``certify=False``:
     rows the float32 rounding certificate rejects keep their float32 answer instead of being
-    recomputed in float64 (estimates only: see :func:`knnkit.exact.knn_lists`)."""
+    recomputed in float64 (estimates only: see :func:`knnkit.exact.knn_lists`). ``candidates``
+    is the GPU tensor-core modes' (unused here: float32 keys need no re-rank margin)."""
     if precision != "exact":
         raise ValueError(f"precision={precision!r} needs the GPU; the CPU path is always exact")
     return knn_cpu(X, Q, k, metric, exclude_self, batch_size=batch_size, certify=certify)

@@ -849,17 +849,17 @@ def _candidates_k(k, avail, mode):
     return int(min(avail, MAX_K, max(4 * k, 128)))
 
 
-def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True):
+def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True, candidates=None):
     """GPU twin of :func:`knnkit.exact._cpu.knn` (same signature); see :func:`knn_gpu`.
     ``certify`` is the CPU twin's: here the exact mode certifies every row whatever it says (the
     rejected rows cost milliseconds on the device), and the tensor-core modes take it as
     ``certify_rows``."""
     return knn_gpu(X, Q, k, metric, exclude_self, precision=precision, batch_size=batch_size,
-                   certify_rows=certify)
+                   certify_rows=certify, candidates=candidates)
 
 
 def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_size=None, self_ids=None,
-            certify_rows=True):
+            certify_rows=True, candidates=None):
     """Exact k-NN on the GPU with internal (minimised) distances.
 
     Parameters
@@ -880,6 +880,10 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
         graph): a low-precision mode keeps only k candidates per row, re-ranks them with exact
         distances and skips the certificate, so a row can differ from the exact one where the
         k-th and (k+1)-th keys are closer than the rounding bound.
+    candidates : int, optional
+        With ``certify_rows=False``: candidates kept per row before the exact re-rank (default
+        ``k``; more candidates let the re-rank repair swaps across the k-th place). Ignored when
+        the rows are certified (the certificate chooses its own).
 
     Returns
     -------
@@ -902,7 +906,10 @@ def knn_gpu(Xd, Qd, k, metric_internal, exclude_self, precision="exact", batch_s
         logger.info("precision=%r with k=%d > %d: using exact mode", mode, k, MAX_K // 4)
         mode = "exact"
     certify_rows = certify_rows or mode == "exact"  # the exact mode always certifies
-    kc = _candidates_k(k, avail, mode) if certify_rows else int(min(avail, k))
+    if certify_rows:
+        kc = _candidates_k(k, avail, mode)
+    else:
+        kc = int(min(avail, MAX_K, max(k, candidates or k)))
     prep = _Prepared(Xd, metric_internal, mode)
     extra = (prep.X.nbytes if prep.X is not Xd else 0) + Xd.nbytes // 4
 

@@ -103,15 +103,52 @@ def exact_affordable(n, d, device, max_work=None):
     return float(n) * float(n) * float(d) <= limit
 
 
-def _exact_graph(X, k, im, device):
+#: The exact fallback of a graph with a recall target below 1 (GPU): the fp16 tensor-core GEMM keeps
+#: ``k + NEAR_EXACT_EXTRA`` candidates per row, re-ranks them with exact distances and skips the
+#: certificate (and the float32 recomputation of the rows it rejects); a row can then differ from
+#: the exact one only where fp16 rounding moved a neighbour past the last candidate. The recall
+#: probe measures the lists, and the certified graph replaces them when they fall short of the
+#: target (``stats["exact_fallback"]["lists"]`` says which). None: always the certified graph.
+NEAR_EXACT_EXTRA = 8
+
+
+def _exact_graph(X, k, im, device, near=False):
     """The exact graph (GPU: fp16 tensor-core GEMM with every row whose error bound fails
-    recomputed in float32, i.e. exact up to ties)."""
-    from ..exact import ExactParams
+    recomputed in float32, i.e. exact up to ties). ``near`` (GPU, l2 / ip): the uncertified
+    candidates of ``NEAR_EXACT_EXTRA`` instead, for callers that check the recall after."""
+    from ..exact import ExactParams, knn_lists
     from ._brute import GRAPH_GPU_PRECISION, brute_graph
 
+    if near and device == "gpu" and im in ("l2", "ip") and NEAR_EXACT_EXTRA is not None:
+        D, I, _ = knn_lists(X, X, k, metric=im, exclude_self=True,
+                            params=ExactParams(precision=GRAPH_GPU_PRECISION), certify=False,
+                            candidates=k + NEAR_EXACT_EXTRA)
+        return I, D
     precision = GRAPH_GPU_PRECISION if device == "gpu" else "exact"
     I, D, _ = brute_graph(X, k, metric=im, params=ExactParams(precision=precision))
     return I, D
+
+
+def _near_allowed(device, im, target):
+    return device == "gpu" and im in ("l2", "ip") and NEAR_EXACT_EXTRA is not None and target < 1.0
+
+
+def _checked_fallback(X, k, im, device, target, probe, fb):
+    """The fallback graph for a recall target: near-exact lists when allowed, measured by
+    ``probe``; the certified graph when they fall short. Records in ``fb`` (the
+    ``stats["exact_fallback"]`` dict) which lists were kept. Returns ``(I, D, estimate)``."""
+    if _near_allowed(device, im, target):
+        I, D = _exact_graph(X, k, im, device, near=True)
+        est = probe.recall(X, I)
+        fb["near_exact_estimate"] = round(est, 5)
+        if est >= target:
+            fb["lists"] = "near_exact"
+            return I, D, est
+        logger.info("knn_graph: the near-exact lists estimate %.4f < target %.3f; building the certified "
+                    "exact graph", est, target)
+    I, D = _exact_graph(X, k, im, device)
+    fb["lists"] = "exact"
+    return I, D, probe.recall(X, I)
 
 
 def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, stats, probe=None):
@@ -152,11 +189,20 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
         # at 0.9888 when 0.005 short was accepted as the estimate's noise)
         logger.info("knn_graph: NN-Descent reached an estimated recall of %.3f (target %.3f); building the "
                     "exact graph instead (%d x %d)", est, target, n, int(X.shape[1]))
-        I, D = _exact_graph(X, k, im, device)
-        stats["exact_fallback"] = {"descent_estimate": round(first, 5), "after_rounds": round(est, 5)}
-        if "stalled" in stats:
-            stats["exact_fallback"]["descent_stopped_at_iteration"] = stats["stalled"]["iteration"]
-        est = probe.recall(X, I)
+        fb = stats.get("exact_fallback") or {}
+        if fb.get("lists") == "exact":
+            pass  # (the certified graph was built before the descent and still fell short: keep it)
+        else:
+            if not fb.get("before_descent"):
+                fb.update(descent_estimate=round(first, 5), after_rounds=round(est, 5))
+            elif fb.get("lists") == "near_exact":
+                fb["near_exact_estimate"] = round(est, 5)
+            if "stalled" in stats:
+                fb["descent_stopped_at_iteration"] = stats["stalled"]["iteration"]
+            # a near-exact attempt that already fell short goes straight to the certified graph
+            I, D, est = _checked_fallback(X, k, im, device, 1.0 if fb.get("lists") == "near_exact" else target,
+                                          probe, fb)
+            stats["exact_fallback"] = fb
     elif est < target - 0.005:
         logger.warning("knn_graph: estimated recall %.3f is below the target %.3f (the exact graph of %d x %d "
                        "is past the affordable size); pass a larger n_neighbors_internal or max_iters, "
@@ -231,9 +277,11 @@ def build_lists(X, k, *, metric, method, params=None, seed=0, stall_below=None, 
                      "stalled": skip, "phase_s": {"intrinsic_dim": skip.pop("_s")}}
             if target is None:
                 return None, None, stats  # the caller builds the exact lists (see Returns)
-            I, D = _exact_graph(X, k, im, device)
+            near = _near_allowed(device, im, target)
+            I, D = _exact_graph(X, k, im, device, near=near)
             stats["exact_fallback"] = {"descent_estimate": None, "after_rounds": None, "before_descent": True,
-                                       "intrinsic_dim": skip["intrinsic_dim"]}
+                                       "intrinsic_dim": skip["intrinsic_dim"],
+                                       "lists": "near_exact" if near else "exact"}
             stats["phase_s"]["brute"] = time.perf_counter() - t0
             return _target_stats(X, I, D, k, im, metric, method, engine, params, seed, target, stats)
         # made before the descent (the same sample and seed the target check uses after it) so
