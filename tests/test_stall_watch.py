@@ -308,7 +308,8 @@ def test_near_exact_fallback_on_the_gpu(metric):
     X = make_uniform_cube(30_000, 160, random_state=11)  # LID ~ 60: the verdict, then the fallback
     if metric == "inner_product":
         X = X - X.mean(0)
-    g = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, device="gpu", random_state=0)
+    # (method="auto" would take the exact graph outright at this size)
+    g = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, method="nndescent", device="gpu", random_state=0)
     fb = g.stats.extra["exact_fallback"]
     assert fb["lists"] in ("near_exact", "exact")
     if fb["lists"] == "near_exact":
@@ -320,7 +321,7 @@ def test_near_exact_fallback_on_the_gpu(metric):
     old = kgraph.NEAR_EXACT_EXTRA
     try:
         kgraph.NEAR_EXACT_EXTRA = None
-        g2 = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, device="gpu", random_state=0)
+        g2 = knnkit.knn_graph(cp.asarray(X), 10, metric=metric, method="nndescent", device="gpu", random_state=0)
     finally:
         kgraph.NEAR_EXACT_EXTRA = old
     assert g2.stats.extra["exact_fallback"]["lists"] == "exact" and g2.recall(truth) >= 0.999
