@@ -363,6 +363,7 @@ def _peer_max(entry):
 
 
 def main(argv=None):
+    global LONG_SWEEP_STOP
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--scale", choices=("ci", "small", "full"), default="ci")
@@ -373,17 +374,25 @@ def main(argv=None):
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-graph", action="store_true", help="skip the knn_graph columns (index only)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--more-beams", default="", help="GPU: beams swept after the calibration's largest "
+                    "(comma-separated), e.g. 6144,8192,12288,16384 to see where a hard set reaches 0.999")
+    ap.add_argument("--sweep-to", type=float, default=None,
+                    help="past 512 the sweep stops at this recall (default %s)" % LONG_SWEEP_STOP)
     args = ap.parse_args(argv)
     os.chdir(ROOT)  # ../shared/data is looked up relative to the repository root
     knnkit.set_progress(False)
     names = args.sets.split(",") if args.sets else None
     t_all = time.perf_counter()
+    GPU_EXTRA_BEAMS.extend(int(b) for b in args.more_beams.split(",") if b.strip())
+    if args.sweep_to is not None:
+        LONG_SWEEP_STOP = args.sweep_to
     sets = robustness_sets(args.scale, names=names, real=not args.no_real, random_state=args.seed)
     doc = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": _commit(),
            "hardware": _hardware(args.device),
            "params": {"device": args.device, "scale": args.scale, "k": K, "beams": BEAMS, "hnsw_efs": EFS,
                       "cagra_itopk": ITOPK, "seed": args.seed, "knnkit": knnkit.__version__,
-                      "peers": not args.no_peers, "graph": not args.no_graph},
+                      "peers": not args.no_peers, "graph": not args.no_graph,
+                      "gpu_extra_beams": GPU_EXTRA_BEAMS, "long_sweep_stop": LONG_SWEEP_STOP},
            "sets": []}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{args.device}_{args.scale}")

@@ -274,7 +274,7 @@ def test_near_exact_lists_kept_when_they_meet_the_target(monkeypatch, watch):
     calls = _spoiled_near(monkeypatch, spoil_rows=0)
     g = knnkit.knn_graph(X, 10, random_state=0)
     fb = g.stats.extra["exact_fallback"]
-    assert calls == [True] and fb["lists"] == "near_exact"
+    assert calls == [True] and fb["lists"] == "near_exact" and fb["near_exact_estimate"] == 1.0
     assert fb["before_descent"] if not watch else not fb.get("before_descent")
     assert _truth_recall(X, np.asarray(g.indices)) == 1.0
 

@@ -165,6 +165,8 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
     if probe is None:
         probe = RecallProbe(X, k, im, estimate_rows(int(X.shape[0])), seed)
     est = probe.recall(X, I)
+    if (stats.get("exact_fallback") or {}).get("lists") == "near_exact":  # (built before the descent)
+        stats["exact_fallback"]["near_exact_estimate"] = round(est, 5)
     rounds = 0
     n = int(X.shape[0])
     device = device_of(X)
@@ -195,8 +197,6 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
         else:
             if not fb.get("before_descent"):
                 fb.update(descent_estimate=round(first, 5), after_rounds=round(est, 5))
-            elif fb.get("lists") == "near_exact":
-                fb["near_exact_estimate"] = round(est, 5)
             if "stalled" in stats:
                 fb["descent_stopped_at_iteration"] = stats["stalled"]["iteration"]
             # a near-exact attempt that already fell short goes straight to the certified graph
