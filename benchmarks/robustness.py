@@ -132,7 +132,11 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
     for b in beams + (GPU_EXTRA_BEAMS if device == "gpu" else []):
         if b < K or (b > beams[-1] and curve and curve[-1][0] >= LONG_SWEEP_STOP):
             continue
-        index.search(Q[: min(50, len(Q))], k=K, beam=b)  # warm-up (JIT / kernel compile)
+        try:
+            index.search(Q[: min(50, len(Q))], k=K, beam=b)  # warm-up (JIT / kernel compile)
+        except ValueError as e:  # a beam past the search's limit (shared memory) ends the sweep
+            res["beam_limit"] = {"beam": b, "error": str(e)}
+            break
         t, (D, I) = _timed(lambda: index.search(Q, k=K, beam=b), device, repeat=2)
         r = _recall(I, D, TI, TD, metric)
         curve.append((round(r, 4), round(len(Q) / t, 1)))
