@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Eighteenth session, fourth call: broad 128-d alone (the third call lost it at beam 12288, past the
 # search's shared-memory limit; robustness.py now ends the sweep there). Same sweep past 4096.
-# the index did not change), the beam sweep continued past 4096 to 16384 until 0.999, to see
-# whether broad 128-d's 0.991 at 4096 is a plateau; knn_graph with the near-exact fallback.
-#   OUT=/some/folder scripts/device/s18_c.sh   (from the repository root)
+#   OUT=/some/folder scripts/device/s18_d.sh   (from the repository root)
 . scripts/device/common.sh
-: # (tests ran in the first s18_c call)
 
 timeout 420 $py benchmarks/robustness.py --device gpu --scale full --no-peers --no-real \
     --sets broad_d128 --more-beams 6144,8192,12288 \
