@@ -67,7 +67,10 @@ def knn_graph(data: ArrayLike, k: int = 10, *, method: str = "auto", metric: Met
         Recall@k the build drives itself to, estimated on a sample of rows against exact
         neighbours (default 0.99 for NN-Descent, see :class:`NNDescentParams`; ``None`` in a
         parameter object turns the estimate off). A lower target builds faster; exact methods
-        meet any target. ``graph.stats`` reports the estimate and what reaching it took.
+        meet any target. ``graph.stats`` reports the estimate and what reaching it took. Where
+        the descent stalls the exact graph follows; on the GPU, with a target below 1, first as
+        near-exact lists (fp16 GEMM, exact re-rank, no certificate) that the estimate must find at
+        the target, else the certified graph (``stats.extra["exact_fallback"]["lists"]``).
     include_self : bool, default False
         Put each point itself in column 0 (UMAP / ``kneighbors_graph(include_self=True)``
         convention); its distance is the point's distance to itself (0, or ``|x|^2`` for

@@ -732,7 +732,7 @@ def nndescent_cpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     return ind, dist, stats
 
 
-# ----------------------------------------------------------------------------- RP-forest init
+# ----------------------------------------------------------------------------- the twin entry
 
 
 def nndescent(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None, split=None,
