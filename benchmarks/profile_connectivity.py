@@ -67,7 +67,7 @@ def main():
     names = ["components", "short_edge_components", "entry_points_per_component", "combine_entry_points",
              "repair_connectivity", "_link_components", "_nearest_members", "_bfs_tree", "_argmin_per_label",
              "_centroids", "_nearest_components", "_dist_rows", "_link_unreachable", "_link_from_nearest_reachable",
-             "_insert_links", "_to_host", "_repair_few_on_device", "_expand"]
+             "_insert_links", "_to_host", "_repair_few_on_device"]
     saved = {nm: timed(_connect, nm) for nm in names if hasattr(_connect, nm)}
     saved_connect = timed(_engine, "_connect")
     sync()

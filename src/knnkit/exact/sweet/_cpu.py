@@ -517,6 +517,7 @@ _SEED_MERGED = True
 _SEED_MERGED_MIN_K = 16
 _SEED_BLOCK = 64
 _ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
+_ONE_BAND = True  # _level2_one reads bands straight once a pair is found (tests force it off)
 _GATE_CHUNK = 32  # queries of the gate's sample run per chunk (it stops at the first chunk over budget)
 
 
@@ -565,6 +566,19 @@ def _sorted_row(cd, ci, k, out_d, out_i, dup, uoff, uidx):
 
 
 # ----------------------------------------------------------------------------- level 1
+@njit(cache=True)
+def _smallest_members(mdist, moff, kk):
+    """``(mt, kk)``: the kk smallest member-to-centre distances of each cluster, ascending (the tail
+    of its descending segment), inf where it has fewer (a Python loop over the clusters took ~5 ms
+    at 6k clusters)."""
+    mt = moff.shape[0] - 1
+    small = np.full((mt, kk), np.inf)
+    for j in range(mt):
+        for t in range(min(kk, moff[j + 1] - moff[j])):
+            small[j, t] = mdist[moff[j + 1] - 1 - t]
+    return small
+
+
 @njit(inline="always")
 def _pool(heap, kk, base, small_j, size_j):
     """Offer ``base + small_j[t]`` (ascending) to the float64 max-heap of the kk smallest."""
@@ -723,10 +737,11 @@ def _cell_span(x, rho, lo, h, g):
 
 @njit(parallel=True, cache=True)
 def _level1_grid(Lq, rq, qsize, Lt, Rt, small, tsize, kk, rel, lo, h, g, start, lm, cellr, big, fill, ub, ncand,
-                 coff, cand, candv):
+                 coff, cand, candv, sufv, pairs):
     """``_level1`` for d <= 3 through ``_landmark_grid``: ``fill`` False computes ``ub`` and ``ncand``;
     ``fill`` True (``ub`` and ``coff`` known) writes each query cluster's candidates to
-    ``cand[coff[a]:coff[a + 1]]`` by ascending centre distance (ties by index) and their ``candv``.
+    ``cand[coff[a]:coff[a + 1]]`` by ascending centre distance (ties by index), their ``candv`` and
+    ``sufv`` (see ``build_cpu``), and in ``pairs[a]`` the members of its candidate clusters.
 
     ub: the pooled heap is fed from the cells of a box around the query centre that grows until it
     holds every landmark closer than ``heap[0] - rq`` (any other gives ``rq + D + small >= heap[0]``
@@ -753,6 +768,8 @@ def _level1_grid(Lq, rq, qsize, Lt, Rt, small, tsize, kk, rel, lo, h, g, start, 
             if not fill:
                 ub[a] = 0.0
                 ncand[a] = 0
+            else:
+                pairs[a] = 0
             continue
         p = np.zeros(3)
         for c in range(dim):
@@ -833,16 +850,34 @@ def _level1_grid(Lq, rq, qsize, Lt, Rt, small, tsize, kk, rel, lo, h, g, start, 
             ncand[a] = w
             continue
         # by ascending centre distance, equal distances by index (``_level1``'s stable sort of the
-        # candidates in index order)
-        o1 = np.argsort(js)
-        js = js[o1]
-        ds = ds[o1]
-        o2 = np.argsort(ds, kind="mergesort")
+        # candidates in index order): one sort by distance, then the rare runs of equal distances
+        # put in index order
+        o = np.argsort(ds)
+        b = coff[a]
         for t in range(w):
-            j = js[o2[t]]
-            cand[coff[a] + t] = j
-            candv[coff[a] + t] = ds[o2[t]] * (1.0 - rel) - Rt[j] * (1.0 + rel)
-
+            cand[b + t] = js[o[t]]
+            candv[b + t] = ds[o[t]]  # the distance until the tie pass below
+        for t in range(1, w):
+            dd = candv[b + t]
+            jj = cand[b + t]
+            v = t - 1
+            while v >= 0 and candv[b + v] == dd and cand[b + v] > jj:
+                candv[b + v + 1] = candv[b + v]
+                cand[b + v + 1] = cand[b + v]
+                v -= 1
+            candv[b + v + 1] = dd
+            cand[b + v + 1] = jj
+        # candv as ``build_cpu`` defines it, its suffix minimum (``_suffix_min``) and the pairs of
+        # the cluster's candidates
+        run = np.inf
+        tot = 0
+        for t in range(w - 1, -1, -1):
+            j = cand[b + t]
+            candv[b + t] = candv[b + t] * (1.0 - rel) - Rt[j] * (1.0 + rel)
+            run = min(run, candv[b + t])
+            sufv[b + t] = run
+            tot += tsize[j]
+        pairs[a] = tot
 
 # ----------------------------------------------------------------------------- level 2
 @njit(cache=True)
@@ -1109,7 +1144,7 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
 
 @njit(parallel=True, cache=True)
 def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, exclude_self,
-                rel, out_d, out_i, counts):
+                rel, out_d, out_i, counts, band, qpos):
     """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
     list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
     outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
@@ -1134,6 +1169,7 @@ def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, 
         best = np.float32(np.inf)
         bi = -1
         nd = 0
+        selfpos = qpos[qi] if exclude_self else -1
         for j in range(coff[cq], coff[cq + 1]):
             lim = theta * (1.0 + rel) + bq
             if sufv[j] > lim:
@@ -1146,6 +1182,30 @@ def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, 
             end = moff[c + 1]
             thr = theta + rel * (theta + a + Rt[c])
             if a - Rt[c] > thr:
+                continue
+            if band and bi >= 0:
+                # a pair found already: theta is near its final value, so the band |a - b| <= thr
+                # is read straight between two binary searches (distances branch-free from the
+                # axis-major rows, then the smallest taken), as ``_level2``'s straight scans
+                i0 = _first_inside(mdist, beg, end, a + thr)
+                stop = _first_inside(mdist, i0, end, a - thr)
+                while stop < end and a - mdist[stop] <= thr:
+                    stop += 1
+                for u in range(i0, stop):
+                    e0 = q0 - np.float64(x0[u])
+                    e1 = q1 - np.float64(x1[u])
+                    e2 = q2 - np.float64(x2[u])
+                    d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)
+                    if d < best or (d == best and members[u] < bi):
+                        t = members[u]
+                        if exclude_self and t == qi:
+                            continue
+                        best = d
+                        bi = t
+                nd += stop - i0
+                if exclude_self and i0 <= selfpos < stop:
+                    nd -= 1  # the self pair is not a distance computation
+                theta = min(theta, math.sqrt(np.float64(best)))
                 continue
             up = _first_inside(mdist, beg, end, a) - 1
             down = up + 1
@@ -1448,10 +1508,7 @@ def build_cpu(X, Q, k, params, seed, all_points):
 
     t0 = time.perf_counter()
     kk = k + (1 if all_points else 0)  # the query itself may be among the pooled points
-    small = np.full((mt, kk), np.inf)
-    for j in range(mt):  # the kk members closest to each centre, ascending (tail of the segment)
-        seg = mdist[moff[j]:moff[j + 1]][::-1][:kk]
-        small[j, :seg.size] = seg
+    small = _smallest_members(mdist, moff, kk)
     rel = pruning_rel(dim)
     ub = np.empty(mq, np.float64)
     ncand = np.empty(mq, np.int64)
@@ -1461,15 +1518,18 @@ def build_cpu(X, Q, k, params, seed, all_points):
         live = data.radius[data.size > 0]
         rcap = float(np.quantile(live, _GRID_LEVEL1_RCAP_QUANTILE)) if live.size else 0.0
         grid = _landmark_grid(data.L, data.radius, data.size, rcap, _GRID_LEVEL1_CELLS)
+        pairs = np.zeros(mq, np.int64)
         cand = np.empty(0, np.int64)
         candv = np.empty(0, np.float64)
         _level1_grid(query.L, query.radius, query.size, data.L, data.radius, small, data.size, kk, rel, *grid, False,
-                     ub, ncand, coff, cand, candv)
+                     ub, ncand, coff, cand, candv, candv, pairs)
         np.cumsum(ncand, out=coff[1:])
         cand = np.empty(coff[-1], np.int64)
         candv = np.empty(coff[-1], np.float64)
+        sufv = np.empty(coff[-1], np.float64)
         _level1_grid(query.L, query.radius, query.size, data.L, data.radius, small, data.size, kk, rel, *grid, True,
-                     ub, ncand, coff, cand, candv)
+                     ub, ncand, coff, cand, candv, sufv, pairs)
+        level1_pairs = float((query.size * pairs).sum())
     else:
         D = np.empty((mq, mt), np.float64)
         _centre_dist(query.L, data.L, D)
@@ -1484,12 +1544,12 @@ def build_cpu(X, Q, k, params, seed, all_points):
         # stops the list when the suffix minimum does
         owner = np.repeat(np.arange(mq), ncand)
         candv = D[owner, cand] * (1.0 - rel) - data.radius[cand] * (1.0 + rel)
-    # pairs surviving level 1: every query times the members of its candidate clusters
-    csum = np.concatenate([[0], np.cumsum(data.size[cand])])
-    per_cluster = csum[coff[1:]] - csum[coff[:-1]]
-    level1_pairs = float((query.size * per_cluster).sum())
-    sufv = np.empty_like(candv)
-    _suffix_min(candv, coff, sufv)
+        sufv = np.empty_like(candv)
+        _suffix_min(candv, coff, sufv)
+        # pairs surviving level 1: every query times the members of its candidate clusters
+        csum = np.concatenate([[0], np.cumsum(data.size[cand])])
+        per_cluster = csum[coff[1:]] - csum[coff[:-1]]
+        level1_pairs = float((query.size * per_cluster).sum())
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
     qseq = _by_label(query.labels, query.L.shape[0])
@@ -1623,8 +1683,11 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     ndist = 0
     if one:
         counts = np.zeros(qseq.size, np.int64)
+        qpos = np.empty(Qr.shape[0] if exclude else 1, np.int64)
+        if exclude:
+            qpos[tab["members"]] = np.arange(tab["members"].size)
         _level2_one(XsT, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"], qseq, *args2[:7],
-                    exclude, tab["rel"], out_d, out_i, counts)
+                    exclude, tab["rel"], out_d, out_i, counts, _ONE_BAND, qpos)
         ndist += int(counts.sum())
     elif direct:
         counts = np.zeros(qseq.size, np.int64)
