@@ -399,40 +399,6 @@ def test_k1_path_forced(rng, monkeypatch, one):
     run_both(X, X[:60] * 0.5, 1, params=SweetParams(filter="partial"))
 
 
-@pytest.mark.parametrize("band", [True, False])
-def test_grid_level1_same_tables(rng, monkeypatch, band):
-    """Level 1 through the landmark grid (``_level1_grid``, d <= 3) gives the very tables of the
-    mq x mt scan (ub, candidate lists in the same order, candv, sufv, pairs), for the default and a
-    forced large landmark count, on integer grids (ties, repeated rows), wide outlier clusters, flat
-    axes and separate queries far away; the join is exact with it, with and without the straight
-    k = 1 bands (``_ONE_BAND``)."""
-    monkeypatch.setattr(sweet_cpu_module, "_ONE_BAND", band)
-    for dim in (1, 2, 3):
-        grid = rng.integers(0, 8, (1500, dim)).astype(np.float32)
-        smooth = np.concatenate([rng.standard_normal((1500, dim)), rng.standard_normal((6, dim)) * 40])
-        flat = smooth.copy()
-        flat[:, 0] = 2.0
-        for X in (grid, smooth.astype(np.float32), flat.astype(np.float32)):
-            for Q, all_points in ((X, True), (X[:70] + 30.0, False), (X[:90] * 0.5, False)):
-                for k in (1, 5):
-                    for params in (SweetParams(), SweetParams(n_landmarks_data=400, n_landmarks_query=300)):
-                        tabs = []
-                        for on in (False, True):
-                            monkeypatch.setattr(sweet_cpu_module, "_GRID_LEVEL1", on)
-                            tabs.append(sweet_cpu_module.build_cpu(X, Q, k, params, 0, all_points))
-                        for key in ("ub", "coff", "cand", "candv", "sufv"):
-                            assert np.array_equal(tabs[0][key], tabs[1][key]), (dim, key)
-                        assert tabs[0]["level1_pairs"] == tabs[1]["level1_pairs"]
-            monkeypatch.setattr(sweet_cpu_module, "_GRID_LEVEL1", True)
-            monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)
-            big = SweetParams(n_landmarks_data=500, n_landmarks_query=500)
-            for k in (1, 4):
-                run_both(X, None, k, params=big)
-                run_both(X, X[:60] + 0.5, k, params=big)
-            monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", 1.0)
-            run_both(X, None, 1)  # grid rows repeat: merged copies
-
-
 @pytest.mark.parametrize("cells", [True, False])
 def test_cell_assignment_forced(rng, monkeypatch, cells):
     """The engine with the per-cell candidate lists (``_assign_cells``, d <= 3) or forced back to the

@@ -517,7 +517,6 @@ _SEED_MERGED = True
 _SEED_MERGED_MIN_K = 16
 _SEED_BLOCK = 64
 _ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
-_ONE_BAND = True  # _level2_one reads bands straight once a pair is found (tests force it off)
 _GATE_CHUNK = 32  # queries of the gate's sample run per chunk (it stops at the first chunk over budget)
 
 
@@ -566,19 +565,6 @@ def _sorted_row(cd, ci, k, out_d, out_i, dup, uoff, uidx):
 
 
 # ----------------------------------------------------------------------------- level 1
-@njit(cache=True)
-def _smallest_members(mdist, moff, kk):
-    """``(mt, kk)``: the kk smallest member-to-centre distances of each cluster, ascending (the tail
-    of its descending segment), inf where it has fewer (a Python loop over the clusters took ~5 ms
-    at 6k clusters)."""
-    mt = moff.shape[0] - 1
-    small = np.full((mt, kk), np.inf)
-    for j in range(mt):
-        for t in range(min(kk, moff[j + 1] - moff[j])):
-            small[j, t] = mdist[moff[j + 1] - 1 - t]
-    return small
-
-
 @njit(inline="always")
 def _pool(heap, kk, base, small_j, size_j):
     """Offer ``base + small_j[t]`` (ascending) to the float64 max-heap of the kk smallest."""
@@ -651,233 +637,6 @@ def _level1(D, rq, qsize, Rt, small, tsize, kk, rel, ub, order, ncand):
             order[a, t] = cs[co[t]]
         ncand[a] = cnt
 
-
-# Level 1 through a grid of the data landmarks (d <= _GRID_LEVEL1_MAX_DIM): the same ub, candidate
-# lists (same order) and candv as ``_level1``, without the mq x mt table of centre distances. Its
-# O(mq mt) cost (distances, pooling checks and candidate tests for every pair) was what kept the
-# landmark count at 3 sqrt(n): clustered 3-D 245k, k = 1, 4 x 3 sqrt(n) landmarks cut level 2
-# 0.207 -> 0.137 s but level 1 grew 0.05 -> 0.16 s (NOTES_sweet.md). Tests force it off.
-_GRID_LEVEL1 = True
-_GRID_LEVEL1_MAX_DIM = 3
-_GRID_LEVEL1_CELLS = 2.0  # grid cells per data landmark
-# clusters above this quantile of the non-empty radii are tested against every query cluster in a
-# list of their own, so that one wide cluster does not widen every query cluster's search box
-_GRID_LEVEL1_RCAP_QUANTILE = 0.97
-
-
-@njit(cache=True)
-def _landmark_grid(Lt, Rt, tsize, rcap, cells_per_landmark):
-    """A uniform grid over the data landmarks' box: ``lo``, cell sides ``h``, cells per axis ``g``
-    (3 axes, 1 cell on those beyond d or flat), the landmarks of each cell as ``lm[start[c]:start[c +
-    1]]``, ``cellr[c]`` the largest radius of a non-empty cluster of radius <= ``rcap`` in the cell
-    (-1 when none), and ``big``, the non-empty clusters of radius > ``rcap`` (ascending)."""
-    mt, dim = Lt.shape
-    lo = np.zeros(3)
-    h = np.ones(3)
-    g = np.ones(3, np.int64)
-    per_axis = max(1, int(math.ceil(max(1.0, mt * cells_per_landmark) ** (1.0 / dim))))
-    for c in range(dim):
-        mn = np.inf
-        mx = -np.inf
-        for j in range(mt):
-            v = np.float64(Lt[j, c])
-            mn = min(mn, v)
-            mx = max(mx, v)
-        lo[c] = mn
-        if mx > mn:
-            g[c] = per_axis
-            h[c] = (mx - mn) / per_axis
-    ncell = g[0] * g[1] * g[2]
-    cell_of = np.empty(mt, np.int64)
-    for j in range(mt):
-        idx = 0
-        for c in range(3):
-            t = 0
-            if c < dim:
-                t = min(max(int((np.float64(Lt[j, c]) - lo[c]) / h[c]), 0), g[c] - 1)
-            idx = idx * g[c] + t
-        cell_of[j] = idx
-    start = np.zeros(ncell + 1, np.int64)
-    for j in range(mt):
-        start[cell_of[j] + 1] += 1
-    for c in range(ncell):
-        start[c + 1] += start[c]
-    fill = start[:-1].copy()
-    lm = np.empty(mt, np.int64)
-    cellr = np.full(ncell, -1.0)
-    nbig = 0
-    for j in range(mt):
-        lm[fill[cell_of[j]]] = j
-        fill[cell_of[j]] += 1
-        if tsize[j] > 0:
-            if Rt[j] > rcap:
-                nbig += 1
-            elif Rt[j] > cellr[cell_of[j]]:
-                cellr[cell_of[j]] = Rt[j]
-    big = np.empty(nbig, np.int64)
-    nbig = 0
-    for j in range(mt):
-        if tsize[j] > 0 and Rt[j] > rcap:
-            big[nbig] = j
-            nbig += 1
-    return lo, h, g, start, lm, cellr, big
-
-
-@njit(inline="always")
-def _cell_span(x, rho, lo, h, g):
-    """First and last cell index along one axis of the grid holding every landmark coordinate in
-    ``[x - rho, x + rho]`` (the landmarks' own indices are ``int((l - lo) / h)``, monotone in l;
-    ``rho`` is widened by the caller for the rounding of ``x -+ rho``)."""
-    t0 = (x - rho - lo) / h
-    t1 = (x + rho - lo) / h
-    b0 = 0 if not (t0 > 0.0) else (g - 1 if t0 >= g - 1 else int(t0))
-    b1 = 0 if not (t1 > 0.0) else (g - 1 if t1 >= g - 1 else int(t1))
-    return b0, b1
-
-
-@njit(parallel=True, cache=True)
-def _level1_grid(Lq, rq, qsize, Lt, Rt, small, tsize, kk, rel, lo, h, g, start, lm, cellr, big, fill, ub, ncand,
-                 coff, cand, candv, sufv, pairs):
-    """``_level1`` for d <= 3 through ``_landmark_grid``: ``fill`` False computes ``ub`` and ``ncand``;
-    ``fill`` True (``ub`` and ``coff`` known) writes each query cluster's candidates to
-    ``cand[coff[a]:coff[a + 1]]`` by ascending centre distance (ties by index), their ``candv`` and
-    ``sufv`` (see ``build_cpu``), and in ``pairs[a]`` the members of its candidate clusters.
-
-    ub: the pooled heap is fed from the cells of a box around the query centre that grows until it
-    holds every landmark closer than ``heap[0] - rq`` (any other gives ``rq + D + small >= heap[0]``
-    and cannot change the kk smallest); the values pooled are the same sums, so ``ub`` is the same
-    k-th smallest as ``_level1``'s scan of the whole row. Candidates: a landmark at centre distance
-    D passes ``_level1``'s test only if ``D (1 - rel) <= (u + rq + R_t) (1 + rel)``; cells whose box is
-    farther than that for the largest radius in them are skipped, the rest tested with
-    ``_level1``'s own expression; clusters wider than the grid's cap (``big``) are all tested."""
-    mq = Lq.shape[0]
-    dim = Lq.shape[1]
-    rmax = 0.0
-    for c in range(cellr.shape[0]):
-        rmax = max(rmax, cellr[c])
-    # slack for the rounding of box edges and of x -+ rho (far above it)
-    eps = 0.0
-    for c in range(dim):
-        eps += h[c] * g[c] + abs(lo[c])
-    eps *= 1e-9
-    hmin = min(h[0] if g[0] > 1 else np.inf, min(h[1] if g[1] > 1 else np.inf, h[2] if g[2] > 1 else np.inf))
-    if hmin == np.inf:
-        hmin = 1.0
-    for a in prange(mq):
-        if qsize[a] == 0:
-            if not fill:
-                ub[a] = 0.0
-                ncand[a] = 0
-            else:
-                pairs[a] = 0
-            continue
-        p = np.zeros(3)
-        for c in range(dim):
-            p[c] = np.float64(Lq[a, c])
-        q = Lq[a]
-        if not fill:
-            heap = np.full(kk, np.inf)
-            # boxes in cell indices: the visited one (empty at first) and the next
-            v00, v01, v10, v11, v20, v21 = 0, -1, 0, -1, 0, -1
-            rho = 0.0
-            while True:
-                r = rho * (1.0 + 1e-9) + eps
-                b00, b01 = _cell_span(p[0], r, lo[0], h[0], g[0])
-                b10, b11 = _cell_span(p[1], r, lo[1], h[1], g[1])
-                b20, b21 = _cell_span(p[2], r, lo[2], h[2], g[2])
-                for c0 in range(b00, b01 + 1):
-                    for c1 in range(b10, b11 + 1):
-                        for c2 in range(b20, b21 + 1):
-                            if v00 <= c0 <= v01 and v10 <= c1 <= v11 and v20 <= c2 <= v21:
-                                continue  # pooled already
-                            cell = (c0 * g[1] + c1) * g[2] + c2
-                            for u in range(start[cell], start[cell + 1]):
-                                j = lm[u]
-                                base = rq[a] + math.sqrt(_dist2(q, Lt[j]))
-                                if base + small[j, 0] < heap[0]:
-                                    _pool(heap, kk, base, small[j], tsize[j])
-                v00, v01, v10, v11, v20, v21 = b00, b01, b10, b11, b20, b21
-                if b00 == 0 and b10 == 0 and b20 == 0 and b01 == g[0] - 1 and b11 == g[1] - 1 and b21 == g[2] - 1:
-                    break  # every landmark pooled
-                need = heap[0] - rq[a]  # landmarks at D >= need cannot enter the heap
-                if need <= rho:
-                    break
-                rho = need if need < np.inf else max(2.0 * rho, hmin)
-            ub[a] = heap[0]
-        u_ = ub[a]
-        w = 0
-        js = np.empty(ncand[a] if fill else 0, np.int64)
-        ds = np.empty(ncand[a] if fill else 0, np.float64)
-        reach = (u_ + rq[a] + rmax) * (1.0 + rel) / (1.0 - rel)
-        r = reach * (1.0 + 1e-9) + eps
-        b00, b01 = _cell_span(p[0], r, lo[0], h[0], g[0])
-        b10, b11 = _cell_span(p[1], r, lo[1], h[1], g[1])
-        b20, b21 = _cell_span(p[2], r, lo[2], h[2], g[2])
-        for c0 in range(b00, b01 + 1):
-            e0 = max(0.0, max(lo[0] + c0 * h[0] - p[0], p[0] - (lo[0] + (c0 + 1) * h[0])))
-            for c1 in range(b10, b11 + 1):
-                e1 = max(0.0, max(lo[1] + c1 * h[1] - p[1], p[1] - (lo[1] + (c1 + 1) * h[1])))
-                for c2 in range(b20, b21 + 1):
-                    cell = (c0 * g[1] + c1) * g[2] + c2
-                    cr = cellr[cell]
-                    if cr < 0.0:
-                        continue
-                    e2 = max(0.0, max(lo[2] + c2 * h[2] - p[2], p[2] - (lo[2] + (c2 + 1) * h[2])))
-                    gap = math.sqrt(e0 * e0 + e1 * e1 + e2 * e2) * (1.0 - 1e-9) - eps
-                    if gap * (1.0 - rel) > (u_ + rq[a] + cr) * (1.0 + rel):
-                        continue  # every landmark of the cell fails the test below
-                    for t in range(start[cell], start[cell + 1]):
-                        j = lm[t]
-                        if tsize[j] == 0 or Rt[j] > cr:
-                            continue  # empty, or in ``big``
-                        d = math.sqrt(_dist2(q, Lt[j]))
-                        lb = d - rq[a] - Rt[j]
-                        if not (lb > u_ + rel * (u_ + d + rq[a] + Rt[j])):
-                            if fill:
-                                js[w] = j
-                                ds[w] = d
-                            w += 1
-        for t in range(big.shape[0]):
-            j = big[t]
-            d = math.sqrt(_dist2(q, Lt[j]))
-            lb = d - rq[a] - Rt[j]
-            if not (lb > u_ + rel * (u_ + d + rq[a] + Rt[j])):
-                if fill:
-                    js[w] = j
-                    ds[w] = d
-                w += 1
-        if not fill:
-            ncand[a] = w
-            continue
-        # by ascending centre distance, equal distances by index (``_level1``'s stable sort of the
-        # candidates in index order): one sort by distance, then the rare runs of equal distances
-        # put in index order
-        o = np.argsort(ds)
-        b = coff[a]
-        for t in range(w):
-            cand[b + t] = js[o[t]]
-            candv[b + t] = ds[o[t]]  # the distance until the tie pass below
-        for t in range(1, w):
-            dd = candv[b + t]
-            jj = cand[b + t]
-            v = t - 1
-            while v >= 0 and candv[b + v] == dd and cand[b + v] > jj:
-                candv[b + v + 1] = candv[b + v]
-                cand[b + v + 1] = cand[b + v]
-                v -= 1
-            candv[b + v + 1] = dd
-            cand[b + v + 1] = jj
-        # candv as ``build_cpu`` defines it, its suffix minimum (``_suffix_min``) and the pairs of
-        # the cluster's candidates
-        run = np.inf
-        tot = 0
-        for t in range(w - 1, -1, -1):
-            j = cand[b + t]
-            candv[b + t] = candv[b + t] * (1.0 - rel) - Rt[j] * (1.0 + rel)
-            run = min(run, candv[b + t])
-            sufv[b + t] = run
-            tot += tsize[j]
-        pairs[a] = tot
 
 # ----------------------------------------------------------------------------- level 2
 @njit(cache=True)
@@ -1144,7 +903,7 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
 
 @njit(parallel=True, cache=True)
 def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, exclude_self,
-                rel, out_d, out_i, counts, band, qpos):
+                rel, out_d, out_i, counts):
     """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
     list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
     outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
@@ -1169,7 +928,6 @@ def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, 
         best = np.float32(np.inf)
         bi = -1
         nd = 0
-        selfpos = qpos[qi] if exclude_self else -1
         for j in range(coff[cq], coff[cq + 1]):
             lim = theta * (1.0 + rel) + bq
             if sufv[j] > lim:
@@ -1182,30 +940,6 @@ def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, 
             end = moff[c + 1]
             thr = theta + rel * (theta + a + Rt[c])
             if a - Rt[c] > thr:
-                continue
-            if band and bi >= 0:
-                # a pair found already: theta is near its final value, so the band |a - b| <= thr
-                # is read straight between two binary searches (distances branch-free from the
-                # axis-major rows, then the smallest taken), as ``_level2``'s straight scans
-                i0 = _first_inside(mdist, beg, end, a + thr)
-                stop = _first_inside(mdist, i0, end, a - thr)
-                while stop < end and a - mdist[stop] <= thr:
-                    stop += 1
-                for u in range(i0, stop):
-                    e0 = q0 - np.float64(x0[u])
-                    e1 = q1 - np.float64(x1[u])
-                    e2 = q2 - np.float64(x2[u])
-                    d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)
-                    if d < best or (d == best and members[u] < bi):
-                        t = members[u]
-                        if exclude_self and t == qi:
-                            continue
-                        best = d
-                        bi = t
-                nd += stop - i0
-                if exclude_self and i0 <= selfpos < stop:
-                    nd -= 1  # the self pair is not a distance computation
-                theta = min(theta, math.sqrt(np.float64(best)))
                 continue
             up = _first_inside(mdist, beg, end, a) - 1
             down = up + 1
@@ -1508,55 +1242,39 @@ def build_cpu(X, Q, k, params, seed, all_points):
 
     t0 = time.perf_counter()
     kk = k + (1 if all_points else 0)  # the query itself may be among the pooled points
-    small = _smallest_members(mdist, moff, kk)
+    small = np.full((mt, kk), np.inf)
+    for j in range(mt):  # the kk members closest to each centre, ascending (tail of the segment)
+        seg = mdist[moff[j]:moff[j + 1]][::-1][:kk]
+        small[j, :seg.size] = seg
+    D = np.empty((mq, mt), np.float64)
+    _centre_dist(query.L, data.L, D)
     rel = pruning_rel(dim)
     ub = np.empty(mq, np.float64)
+    cand_order = np.empty((mq, mt), np.int32)
     ncand = np.empty(mq, np.int64)
+    _level1(D, query.radius, query.size, data.radius, small, data.size, kk, rel, ub, cand_order, ncand)
     coff = np.zeros(mq + 1, np.int64)
-    if _GRID_LEVEL1 and dim <= _GRID_LEVEL1_MAX_DIM:
-        # no mq x mt table: the grid visits the landmark pairs near each query centre
-        live = data.radius[data.size > 0]
-        rcap = float(np.quantile(live, _GRID_LEVEL1_RCAP_QUANTILE)) if live.size else 0.0
-        grid = _landmark_grid(data.L, data.radius, data.size, rcap, _GRID_LEVEL1_CELLS)
-        pairs = np.zeros(mq, np.int64)
-        cand = np.empty(0, np.int64)
-        candv = np.empty(0, np.float64)
-        _level1_grid(query.L, query.radius, query.size, data.L, data.radius, small, data.size, kk, rel, *grid, False,
-                     ub, ncand, coff, cand, candv, candv, pairs)
-        np.cumsum(ncand, out=coff[1:])
-        cand = np.empty(coff[-1], np.int64)
-        candv = np.empty(coff[-1], np.float64)
-        sufv = np.empty(coff[-1], np.float64)
-        _level1_grid(query.L, query.radius, query.size, data.L, data.radius, small, data.size, kk, rel, *grid, True,
-                     ub, ncand, coff, cand, candv, sufv, pairs)
-        level1_pairs = float((query.size * pairs).sum())
-    else:
-        D = np.empty((mq, mt), np.float64)
-        _centre_dist(query.L, data.L, D)
-        cand_order = np.empty((mq, mt), np.int32)
-        _level1(D, query.radius, query.size, data.radius, small, data.size, kk, rel, ub, cand_order, ncand)
-        np.cumsum(ncand, out=coff[1:])
-        cand = np.concatenate([cand_order[a, :ncand[a]] for a in range(mq)]).astype(np.int64) if mq else \
-            np.empty(0, np.int64)
-        # per candidate entry v = D (1 - rel) - R_t (1 + rel), and its minimum over the rest of the
-        # list: level 2 skips a candidate without its centre distance when v - bq (1 + rel) exceeds
-        # theta (1 + rel) (bq = the query's distance to its own centre, D - bq <= d(q, centre)), and
-        # stops the list when the suffix minimum does
-        owner = np.repeat(np.arange(mq), ncand)
-        candv = D[owner, cand] * (1.0 - rel) - data.radius[cand] * (1.0 + rel)
-        sufv = np.empty_like(candv)
-        _suffix_min(candv, coff, sufv)
-        # pairs surviving level 1: every query times the members of its candidate clusters
-        csum = np.concatenate([[0], np.cumsum(data.size[cand])])
-        per_cluster = csum[coff[1:]] - csum[coff[:-1]]
-        level1_pairs = float((query.size * per_cluster).sum())
+    np.cumsum(ncand, out=coff[1:])
+    cand = np.concatenate([cand_order[a, :ncand[a]] for a in range(mq)]) if mq else np.empty(0, np.int32)
+    # pairs surviving level 1: every query times the members of its candidate clusters
+    csum = np.concatenate([[0], np.cumsum(data.size[cand])])
+    per_cluster = csum[coff[1:]] - csum[coff[:-1]]
+    level1_pairs = float((query.size * per_cluster).sum())
+    # per candidate entry v = D (1 - rel) - R_t (1 + rel), and its minimum over the rest of the
+    # list: level 2 skips a candidate without its centre distance when v - bq (1 + rel) exceeds
+    # theta (1 + rel) (bq = the query's distance to its own centre, D - bq <= d(q, centre)), and
+    # stops the list when the suffix minimum does
+    owner = np.repeat(np.arange(mq), ncand)
+    candv = D[owner, cand] * (1.0 - rel) - data.radius[cand] * (1.0 + rel)
+    sufv = np.empty_like(candv)
+    _suffix_min(candv, coff, sufv)
     times["level1"] = time.perf_counter() - t0
     # thread-to-query remapping: queries grouped by cluster (stable, so by index inside one)
     qseq = _by_label(query.labels, query.L.shape[0])
     qoff = np.zeros(mq + 1, np.int64)
     np.cumsum(query.size, out=qoff[1:])
     return dict(qoff=qoff, members=members, mdist=mdist, moff=moff, Rt=data.radius, Lt=data.L, qlab=query.labels,
-                ub=ub, coff=coff, cand=cand, qseq=qseq, mq=mq, mt=mt, rel=rel,
+                ub=ub, coff=coff, cand=cand.astype(np.int64), qseq=qseq, mq=mq, mt=mt, rel=rel,
                 qdist=query.dist, candv=candv, sufv=sufv, level1_pairs=level1_pairs, times=times)
 
 
@@ -1683,11 +1401,8 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     ndist = 0
     if one:
         counts = np.zeros(qseq.size, np.int64)
-        qpos = np.empty(Qr.shape[0] if exclude else 1, np.int64)
-        if exclude:
-            qpos[tab["members"]] = np.arange(tab["members"].size)
         _level2_one(XsT, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"], qseq, *args2[:7],
-                    exclude, tab["rel"], out_d, out_i, counts, _ONE_BAND, qpos)
+                    exclude, tab["rel"], out_d, out_i, counts)
         ndist += int(counts.sum())
     elif direct:
         counts = np.zeros(qseq.size, np.int64)
