@@ -548,38 +548,70 @@ def _free_slot(graph, parent, r):
 
 
 @_njit(cache=True)
-def _put_link(graph, parent, repair_links, cap, r, u, mark_full=True):
-    """Write the link r -> u if ``r`` is a reachable node with room (see :func:`_free_slot`); the
-    link becomes u's tree edge (``parent[u] = r``), so no later link replaces it. A row found
-    without a free slot is marked exhausted (``repair_links[r] = cap``): slots only ever turn into
-    tree edges (parents never change), so it can take no link later either, and the next offer
-    costs one compare instead of two scans of the row with a random ``parent`` read per slot
-    (skewed-norm inner product 1M x 96 on an H200: 992k unreachable nodes offered to full hub
-    rows, 14.5 s of an 18.9 s repair)."""
-    if r < 0 or parent[r] == -2 or repair_links[r] >= cap:
+def _open_state(parent, repair_links, cap):
+    """One byte per node for the repair passes: bit 0 = reachable (``parent != -2``), bit 1 = open
+    (reachable and under ``cap`` repair links, so it may take a link). The passes read this 1-byte
+    array (1 MB at 1M nodes, cache-resident) for every out-neighbour they consider instead of
+    ``parent`` (8 MB) and ``repair_links`` (4 MB): a pass over 1M x 128 rows whose neighbours
+    cannot take a link cost 6.3 s on 2 cores with those random reads (49 ns a check; on an H200
+    host 5 s a pass, three passes in the skewed-norm inner-product 1M build)."""
+    n = parent.shape[0]
+    state = np.zeros(n, np.uint8)
+    for v in range(n):
+        if parent[v] != -2:
+            state[v] = 3 if repair_links[v] < cap else 1
+    return state
+
+
+@_njit(cache=True)
+def _put_link(graph, parent, repair_links, cap, r, u, mark_full, state):
+    """Write the link r -> u if ``r`` is a reachable node with room (``state``, see
+    :func:`_open_state` and :func:`_free_slot`); the link becomes u's tree edge (``parent[u] =
+    r``), so no later link replaces it. A row found without a free slot is closed
+    (``repair_links[r] = cap``): slots only ever turn into tree edges (parents never change), so it
+    can take no link later either. ``state`` is kept in step with ``parent`` and ``repair_links``."""
+    if r < 0 or (state[r] & 2) == 0:
         return False
     s = _free_slot(graph, parent, r)
     if s < 0:
         if mark_full:
             repair_links[r] = cap
+            state[r] = 1
         return False
     graph[r, s] = u
     parent[u] = r
+    state[u] = 3  # newly reached: it has never been a source, so it has room
     repair_links[r] += 1
+    if repair_links[r] >= cap:
+        state[r] = 1
     return True
 
 
 @_njit(cache=True)
-def _mark_reached(graph, u, parent, queue):
-    """``u`` was just linked from a reachable node: mark (parent pointers, as the BFS tree would)
-    every unreachable node that ``u`` reaches; returns how many were marked besides ``u``. Each
-    node is marked once over a whole repair, so the marking costs one BFS in all."""
+def _mark_reached(graph, u, parent, queue, state):
+    """``u`` was just linked from a reachable node: mark (parent pointers, as the BFS tree would,
+    and ``state``) every unreachable node that ``u`` reaches; returns how many were marked besides
+    ``u``. Each node is marked once over a whole repair, so the marking costs one BFS in all."""
+    n, R = graph.shape
     queue[0] = u
-    return _expand(graph, parent, queue, 0, 1) - 1
+    head = 0
+    tail = 1
+    while head < tail:
+        w = queue[head]
+        head += 1
+        for j in range(R):
+            v = graph[w, j]
+            if v < 0 or v >= n or (state[v] & 1) != 0:
+                continue
+            parent[v] = w
+            state[v] = 3
+            queue[tail] = v
+            tail += 1
+    return tail - 1
 
 
 @_njit(cache=True)
-def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full=True):
+def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full, state):
     """Every node u still unreachable when the pass comes to it, with a reachable out-neighbour r
     with room (the nearest first: rows are in distance order), gets the reverse link r -> u, and
     what u reaches is marked reachable at once (:func:`_mark_reached`), so a part reached through
@@ -590,31 +622,31 @@ def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full=True):
     added = 0
     newly = 0
     for u in range(n):
-        if parent[u] != -2:
+        if (state[u] & 1) != 0:
             continue
         for j in range(R):
             r = graph[u, j]
-            if r < n and _put_link(graph, parent, repair_links, cap, r, u, mark_full):
+            if r < n and _put_link(graph, parent, repair_links, cap, r, u, mark_full, state):
                 added += 1
-                newly += 1 + _mark_reached(graph, u, parent, queue)
+                newly += 1 + _mark_reached(graph, u, parent, queue, state)
                 break
     return added, newly
 
 
 @_njit(cache=True)
-def _insert_links(graph, parent, repair_links, cap, src_cand, dst, queue, mark_full=True):
+def _insert_links(graph, parent, repair_links, cap, src_cand, dst, queue, mark_full, state):
     """For each ``dst[i]`` still unreachable, the first candidate source of ``src_cand[i]`` with
     room gets dst[i] (marked reachable with what it reaches). Returns ``(added, newly reached)``."""
     added = 0
     newly = 0
     for i in range(dst.shape[0]):
         u = dst[i]
-        if parent[u] != -2:
+        if (state[u] & 1) != 0:
             continue
         for c in range(src_cand.shape[1]):
-            if _put_link(graph, parent, repair_links, cap, src_cand[i, c], u, mark_full):
+            if _put_link(graph, parent, repair_links, cap, src_cand[i, c], u, mark_full, state):
                 added += 1
-                newly += 1 + _mark_reached(graph, u, parent, queue)
+                newly += 1 + _mark_reached(graph, u, parent, queue, state)
                 break
     return added, newly
 
@@ -627,7 +659,7 @@ REPAIR_MARK_FULL = True
 MANY_UNREACHABLE_SAMPLE = 512
 
 
-def _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric, entry, queue,
+def _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric, entry, queue, state,
                                  batch=16384, sample=2048, cands=16):
     """Unreachable nodes with no reachable out-neighbour (a part that only links into itself, or
     whose reachable neighbours are full): link up to ``batch`` of them from their nearest reachable
@@ -675,7 +707,7 @@ def _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric, e
     parts.append(rs.choice(reach, size=(un.size, 8)))
     src = np.concatenate(parts, axis=1).astype(np.int64)
     added, newly = _insert_links(gh, parent, repair_links, cap, src, un.astype(np.int64), queue,
-                                 REPAIR_MARK_FULL)
+                                 REPAIR_MARK_FULL, state)
     return int(added), int(newly)
 
 
@@ -988,15 +1020,16 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     rounds = 0
     repair_links = np.zeros(n, np.int32)
     cap = max(1, gh.shape[1] // 2)
+    state = _open_state(parent, repair_links, cap) if reached < n else None
     while reached < n and rounds < max_rounds:
-        added, newly = _link_unreachable(gh, parent, repair_links, cap, queue, REPAIR_MARK_FULL)
+        added, newly = _link_unreachable(gh, parent, repair_links, cap, queue, REPAIR_MARK_FULL, state)
         reached += newly
         logger.debug("repair_connectivity: reach round %d, %d linked from a neighbour, %d unreachable left",
                      rounds, added, n - reached)
         if added == 0:
             while reached < n:
                 a, newly = _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric,
-                                                        entry, queue)
+                                                        entry, queue, state)
                 if a == 0:
                     break
                 added += a
