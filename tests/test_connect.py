@@ -390,3 +390,77 @@ def test_long_edges_measured_against_the_shortest_edge(rng):
     g[firsts, 3] = np.roll(firsts, -1)  # a chain through the components: connected by construction
     assert components(g)[1] == 1
     assert short_edge_components(X, g)[1] >= 0.95 * n_clusters
+
+
+def _pass_reference(graph, parent, repair_links, cap):
+    """The reach pass's documented rule in plain Python (parent / repair_links only, no state
+    array, no early skip): each unreachable u, in order, is linked from its first reachable
+    out-neighbour r with a free slot and fewer than ``cap`` repair links; a row without a free
+    slot is closed; what u reaches is marked at once."""
+    n, R = graph.shape
+
+    def free_slot(r):
+        for s in range(R):
+            if graph[r, s] < 0:
+                return s
+        for s in range(R - 1, -1, -1):
+            if parent[graph[r, s]] != r:
+                return s
+        return -1
+
+    for u in range(n):
+        if parent[u] != -2:
+            continue
+        for r in graph[u]:
+            if r < 0 or r >= n or parent[r] == -2 or repair_links[r] >= cap:
+                continue
+            s = free_slot(r)
+            if s < 0:
+                repair_links[r] = cap
+                continue
+            graph[r, s] = u
+            parent[u] = r
+            repair_links[r] += 1
+            stack = [u]
+            while stack:
+                w = stack.pop(0)
+                for v in graph[w]:
+                    if 0 <= v < n and parent[v] == -2:
+                        parent[v] = w
+                        stack.append(v)
+            break
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reach_pass_equals_its_reference(seed):
+    # rows pointing mostly at a few hubs (inner-product graphs), some at a local block, hubs'
+    # rows among themselves; a few hubs already out of room: the state array and the skip of rows
+    # with no open neighbour must give the same links and parents as the plain rule
+    from knnkit.index import _connect as C
+
+    rng = np.random.default_rng(seed)
+    n, R, H = 3000, 8, 40
+    hubs = rng.choice(n, H, replace=False)
+    g = np.empty((n, R), np.int32)
+    g[:, :4] = hubs[rng.integers(0, H, size=(n, 4))]
+    g[:, 4:] = ((np.arange(n)[:, None] // 5) * 5 + rng.integers(0, 5, size=(n, R - 4))) % n
+    g[hubs] = hubs[rng.integers(0, H, size=(H, R))]
+    g[rng.random((n, R)) < 0.05] = -1
+    entry = hubs[:5].astype(np.int64)
+    parent = np.empty(n, np.int64)
+    queue = np.empty(n, np.int64)
+    C._bfs_tree(g, entry, parent, queue)
+    cap = R // 2
+    rl = np.zeros(n, np.int32)
+    rl[hubs[:10]] = cap  # already full
+    g_ref, p_ref, rl_ref = g.copy(), parent.copy(), rl.copy()
+    _pass_reference(g_ref, p_ref, rl_ref, cap)
+    state = C._open_state(parent, rl, cap)
+    added, newly = C._link_unreachable(g, parent, rl, cap, queue, True, state)
+    assert added > 0 and newly > added  # links made, and marks beyond the linked rows
+    np.testing.assert_array_equal(g, g_ref)
+    np.testing.assert_array_equal(parent, p_ref)
+    np.testing.assert_array_equal(rl, rl_ref)
+    # the state array is in step with parent and repair_links
+    np.testing.assert_array_equal((state & 1) != 0, parent != -2)
+    np.testing.assert_array_equal((state & 2) != 0, (parent != -2) & (rl < cap))

@@ -624,6 +624,15 @@ def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full, state)
     for u in range(n):
         if (state[u] & 1) != 0:
             continue
+        # most rows have no open out-neighbour once the hubs are full: one pass of independent
+        # loads answers that (the loop below, a call per neighbour, waits on each load in turn)
+        any_open = 0
+        for j in range(R):
+            r = graph[u, j]
+            if 0 <= r < n:
+                any_open |= state[r]
+        if (any_open & 2) == 0:
+            continue
         for j in range(R):
             r = graph[u, j]
             if r < n and _put_link(graph, parent, repair_links, cap, r, u, mark_full, state):
