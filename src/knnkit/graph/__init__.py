@@ -130,6 +130,7 @@ def _exact_graph(X, k, im, device, near=False):
 
 
 def _near_allowed(device, im, target):
+    """Whether the exact fallback may try near-exact lists first (GPU, l2 / ip, a target below 1)."""
     return device == "gpu" and im in ("l2", "ip") and NEAR_EXACT_EXTRA is not None and target < 1.0
 
 
