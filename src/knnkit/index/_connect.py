@@ -616,8 +616,9 @@ def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full, state)
     with room (the nearest first: rows are in distance order), gets the reverse link r -> u, and
     what u reaches is marked reachable at once (:func:`_mark_reached`), so a part reached through
     one link takes no more. Tree edges (``parent``) are never replaced, so every node reachable
-    before stays reachable; a row takes at most ``cap`` repair links in all. Returns
-    ``(links added, nodes newly reached)``."""
+    before stays reachable; a row takes at most ``cap`` repair links in all. ``state``
+    (:func:`_open_state`) answers "reachable?" and "may take a link?" per node and is kept in step;
+    ``mark_full``: see :data:`REPAIR_MARK_FULL`. Returns ``(links added, nodes newly reached)``."""
     n, R = graph.shape
     added = 0
     newly = 0
