@@ -566,7 +566,7 @@ def _nne_rounds(be, X, mcode, idx, dist, K, params, probe, target, seed, stats, 
 def _below_target(be, X, metric, idx, dist, K, params, probe, est, target, stats, T):
     """Trees and NNE rounds ended below the target: the exact graph when allowed and affordable
     (``stop_reason = "exact_fallback"``), else a warning."""
-    from .. import _checked_fallback, exact_affordable
+    from .. import _exact_graph, exact_affordable
 
     xp = be.xp
     n, d = X.shape
@@ -574,14 +574,12 @@ def _below_target(be, X, metric, idx, dist, K, params, probe, est, target, stats
         t0 = time.perf_counter()
         logger.info("rsfk: trees and NNE rounds reached an estimated recall of %.3f (target %.3f); building "
                     "the exact graph instead (%d x %d)", est, target, n, d)
-        # (on the GPU near-exact lists first, kept when the probe finds them at the target: the
-        # same rule as knn_graph's NN-Descent fallback, knnkit.graph.NEAR_EXACT_EXTRA)
-        fb = {"estimate_before": round(est, 5)}
-        I, D, est = _checked_fallback(X, K, metric, be.name, target, probe, fb)
+        I, D = _exact_graph(X, K, metric, be.name)
         idx = xp.ascontiguousarray(xp.asarray(I)[:, :K].astype(xp.int32))
         dist = xp.ascontiguousarray(xp.asarray(D)[:, :K].astype(xp.float32))
-        stats["exact_fallback"] = fb
+        stats["exact_fallback"] = {"estimate_before": round(est, 5)}
         stats["stop_reason"] = "exact_fallback"
+        est = probe.recall(X, idx)
         T["exact"] = time.perf_counter() - t0
     else:
         why = ("exact_fallback=False" if not params.exact_fallback else
