@@ -3,9 +3,10 @@ skewed-norm inner product 1M x 96, where nearly every node is unreachable before
 
 Builds the index of one robustness set once, capturing the arguments of
 ``_connect.repair_connectivity`` (the graph before the repair), then replays the repair on copies
-of that graph with ``_connect.REPAIR_MARK_FULL`` off and on in turn (``--reps`` rounds), with
-wall-clock timers around its phases; prints one JSON line per replay (seconds, statistics, timers,
-a hash of the repaired graph: the two settings must give the same graph).
+of that graph ``--reps`` times, with wall-clock timers around its phases; prints one JSON line per
+replay (seconds, statistics, timers, a hash of the repaired graph, to compare across commits).
+(The eighteenth session's run, ``benchmarks/results/h200-2026-11-29-s18/repair/replay.jsonl``,
+toggled a since-removed switch that marked full rows exhausted: ``mark_full``.)
 
     PYTHONPATH=src python benchmarks/repair_replay.py --set skewed_norms_ip --scale full > $OUT/replay.jsonl
 """
@@ -69,21 +70,18 @@ def main():
     for nm in ("_link_unreachable", "_link_from_nearest_reachable", "_insert_links", "_bfs_tree"):
         timed(nm)
     for rep in range(a.reps):
-        for flag in (False, True):
-            _connect.REPAIR_MARK_FULL = flag
-            timers.clear()
-            g = captured["g"].copy()
-            kw = dict(captured["kw"], copy=False)
-            t = time.perf_counter()
-            g, st = original(captured["X"], g, **kw)
-            s = time.perf_counter() - t
-            gh = g.get() if hasattr(g, "get") else np.asarray(g)
-            print(json.dumps({"mark_full": flag, "rep": rep, "seconds": round(s, 3),
-                              "stats": {k: st.get(k) for k in ("unreachable_before", "unreachable_after", "reach_rounds",
-                                                               "reach_seconds", "links_added")},
-                              "timers_s_calls": {k: (round(v[0], 3), v[1]) for k, v in timers.items()},
-                              "graph_sha1": hashlib.sha1(gh.tobytes()).hexdigest()[:12]}), flush=True)
-    _connect.REPAIR_MARK_FULL = True
+        timers.clear()
+        g = captured["g"].copy()
+        kw = dict(captured["kw"], copy=False)
+        t = time.perf_counter()
+        g, st = original(captured["X"], g, **kw)
+        s = time.perf_counter() - t
+        gh = g.get() if hasattr(g, "get") else np.asarray(g)
+        print(json.dumps({"rep": rep, "seconds": round(s, 3),
+                          "stats": {k: st.get(k) for k in ("unreachable_before", "unreachable_after", "reach_rounds",
+                                                           "reach_seconds", "links_added")},
+                          "timers_s_calls": {k: (round(v[0], 3), v[1]) for k, v in timers.items()},
+                          "graph_sha1": hashlib.sha1(gh.tobytes()).hexdigest()[:12]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -456,7 +456,7 @@ def test_reach_pass_equals_its_reference(seed):
     g_ref, p_ref, rl_ref = g.copy(), parent.copy(), rl.copy()
     _pass_reference(g_ref, p_ref, rl_ref, cap)
     state = C._open_state(parent, rl, cap)
-    added, newly = C._link_unreachable(g, parent, rl, cap, queue, True, state)
+    added, newly = C._link_unreachable(g, parent, rl, cap, queue, state)
     assert added > 0 and newly > added  # links made, and marks beyond the linked rows
     np.testing.assert_array_equal(g, g_ref)
     np.testing.assert_array_equal(parent, p_ref)

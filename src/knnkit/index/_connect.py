@@ -564,7 +564,7 @@ def _open_state(parent, repair_links, cap):
 
 
 @_njit(cache=True)
-def _put_link(graph, parent, repair_links, cap, r, u, mark_full, state):
+def _put_link(graph, parent, repair_links, cap, r, u, state):
     """Write the link r -> u if ``r`` is a reachable node with room (``state``, see
     :func:`_open_state` and :func:`_free_slot`); the link becomes u's tree edge (``parent[u] =
     r``), so no later link replaces it. A row found without a free slot is closed
@@ -574,9 +574,8 @@ def _put_link(graph, parent, repair_links, cap, r, u, mark_full, state):
         return False
     s = _free_slot(graph, parent, r)
     if s < 0:
-        if mark_full:
-            repair_links[r] = cap
-            state[r] = 1
+        repair_links[r] = cap
+        state[r] = 1
         return False
     graph[r, s] = u
     parent[u] = r
@@ -611,14 +610,14 @@ def _mark_reached(graph, u, parent, queue, state):
 
 
 @_njit(cache=True)
-def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full, state):
+def _link_unreachable(graph, parent, repair_links, cap, queue, state):
     """Every node u still unreachable when the pass comes to it, with a reachable out-neighbour r
     with room (the nearest first: rows are in distance order), gets the reverse link r -> u, and
     what u reaches is marked reachable at once (:func:`_mark_reached`), so a part reached through
     one link takes no more. Tree edges (``parent``) are never replaced, so every node reachable
     before stays reachable; a row takes at most ``cap`` repair links in all. ``state``
-    (:func:`_open_state`) answers "reachable?" and "may take a link?" per node and is kept in step;
-    ``mark_full``: see :data:`REPAIR_MARK_FULL`. Returns ``(links added, nodes newly reached)``."""
+    (:func:`_open_state`) answers "reachable?" and "may take a link?" per node and is kept in step.
+    Returns ``(links added, nodes newly reached)``."""
     n, R = graph.shape
     added = 0
     newly = 0
@@ -636,7 +635,7 @@ def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full, state)
             continue
         for j in range(R):
             r = graph[u, j]
-            if r < n and _put_link(graph, parent, repair_links, cap, r, u, mark_full, state):
+            if r < n and _put_link(graph, parent, repair_links, cap, r, u, state):
                 added += 1
                 newly += 1 + _mark_reached(graph, u, parent, queue, state)
                 break
@@ -644,7 +643,7 @@ def _link_unreachable(graph, parent, repair_links, cap, queue, mark_full, state)
 
 
 @_njit(cache=True)
-def _insert_links(graph, parent, repair_links, cap, src_cand, dst, queue, mark_full, state):
+def _insert_links(graph, parent, repair_links, cap, src_cand, dst, queue, state):
     """For each ``dst[i]`` still unreachable, the first candidate source of ``src_cand[i]`` with
     room gets dst[i] (marked reachable with what it reaches). Returns ``(added, newly reached)``."""
     added = 0
@@ -654,16 +653,12 @@ def _insert_links(graph, parent, repair_links, cap, src_cand, dst, queue, mark_f
         if (state[u] & 1) != 0:
             continue
         for c in range(src_cand.shape[1]):
-            if _put_link(graph, parent, repair_links, cap, src_cand[i, c], u, mark_full, state):
+            if _put_link(graph, parent, repair_links, cap, src_cand[i, c], u, state):
                 added += 1
                 newly += 1 + _mark_reached(graph, u, parent, queue, state)
                 break
     return added, newly
 
-
-#: Rows found without a free slot are marked exhausted (:func:`_put_link`); False only for the A/B
-#: of ``benchmarks/repair_replay.py`` (the graphs are identical either way).
-REPAIR_MARK_FULL = True
 
 #: Sources sampled per batch of nearest-reachable links when more than a batch is unreachable.
 MANY_UNREACHABLE_SAMPLE = 512
@@ -716,8 +711,7 @@ def _link_from_nearest_reachable(xp, X, gh, parent, repair_links, cap, metric, e
     # last resort: random reachable nodes (a row with room always exists among them)
     parts.append(rs.choice(reach, size=(un.size, 8)))
     src = np.concatenate(parts, axis=1).astype(np.int64)
-    added, newly = _insert_links(gh, parent, repair_links, cap, src, un.astype(np.int64), queue,
-                                 REPAIR_MARK_FULL, state)
+    added, newly = _insert_links(gh, parent, repair_links, cap, src, un.astype(np.int64), queue, state)
     return int(added), int(newly)
 
 
@@ -1032,7 +1026,7 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
     cap = max(1, gh.shape[1] // 2)
     state = _open_state(parent, repair_links, cap) if reached < n else None
     while reached < n and rounds < max_rounds:
-        added, newly = _link_unreachable(gh, parent, repair_links, cap, queue, REPAIR_MARK_FULL, state)
+        added, newly = _link_unreachable(gh, parent, repair_links, cap, queue, state)
         reached += newly
         logger.debug("repair_connectivity: reach round %d, %d linked from a neighbour, %d unreachable left",
                      rounds, added, n - reached)
