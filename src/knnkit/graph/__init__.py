@@ -114,12 +114,13 @@ NEAR_EXACT_EXTRA = 8
 
 def _exact_graph(X, k, im, device, near=False):
     """The exact graph (GPU: fp16 tensor-core GEMM with every row whose error bound fails
-    recomputed in float32, i.e. exact up to ties). ``near`` (GPU, l2 / ip): the uncertified
-    candidates of ``NEAR_EXACT_EXTRA`` instead, for callers that check the recall after."""
+    recomputed in float32, i.e. exact up to ties). ``near``: the uncertified candidates of
+    ``NEAR_EXACT_EXTRA`` instead, for callers that check the recall after (only where
+    :func:`_near_allowed`)."""
     from ..exact import ExactParams, knn_lists
     from ._brute import GRAPH_GPU_PRECISION, brute_graph
 
-    if near and device == "gpu" and im in ("l2", "ip") and NEAR_EXACT_EXTRA is not None:
+    if near:
         D, I, _ = knn_lists(X, X, k, metric=im, exclude_self=True,
                             params=ExactParams(precision=GRAPH_GPU_PRECISION), certify=False,
                             candidates=k + NEAR_EXACT_EXTRA)
@@ -193,9 +194,8 @@ def _reach_target(X, I, D, k, im, metric, method, engine, params, seed, target, 
         logger.info("knn_graph: NN-Descent reached an estimated recall of %.3f (target %.3f); building the "
                     "exact graph instead (%d x %d)", est, target, n, int(X.shape[1]))
         fb = stats.get("exact_fallback") or {}
-        if fb.get("lists") == "exact":
-            pass  # (the certified graph was built before the descent and still fell short: keep it)
-        else:
+        # (a certified graph built before the descent that still fell short is kept as it is)
+        if fb.get("lists") != "exact":
             if not fb.get("before_descent"):
                 fb.update(descent_estimate=round(first, 5), after_rounds=round(est, 5))
             if "stalled" in stats:
