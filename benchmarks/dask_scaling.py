@@ -100,7 +100,7 @@ def main():
     ap.add_argument("--workers", type=int, default=0, help="0: every GPU")
     ap.add_argument("--benches", default="graph,exact,search")
     ap.add_argument("--part-factors", default="1,2", help="partitions per worker to try for knn_graph")
-    ap.add_argument("--partition", default="auto", help="knn_graph schedules to time, comma separated: auto, rows, tree")
+    ap.add_argument("--partition", default="auto", help="knn_graph schedules to time, comma separated: auto, rows, tree, descent")
     ap.add_argument("--graph-compute", default="true",
                     help="knn_graph compute= values to time, comma separated: true (lists gathered to the client, "
                          "as before 2026-11-26), false (lists left on the workers; recall read after the timing)")
@@ -181,14 +181,16 @@ def main():
                     wait(dX)
                     # warm the kernels on every worker (first calls compile)
                     warm = min(200_000, args.n // (2 * w))
+                    # the shared descent needs two workers: one worker runs the single-device build
+                    sched_w = "auto" if sched == "descent" and w == 1 else sched
                     knnkit.dask.knn_graph(dX[:warm * w].rechunk((warm, args.d)), k=10, client=c, device=dev,
-                                          partition=sched, n_parts=parts)
+                                          partition=sched_w, n_parts=parts)
                     from distributed import get_task_stream
 
                     clock.take(0.0)
                     t = time.perf_counter()
                     with get_task_stream(client=c) as ts:
-                        g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched, n_parts=parts,
+                        g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched_w, n_parts=parts,
                                                   compute=compute)
                     s = time.perf_counter() - t
                     r = {"bench": "knn_graph", "schedule": sched, "compute": compute, "workers": w, "partitions": parts,

@@ -263,3 +263,22 @@ def test_sharded_index_replicates_a_lost_copy_again(client, caplog):
     assert len(ix.last_placement) == 5
     assert all(len(p["searched_on"]) == 1 and p["searched_on"][0] in holders for p in ix.last_placement)
     assert {p["searched_on"][0] for p in ix.last_placement} == holders  # both replicas used
+
+
+def test_knn_graph_descent_is_refused_clearly_where_it_cannot_run(client):
+    """partition='descent' (one NN-Descent shared by GPU workers over NCCL): refused with the reason
+    on CPU workers, for device='cpu', for metrics without its kernels and with GGM's options;
+    'auto' on CPU workers keeps the tree (the same lists as partition='tree')."""
+    X = np.random.default_rng(2).random((3000, 6), dtype=np.float32)
+    with pytest.raises(ValueError, match="partition='descent' runs on GPU workers"):
+        knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", partition="descent")
+    with pytest.raises(ValueError, match="partition='descent' serves the metrics"):
+        knnkit.dask.knn_graph(X, k=5, client=client, partition="descent", metric="manhattan")
+    with pytest.raises(ValueError, match="n_neighbors_internal"):
+        knnkit.dask.knn_graph(X, k=5, client=client, partition="descent", n_neighbors_internal=20)
+    if not knnkit.gpu_available():
+        with pytest.raises(ValueError, match="cannot run here: .*no GPU"):
+            knnkit.dask.knn_graph(X, k=5, client=client, partition="descent")
+    g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=3)
+    t = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=3, partition="tree")
+    assert g.stats.method == t.stats.method == "dask-tree" and (g.indices == t.indices).all()

@@ -22,7 +22,7 @@ from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, d
                      finish_lists, fit_tree, globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running,
                      merge_topk, place_rows, prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of,
                      sample_rows, scale_rows, short_rows, single_graph, slab_samples, select_leaf, select_slab, size_of,
-                     slab_for_leaf, take, tree_nodes, unscale_lists)
+                     slab_for_leaf, take, tree_nodes, unscale_lists, nccl_id, descent_lists, gpu_peer_ready)
 from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
                       scatter_to, tree_reduce, worker_addresses)
 
@@ -312,7 +312,13 @@ def _drop_self(D, I, k):
 
 
 #: ``partition`` values of :func:`knn_graph`.
-PARTITIONS = ("auto", "rows", "tree")
+PARTITIONS = ("auto", "rows", "tree", "descent")
+#: ``partition="auto"`` shares one descent between GPU workers from this many points (below, the
+#: single-device build on one worker, or the tree, costs less than starting NCCL)
+DESCENT_MIN_N = 200_000
+#: metrics of the shared descent (``partition="descent"``): those of the GPU NN-Descent without the
+#: inner product's hub refinement
+DESCENT_METRICS = ("sqeuclidean", "euclidean", "cosine")
 #: metrics whose neighbours lie within their Euclidean distance of a hyperplane (the slab bound);
 #: inner_product has no such bound and always uses row partitions and GGM merges.
 TREE_METRICS = ("sqeuclidean", "euclidean", "cosine", "manhattan")
@@ -648,17 +654,38 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     if partition == "tree" and metric not in TREE_METRICS:
         raise ValueError(f"partition='tree' needs a metric with a distance bound to a hyperplane "
                          f"({', '.join(TREE_METRICS)}); metric={metric!r} uses partition='rows'")
-    if partition == "auto":
+    if partition == "descent":
+        if metric not in DESCENT_METRICS:
+            raise ValueError(f"partition='descent' serves the metrics {', '.join(DESCENT_METRICS)}, not {metric!r}")
+        if device == "cpu":
+            raise ValueError("partition='descent' runs on GPU workers (NCCL between them); device='cpu' uses "
+                             "partition='tree' or 'rows'")
+        if second_stage != "auto" or n_neighbors_internal is not None:
+            raise ValueError("partition='descent' has no second stage and takes the single-device list length: "
+                             "leave second_stage='auto' and n_neighbors_internal=None")
+    descent_auto = (partition == "auto" and device != "cpu" and metric in DESCENT_METRICS
+                    and second_stage == "auto" and n_neighbors_internal is None and n_parts is None)
+    if partition == "auto" and not descent_auto:
         partition = "tree" if metric in TREE_METRICS else "rows"
-    if second_stage == "auto":  # n_neighbors_internal is a parameter of the rows' GGM merges
-        # rows: the GGM merges (on 2 x H200, 4M x 96 the rows' cross searches reached 0.986 against
-        # the merges' 0.997; the tree's searches 0.9977, as its slab graph)
-        second_stage = "search" if metric in SEARCH_METRICS and partition == "tree" else "graph"
     parts, shape, _dtype, kind = partitions(client, data, None if partition == "tree" else n_parts)
     n = shape[0]
     if n >= 2 ** 31 - 1:
         raise ValueError("knnkit.dask.knn_graph: more than 2**31 - 2 points do not fit int32 ids")
     k = check_k(k, n, self_excluded=True)
+    if partition == "descent" or (partition == "auto" and n > DESCENT_MIN_N):
+        workers = _descent_ranks(client, parts)[0]
+        why = "the data is on one worker" if len(workers) < 2 else \
+            _descent_possible(client, workers, n, shape[1], np.dtype(_dtype).itemsize, k)
+        if why and partition == "descent":
+            raise ValueError(f"partition='descent' cannot run here: {why}")
+        if why is None:
+            partition = "descent"
+    if partition == "auto":  # (data too small for the shared descent, or no GPUs with NCCL)
+        partition = "tree"
+    if second_stage == "auto":  # n_neighbors_internal is a parameter of the rows' GGM merges
+        # rows: the GGM merges (on 2 x H200, 4M x 96 the rows' cross searches reached 0.986 against
+        # the merges' 0.997; the tree's searches 0.9977, as its slab graph)
+        second_stage = "search" if metric in SEARCH_METRICS and partition == "tree" else "graph"
     # the recall estimate: exact neighbours of sampled rows (graphs of more than 2,000 points, not L1)
     estimate = recall_estimate and n > 2 * ESTIMATE_ROWS and metric != "manhattan"
     phases = {"input_s": time.perf_counter() - t_start}
@@ -684,6 +711,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
             stats.update(method="dask-tree", split=split, second_stage=None, cross_searches=0, leaf_sizes=[n],
                          slab_sizes=[], slab_widths=[],
                          slab_samples=[], slab_width=slab_width, slab_quantile=slab_quantile, slab_fraction=0.0)
+    elif partition == "descent":
+        result, stats = _descent_graph(client, parts, n, k, metric, seed, phases, compute=compute)
     elif partition == "tree":
         result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
                                     tree_sample, seed, phases, second_stage, estimate, compute=compute)
@@ -767,6 +796,79 @@ def _single_graph(client, parts, n, k, metric, device, seed, phases, compute=Tru
              "iterations": st["iterations"]}
     if st["recall_estimate"] is not None:
         stats["recall_estimate"] = round(st["recall_estimate"], 5)
+    return result, stats
+
+
+def _descent_ranks(client, parts):
+    """The shared descent's ranks: the workers holding ``parts``, each with its blocks in row
+    order. ``(workers, blocks per rank, spans per rank, bounds per rank)`` (see
+    :func:`knnkit.dask._tasks.descent_lists`)."""
+    where = homes(client, [f for _o, _r, f in parts])
+    workers = sorted(set(where))
+    by_rank = [[(o, r, f) for (o, r, f), w in zip(parts, where) if w == wk] for wk in workers]
+    spans = [[(int(o), int(r)) for o, r, _f in blocks] for blocks in by_rank]
+    cum = np.cumsum([0] + [sum(r for _o, r in sp) for sp in spans])
+    bounds = [(int(cum[i]), int(cum[i + 1])) for i in range(len(spans))]
+    return workers, by_rank, spans, bounds
+
+
+def _descent_possible(client, workers, n, d, itemsize, k):
+    """Why the shared descent cannot run on ``workers`` (None when it can): every one needs a GPU,
+    NCCL through CuPy, and room on its GPU for all the data and three copies of the graph."""
+    from ..graph.nndescent import default_parameters
+
+    K = default_parameters(k, n, device="gpu")[0]
+    need = n * d * max(itemsize, 4) + (len(workers) + 2) * n * K * 8 + n * 64
+    answers = client.gather([client.submit(gpu_peer_ready, need, workers=[w], allow_other_workers=False,
+                                           pure=False) for w in workers])
+    bad = [f"{w}: {why}" for w, why in zip(workers, answers) if why]
+    return "; ".join(bad) or None
+
+
+def _descent_graph(client, parts, n, k, metric, seed, phases, compute=True):
+    """knn_graph(partition="descent"): one NN-Descent shared by the workers' GPUs (see
+    :func:`knn_graph`). ``(lists, stats)``, phases as the other schedules."""
+    from distributed import wait
+
+    t0 = time.perf_counter()
+    workers, by_rank, spans, bounds = _descent_ranks(client, parts)
+    uid = client.submit(nccl_id, workers=[workers[0]], allow_other_workers=False, pure=False)
+    futs = [client.submit(descent_lists, uid, r, bounds, spans, k, metric, seed, *[f for _o, _r, f in by_rank[r]],
+                          workers=[workers[r]], allow_other_workers=False, pure=False)
+            for r in range(len(workers))]
+    t1 = time.perf_counter()
+    wait(futs)
+    t2 = time.perf_counter()
+    # each rank's rows are its blocks one after another
+    pieces = []  # (offset, rows, rank, first row in the rank's lists)
+    for r, sp in enumerate(spans):
+        at = 0
+        for o, c in sp:
+            pieces.append((o, c, r, at))
+            at += c
+    pieces.sort()
+    st = client.gather([client.submit(take, f, 2, pure=False) for f in futs])
+    if compute:
+        out = client.gather(futs)
+        t3 = time.perf_counter()
+        I = np.empty((n, k), np.int32)
+        D = np.empty((n, k), np.float32)
+        for o, c, r, at in pieces:
+            I[o:o + c] = out[r][0][at:at + c]
+            D[o:o + c] = out[r][1][at:at + c]
+        result = (I, D)
+    else:
+        t3 = time.perf_counter()
+        result = OnWorkers([(o, c, client.submit(row_slice, futs[r], at, at + c, workers=[workers[r]], pure=False))
+                            for o, c, r, at in pieces], (0, 1))
+        wait([f for _o, _r, f in result.blocks])
+    del futs
+    phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
+    stats = {"method": "dask-descent", "partitions": len(parts), "ranks": len(workers), "merges": 0,
+             "n_neighbors_internal": st[0]["K"], "iterations": st[0]["iterations"],
+             "updates": st[0]["updates"], "workers": len(worker_addresses(client)),
+             "rank_rows": [b - a for a, b in bounds],
+             "rank_s": [{key: round(v, 4) for key, v in s_.items() if key.endswith("_s")} for s_ in st]}
     return result, stats
 
 

@@ -18,7 +18,8 @@ __all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self", "finish_
            "sample_rows", "fit_tree", "route", "select_leaf", "assemble", "leaf_graph", "slab_samples",
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search",
            "short_rows", "distances_at", "row_slice", "leaf_rows_in", "place_rows", "absmax_of", "scale_rows",
-           "unscale_lists"]
+           "unscale_lists", "nccl_id", "descent_lists",
+           "gpu_peer_ready"]
 
 
 def _host(a, dtype=None):
@@ -267,6 +268,101 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     Qp = prepare_queries(probe, P, check_finite=False)
     pd, pi, _st = exact_search(rescaled(P, Qp.scale), Qp, min(int(probe_k), n))
     return _host(I, np.int32), _host(D, np.float32), (_host(pd, np.float32), _host(pi, np.int64))
+
+
+def gpu_peer_ready(need_bytes):
+    """Why this worker cannot be a rank of the shared descent ('' when it can): a GPU, NCCL
+    through CuPy, and ``need_bytes`` free on the GPU."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no GPU"
+        free, _total = cupy.cuda.Device().mem_info
+    except Exception as e:  # no CuPy, no driver
+        return f"no GPU ({type(e).__name__})"
+    from .._core.comm import nccl_available
+
+    if not nccl_available():
+        return "CuPy cannot load NCCL (install nvidia-nccl for the CUDA of CuPy)"
+    if free < int(need_bytes):
+        return f"{free / 2**30:.1f} GiB free on its GPU, {int(need_bytes) / 2**30:.1f} GiB needed"
+    return ""
+
+
+def nccl_id():
+    """A new NCCL unique id, made on the worker that will be rank 0 of the shared descent."""
+    from .._core.comm import nccl_unique_id
+
+    return nccl_unique_id()
+
+
+def descent_lists(uid, rank, bounds, spans, k, metric, seed, *blocks):
+    """Rank ``rank``'s part of one NN-Descent shared by all ranks (``knnkit.dask.knn_graph``,
+    ``partition="descent"``; GNND section 4 with the joins shared out, see
+    :func:`knnkit.graph.nndescent._gpu.nndescent_gpu`'s ``peer``).
+
+    ``blocks``: this rank's row blocks; ``spans[r]``: the global ``(offset, rows)`` of rank r's
+    blocks in order, and ``bounds[r]`` = ``(lo, hi)`` their rows in the descent's numbering (the
+    ranks' blocks one after another). Every rank copies its blocks to its GPU, the ranks broadcast
+    them to each other over NCCL (the data never passes through Dask again), prepare the same
+    data, run the descent with the single-device parameters for ``k`` (``NNDescentParams``), and
+    keep the lists of their own rows. Returns ``(I int32 global ids (rows, k), D float32 user
+    metric, stats)`` on the host, the rows in the order of ``blocks``."""
+    import time
+
+    import cupy as cp
+
+    from .._core.comm import NcclPeer
+    from .._core.metrics import internal_metric
+    from .._core.prepare import prepare
+    from ..graph import GRAPH_METRICS
+    from ..graph.nndescent import NNDescentParams
+    from ..graph.nndescent._gpu import nndescent_gpu
+
+    t0 = time.perf_counter()
+    size = len(bounds)
+    lo, hi = bounds[rank]
+    n = int(bounds[-1][1])
+    peer = NcclPeer(uid, rank, size, lo, hi)
+    try:
+        failed = cp.zeros(1, cp.int32)
+        try:
+            own = cp.concatenate([cp.asarray(b) for b in blocks]) if len(blocks) > 1 else cp.asarray(blocks[0])
+            X = cp.empty((n, own.shape[1]), own.dtype)
+            X[lo:hi] = own
+            del own
+        except Exception:
+            failed[0] = 1
+            raise
+        finally:  # every rank learns whether one failed, instead of waiting for it in the broadcasts
+            peer.allreduce_sum(failed)
+            if int(failed.get()[0]):
+                raise RuntimeError("knnkit.dask.knn_graph(partition='descent'): a worker could not place its rows "
+                                   "on its GPU")
+        for r, (a, b) in enumerate(bounds):
+            peer.broadcast(X[a:b], r)
+        t_data = time.perf_counter() - t0
+        P = prepare(X, metric=metric, device="gpu", metrics=GRAPH_METRICS)
+        del X
+        im = internal_metric(metric)
+        params = NNDescentParams().resolve(k=int(k), n=n, device="gpu", metric=metric)
+        order = cp.asarray(np.concatenate([np.arange(o, o + c, dtype=np.int64) for sp in spans for o, c in sp]))
+        t1 = time.perf_counter()
+        I, D, st = nndescent_gpu(P.X, params.n_neighbors_internal, sample=params.sample, max_iters=params.max_iters,
+                                 delta=params.delta, metric=im, seed=int(seed), update=params.update,
+                                 reverse=params.reverse, peer=peer)
+        t_descent = time.perf_counter() - t1
+        I, D = I[:, :int(k)], D[:, :int(k)]
+        I = cp.where(I >= 0, order[cp.maximum(I, 0)], -1).astype(cp.int32)
+        D = finalize_distances(D, metric, P.scale)
+        stats = {"iterations": int(st["iterations"]), "updates": [int(u) for u in st["updates"]],
+                 "K": int(params.n_neighbors_internal), "sample": int(params.sample), "data_s": t_data,
+                 "descent_s": t_descent, "exchange_s": float(st.get("exchange_s", 0.0)),
+                 "task_s": time.perf_counter() - t0}
+        return _host(I, np.int32), _host(D, np.float32), stats
+    finally:
+        peer.close()
 
 
 def _pad(I, D, k):

@@ -105,7 +105,7 @@ def _join_smem(maxs, tensor=False):
 
 def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
                   split=None, seed=0, update="selective", locks="segmented", distance="auto", reverse="random",
-                  callback=None, _group=8, _minblocks=None):
+                  callback=None, peer=None, _group=8, _minblocks=None):
     """Build an approximate k-NN graph of ``X`` on the GPU with GNND.
 
     Parameters
@@ -152,6 +152,14 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         ``callback(iteration, idx, dist)`` after every iteration with the raw graph (bit 31 of
         ``idx`` is the NEW flag; rows are sorted per segment only); a true return value stops the
         descent after this iteration (``stats["stopped_by_callback"]``: the iteration).
+    peer : object, optional
+        One descent on several devices (:class:`knnkit._core.comm.NcclPeer`; ``knnkit.dask``'s
+        ``partition="descent"``): every device holds all of ``X`` and the whole graph, joins only
+        the nodes ``peer.lo .. peer.hi - 1``, and after each iteration the devices' copies are
+        all-gathered (``peer.allgather``) and merged (``gnnd_merge_copies``), the update counts
+        summed (``peer.allreduce_sum``), so that every device goes on with the same graph and
+        stops at the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
+        segments of at most 32 entries (``locks="segmented"``, or ``K <= 32``); no ``callback``.
     _group, _minblocks : int
         Kernel tuning knobs (lanes per insertion group, 4 or 8; minimum resident blocks per SM
         for the register allocator), see NOTES_gnnd.md.
@@ -201,7 +209,15 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     p = int(sample)
     if not 1 <= p <= _MAX_SAMPLE:
         raise ValueError(f"sample must be in 1..{_MAX_SAMPLE}, got {sample}")
+    if peer is not None:
+        if callback is not None:
+            raise ValueError("a descent shared between devices (peer) takes no callback")
+        if not 0 <= peer.lo < peer.hi <= n:
+            raise ValueError(f"peer rows {peer.lo}..{peer.hi} are not within 0..{n}")
     if K < 1:  # n == 1: no neighbours at all
+        if peer is not None:
+            return (cp.full((peer.hi - peer.lo, K_out), -1, cp.int32),
+                    cp.full((peer.hi - peer.lo, K_out), cp.inf, cp.float32), dict(iterations=0, updates=[], time_s=[]))
         return (cp.full((n, K_out), -1, cp.int32), cp.full((n, K_out), cp.inf, cp.float32),
                 dict(iterations=0, updates=[], time_s=[]))
     cap = 2 * p
@@ -212,6 +228,9 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     split_arg = -1 if split is None else int(split)
     if split is not None and not 0 < split_arg < n:
         raise ValueError(f"split must be in 1..n-1, got {split}")
+    if peer is not None and -(-K // nseg) > 32:
+        raise ValueError(f"a descent shared between devices needs segments of <= 32 entries (K={K}, "
+                         f"{nseg} segment(s)): locks='segmented'")
     if _group not in (4, 8):
         raise ValueError("_group must be 4 or 8")
     # lists up to 128 keep 4 entries per lane (fewer registers), longer ones 8
@@ -264,6 +283,12 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     threshold = delta * n * K
     stats = dict(iterations=0, updates=[], time_s=[])
     join_threads = 128 if maxs == 32 else 256
+    lo, hi = (0, n) if peer is None else (int(peer.lo), int(peer.hi))
+    if peer is not None:
+        merge_k = _merge_kernel()
+        copies_i = cp.empty((peer.size, n, K), cp.int32)
+        copies_d = cp.empty((peer.size, n, K), cp.float32)
+        exchange_s = 0.0
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
     bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
@@ -280,10 +305,16 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         reverse_k(((n + 255) // 256,), (256,),
                   (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2],
                    _ptr(indeg), salt))
-        join((n,), (join_threads,),
-             (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), np.int32(cap), new_s, cnts[0],
-              old_s, cnts[2], g_idx, g_dist, locks_arr, np.int32(split_arg), np.int32(update == "basic"),
-              counter, _ptr(tc_mu), np.float32(tc_scale)), shared_mem=smem)
+        # blockIdx.x indexes only the samples: the rows lo..hi-1 of them are this device's joins
+        join((hi - lo,), (join_threads,),
+             (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), np.int32(cap), new_s[lo:hi],
+              cnts[0, lo:hi], old_s[lo:hi], cnts[2, lo:hi], g_idx, g_dist, locks_arr, np.int32(split_arg),
+              np.int32(update == "basic"), counter, _ptr(tc_mu), np.float32(tc_scale)), shared_mem=smem)
+        if peer is not None:
+            t1 = time.perf_counter()
+            _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, n, K, nseg)
+            peer.allreduce_sum(counter)
+            exchange_s += time.perf_counter() - t1
         upd = int(counter.get()[0])
         dt = time.perf_counter() - t0
         stats["iterations"] = it + 1
@@ -300,20 +331,46 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     finish(bar)
     bar.close()
 
-    out_idx = cp.empty((n, K), cp.int32)
-    out_dist = cp.empty((n, K), cp.float32)
+    if peer is not None:
+        stats["exchange_s"] = exchange_s  # host time of the exchanges (they wait for the joins)
+        del copies_i, copies_d
+    out_idx = cp.empty((hi - lo, K), cp.int32)
+    out_dist = cp.empty((hi - lo, K), cp.float32)
+    wblocks = (hi - lo + _WARPS - 1) // _WARPS
     # tensor-core distances are those of fp16-rounded vectors: the final lists get fp32 ones (a null
     # distance array makes the kernel compute every distance)
     prepare((wblocks,), (32 * _WARPS,),
-            (X, np.int32(n), np.int32(d), np.int32(K), np.int32(1), g_idx, _ptr(None if tensor else g_dist),
-             out_idx, out_dist, seed64,
-             np.int32(-1), np.int32(0), np.int32(0), np.int32(n)), shared_mem=prep_smem)
+            (X, np.int32(n), np.int32(d), np.int32(K), np.int32(1), g_idx[lo:hi],
+             _ptr(None if tensor else g_dist[lo:hi]), out_idx, out_dist, seed64,
+             np.int32(-1), np.int32(0), np.int32(lo), np.int32(hi - lo)), shared_mem=prep_smem)
     if K < K_out:
-        pad_i = cp.full((n, K_out), -1, cp.int32)
-        pad_d = cp.full((n, K_out), cp.inf, cp.float32)
+        pad_i = cp.full((hi - lo, K_out), -1, cp.int32)
+        pad_d = cp.full((hi - lo, K_out), cp.inf, cp.float32)
         pad_i[:, :K], pad_d[:, :K] = out_idx, out_dist
         out_idx, out_dist = pad_i, pad_d
     return out_idx, out_dist, stats
+
+
+def _merge_kernel():
+    from ..._core.cuda import get_kernel
+
+    return get_kernel(_KERNEL, "gnnd_merge_copies", options=("-lineinfo",))
+
+
+def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, n, K, nseg):
+    """All-gather every device's copy of the graph and merge them into ``g_idx`` / ``g_dist``, in
+    rank order on every device (the same result everywhere: the next iteration starts equal)."""
+    if peer.size == 1:
+        return
+    peer.allgather(g_idx, copies_i)
+    peer.allgather(g_dist, copies_d)
+    warps = n * nseg
+    grid = (int(-(-warps * 32 // 256)),)
+    merge_k(grid, (256,), (copies_i[0], copies_d[0], copies_i[1], copies_d[1], g_idx, g_dist,
+                           np.int64(n), np.int32(K), np.int32(nseg)))
+    for r in range(2, peer.size):
+        merge_k(grid, (256,), (g_idx, g_dist, copies_i[r], copies_d[r], g_idx, g_dist,
+                               np.int64(n), np.int32(K), np.int32(nseg)))
 
 
 def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):

@@ -940,3 +940,63 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
     __syncthreads();
     if (tid == 0 && supd) atomicAdd(updates, (unsigned long long)supd);
 }
+
+// ---------------------------------------------------------------------------------------------
+// One descent on several devices (knnkit.dask.knn_graph(partition="descent"); GNND section 4 run as
+// is, its local joins shared out): every device holds the whole graph, runs the joins of its own
+// nodes, and after each iteration the copies (all-gathered) are merged here, segment by segment, into
+// the L nearest distinct ids of their union, sorted by (distance, id). Every copy started the
+// iteration equal, so a copy differs from the others only by the insertions of its own joins; an id
+// in both copies keeps a's entry, NEW (bit 31) when either copy has it NEW. One warp per (row,
+// segment), segments of at most 32 entries. ``out`` may alias ``a`` or ``b``: a warp reads its
+// segment of both before it writes.
+extern "C" __global__ void gnnd_merge_copies(const int* a_idx, const float* a_dist, const int* b_idx,
+                                             const float* b_dist, int* out_idx, float* out_dist,
+                                             long long n, int K, int nseg) {
+    const int lane = threadIdx.x & 31;
+    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (w >= n * nseg) return;  // warp-uniform
+    const long long u = w / nseg;
+    const int s = (int)(w - u * nseg);
+    const int beg = s * K / nseg, L = (s + 1) * K / nseg - beg;
+    const size_t off = (size_t)u * K + beg;
+    const bool have = lane < L;
+    int ai = 0, bi = 0;
+    float ad = 0.f, bd = 0.f;
+    if (have) { ai = a_idx[off + lane]; ad = a_dist[off + lane]; bi = b_idx[off + lane]; bd = b_dist[off + lane]; }
+    const int av = ai & GNND_MASK, bv = bi & GNND_MASK;
+    bool anew = have && ((unsigned)ai & GNND_NEW) != 0;
+    const bool bnew = have && ((unsigned)bi & GNND_NEW) != 0;
+    // b's entries that a also holds (lane of the copy in a, or -1)
+    int in_a = -1;
+    for (int j = 0; j < L; ++j) {
+        const int x = __shfl_sync(GNND_FULL, av, j);
+        if (have && x == bv) in_a = j;
+    }
+    const bool bkeep = have && in_a < 0;
+    for (int j = 0; j < L; ++j) {  // a's entry takes the NEW flag of its copy in b
+        const int f = __shfl_sync(GNND_FULL, in_a, j);
+        const bool fn = __shfl_sync(GNND_FULL, bnew, j);
+        if (f == lane && fn) anew = true;
+    }
+    // ranks in the union: a's entry i has i of a before it and the kept b's smaller than it; b's
+    // kept entry j the kept b's before j and the a's smaller than it (ids are distinct: no ties)
+    int ra = lane, rb = 0;
+    const unsigned kept = __ballot_sync(GNND_FULL, bkeep);
+    rb = __popc(kept & lanemask_lt());
+    for (int j = 0; j < L; ++j) {
+        const float xd = __shfl_sync(GNND_FULL, bd, j), yd = __shfl_sync(GNND_FULL, ad, j);
+        const int xv = __shfl_sync(GNND_FULL, bv, j), yv = __shfl_sync(GNND_FULL, av, j);
+        if (((kept >> j) & 1u) && pair_less(xd, xv, ad, av)) ++ra;
+        if (pair_less(yd, yv, bd, bv)) ++rb;
+    }
+    __syncwarp();
+    if (have && ra < L) {
+        out_idx[off + ra] = (int)((unsigned)av | (anew ? GNND_NEW : 0u));
+        out_dist[off + ra] = ad;
+    }
+    if (bkeep && rb < L) {
+        out_idx[off + rb] = (int)((unsigned)bv | (bnew ? GNND_NEW : 0u));
+        out_dist[off + rb] = bd;
+    }
+}

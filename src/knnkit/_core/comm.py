@@ -1,0 +1,161 @@
+"""Collectives between the devices of one computation: what a descent shared between GPUs needs
+(:func:`knnkit.graph.nndescent._gpu.nndescent_gpu`'s ``peer``): an all-gather of equal-sized
+device arrays and a sum of a small counter, both in stream order.
+
+* :class:`NcclPeer`: one process per GPU (a Dask worker each), NCCL through CuPy
+  (``cupy.cuda.nccl``), the pattern cuML's and RAFT's Dask layers use. Rank 0 makes the unique id
+  (:func:`nccl_unique_id`), every rank passes it to :class:`NcclPeer`; all ranks must construct
+  it at the same time (NCCL's initialisation waits for all of them).
+* :class:`ThreadPeer`: ranks as threads of one process (each its own device, or all on one
+  device), exchanging through device copies; tests run the shared descent with it on one GPU.
+
+A peer also says which rows are its own (``lo``, ``hi``): the nodes whose joins it runs and whose
+lists it returns.
+"""
+
+import os
+import threading
+
+__all__ = ["NcclPeer", "ThreadPeer", "nccl_available", "nccl_unique_id"]
+
+# NVLink multicast (NVLS) stays off unless the caller has decided otherwise: the machines this
+# project runs on ask for it (a program using it can take a shared host's GPUs out of service)
+_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0"}
+
+
+def _nccl():
+    for key, value in _NCCL_ENV.items():
+        os.environ.setdefault(key, value)
+    from cupy.cuda import nccl
+
+    return nccl
+
+
+def nccl_available():
+    """Whether CuPy can load NCCL in this process (False without a GPU, CuPy or the library)."""
+    try:
+        nccl = _nccl()
+        nccl.get_version()
+        return True
+    except Exception:  # ImportError, or the library missing when first called
+        return False
+
+
+def nccl_unique_id():
+    """A new NCCL unique id (a tuple of ints; it names a listening socket of THIS process, so rank
+    0 must call it)."""
+    return tuple(_nccl().get_unique_id())
+
+
+class NcclPeer:
+    """Rank ``rank`` of ``size`` GPUs (one per process) joined by NCCL.
+
+    Parameters
+    ----------
+    uid : tuple
+        From :func:`nccl_unique_id` on rank 0.
+    rank, size : int
+    lo, hi : int
+        This rank's own rows.
+    """
+
+    def __init__(self, uid, rank, size, lo, hi):
+        import cupy
+
+        nccl = _nccl()
+        self.rank, self.size, self.lo, self.hi = int(rank), int(size), int(lo), int(hi)
+        self._nccl = nccl
+        self._comm = nccl.NcclCommunicator(self.size, tuple(uid), self.rank)
+        self._stream = lambda: cupy.cuda.get_current_stream().ptr
+
+    def _type(self, a):
+        import numpy as np
+
+        nccl = self._nccl
+        return {np.dtype(np.int32): nccl.NCCL_INT32, np.dtype(np.float32): nccl.NCCL_FLOAT32,
+                np.dtype(np.uint64): nccl.NCCL_UINT64, np.dtype(np.int64): nccl.NCCL_INT64,
+                np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.int8): nccl.NCCL_INT8,
+                np.dtype(np.float16): nccl.NCCL_FLOAT16}[np.dtype(a.dtype)]
+
+    def allgather(self, send, recv):
+        """``recv[r]`` = rank r's ``send`` (C-contiguous, equal sizes everywhere)."""
+        self._comm.allGather(send.data.ptr, recv.data.ptr, int(send.size), self._type(send), self._stream())
+
+    def broadcast(self, buf, root):
+        """``buf`` = rank ``root``'s ``buf``, in place."""
+        self._comm.bcast(buf.data.ptr, int(buf.size), self._type(buf), int(root), self._stream())
+
+    def allreduce_sum(self, buf):
+        """``buf`` = the sum over ranks, in place."""
+        self._comm.allReduce(buf.data.ptr, buf.data.ptr, int(buf.size), self._type(buf), self._nccl.NCCL_SUM,
+                             self._stream())
+
+    def close(self):
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            comm.destroy()
+
+
+class _Exchange:
+    """What the threads of a :class:`ThreadPeer` group share: a barrier and one slot per rank."""
+
+    def __init__(self, size):
+        self.barrier = threading.Barrier(size)
+        self.slots = [None] * size
+
+
+class ThreadPeer:
+    """Rank ``rank`` of ``size`` threads of this process (make them with :meth:`group`); each thread
+    works on its current CuPy device. Collectives wait for every rank (a barrier), copy between
+    devices, and return with the result in place."""
+
+    def __init__(self, exchange, rank, size, lo, hi):
+        self._x, self.rank, self.size, self.lo, self.hi = exchange, int(rank), int(size), int(lo), int(hi)
+
+    @classmethod
+    def group(cls, bounds):
+        """One peer per ``(lo, hi)`` of ``bounds``, in rank order."""
+        x = _Exchange(len(bounds))
+        return [cls(x, r, len(bounds), lo, hi) for r, (lo, hi) in enumerate(bounds)]
+
+    def _share(self, a):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+        self._x.slots[self.rank] = a
+        self._x.barrier.wait()
+
+    def _done(self):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+        self._x.barrier.wait()  # nobody changes a shared array before every rank has read it
+
+    def allgather(self, send, recv):
+        import cupy
+
+        self._share(send)
+        for r, a in enumerate(self._x.slots):
+            cupy.copyto(recv[r], a.reshape(recv[r].shape)) if a.device == recv.device else \
+                recv[r].set(a.get().reshape(recv[r].shape))
+        self._done()
+
+    def broadcast(self, buf, root):
+        import cupy
+
+        self._share(buf)
+        if self.rank != int(root):
+            src = self._x.slots[int(root)]
+            cupy.copyto(buf, src) if src.device == buf.device else buf.set(src.get())
+        self._done()
+
+    def allreduce_sum(self, buf):
+        import cupy
+
+        self._share(buf)
+        total = sum(a.get() for a in self._x.slots)
+        self._done()
+        buf.set(total.astype(buf.dtype, copy=False))
+
+    def close(self):
+        pass
