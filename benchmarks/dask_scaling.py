@@ -113,8 +113,8 @@ def main():
     args = ap.parse_args()
     schedules = args.partition.split(",")
     for p in schedules:
-        if p not in ("auto", "rows", "tree"):
-            ap.error(f"--partition: {p!r} is not one of auto, rows, tree")
+        if p not in ("auto", "rows", "tree", "descent"):
+            ap.error(f"--partition: {p!r} is not one of auto, rows, tree, descent")
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 

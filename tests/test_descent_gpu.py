@@ -102,7 +102,7 @@ def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks):
     from knnkit.graph.nndescent._gpu import nndescent_gpu
 
     n, k = 20011, 10
-    X = np.asarray(make_clustered(n, 24, n_clusters=60, random_state=3), dtype=np.float32)
+    X = np.asarray(make_clustered(n, 24, n_clusters=60, random_state=3, device="cpu"), dtype=np.float32)
     T = _exact(X, k)
     Xd = cp.asarray(X)
     kw = dict(sample=16, max_iters=30, delta=0.001, metric="l2", seed=5)
@@ -159,7 +159,7 @@ def test_dask_descent_on_two_gpus():
     import knnkit.dask
 
     n, k = 300_007, 10
-    X = np.asarray(make_clustered(n, 32, n_clusters=300, random_state=1), dtype=np.float32)
+    X = np.asarray(make_clustered(n, 32, n_clusters=300, random_state=1, device="cpu"), dtype=np.float32)
     rows = np.random.default_rng(0).choice(n, 2000, replace=False)
     _, T = knnkit.knn(X, X[rows], k=k + 1, device="gpu")
     T = np.asarray(T.get() if hasattr(T, "get") else T)[:, 1:]

@@ -42,9 +42,9 @@ def nccl_available():
 
 
 def nccl_unique_id():
-    """A new NCCL unique id (a tuple of ints; it names a listening socket of THIS process, so rank
+    """A new NCCL unique id (as CuPy gives it; it names a listening socket of THIS process, so rank
     0 must call it)."""
-    return tuple(_nccl().get_unique_id())
+    return _nccl().get_unique_id()
 
 
 class NcclPeer:
@@ -65,7 +65,7 @@ class NcclPeer:
         nccl = _nccl()
         self.rank, self.size, self.lo, self.hi = int(rank), int(size), int(lo), int(hi)
         self._nccl = nccl
-        self._comm = nccl.NcclCommunicator(self.size, tuple(uid), self.rank)
+        self._comm = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._stream = lambda: cupy.cuda.get_current_stream().ptr
 
     def _type(self, a):
@@ -150,7 +150,6 @@ class ThreadPeer:
         self._done()
 
     def allreduce_sum(self, buf):
-        import cupy
 
         self._share(buf)
         total = sum(a.get() for a in self._x.slots)

@@ -673,8 +673,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         raise ValueError("knnkit.dask.knn_graph: more than 2**31 - 2 points do not fit int32 ids")
     k = check_k(k, n, self_excluded=True)
     if partition == "descent" or (partition == "auto" and n > DESCENT_MIN_N):
-        workers = _descent_ranks(client, parts)[0]
-        why = "the data is on one worker" if len(workers) < 2 else \
+        workers = worker_addresses(client)
+        why = "the cluster has one worker" if len(workers) < 2 else \
             _descent_possible(client, workers, n, shape[1], np.dtype(_dtype).itemsize, k)
         if why and partition == "descent":
             raise ValueError(f"partition='descent' cannot run here: {why}")
@@ -712,7 +712,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                          slab_sizes=[], slab_widths=[],
                          slab_samples=[], slab_width=slab_width, slab_quantile=slab_quantile, slab_fraction=0.0)
     elif partition == "descent":
-        result, stats = _descent_graph(client, parts, n, k, metric, seed, phases, compute=compute)
+        result, stats = _descent_graph(client, parts, n, shape[1], _dtype, k, metric, seed, phases,
+                                       compute=compute)
     elif partition == "tree":
         result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
                                     tree_sample, seed, phases, second_stage, estimate, compute=compute)
@@ -800,21 +801,25 @@ def _single_graph(client, parts, n, k, metric, device, seed, phases, compute=Tru
 
 
 def _descent_ranks(client, parts):
-    """The shared descent's ranks: the workers holding ``parts``, each with its blocks in row
-    order. ``(workers, blocks per rank, spans per rank, bounds per rank)`` (see
+    """The shared descent's ranks: every worker, each with the blocks it holds (possibly none),
+    in row order. ``(workers, blocks per rank, spans per rank, data bounds, join bounds)``: the
+    descent numbers the rows as the ranks' blocks one after another, ``data_bounds[r]`` are rank
+    r's blocks in that numbering, ``join_bounds[r]`` the equal share of nodes it joins (see
     :func:`knnkit.dask._tasks.descent_lists`)."""
     where = homes(client, [f for _o, _r, f in parts])
-    workers = sorted(set(where))
+    workers = worker_addresses(client)
     by_rank = [[(o, r, f) for (o, r, f), w in zip(parts, where) if w == wk] for wk in workers]
     spans = [[(int(o), int(r)) for o, r, _f in blocks] for blocks in by_rank]
     cum = np.cumsum([0] + [sum(r for _o, r in sp) for sp in spans])
-    bounds = [(int(cum[i]), int(cum[i + 1])) for i in range(len(spans))]
-    return workers, by_rank, spans, bounds
+    data_bounds = [(int(cum[i]), int(cum[i + 1])) for i in range(len(spans))]
+    cuts = np.linspace(0, int(cum[-1]), len(workers) + 1).astype(np.int64)
+    join_bounds = [(int(cuts[i]), int(cuts[i + 1])) for i in range(len(workers))]
+    return workers, by_rank, spans, data_bounds, join_bounds
 
 
 def _descent_possible(client, workers, n, d, itemsize, k):
     """Why the shared descent cannot run on ``workers`` (None when it can): every one needs a GPU,
-    NCCL through CuPy, and room on its GPU for all the data and three copies of the graph."""
+    NCCL through CuPy, and room on its GPU for all the data and the copies of the graph."""
     from ..graph.nndescent import default_parameters
 
     K = default_parameters(k, n, device="gpu")[0]
@@ -825,27 +830,31 @@ def _descent_possible(client, workers, n, d, itemsize, k):
     return "; ".join(bad) or None
 
 
-def _descent_graph(client, parts, n, k, metric, seed, phases, compute=True):
+def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, compute=True):
     """knn_graph(partition="descent"): one NN-Descent shared by the workers' GPUs (see
     :func:`knn_graph`). ``(lists, stats)``, phases as the other schedules."""
     from distributed import wait
 
     t0 = time.perf_counter()
-    workers, by_rank, spans, bounds = _descent_ranks(client, parts)
+    workers, by_rank, spans, data_bounds, join_bounds = _descent_ranks(client, parts)
     uid = client.submit(nccl_id, workers=[workers[0]], allow_other_workers=False, pure=False)
-    futs = [client.submit(descent_lists, uid, r, bounds, spans, k, metric, seed, *[f for _o, _r, f in by_rank[r]],
-                          workers=[workers[r]], allow_other_workers=False, pure=False)
+    futs = [client.submit(descent_lists, uid, r, data_bounds, join_bounds, spans, d, np.dtype(dtype).str, k, metric,
+                          seed, *[f for _o, _r, f in by_rank[r]], workers=[workers[r]], allow_other_workers=False,
+                          pure=False)
             for r in range(len(workers))]
     t1 = time.perf_counter()
     wait(futs)
     t2 = time.perf_counter()
-    # each rank's rows are its blocks one after another
-    pieces = []  # (offset, rows, rank, first row in the rank's lists)
+    # pieces of the result: each block's rows (descent numbering p .. p + c) cut by the ranks' shares
+    pieces = []  # (global offset, rows, rank, first row in the rank's lists)
     for r, sp in enumerate(spans):
-        at = 0
+        p = data_bounds[r][0]
         for o, c in sp:
-            pieces.append((o, c, r, at))
-            at += c
+            for q, (lo, hi) in enumerate(join_bounds):
+                a, b = max(p, lo), min(p + c, hi)
+                if b > a:
+                    pieces.append((o + a - p, b - a, q, a - lo))
+            p += c
     pieces.sort()
     st = client.gather([client.submit(take, f, 2, pure=False) for f in futs])
     if compute:
@@ -866,8 +875,8 @@ def _descent_graph(client, parts, n, k, metric, seed, phases, compute=True):
     phases.update(schedule_s=t1 - t0, wait_s=t2 - t1, gather_s=t3 - t2, assemble_s=time.perf_counter() - t3)
     stats = {"method": "dask-descent", "partitions": len(parts), "ranks": len(workers), "merges": 0,
              "n_neighbors_internal": st[0]["K"], "iterations": st[0]["iterations"],
-             "updates": st[0]["updates"], "workers": len(worker_addresses(client)),
-             "rank_rows": [b - a for a, b in bounds],
+             "updates": st[0]["updates"], "workers": len(workers),
+             "rank_rows": [b - a for a, b in join_bounds],
              "rank_s": [{key: round(v, 4) for key, v in s_.items() if key.endswith("_s")} for s_ in st]}
     return result, stats
 

@@ -297,18 +297,19 @@ def nccl_id():
     return nccl_unique_id()
 
 
-def descent_lists(uid, rank, bounds, spans, k, metric, seed, *blocks):
+def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, *blocks):
     """Rank ``rank``'s part of one NN-Descent shared by all ranks (``knnkit.dask.knn_graph``,
     ``partition="descent"``; GNND section 4 with the joins shared out, see
     :func:`knnkit.graph.nndescent._gpu.nndescent_gpu`'s ``peer``).
 
-    ``blocks``: this rank's row blocks; ``spans[r]``: the global ``(offset, rows)`` of rank r's
-    blocks in order, and ``bounds[r]`` = ``(lo, hi)`` their rows in the descent's numbering (the
-    ranks' blocks one after another). Every rank copies its blocks to its GPU, the ranks broadcast
-    them to each other over NCCL (the data never passes through Dask again), prepare the same
-    data, run the descent with the single-device parameters for ``k`` (``NNDescentParams``), and
-    keep the lists of their own rows. Returns ``(I int32 global ids (rows, k), D float32 user
-    metric, stats)`` on the host, the rows in the order of ``blocks``."""
+    The descent numbers the rows as the ranks' blocks one after another: ``blocks`` are this
+    rank's (possibly none), ``spans[r]`` the global ``(offset, rows)`` of rank r's blocks and
+    ``data_bounds[r]`` their rows in that numbering. Every rank copies its blocks to its GPU, the
+    ranks broadcast them to each other over NCCL (the data passes through Dask no more), prepare
+    the same data, and run the descent with the single-device parameters for ``k``
+    (``NNDescentParams``), each joining the nodes ``join_bounds[rank]`` (equal shares, wherever the
+    data was). Returns the lists of those rows: ``(I int32 global ids, D float32 user metric,
+    stats)`` on the host."""
     import time
 
     import cupy as cp
@@ -321,17 +322,21 @@ def descent_lists(uid, rank, bounds, spans, k, metric, seed, *blocks):
     from ..graph.nndescent._gpu import nndescent_gpu
 
     t0 = time.perf_counter()
-    size = len(bounds)
-    lo, hi = bounds[rank]
-    n = int(bounds[-1][1])
+    size = len(join_bounds)
+    lo, hi = join_bounds[rank]
+    n = int(data_bounds[-1][1])
     peer = NcclPeer(uid, rank, size, lo, hi)
     try:
         failed = cp.zeros(1, cp.int32)
         try:
-            own = cp.concatenate([cp.asarray(b) for b in blocks]) if len(blocks) > 1 else cp.asarray(blocks[0])
-            X = cp.empty((n, own.shape[1]), own.dtype)
-            X[lo:hi] = own
-            del own
+            X = cp.empty((n, int(d)), np.dtype(dtype))
+            a, b = data_bounds[rank]
+            at = a
+            for blk in blocks:  # each block copied to the device on its own (no host concatenation)
+                X[at:at + blk.shape[0]] = cp.asarray(blk)
+                at += blk.shape[0]
+            if at != b:
+                raise ValueError(f"rank {rank}: blocks of {at - a} rows, {b - a} expected")
         except Exception:
             failed[0] = 1
             raise
@@ -340,8 +345,9 @@ def descent_lists(uid, rank, bounds, spans, k, metric, seed, *blocks):
             if int(failed.get()[0]):
                 raise RuntimeError("knnkit.dask.knn_graph(partition='descent'): a worker could not place its rows "
                                    "on its GPU")
-        for r, (a, b) in enumerate(bounds):
-            peer.broadcast(X[a:b], r)
+        for r, (a, b) in enumerate(data_bounds):
+            if b > a:
+                peer.broadcast(X[a:b], r)
         t_data = time.perf_counter() - t0
         P = prepare(X, metric=metric, device="gpu", metrics=GRAPH_METRICS)
         del X
