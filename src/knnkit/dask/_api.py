@@ -698,7 +698,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                              f"use at most {max(1, n // (k + 1))}")
     single = (partition == "tree" and P == 1) or (partition == "rows" and len(parts) == 1
                                                    and n_neighbors_internal is None)
-    scale = 1.0 if single else _data_scale(client, parts)
+    # (the shared descent prepares all the data on every GPU, as one process does: its own scale)
+    scale = 1.0 if single or partition == "descent" else _data_scale(client, parts)
     if scale != 1.0:
         # data beyond 2^50 or below 2^-50: one power-of-two scale for every partition, as the single
         # process computes at (each partition's own scale gave float32 distances that overflow or
@@ -713,7 +714,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                          slab_samples=[], slab_width=slab_width, slab_quantile=slab_quantile, slab_fraction=0.0)
     elif partition == "descent":
         result, stats = _descent_graph(client, parts, n, shape[1], _dtype, k, metric, seed, phases,
-                                       compute=compute)
+                                       estimate=estimate, compute=compute)
     elif partition == "tree":
         result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
                                     tree_sample, seed, phases, second_stage, estimate, compute=compute)
@@ -830,7 +831,7 @@ def _descent_possible(client, workers, n, d, itemsize, k):
     return "; ".join(bad) or None
 
 
-def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, compute=True):
+def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate=False, compute=True):
     """knn_graph(partition="descent"): one NN-Descent shared by the workers' GPUs (see
     :func:`knn_graph`). ``(lists, stats)``, phases as the other schedules."""
     from distributed import wait
@@ -838,9 +839,10 @@ def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, compute=
     t0 = time.perf_counter()
     workers, by_rank, spans, data_bounds, join_bounds = _descent_ranks(client, parts)
     uid = client.submit(nccl_id, workers=[workers[0]], allow_other_workers=False, pure=False)
+    rows = _estimate_rows(n, seed) if estimate else None  # checked on the GPUs, where all the data is
     futs = [client.submit(descent_lists, uid, r, data_bounds, join_bounds, spans, d, np.dtype(dtype).str, k, metric,
-                          seed, *[f for _o, _r, f in by_rank[r]], workers=[workers[r]], allow_other_workers=False,
-                          pure=False)
+                          seed, rows, *[f for _o, _r, f in by_rank[r]], workers=[workers[r]],
+                          allow_other_workers=False, pure=False)
             for r in range(len(workers))]
     t1 = time.perf_counter()
     wait(futs)
@@ -877,7 +879,12 @@ def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, compute=
              "n_neighbors_internal": st[0]["K"], "iterations": st[0]["iterations"],
              "updates": st[0]["updates"], "workers": len(workers),
              "rank_rows": [b - a for a, b in join_bounds],
-             "rank_s": [{key: round(v, 4) for key, v in s_.items() if key.endswith("_s")} for s_ in st]}
+             "rank_s": [{key: round(v, 4) for key, v in s_.items() if key.endswith("_s")} for s_ in st],
+             "phase_ms": [s_.get("phase_ms") for s_ in st]}
+    if estimate:
+        hits = sum(s_["recall_hits"][0] for s_ in st)
+        slots = sum(s_["recall_hits"][1] for s_ in st)
+        stats["recall_estimate"] = round(hits / max(slots, 1), 5)
     return result, stats
 
 

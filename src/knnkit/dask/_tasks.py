@@ -297,7 +297,38 @@ def nccl_id():
     return nccl_unique_id()
 
 
-def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, *blocks):
+def _descent_recall_hits(P, D, lo, hi, order, rows, k, metric):
+    """The recall probe of the shared descent, on this rank's share: of the sampled global
+    ``rows`` whose lists this rank holds (rows ``lo .. hi - 1`` of the descent's numbering, lists
+    ``D`` in the user metric), ``(hits, slots)``: list entries within the exact k-th distance
+    (ties forgiven, as knnkit.dask's distributed estimate counts them), from an exact search of
+    those rows against all of ``P`` on this GPU."""
+    import cupy as cp
+
+    from .._core.metrics import to_internal
+    from .._core.prepare import prepare_queries, rescaled
+    from ..api.exact import exact_search
+
+    n = int(order.shape[0])
+    inv = cp.empty(n, cp.int64)
+    inv[order] = cp.arange(n, dtype=cp.int64)
+    pos = inv[cp.asarray(np.asarray(rows, dtype=np.int64))]
+    pos = pos[(pos >= lo) & (pos < hi)]
+    if int(pos.size) == 0:
+        return 0, 0
+    Qp = prepare_queries(P.raw[pos], P, check_finite=False)
+    pd, pi, _st = exact_search(rescaled(P, Qp.scale), Qp, int(k) + 1)
+    pd, pi, pos_h = _host(pd, np.float64), _host(pi, np.int64), _host(pos)
+    own = pi == pos_h[:, None]
+    # the k-th neighbour other than the row itself: entry k when the row is among the k + 1, else k - 1
+    kth = np.where(own[:, :int(k)].any(axis=1), pd[:, int(k)], pd[:, int(k) - 1])
+    kth = _host(to_internal(kth.astype(np.float32), metric), np.float64)
+    kth = kth + 1e-5 * np.abs(kth) + 1e-12
+    got = _host(to_internal(cp.ascontiguousarray(D[cp.asarray(pos_h - lo)]), metric), np.float64)
+    return int(np.sum(got <= kth[:, None])), int(got.size)
+
+
+def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, rows, *blocks):
     """Rank ``rank``'s part of one NN-Descent shared by all ranks (``knnkit.dask.knn_graph``,
     ``partition="descent"``; GNND section 4 with the joins shared out, see
     :func:`knnkit.graph.nndescent._gpu.nndescent_gpu`'s ``peer``).
@@ -308,8 +339,9 @@ def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metri
     ranks broadcast them to each other over NCCL (the data passes through Dask no more), prepare
     the same data, and run the descent with the single-device parameters for ``k``
     (``NNDescentParams``), each joining the nodes ``join_bounds[rank]`` (equal shares, wherever the
-    data was). Returns the lists of those rows: ``(I int32 global ids, D float32 user metric,
-    stats)`` on the host."""
+    data was). ``rows``: the global rows of the recall estimate (None: none); each rank checks
+    those it holds (``stats["recall_hits"]``). Returns the lists of those rows: ``(I int32 global
+    ids, D float32 user metric, stats)`` on the host."""
     import time
 
     import cupy as cp
@@ -326,6 +358,7 @@ def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metri
     lo, hi = join_bounds[rank]
     n = int(data_bounds[-1][1])
     peer = NcclPeer(uid, rank, size, lo, hi)
+    t_init = time.perf_counter() - t0
     try:
         failed = cp.zeros(1, cp.int32)
         try:
@@ -362,10 +395,13 @@ def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metri
         I, D = I[:, :int(k)], D[:, :int(k)]
         I = cp.where(I >= 0, order[cp.maximum(I, 0)], -1).astype(cp.int32)
         D = finalize_distances(D, metric, P.scale)
+        t2 = time.perf_counter()
+        hits = None if rows is None else _descent_recall_hits(P, D, lo, hi, order, rows, k, metric)
         stats = {"iterations": int(st["iterations"]), "updates": [int(u) for u in st["updates"]],
-                 "K": int(params.n_neighbors_internal), "sample": int(params.sample), "data_s": t_data,
-                 "descent_s": t_descent, "exchange_s": float(st.get("exchange_s", 0.0)),
-                 "task_s": time.perf_counter() - t0}
+                 "K": int(params.n_neighbors_internal), "sample": int(params.sample), "init_s": t_init,
+                 "data_s": t_data - t_init, "prepare_s": t1 - t0 - t_data, "descent_s": t_descent,
+                 "probe_s": time.perf_counter() - t2, "exchange_s": float(st.get("exchange_s", 0.0)),
+                 "phase_ms": st.get("phase_ms"), "recall_hits": hits, "task_s": time.perf_counter() - t0}
         return _host(I, np.int32), _host(D, np.float32), stats
     finally:
         peer.close()

@@ -292,8 +292,11 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
     bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
+    ev = [cp.cuda.Event() for _ in range(5)]
+    phase_ms = dict(sample=0.0, reverse=0.0, join=0.0, exchange=0.0)
     for it in range(int(max_iters)):
         t0 = time.perf_counter()
+        ev[0].record()
         counter.fill(0)
         sample_k((wblocks,), (32 * _WARPS,),
                  (g_idx, g_dist, np.int32(n), np.int32(K), np.int32(nseg), np.int32(p), np.int32(maxs),
@@ -301,22 +304,28 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         if indeg is not None:
             indeg.fill(0)
             count_k(((n + 255) // 256,), (256,), (np.int32(n), np.int32(maxs), new_s, cnts[1], old_s, cnts[3], indeg))
+        ev[1].record()
         salt = np.uint64((int(seed) * 0x9E3779B97F4A7C15 + it + 1) & 0xFFFFFFFFFFFFFFFF)
         reverse_k(((n + 255) // 256,), (256,),
                   (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2],
                    _ptr(indeg), salt))
+        ev[2].record()
         # blockIdx.x indexes only the samples: the rows lo..hi-1 of them are this device's joins
         join((hi - lo,), (join_threads,),
              (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), np.int32(cap), new_s[lo:hi],
               cnts[0, lo:hi], old_s[lo:hi], cnts[2, lo:hi], g_idx, g_dist, locks_arr, np.int32(split_arg),
               np.int32(update == "basic"), counter, _ptr(tc_mu), np.float32(tc_scale)), shared_mem=smem)
+        ev[3].record()
         if peer is not None:
             t1 = time.perf_counter()
             _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, n, K, nseg)
             peer.allreduce_sum(counter)
             exchange_s += time.perf_counter() - t1
+        ev[4].record()
         upd = int(counter.get()[0])
         dt = time.perf_counter() - t0
+        for key, a, b in (("sample", 0, 1), ("reverse", 1, 2), ("join", 2, 3), ("exchange", 3, 4)):
+            phase_ms[key] += cp.cuda.get_elapsed_time(ev[a], ev[b])
         stats["iterations"] = it + 1
         stats["updates"].append(upd)
         stats["time_s"].append(dt)
@@ -331,6 +340,7 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     finish(bar)
     bar.close()
 
+    stats["phase_ms"] = {key: round(v, 2) for key, v in phase_ms.items()}  # GPU time by step, all iterations
     if peer is not None:
         stats["exchange_s"] = exchange_s  # host time of the exchanges (they wait for the joins)
         del copies_i, copies_d
