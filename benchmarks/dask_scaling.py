@@ -110,6 +110,9 @@ def main():
     ap.add_argument("--resident-queries", action="store_true",
                     help="search: queries as a persisted dask array on the workers, results persisted there")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
+    ap.add_argument("--device-data", action="store_true",
+                    help="knn_graph: the data as a persisted dask array of cupy blocks on the workers' GPUs "
+                         "(the single-process reference has its data on the GPU too)")
     args = ap.parse_args()
     schedules = args.partition.split(",")
     for p in schedules:
@@ -176,7 +179,10 @@ def main():
             for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}) if "graph" in benches else ():
                 for sched, comp in [(p, cv) for p in schedules for cv in args.graph_compute.split(",")]:
                     compute = {"true": True, "false": False}[comp]
-                    dX = c.persist(da.from_array(X, chunks=(-(-args.n // parts), args.d)))
+                    dX = da.from_array(X, chunks=(-(-args.n // parts), args.d))
+                    if args.device_data:  # cupy blocks, each on its worker's GPU
+                        dX = dX.map_blocks(cp.asarray, meta=cp.empty((0, args.d), dtype=X.dtype))
+                    dX = c.persist(dX)
                     c.wait_for_workers(w)
                     wait(dX)
                     # warm the kernels on every worker (first calls compile)
@@ -194,6 +200,7 @@ def main():
                                                   compute=compute)
                     s = time.perf_counter() - t
                     r = {"bench": "knn_graph", "schedule": sched, "compute": compute, "workers": w, "partitions": parts,
+                         "device_data": bool(args.device_data),
                          "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
                          "stats_method": g.stats.method, **g.stats.extra, "client": clock.take(s),
                          "transfer_s": worker_seconds(ts.data)["transfer_s"], "tasks": _busy(ts.data, t)}

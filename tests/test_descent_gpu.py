@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 def _merge_reference(ai, ad, bi, bd, K, nseg):
     """Per (row, segment): the L nearest distinct ids of both copies by (distance, id); a's entry
-    for an id in both, NEW when either is."""
+    for an id in both, NEW only when both are."""
     oi, od = ai.copy(), ad.copy()
     for u in range(ai.shape[0]):
         for s in range(nseg):
@@ -26,9 +26,9 @@ def _merge_reference(ai, ad, bi, bd, K, nseg):
             for j in range(beg, end):
                 v, nw = int(bi[u, j]) & 0x7FFFFFFF, bool(int(bi[u, j]) & 0x80000000)
                 if v in ids:
-                    if nw:
+                    if not nw:
                         d0, v0, _ = a[ids[v]]
-                        a[ids[v]] = (d0, v0, True)
+                        a[ids[v]] = (d0, v0, False)
                 else:
                     b.append((float(bd[u, j]), v, nw))
             union = sorted(a + b, key=lambda t: (t[0], t[1]))[:end - beg]

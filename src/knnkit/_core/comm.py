@@ -52,18 +52,19 @@ class NcclPeer:
 
     Parameters
     ----------
-    uid : tuple
+    uid : bytes
         From :func:`nccl_unique_id` on rank 0.
-    rank, size : int
-    lo, hi : int
-        This rank's own rows.
+    rank : int
+    bounds : list of (int, int)
+        Every rank's own rows ``(lo, hi)``, in rank order.
     """
 
-    def __init__(self, uid, rank, size, lo, hi):
+    def __init__(self, uid, rank, bounds):
         import cupy
 
         nccl = _nccl()
-        self.rank, self.size, self.lo, self.hi = int(rank), int(size), int(lo), int(hi)
+        self.rank, self.size, self.bounds = int(rank), len(bounds), [(int(a), int(b)) for a, b in bounds]
+        self.lo, self.hi = self.bounds[self.rank]
         self._nccl = nccl
         self._comm = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._stream = lambda: cupy.cuda.get_current_stream().ptr
@@ -109,14 +110,16 @@ class ThreadPeer:
     works on its current CuPy device. Collectives wait for every rank (a barrier), copy between
     devices, and return with the result in place."""
 
-    def __init__(self, exchange, rank, size, lo, hi):
-        self._x, self.rank, self.size, self.lo, self.hi = exchange, int(rank), int(size), int(lo), int(hi)
+    def __init__(self, exchange, rank, bounds):
+        self._x, self.rank, self.size = exchange, int(rank), len(bounds)
+        self.bounds = [(int(a), int(b)) for a, b in bounds]
+        self.lo, self.hi = self.bounds[self.rank]
 
     @classmethod
     def group(cls, bounds):
-        """One peer per ``(lo, hi)`` of ``bounds``, in rank order."""
+        """One peer per ``(lo, hi)`` of ``bounds`` (every rank's own rows), in rank order."""
         x = _Exchange(len(bounds))
-        return [cls(x, r, len(bounds), lo, hi) for r, (lo, hi) in enumerate(bounds)]
+        return [cls(x, r, bounds) for r in range(len(bounds))]
 
     def _share(self, a):
         import cupy

@@ -354,10 +354,9 @@ def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metri
     from ..graph.nndescent._gpu import nndescent_gpu
 
     t0 = time.perf_counter()
-    size = len(join_bounds)
     lo, hi = join_bounds[rank]
     n = int(data_bounds[-1][1])
-    peer = NcclPeer(uid, rank, size, lo, hi)
+    peer = NcclPeer(uid, rank, join_bounds)
     t_init = time.perf_counter() - t0
     try:
         failed = cp.zeros(1, cp.int32)

@@ -154,11 +154,12 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         descent after this iteration (``stats["stopped_by_callback"]``: the iteration).
     peer : object, optional
         One descent on several devices (:class:`knnkit._core.comm.NcclPeer`; ``knnkit.dask``'s
-        ``partition="descent"``): every device holds all of ``X`` and the whole graph, joins only
-        the nodes ``peer.lo .. peer.hi - 1``, and after each iteration the devices' copies are
-        all-gathered (``peer.allgather``) and merged (``gnnd_merge_copies``), the update counts
-        summed (``peer.allreduce_sum``), so that every device goes on with the same graph and
-        stops at the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
+        ``partition="descent"``): every device holds all of ``X`` and the whole graph, samples and
+        joins only its own nodes ``peer.lo .. peer.hi - 1`` (``peer.bounds``: every device's), the
+        forward samples are all-gathered before the reverse ones are drawn, and after each
+        iteration the devices' copies are all-gathered (``peer.allgather``) and merged
+        (``gnnd_merge_copies``), the update counts summed (``peer.allreduce_sum``), so that every
+        device goes on with the same graph and stops at the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
         segments of at most 32 entries (``locks="segmented"``, or ``K <= 32``); no ``callback``.
     _group, _minblocks : int
         Kernel tuning knobs (lanes per insertion group, 4 or 8; minimum resident blocks per SM
@@ -288,6 +289,9 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         merge_k = _merge_kernel()
         copies_i = cp.empty((peer.size, n, K), cp.int32)
         copies_d = cp.empty((peer.size, n, K), cp.float32)
+        share = max(b - a for a, b in peer.bounds)
+        sample_send = cp.empty((share, 2 * p + 4), cp.int32)
+        sample_recv = cp.empty((peer.size, share, 2 * p + 4), cp.int32)
         exchange_s = 0.0
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
@@ -298,17 +302,23 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         t0 = time.perf_counter()
         ev[0].record()
         counter.fill(0)
-        sample_k((wblocks,), (32 * _WARPS,),
-                 (g_idx, g_dist, np.int32(n), np.int32(K), np.int32(nseg), np.int32(p), np.int32(maxs),
-                  new_s, cnts[0], cnts[1], old_s, cnts[2], cnts[3]), shared_mem=list_smem)
+        # each device samples its own rows (a row's sampled NEW entries become OLD in its copy only;
+        # the merge keeps an entry NEW only where every copy has it NEW)
+        sample_k(((hi - lo + _WARPS - 1) // _WARPS,), (32 * _WARPS,),
+                 (g_idx[lo:hi], g_dist[lo:hi], np.int32(hi - lo), np.int32(K), np.int32(nseg), np.int32(p),
+                  np.int32(maxs), new_s[lo:hi], cnts[0, lo:hi], cnts[1, lo:hi], old_s[lo:hi], cnts[2, lo:hi],
+                  cnts[3, lo:hi]), shared_mem=list_smem)
+        if peer is not None:  # every device's forward samples to every device (the reverse ones need all)
+            _share_samples(peer, new_s, old_s, cnts, p, sample_send, sample_recv)
         if indeg is not None:
             indeg.fill(0)
-            count_k(((n + 255) // 256,), (256,), (np.int32(n), np.int32(maxs), new_s, cnts[1], old_s, cnts[3], indeg))
+            count_k(((n + 255) // 256,), (256,), (np.int32(n), np.int32(maxs), new_s, cnts[1], old_s, cnts[3], indeg,
+                                                  np.int32(lo), np.int32(hi)))
         ev[1].record()
         salt = np.uint64((int(seed) * 0x9E3779B97F4A7C15 + it + 1) & 0xFFFFFFFFFFFFFFFF)
         reverse_k(((n + 255) // 256,), (256,),
                   (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2],
-                   _ptr(indeg), salt))
+                   _ptr(indeg), salt, np.int32(lo), np.int32(hi)))
         ev[2].record()
         # blockIdx.x indexes only the samples: the rows lo..hi-1 of them are this device's joins
         join((hi - lo,), (join_threads,),
@@ -365,6 +375,23 @@ def _merge_kernel():
     from ..._core.cuda import get_kernel
 
     return get_kernel(_KERNEL, "gnnd_merge_copies", options=("-lineinfo",))
+
+
+def _share_samples(peer, new_s, old_s, cnts, p, send, recv):
+    """All-gather the forward samples of every device's own rows: the first ``p`` NEW and OLD
+    samples and the four counts of each row, packed ``(rows, 2p + 4)`` per device."""
+    if peer.size == 1:
+        return
+    m = peer.hi - peer.lo
+    send[:m, :p] = new_s[peer.lo:peer.hi, :p]
+    send[:m, p:2 * p] = old_s[peer.lo:peer.hi, :p]
+    send[:m, 2 * p:] = cnts[:, peer.lo:peer.hi].T
+    peer.allgather(send, recv)
+    for r, (a, b) in enumerate(peer.bounds):
+        if r != peer.rank and b > a:
+            new_s[a:b, :p] = recv[r, :b - a, :p]
+            old_s[a:b, :p] = recv[r, :b - a, p:2 * p]
+            cnts[:, a:b] = recv[r, :b - a, 2 * p:].T
 
 
 def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, n, K, nseg):

@@ -377,31 +377,40 @@ __device__ __forceinline__ bool keep_reverse(const int* indeg, int v, int room, 
     return r * (float)c < 1.25f * (float)room;
 }
 
+// vlo .. vhi - 1: the nodes whose reverse samples are wanted (all of them on one device; a device
+// sharing the descent joins only its own nodes)
 __global__ void gnnd_reverse_count(int n, int maxs, const int* __restrict__ new_s, const int* __restrict__ new_fwd,
                                    const int* __restrict__ old_s, const int* __restrict__ old_fwd,
-                                   int* __restrict__ indeg) {
+                                   int* __restrict__ indeg, int vlo, int vhi) {
     int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= n) return;
-    for (int i = 0, fn = new_fwd[u]; i < fn; ++i) atomicAdd(&indeg[new_s[(size_t)u * maxs + i]], 1);
-    for (int i = 0, fo = old_fwd[u]; i < fo; ++i) atomicAdd(&indeg[n + old_s[(size_t)u * maxs + i]], 1);
+    for (int i = 0, fn = new_fwd[u]; i < fn; ++i) {
+        const int v = new_s[(size_t)u * maxs + i];
+        if (v >= vlo && v < vhi) atomicAdd(&indeg[v], 1);
+    }
+    for (int i = 0, fo = old_fwd[u]; i < fo; ++i) {
+        const int v = old_s[(size_t)u * maxs + i];
+        if (v >= vlo && v < vhi) atomicAdd(&indeg[n + v], 1);
+    }
 }
 
 __global__ void gnnd_reverse(int n, int maxs, int cap, int* __restrict__ new_s, const int* __restrict__ new_fwd,
                              int* __restrict__ new_cnt, int* __restrict__ old_s, const int* __restrict__ old_fwd,
-                             int* __restrict__ old_cnt, const int* __restrict__ indeg, unsigned long long salt) {
+                             int* __restrict__ old_cnt, const int* __restrict__ indeg, unsigned long long salt,
+                             int vlo, int vhi) {
     int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= n) return;
     int fn = new_fwd[u], fo = old_fwd[u];
     for (int i = 0; i < fn; ++i) {
         int v = new_s[(size_t)u * maxs + i];
-        if (new_cnt[v] >= cap) continue;  // cheap early out; the atomic below is the real check
+        if (v < vlo || v >= vhi || new_cnt[v] >= cap) continue;  // cheap early out; the atomic below is the real check
         if (!keep_reverse(indeg, v, cap - new_fwd[v], u, salt)) continue;
         int pos = atomicAdd(&new_cnt[v], 1);
         if (pos < cap) new_s[(size_t)v * maxs + pos] = u;
     }
     for (int i = 0; i < fo; ++i) {
         int v = old_s[(size_t)u * maxs + i];
-        if (old_cnt[v] >= cap) continue;
+        if (v < vlo || v >= vhi || old_cnt[v] >= cap) continue;
         if (!keep_reverse(indeg ? indeg + n : nullptr, v, cap - old_fwd[v], u, ~salt)) continue;
         int pos = atomicAdd(&old_cnt[v], 1);
         if (pos < cap) old_s[(size_t)v * maxs + pos] = u;
@@ -946,8 +955,9 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
 // is, its local joins shared out): every device holds the whole graph, runs the joins of its own
 // nodes, and after each iteration the copies (all-gathered) are merged here, segment by segment, into
 // the L nearest distinct ids of their union, sorted by (distance, id). Every copy started the
-// iteration equal, so a copy differs from the others only by the insertions of its own joins; an id
-// in both copies keeps a's entry, NEW (bit 31) when either copy has it NEW. One warp per (row,
+// iteration equal, so a copy differs from the others only by the insertions of its own joins and by
+// the sampling of its own rows (sampled NEW entries become OLD in the owner's copy only); an id in
+// both copies keeps a's entry, NEW (bit 31) only when both copies have it NEW. One warp per (row,
 // segment), segments of at most 32 entries. ``out`` may alias ``a`` or ``b``: a warp reads its
 // segment of both before it writes.
 extern "C" __global__ void gnnd_merge_copies(const int* a_idx, const float* a_dist, const int* b_idx,
@@ -964,6 +974,11 @@ extern "C" __global__ void gnnd_merge_copies(const int* a_idx, const float* a_di
     int ai = 0, bi = 0;
     float ad = 0.f, bd = 0.f;
     if (have) { ai = a_idx[off + lane]; ad = a_dist[off + lane]; bi = b_idx[off + lane]; bd = b_dist[off + lane]; }
+    // a segment no join of the other copy touched (most of them after the first iterations): a as is
+    if (__all_sync(GNND_FULL, ai == bi && __float_as_int(ad) == __float_as_int(bd))) {
+        if (have && out_idx != a_idx) { out_idx[off + lane] = ai; out_dist[off + lane] = ad; }
+        return;
+    }
     const int av = ai & GNND_MASK, bv = bi & GNND_MASK;
     bool anew = have && ((unsigned)ai & GNND_NEW) != 0;
     const bool bnew = have && ((unsigned)bi & GNND_NEW) != 0;
@@ -974,10 +989,10 @@ extern "C" __global__ void gnnd_merge_copies(const int* a_idx, const float* a_di
         if (have && x == bv) in_a = j;
     }
     const bool bkeep = have && in_a < 0;
-    for (int j = 0; j < L; ++j) {  // a's entry takes the NEW flag of its copy in b
+    for (int j = 0; j < L; ++j) {  // an entry in both copies is NEW only if NEW in both
         const int f = __shfl_sync(GNND_FULL, in_a, j);
         const bool fn = __shfl_sync(GNND_FULL, bnew, j);
-        if (f == lane && fn) anew = true;
+        if (f == lane && !fn) anew = false;
     }
     // ranks in the union: a's entry i has i of a before it and the kept b's smaller than it; b's
     // kept entry j the kept b's before j and the a's smaller than it (ids are distinct: no ties)
