@@ -63,8 +63,8 @@ class NcclPeer:
         import cupy
 
         nccl = _nccl()
-        self.rank, self.size, self.bounds = int(rank), len(bounds), [(int(a), int(b)) for a, b in bounds]
-        self.lo, self.hi = self.bounds[self.rank]
+        self.rank, self.size = int(rank), len(bounds)
+        self.set_bounds(bounds)
         self._nccl = nccl
         self._comm = nccl.NcclCommunicator(self.size, uid, self.rank)
         self._stream = lambda: cupy.cuda.get_current_stream().ptr
@@ -77,6 +77,41 @@ class NcclPeer:
                 np.dtype(np.uint64): nccl.NCCL_UINT64, np.dtype(np.int64): nccl.NCCL_INT64,
                 np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.int8): nccl.NCCL_INT8,
                 np.dtype(np.float16): nccl.NCCL_FLOAT16}[np.dtype(a.dtype)]
+
+    def set_bounds(self, bounds):
+        """Every rank's own rows for the next computation (a communicator serves many)."""
+        if len(bounds) != self.size:
+            raise ValueError(f"{len(bounds)} row ranges for {self.size} ranks")
+        self.bounds = [(int(a), int(b)) for a, b in bounds]
+        self.lo, self.hi = self.bounds[self.rank]
+
+    def exchange(self, sends, recvs):
+        """Point to point, all pairs at once: ``sends[r]`` goes to rank r, ``recvs[r]`` comes from
+        it (entries for this rank are ignored; C-contiguous arrays)."""
+        nccl, stream = self._nccl, self._stream()
+        nccl.groupStart()
+        try:
+            for r in range(self.size):
+                if r == self.rank:
+                    continue
+                a, b = sends[r], recvs[r]
+                self._comm.send(a.data.ptr, int(a.size), self._type(a), r, stream)
+                self._comm.recv(b.data.ptr, int(b.size), self._type(b), r, stream)
+        finally:
+            nccl.groupEnd()
+
+    def share_rows(self, arrays):
+        """Every rank's own rows of each array (rows ``bounds[r]``) to every rank, in place."""
+        nccl, stream = self._nccl, self._stream()
+        nccl.groupStart()
+        try:
+            for a in arrays:
+                for r, (lo, hi) in enumerate(self.bounds):
+                    if hi > lo:
+                        part = a[lo:hi]
+                        self._comm.bcast(part.data.ptr, int(part.size), self._type(part), r, stream)
+        finally:
+            nccl.groupEnd()
 
     def allgather(self, send, recv):
         """``recv[r]`` = rank r's ``send`` (C-contiguous, equal sizes everywhere)."""
@@ -95,6 +130,12 @@ class NcclPeer:
         comm, self._comm = self._comm, None
         if comm is not None:
             comm.destroy()
+
+    def abort(self):
+        """Give the communicator up at once (a rank may have failed: destroy could wait forever)."""
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            comm.abort()
 
 
 class _Exchange:
@@ -134,6 +175,31 @@ class ThreadPeer:
         cupy.cuda.get_current_stream().synchronize()
         self._x.barrier.wait()  # nobody changes a shared array before every rank has read it
 
+    def set_bounds(self, bounds):
+        self.bounds = [(int(a), int(b)) for a, b in bounds]
+        self.lo, self.hi = self.bounds[self.rank]
+
+    @staticmethod
+    def _copy(dst, src):
+        import cupy
+
+        cupy.copyto(dst, src.reshape(dst.shape)) if src.device == dst.device else dst.set(src.get().reshape(dst.shape))
+
+    def exchange(self, sends, recvs):
+        self._share(sends)
+        for r in range(self.size):
+            if r != self.rank:
+                self._copy(recvs[r], self._x.slots[r][self.rank])
+        self._done()
+
+    def share_rows(self, arrays):
+        self._share(arrays)
+        for r, (lo, hi) in enumerate(self.bounds):
+            if r != self.rank and hi > lo:
+                for mine, theirs in zip(arrays, self._x.slots[r]):
+                    self._copy(mine[lo:hi], theirs[lo:hi])
+        self._done()
+
     def allgather(self, send, recv):
         import cupy
 
@@ -161,3 +227,6 @@ class ThreadPeer:
 
     def close(self):
         pass
+
+    def abort(self):
+        self._x.barrier.abort()

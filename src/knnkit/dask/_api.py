@@ -824,11 +824,17 @@ def _descent_possible(client, workers, n, d, itemsize, k):
     from ..graph.nndescent import default_parameters
 
     K = default_parameters(k, n, device="gpu")[0]
-    need = n * d * max(itemsize, 4) + (len(workers) + 2) * n * K * 8 + n * 64
+    need = n * d * max(itemsize, 4) + 3 * n * K * 8 + n * 64
     answers = client.gather([client.submit(gpu_peer_ready, need, workers=[w], allow_other_workers=False,
                                            pure=False) for w in workers])
     bad = [f"{w}: {why}" for w, why in zip(workers, answers) if why]
     return "; ".join(bad) or None
+
+
+#: the distributed lock held while a shared descent runs: its tasks must run at the same time on
+#: every worker (NCCL waits for all ranks), which two descents queued in different orders on the
+#: workers would never do
+DESCENT_LOCK = "knnkit-shared-descent"
 
 
 def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate=False, compute=True):
@@ -836,17 +842,25 @@ def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate
     :func:`knn_graph`). ``(lists, stats)``, phases as the other schedules."""
     from distributed import wait
 
+    from distributed import Lock
+
     t0 = time.perf_counter()
     workers, by_rank, spans, data_bounds, join_bounds = _descent_ranks(client, parts)
-    uid = client.submit(nccl_id, workers=[workers[0]], allow_other_workers=False, pure=False)
+    key = "|".join(workers)
     rows = _estimate_rows(n, seed) if estimate else None  # checked on the GPUs, where all the data is
-    futs = [client.submit(descent_lists, uid, r, data_bounds, join_bounds, spans, d, np.dtype(dtype).str, k, metric,
-                          seed, rows, *[f for _o, _r, f in by_rank[r]], workers=[workers[r]],
-                          allow_other_workers=False, pure=False)
-            for r in range(len(workers))]
-    t1 = time.perf_counter()
-    wait(futs)
-    t2 = time.perf_counter()
+    with Lock(DESCENT_LOCK, client=client):
+        kept = client.gather([client.submit(gpu_peer_ready, 0, key, workers=[w], allow_other_workers=False,
+                                            pure=False) for w in workers])
+        # the communicator every rank kept from an earlier descent, else a new one
+        uid = None if all(has for _why, has in kept) else \
+            client.submit(nccl_id, workers=[workers[0]], allow_other_workers=False, pure=False)
+        futs = [client.submit(descent_lists, uid, key, r, data_bounds, join_bounds, spans, d, np.dtype(dtype).str, k,
+                              metric, seed, rows, *[f for _o, _r, f in by_rank[r]], workers=[workers[r]],
+                              allow_other_workers=False, pure=False)
+                for r in range(len(workers))]
+        t1 = time.perf_counter()
+        wait(futs)
+        t2 = time.perf_counter()
     # pieces of the result: each block's rows (descent numbering p .. p + c) cut by the ranks' shares
     pieces = []  # (global offset, rows, rank, first row in the rank's lists)
     for r, sp in enumerate(spans):

@@ -270,9 +270,21 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     return _host(I, np.int32), _host(D, np.float32), (_host(pd, np.float32), _host(pi, np.int64))
 
 
-def gpu_peer_ready(need_bytes):
+#: this worker's NCCL communicators of the shared descent, by (the ranks' addresses, rank): made by
+#: the first descent on a set of workers and kept for the next ones (making one takes ~30 ms,
+#: destroying one ~0.3 s); one in use at a time (knnkit.dask holds a cluster-wide lock meanwhile)
+_COMMS = {}
+
+
+def gpu_peer_ready(need_bytes, key=None):
     """Why this worker cannot be a rank of the shared descent ('' when it can): a GPU, NCCL
-    through CuPy, and ``need_bytes`` free on the GPU."""
+    through CuPy, and ``need_bytes`` free on the GPU. With ``key``: ``(why, whether this worker
+    keeps a communicator for key)``."""
+    why = _gpu_peer_why(need_bytes)
+    return why if key is None else (why, key in _COMMS)
+
+
+def _gpu_peer_why(need_bytes):
     try:
         import cupy
 
@@ -328,10 +340,13 @@ def _descent_recall_hits(P, D, lo, hi, order, rows, k, metric):
     return int(np.sum(got <= kth[:, None])), int(got.size)
 
 
-def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, rows, *blocks):
+def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, rows, *blocks):
     """Rank ``rank``'s part of one NN-Descent shared by all ranks (``knnkit.dask.knn_graph``,
     ``partition="descent"``; GNND section 4 with the joins shared out, see
     :func:`knnkit.graph.nndescent._gpu.nndescent_gpu`'s ``peer``).
+
+    ``uid``: a new NCCL id from rank 0 (the ranks make a communicator, kept under ``key``), or
+    None: every rank reuses the one it keeps under ``key``.
 
     The descent numbers the rows as the ranks' blocks one after another: ``blocks`` are this
     rank's (possibly none), ``spans[r]`` the global ``(offset, rows)`` of rank r's blocks and
@@ -356,7 +371,15 @@ def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metri
     t0 = time.perf_counter()
     lo, hi = join_bounds[rank]
     n = int(data_bounds[-1][1])
-    peer = NcclPeer(uid, rank, join_bounds)
+    if uid is None:
+        peer = _COMMS[key]
+        peer.set_bounds(join_bounds)
+    else:
+        old = _COMMS.pop(key, None)
+        if old is not None:
+            old.abort()
+        peer = NcclPeer(uid, rank, join_bounds)
+        _COMMS[key] = peer
     t_init = time.perf_counter() - t0
     try:
         failed = cp.zeros(1, cp.int32)
@@ -402,8 +425,12 @@ def descent_lists(uid, rank, data_bounds, join_bounds, spans, d, dtype, k, metri
                  "probe_s": time.perf_counter() - t2, "exchange_s": float(st.get("exchange_s", 0.0)),
                  "phase_ms": st.get("phase_ms"), "recall_hits": hits, "task_s": time.perf_counter() - t0}
         return _host(I, np.int32), _host(D, np.float32), stats
-    finally:
-        peer.close()
+    except BaseException:
+        # another rank may be waiting in a collective: give the communicator up (the next descent
+        # makes a new one)
+        _COMMS.pop(key, None)
+        peer.abort()
+        raise
 
 
 def _pad(I, D, k):

@@ -157,9 +157,11 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         ``partition="descent"``): every device holds all of ``X`` and the whole graph, samples and
         joins only its own nodes ``peer.lo .. peer.hi - 1`` (``peer.bounds``: every device's), the
         forward samples are all-gathered before the reverse ones are drawn, and after each
-        iteration the devices' copies are all-gathered (``peer.allgather``) and merged
-        (``gnnd_merge_copies``), the update counts summed (``peer.allreduce_sum``), so that every
-        device goes on with the same graph and stops at the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
+        iteration every device sends its copy of the others' rows to their owners
+        (``peer.exchange``), the owners merge them into their rows (``gnnd_merge_copies``) and
+        share those (``peer.share_rows``); the update counts are summed
+        (``peer.allreduce_sum``), so that every device goes on with the same graph and stops at
+        the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
         segments of at most 32 entries (``locks="segmented"``, or ``K <= 32``); no ``callback``.
     _group, _minblocks : int
         Kernel tuning knobs (lanes per insertion group, 4 or 8; minimum resident blocks per SM
@@ -287,9 +289,10 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     lo, hi = (0, n) if peer is None else (int(peer.lo), int(peer.hi))
     if peer is not None:
         merge_k = _merge_kernel()
-        copies_i = cp.empty((peer.size, n, K), cp.int32)
-        copies_d = cp.empty((peer.size, n, K), cp.float32)
         share = max(b - a for a, b in peer.bounds)
+        # the other devices' copies of this device's rows
+        copies_i = cp.empty((peer.size, share, K), cp.int32)
+        copies_d = cp.empty((peer.size, share, K), cp.float32)
         sample_send = cp.empty((share, 2 * p + 4), cp.int32)
         sample_recv = cp.empty((peer.size, share, 2 * p + 4), cp.int32)
         exchange_s = 0.0
@@ -328,7 +331,7 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         ev[3].record()
         if peer is not None:
             t1 = time.perf_counter()
-            _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, n, K, nseg)
+            _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg)
             peer.allreduce_sum(counter)
             exchange_s += time.perf_counter() - t1
         ev[4].record()
@@ -394,20 +397,26 @@ def _share_samples(peer, new_s, old_s, cnts, p, send, recv):
             cnts[:, a:b] = recv[r, :b - a, 2 * p:].T
 
 
-def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, n, K, nseg):
-    """All-gather every device's copy of the graph and merge them into ``g_idx`` / ``g_dist``, in
-    rank order on every device (the same result everywhere: the next iteration starts equal)."""
+def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg):
+    """After the joins: every device sends the other devices' rows of its copy to their owners,
+    each owner merges them into its own rows (``gnnd_merge_copies``), and the owners' rows go
+    to every device, so that the next iteration starts from the same graph everywhere."""
     if peer.size == 1:
         return
-    peer.allgather(g_idx, copies_i)
-    peer.allgather(g_dist, copies_d)
-    warps = n * nseg
-    grid = (int(-(-warps * 32 // 256)),)
-    merge_k(grid, (256,), (copies_i[0], copies_d[0], copies_i[1], copies_d[1], g_idx, g_dist,
-                           np.int64(n), np.int32(K), np.int32(nseg)))
-    for r in range(2, peer.size):
-        merge_k(grid, (256,), (g_idx, g_dist, copies_i[r], copies_d[r], g_idx, g_dist,
-                               np.int64(n), np.int32(K), np.int32(nseg)))
+    m = peer.hi - peer.lo
+    sends_i = [g_idx[a:b] for a, b in peer.bounds]
+    sends_d = [g_dist[a:b] for a, b in peer.bounds]
+    recvs_i = [copies_i[r, :m] for r in range(peer.size)]
+    recvs_d = [copies_d[r, :m] for r in range(peer.size)]
+    peer.exchange(sends_i, recvs_i)
+    peer.exchange(sends_d, recvs_d)
+    own_i, own_d = g_idx[peer.lo:peer.hi], g_dist[peer.lo:peer.hi]
+    grid = (int(-(-m * nseg * 32 // 256)),)
+    for r in range(peer.size):
+        if r != peer.rank and m > 0:
+            merge_k(grid, (256,), (own_i, own_d, recvs_i[r], recvs_d[r], own_i, own_d,
+                                   np.int64(m), np.int32(K), np.int32(nseg)))
+    peer.share_rows([g_idx, g_dist])
 
 
 def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):
