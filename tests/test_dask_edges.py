@@ -282,3 +282,66 @@ def test_knn_graph_descent_is_refused_clearly_where_it_cannot_run(client):
     g = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=3)
     t = knnkit.dask.knn_graph(X, k=5, client=client, device="cpu", random_state=3, partition="tree")
     assert g.stats.method == t.stats.method == "dask-tree" and (g.indices == t.indices).all()
+
+
+_FAKE = {}
+
+
+def _fake_ready(need_bytes, key=None):
+    return "" if key is None else ("", key in _FAKE.setdefault("kept", set()))
+
+
+def _fake_nccl_id():
+    return b"fake-id"
+
+
+def _fake_descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, rows, *blocks):
+    """The shared descent's task with exact lists in place of the GPU descent: every rank has all
+    the data (here: the test's array, as the real ranks after their broadcasts) and answers for its
+    join rows in the descent's numbering."""
+    X = _FAKE["X"]
+    _FAKE.setdefault("kept", set()).add(key)
+    _FAKE.setdefault("uids", []).append(uid)
+    a, b = data_bounds[rank]
+    assert sum(blk.shape[0] for blk in blocks) == b - a
+    order = np.concatenate([np.arange(o, o + c) for sp in spans for o, c in sp])
+    lo, hi = join_bounds[rank]
+    mine = order[lo:hi]
+    d2 = ((X[mine, None, :].astype(np.float64) - X[None, :, :]) ** 2).sum(-1)
+    d2[np.arange(hi - lo), mine] = np.inf
+    I = np.argsort(d2, axis=1, kind="stable")[:, :k]
+    D = np.take_along_axis(d2, I, axis=1).astype(np.float32)
+    hits = None if rows is None else (int(np.isin(rows, mine).sum()) * k, int(np.isin(rows, mine).sum()) * k)
+    st = {"iterations": 1, "updates": [0], "K": k, "sample": 1, "task_s": 0.0, "phase_ms": None,
+          "recall_hits": hits}
+    return I.astype(np.int32), D, st
+
+
+@pytest.mark.parametrize("chunks", [(1000, 700, 1300, 1001), (4001,)])
+@pytest.mark.parametrize("compute", [True, False])
+def test_knn_graph_descent_orchestration_with_a_stand_in_engine(client, monkeypatch, chunks, compute):
+    """The shared descent's plumbing on CPU workers, its GPU task replaced by exact lists: rows of
+    uneven blocks (all on one worker, or spread) cut into the ranks' equal shares and put back in
+    row order, on the workers or gathered; the recall estimate summed from the ranks; the
+    communicator made once, then reused."""
+    import knnkit.dask._api as api
+
+    X = np.random.default_rng(5).random((sum(chunks), 4), dtype=np.float32)
+    _FAKE.clear()
+    _FAKE["X"] = X
+    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
+    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
+    monkeypatch.setattr(api, "descent_lists", _fake_descent_lists)
+    monkeypatch.setattr(api, "DESCENT_MIN_N", 1000)
+    dX = client.persist(da.from_array(X, chunks=(chunks, 4)))
+    distributed.wait(dX)
+    _, T = knnkit.knn(X, k=6, device="cpu")
+    for _ in range(2):
+        g = knnkit.dask.knn_graph(dX, k=6, client=client, partition="descent", compute=compute)
+        assert g.stats.method == "dask-descent" and g.stats.extra["ranks"] == 2
+        assert g.stats.extra["rank_rows"] == [2000, 2001] and g.stats.extra["recall_estimate"] == 1.0
+        I = np.asarray(g.indices.compute() if g.is_dask else g.indices)
+        assert (I == T).all()
+    assert _FAKE["uids"][:2] == [b"fake-id"] * 2 and _FAKE["uids"][2:] == [None, None]
+    h = knnkit.dask.knn_graph(dX, k=6, client=client)  # auto: the shared descent where it can run
+    assert h.stats.method == "dask-descent"

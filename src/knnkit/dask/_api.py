@@ -848,7 +848,7 @@ def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate
     workers, by_rank, spans, data_bounds, join_bounds = _descent_ranks(client, parts)
     key = "|".join(workers)
     rows = _estimate_rows(n, seed) if estimate else None  # checked on the GPUs, where all the data is
-    with Lock(DESCENT_LOCK, client=client):
+    with Lock(DESCENT_LOCK, scheduler_rpc=client.scheduler, loop=client.loop):
         kept = client.gather([client.submit(gpu_peer_ready, 0, key, workers=[w], allow_other_workers=False,
                                             pure=False) for w in workers])
         # the communicator every rank kept from an earlier descent, else a new one
