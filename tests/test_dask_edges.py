@@ -345,3 +345,35 @@ def test_knn_graph_descent_orchestration_with_a_stand_in_engine(client, monkeypa
     assert _FAKE["uids"][:2] == [b"fake-id"] * 2 and _FAKE["uids"][2:] == [None, None]
     h = knnkit.dask.knn_graph(dX, k=6, client=client)  # auto: the shared descent where it can run
     assert h.stats.method == "dask-descent"
+
+
+def _spoiled_descent_lists(*args):
+    """The stand-in descent with every list shifted by one rank (a stalled descent's poor lists)."""
+    I, D, st = _fake_descent_lists(*args)
+    st["recall_hits"] = (0, max(1, st["recall_hits"][1]))
+    return np.roll(I, 1, axis=0), D, st
+
+
+def test_knn_graph_auto_descent_gives_way_to_the_tree_when_its_estimate_is_low(client, monkeypatch, caplog):
+    """'auto' chose the shared descent and its recall estimate ends low (data on which NN-Descent
+    stalls): the tree schedule builds the graph instead, stats say so; an explicit
+    partition='descent' keeps its lists with a warning."""
+    import logging
+
+    import knnkit.dask._api as api
+
+    X = np.random.default_rng(6).random((3001, 4), dtype=np.float32)
+    _FAKE.clear()
+    _FAKE["X"] = X
+    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
+    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
+    monkeypatch.setattr(api, "descent_lists", _spoiled_descent_lists)
+    monkeypatch.setattr(api, "DESCENT_MIN_N", 1000)
+    t = knnkit.dask.knn_graph(X, k=5, client=client, device="auto", partition="tree", random_state=1)
+    with caplog.at_level(logging.WARNING, logger="knnkit"):
+        g = knnkit.dask.knn_graph(X, k=5, client=client, random_state=1)
+    assert g.stats.method == "dask-tree" and g.stats.extra["descent_fallback"]["recall_estimate"] == 0.0
+    assert (g.indices == t.indices).all() and "instead" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="knnkit"):
+        h = knnkit.dask.knn_graph(X, k=5, client=client, partition="descent")
+    assert h.stats.method == "dask-descent" and "stalls" in caplog.text

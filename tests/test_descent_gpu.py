@@ -175,9 +175,9 @@ def test_dask_descent_on_two_gpus():
         assert (np.diff(np.asarray(g.distances), axis=1) >= 0).all()
         r = recall(I[rows], T)
         assert r >= r0 - 0.005 and r >= 0.98, (r, r0)
-        # auto picks it on GPU workers for data this large; blocks left on the workers
+        # blocks left on the workers (auto picks the shared descent above DESCENT_MIN_N points)
         dX = c.persist(da.from_array(X, chunks=(100_000, 32)))
-        h = knnkit.dask.knn_graph(dX, k=k, client=c, random_state=0)
+        h = knnkit.dask.knn_graph(dX, k=k, client=c, random_state=0, partition="descent")
         assert h.stats.method == "dask-descent" and h.is_dask
         Ih = np.asarray(h.indices.compute())
         assert recall(Ih[rows], T) >= r0 - 0.005

@@ -7,9 +7,10 @@ Dask arrays in, dask arrays out: given dask-array queries (``knn`` without queri
 ``knn_graph`` given dask data returns a dask-backed :class:`~knnkit.KnnGraph`; ``compute=``
 overrides either way.
 
-Install with ``pip install 'knnkit[dask]'``. Papers: GGNN section 5.5 (sharding, replication,
-every point searched in every other shard: the graph's second stage), GNND section 5 (GGM merges
-of partition graphs).
+Install with ``pip install 'knnkit[dask]'``. Papers: GNND section 4 (one descent shared by the
+GPU workers over NCCL: ``knn_graph``'s default on GPUs), GGNN section 5.5 (sharding, replication,
+every point searched in every other shard: the partition schedules' second stage), GNND section
+5 (GGM merges of partition graphs).
 
 >>> import knnkit.dask
 >>> sorted(knnkit.dask.__all__)

@@ -313,9 +313,14 @@ def _drop_self(D, I, k):
 
 #: ``partition`` values of :func:`knn_graph`.
 PARTITIONS = ("auto", "rows", "tree", "descent")
-#: ``partition="auto"`` shares one descent between GPU workers from this many points (below, the
-#: single-device build on one worker, or the tree, costs less than starting NCCL)
-DESCENT_MIN_N = 200_000
+#: ``partition="auto"`` shares one descent between GPU workers above this many points (measured
+#: 1.56x one process at 4M, 1.59x at 10M on 2 x H200; not timed below 4M, where one GPU builds the
+#: graph in under a second and the tree is kept)
+DESCENT_MIN_N = 1_000_000
+#: a shared descent whose recall estimate ends below this warns, or, chosen by ``partition="auto"``,
+#: gives way to the tree schedule (``stats["descent_fallback"]``): knnkit.knn_graph's exact fallback
+#: has no shared form yet
+DESCENT_FALLBACK_RECALL = 0.985
 #: metrics of the shared descent (``partition="descent"``): those of the GPU NN-Descent without the
 #: inner product's hub refinement
 DESCENT_METRICS = ("sqeuclidean", "euclidean", "cosine")
@@ -497,9 +502,29 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
               slab_quantile=0.99, tree_sample=20000, recall_estimate=True, second_stage="auto", compute=None):
     """Approximate k-NN graph on a Dask cluster.
 
-    Two schedules (``partition``), each in two stages: first every partition's graph, built by
-    the single-device engine on its worker (all partitions in parallel); then the *second stage*
-    finds the neighbours a point has in other partitions (``second_stage``).
+    On GPU workers (one per GPU, NCCL between them through CuPy) the default is one NN-Descent
+    shared by all GPUs (``partition="descent"``): every GPU holds all the data (the workers'
+    blocks are broadcast between the GPUs over NCCL, not through Dask) and the whole graph; each
+    samples and joins an equal share of the nodes (GNND section 4); after every iteration the
+    forward samples, then each GPU's copy of the others' rows go to their owners, who merge them
+    into their rows and share them, so every GPU goes on from the same graph and all stop at the
+    same iteration. It is the single-device descent with the same parameters, so its recall is
+    the single device's (measured within 0.0003 at 4M-20M x 96); the recall estimate runs on the
+    GPUs (each checks the sampled rows it holds). Measured on 2 x H200 (NVLink; data and lists on
+    the GPUs, ``benchmarks/results/dask-h200x2-2026-11-29-s19/``): 10M x 96 in 5.89 s against
+    9.38 s in one process (1.59x) and 10.4 s on one worker (1.76x); 20M x 96 13.4 s against
+    20.5 s (1.53x). It needs room on every GPU for the data and three copies of the graph; one
+    shared descent runs at a time on a cluster (a distributed lock: its tasks must run at once on
+    every worker); communicators are kept on the workers for the next call. Unlike
+    :func:`knnkit.knn_graph` it has no exact fallback for data on which the descent stalls (high
+    intrinsic dimension): the estimate then warns, and ``partition="tree"`` or
+    :func:`knnkit.dask.knn` (exact) serve such data.
+
+    The partition schedules (``partition="tree"`` or ``"rows"``; CPU workers, inner_product,
+    manhattan, GPUs without NCCL, graphs of at most ``DESCENT_MIN_N`` points) work in two stages:
+    first every partition's graph, built by the single-device engine on its worker (all
+    partitions in parallel); then the *second stage* finds the neighbours a point has in other
+    partitions (``second_stage``).
 
     * ``"tree"`` (spatial partitions): a balanced hyperplane tree over ``n_parts`` leaves (fitted
       on a sample: each node splits its points at the quantile of their projections on the
@@ -528,8 +553,13 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
       with the partitions (each merge costs about twice a full build): it does not scale, but it
       serves every metric.
 
-    ``"auto"``: ``"tree"``, except for ``inner_product`` (no distance bound to a hyperplane),
-    which uses ``"rows"``. ``second_stage="auto"``: ``"search"`` for the tree schedule with
+    ``"auto"``: ``"descent"`` where it can run (more than ``DESCENT_MIN_N`` points, at least two
+    workers, each with a GPU, NCCL and room for the data; sqeuclidean, euclidean or cosine; no
+    ``n_parts``, ``second_stage`` or ``n_neighbors_internal`` given), else ``"tree"``, except for
+    ``inner_product`` (no distance bound to a hyperplane), which uses ``"rows"``. A shared
+    descent chosen by ``"auto"`` whose recall estimate ends below ``DESCENT_FALLBACK_RECALL``
+    (data on which NN-Descent stalls) gives way to the tree schedule
+    (``stats["descent_fallback"]``). ``second_stage="auto"``: ``"search"`` for the tree schedule with
     sqeuclidean, euclidean and cosine; ``"graph"`` otherwise: for the rows schedule (on 2 x H200,
     4M x 96 clustered, its cross searches reached recall 0.986 against the GGM merges' 0.997),
     inner_product (a walk of its k-NN graph found 0.87 recall: 200k x 32 clustered, two
@@ -566,8 +596,9 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         single-process one (same thread count), and its recall estimate is the engine's own
         (``stats["single_device"]`` True, ``stats["n_neighbors_internal"]`` None).
     random_state : int, default 0
-    partition : {"auto", "rows", "tree"}, default "auto"
-        The schedule, see above.
+    partition : {"auto", "descent", "rows", "tree"}, default "auto"
+        The schedule, see above. ``"descent"`` where it cannot run raises ``ValueError`` with
+        the reason (each worker's).
     split : {"pca", "random"}, default "pca"
         ``"tree"``: each hyperplane's normal, the top principal direction of the node's sample
         rows, or the direction between two random sample rows (RSFK's rule).
@@ -603,7 +634,10 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         (nearest first): numpy (cupy for cupy ``data``), or with ``compute=False`` dask arrays
         of numpy blocks, a *dask-backed* graph (``g.is_dask``): ``g.compute()`` gathers it;
         ``recall``, ``to_csr``, ``to_umap``, ``save`` and ``extend`` raise ``TypeError`` until
-        then. ``stats`` records the schedule: ``"dask-tree"`` (``partitions``,
+        then. ``stats`` records the schedule: ``"dask-descent"`` (``ranks``, ``rank_rows``,
+        ``iterations``, ``updates``, ``n_neighbors_internal``; per rank ``rank_s``: seconds of
+        its task's steps, and ``phase_ms``: GPU milliseconds of the descent's sample, reverse,
+        join and exchange steps), ``"dask-tree"`` (``partitions``,
         ``second_stage``, ``cross_searches``, ``leaf_sizes``, ``slab_sizes`` per internal node
         breadth-first, ``slab_widths``, ``slab_fraction`` = slab points / n), ``"dask-rows"``
         (row partitions with cross searches: ``partitions``, ``cross_searches``) or
@@ -680,6 +714,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
             raise ValueError(f"partition='descent' cannot run here: {why}")
         if why is None:
             partition = "descent"
+    auto_descent = descent_auto and partition == "descent"
     if partition == "auto":  # (data too small for the shared descent, or no GPUs with NCCL)
         partition = "tree"
     if second_stage == "auto":  # n_neighbors_internal is a parameter of the rows' GGM merges
@@ -715,6 +750,30 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     elif partition == "descent":
         result, stats = _descent_graph(client, parts, n, shape[1], _dtype, k, metric, seed, phases,
                                        estimate=estimate, compute=compute)
+        est = stats.get("recall_estimate")
+        if est is not None and est < DESCENT_FALLBACK_RECALL:
+            if not auto_descent:
+                logger.warning("knnkit.dask.knn_graph: estimated recall@%d of the shared descent is %.3f (data on "
+                               "which NN-Descent stalls); partition='tree' (its leaf builds fall back to exact "
+                               "lists) or knnkit.dask.knn (exact) serve such data", k, est)
+            else:
+                # as knnkit.knn_graph leaves a stalled descent for exact lists: the tree schedule,
+                # whose leaves are single-device builds with that fallback
+                logger.warning("knnkit.dask.knn_graph: the shared descent reached recall@%d %.3f; building "
+                               "with partition='tree' instead", k, est)
+                first = {"recall_estimate": est, "iterations": stats.get("iterations"),
+                         "seconds": round(time.perf_counter() - t_start, 4)}
+                partition = "tree"
+                second_stage = "search" if metric in SEARCH_METRICS else "graph"
+                P = min(len(worker_addresses(client)), max(1, n // (k + 1)))
+                scale = _data_scale(client, parts)
+                if scale != 1.0:
+                    parts = [(o, r, client.submit(scale_rows, f, scale, pure=False)) for o, r, f in parts]
+                del result
+                result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width,
+                                            slab_quantile, tree_sample, seed, phases, second_stage, estimate,
+                                            compute=compute)
+                stats["descent_fallback"] = first
     elif partition == "tree":
         result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width, slab_quantile,
                                     tree_sample, seed, phases, second_stage, estimate, compute=compute)
