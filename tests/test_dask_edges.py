@@ -377,3 +377,49 @@ def test_knn_graph_auto_descent_gives_way_to_the_tree_when_its_estimate_is_low(c
     with caplog.at_level(logging.WARNING, logger="knnkit"):
         h = knnkit.dask.knn_graph(X, k=5, client=client, partition="descent")
     assert h.stats.method == "dask-descent" and "stalls" in caplog.text
+
+
+def _fake_abort(key):
+    _FAKE["abort"].set()
+    return True
+
+
+def _hanging_descent_lists(uid, key, rank, *args):
+    """Rank 0 fails at once (when asked to) and the others wait, as NCCL would, until aborted."""
+    import time as _time
+
+    if rank == 0 and _FAKE.get("fail"):
+        raise ValueError("rank 0 ran out of something")
+    t0 = _time.time()
+    while not _FAKE["abort"].is_set() and _time.time() - t0 < 60:
+        _time.sleep(0.02)
+    raise RuntimeError("communicator aborted")
+
+
+@pytest.mark.parametrize("what", ["fails", "is lost"])
+def test_knn_graph_descent_stops_every_rank_when_one_fails_or_is_lost(monkeypatch, what):
+    """A rank that fails, or whose worker dies, would leave the others waiting in NCCL: they are
+    aborted and the call raises, naming the rank, instead of hanging or returning part of a graph."""
+    import threading
+
+    import knnkit.dask._api as api
+
+    X = np.random.default_rng(7).random((2400, 4), dtype=np.float32)
+    _FAKE.clear()
+    _FAKE.update(X=X, abort=threading.Event(), fail=what == "fails")
+    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
+    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
+    monkeypatch.setattr(api, "descent_lists", _hanging_descent_lists)
+    monkeypatch.setattr(api, "abort_descent", _fake_abort)
+    monkeypatch.setattr(api, "DESCENT_WATCH_S", 0.2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        if what == "is lost":
+            name = sorted(cluster.workers)[0]
+            threading.Timer(1.0, lambda: cluster.sync(cluster.workers[name].close)).start()
+            match = r"rank \d of 2\) was lost"
+        else:
+            match = r"rank 0 .* failed; the other ranks were stopped"
+        with pytest.raises(RuntimeError, match=match):
+            knnkit.dask.knn_graph(X, k=5, client=c, partition="descent")
+        assert _FAKE["abort"].is_set()

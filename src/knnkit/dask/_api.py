@@ -22,7 +22,8 @@ from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, d
                      finish_lists, fit_tree, globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running,
                      merge_topk, place_rows, prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of,
                      sample_rows, scale_rows, short_rows, single_graph, slab_samples, select_leaf, select_slab, size_of,
-                     slab_for_leaf, take, tree_nodes, unscale_lists, nccl_id, descent_lists, gpu_peer_ready)
+                     slab_for_leaf, take, tree_nodes, unscale_lists, nccl_id, descent_lists, gpu_peer_ready,
+                     abort_descent)
 from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
                       scatter_to, tree_reduce, worker_addresses)
 
@@ -896,6 +897,46 @@ def _descent_possible(client, workers, n, d, itemsize, k):
 DESCENT_LOCK = "knnkit-shared-descent"
 
 
+#: seconds between the checks of a running shared descent's ranks (a failed or lost rank)
+DESCENT_WATCH_S = 1.0
+
+
+def _watch_ranks(client, futs, workers, key):
+    """Wait for the shared descent's tasks. A rank that fails, or whose worker is lost, would
+    leave the others waiting in NCCL for ever: the others' communicators are aborted (their
+    tasks then fail) and the error is raised, naming the rank."""
+    from distributed import wait
+
+    while True:
+        try:
+            wait(futs, timeout=DESCENT_WATCH_S)
+            bad = [f for f in futs if f.status == "error"]
+            if not bad:
+                return
+        except TimeoutError:
+            bad = [f for f in futs if f.status == "error"]
+        alive = set(client.scheduler_info()["workers"])
+        lost = [(r, w) for r, w in enumerate(workers) if w not in alive]
+        if not bad and not lost:
+            continue
+        others = [w for w in workers if w in alive]
+        try:
+            client.run(abort_descent, key, workers=others)
+        except Exception:  # noqa: BLE001 (best effort: the error below is what matters)
+            pass
+        for f in futs:
+            if f.status != "error":
+                f.cancel()
+        if lost:
+            r, w = lost[0]
+            raise RuntimeError(f"knnkit.dask.knn_graph(partition='descent'): worker {w} (rank {r} of "
+                               f"{len(workers)}) was lost during the shared descent; no graph was returned "
+                               "(the other ranks were stopped). Run it again on the remaining workers.")
+        r = futs.index(bad[0])
+        raise RuntimeError(f"knnkit.dask.knn_graph(partition='descent'): rank {r} ({workers[r]}) failed; "
+                           "the other ranks were stopped") from bad[0].exception()
+
+
 def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate=False, compute=True):
     """knn_graph(partition="descent"): one NN-Descent shared by the workers' GPUs (see
     :func:`knn_graph`). ``(lists, stats)``, phases as the other schedules."""
@@ -918,7 +959,7 @@ def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate
                               allow_other_workers=False, pure=False)
                 for r in range(len(workers))]
         t1 = time.perf_counter()
-        wait(futs)
+        _watch_ranks(client, futs, workers, key)
         t2 = time.perf_counter()
     # pieces of the result: each block's rows (descent numbering p .. p + c) cut by the ranks' shares
     pieces = []  # (global offset, rows, rank, first row in the rank's lists)

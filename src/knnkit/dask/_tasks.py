@@ -19,7 +19,7 @@ __all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self", "finish_
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search",
            "short_rows", "distances_at", "row_slice", "leaf_rows_in", "place_rows", "absmax_of", "scale_rows",
            "unscale_lists", "nccl_id", "descent_lists",
-           "gpu_peer_ready"]
+           "gpu_peer_ready", "abort_descent"]
 
 
 def _host(a, dtype=None):
@@ -300,6 +300,17 @@ def _gpu_peer_why(need_bytes):
     if free < int(need_bytes):
         return f"{free / 2**30:.1f} GiB free on its GPU, {int(need_bytes) / 2**30:.1f} GiB needed"
     return ""
+
+
+def abort_descent(key):
+    """Give up this worker's communicator of the shared descent ``key`` (from outside its task,
+    while the task may be waiting in a collective for a rank that failed or was lost: its NCCL
+    calls then fail and the task raises). True when there was one."""
+    peer = _COMMS.pop(key, None)
+    if peer is None:
+        return False
+    peer.abort()
+    return True
 
 
 def nccl_id():
