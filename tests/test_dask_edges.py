@@ -317,6 +317,20 @@ def _fake_descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtyp
     return I.astype(np.int32), D, st
 
 
+def _stand_in(monkeypatch, X, descent, **fake):
+    """knnkit.dask's shared descent with its GPU tasks replaced (``descent``: the task; the
+    communicator checks and id faked), from 1,000 points; ``fake``: more entries of _FAKE."""
+    import knnkit.dask._api as api
+
+    _FAKE.clear()
+    _FAKE.update(X=X, **fake)
+    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
+    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
+    monkeypatch.setattr(api, "descent_lists", descent)
+    monkeypatch.setattr(api, "DESCENT_MIN_N", 1000)
+    return api
+
+
 @pytest.mark.parametrize("chunks", [(1000, 700, 1300, 1001), (4001,)])
 @pytest.mark.parametrize("compute", [True, False])
 def test_knn_graph_descent_orchestration_with_a_stand_in_engine(client, monkeypatch, chunks, compute):
@@ -324,15 +338,8 @@ def test_knn_graph_descent_orchestration_with_a_stand_in_engine(client, monkeypa
     uneven blocks (all on one worker, or spread) cut into the ranks' equal shares and put back in
     row order, on the workers or gathered; the recall estimate summed from the ranks; the
     communicator made once, then reused."""
-    import knnkit.dask._api as api
-
     X = np.random.default_rng(5).random((sum(chunks), 4), dtype=np.float32)
-    _FAKE.clear()
-    _FAKE["X"] = X
-    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
-    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
-    monkeypatch.setattr(api, "descent_lists", _fake_descent_lists)
-    monkeypatch.setattr(api, "DESCENT_MIN_N", 1000)
+    _stand_in(monkeypatch, X, _fake_descent_lists)
     dX = client.persist(da.from_array(X, chunks=(chunks, 4)))
     distributed.wait(dX)
     _, T = knnkit.knn(X, k=6, device="cpu")
@@ -360,15 +367,8 @@ def test_knn_graph_auto_descent_gives_way_to_the_tree_when_its_estimate_is_low(c
     partition='descent' keeps its lists with a warning."""
     import logging
 
-    import knnkit.dask._api as api
-
     X = np.random.default_rng(6).random((3001, 4), dtype=np.float32)
-    _FAKE.clear()
-    _FAKE["X"] = X
-    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
-    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
-    monkeypatch.setattr(api, "descent_lists", _spoiled_descent_lists)
-    monkeypatch.setattr(api, "DESCENT_MIN_N", 1000)
+    _stand_in(monkeypatch, X, _spoiled_descent_lists)
     t = knnkit.dask.knn_graph(X, k=5, client=client, device="auto", partition="tree", random_state=1)
     with caplog.at_level(logging.WARNING, logger="knnkit"):
         g = knnkit.dask.knn_graph(X, k=5, client=client, random_state=1)
@@ -402,14 +402,8 @@ def test_knn_graph_descent_stops_every_rank_when_one_fails_or_is_lost(monkeypatc
     aborted and the call raises, naming the rank, instead of hanging or returning part of a graph."""
     import threading
 
-    import knnkit.dask._api as api
-
     X = np.random.default_rng(7).random((2400, 4), dtype=np.float32)
-    _FAKE.clear()
-    _FAKE.update(X=X, abort=threading.Event(), fail=what == "fails")
-    monkeypatch.setattr(api, "gpu_peer_ready", _fake_ready)
-    monkeypatch.setattr(api, "nccl_id", _fake_nccl_id)
-    monkeypatch.setattr(api, "descent_lists", _hanging_descent_lists)
+    api = _stand_in(monkeypatch, X, _hanging_descent_lists, abort=threading.Event(), fail=what == "fails")
     monkeypatch.setattr(api, "abort_descent", _fake_abort)
     monkeypatch.setattr(api, "DESCENT_WATCH_S", 0.2)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
