@@ -570,8 +570,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     ``benchmarks/results/cpu/dask_second_stage_2026-11-26b.md``): the second stage runs on both
     workers; recall 0.9989 (tree) / 0.9975 (rows), single process 0.9993. On 2 x H200 (4M x 96,
     ``benchmarks/results/dask-h200x2-2026-11-26b/``): tree + search 6.7 s (0.9977), tree + graph
-    7.8 s, rows + graph 8.6 s, against 4.8 s on one worker: two GPUs do not pay yet (host copies
-    and transfers between the stages).
+    7.8 s, rows + graph 8.6 s, against 4.8 s on one worker: on GPUs these schedules do not pay
+    (host copies and transfers between the stages), hence the shared descent on GPU workers.
 
     Parameters
     ----------
