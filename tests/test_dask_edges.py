@@ -276,6 +276,8 @@ def test_knn_graph_descent_is_refused_clearly_where_it_cannot_run(client):
         knnkit.dask.knn_graph(X, k=5, client=client, partition="descent", metric="manhattan")
     with pytest.raises(ValueError, match="n_neighbors_internal"):
         knnkit.dask.knn_graph(X, k=5, client=client, partition="descent", n_neighbors_internal=20)
+    with pytest.raises(ValueError, match="cannot run here: 11 points are too few for 2 workers"):
+        knnkit.dask.knn_graph(X[:11], k=5, client=client, partition="descent")
     if not knnkit.gpu_available():
         with pytest.raises(ValueError, match="cannot run here: .*no GPU"):
             knnkit.dask.knn_graph(X, k=5, client=client, partition="descent")

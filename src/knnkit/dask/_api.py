@@ -710,6 +710,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     if partition == "descent" or (partition == "auto" and n > DESCENT_MIN_N):
         workers = worker_addresses(client)
         why = "the cluster has one worker" if len(workers) < 2 else \
+            f"{n} points are too few for {len(workers)} workers" if n < len(workers) * (k + 1) else \
             _descent_possible(client, workers, n, shape[1], np.dtype(_dtype).itemsize, k)
         if why and partition == "descent":
             raise ValueError(f"partition='descent' cannot run here: {why}")
