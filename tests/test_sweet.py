@@ -563,10 +563,12 @@ def test_gated_auto_path_on_the_cpu(monkeypatch):
     assert need is None
 
 
-def test_auto_pregate_on_a_subset_cpu(rng):
+def test_auto_pregate_on_a_subset_cpu(rng, monkeypatch):
     """On the CPU ``auto`` first estimates Sweet KNN's savings on a subset: uniform 32-D gives way
-    to the GEMM path without the gated run (no need returned), clustered data goes on to the
-    gated run; the answers equal the GEMM path's."""
+    to the GEMM path without the gated run (no need returned); clustered data whose subset already
+    saves what is asked runs Sweet KNN without a gate (a denser whole set saves more), and one
+    whose subset falls short within the slack goes on to the gated run; the answers equal the
+    GEMM path's."""
     from knnkit._core.prepare import prepare
     from knnkit.api import exact as api_exact
 
@@ -580,8 +582,18 @@ def test_auto_pregate_on_a_subset_cpu(rng):
     C = make_clustered(40_000, 32, random_state=int(rng.integers(1 << 30)), device="cpu")
     PC = prepare(C, metric="sqeuclidean", device="cpu")
     m, need = api_exact.choose_exact_method("auto", PC, None, 10, gated=True)
-    assert m.name == "sweet" and need == (0.9, None)
+    assert m.name == "sweet" and need is None
     d, i, st = api_exact.exact_search(PC, None, 5, method="auto")
+    assert "filter" in st and "gate" not in st
     d0, i0, _ = api_exact.exact_search(PC, None, 5, method="gemm")
     np.testing.assert_allclose(d, d0, rtol=1e-5, atol=1e-5)
     assert (i == i0).mean() > 0.999
+    from knnkit.exact import sweet as sweet_pkg
+
+    # asked more than the subset saves (clustered 32-D subsets: 0.945-0.977), within the slack
+    monkeypatch.setitem(sweet_pkg.SWEET_AUTO_MIN_SAVED, "cpu", (0.99, 0.99))
+    m, need = api_exact.choose_exact_method("auto", PC, None, 10, gated=True)
+    assert m.name == "sweet" and need == (0.99, None)
+    d, i, st = api_exact.exact_search(PC, None, 5, method="auto")
+    assert ("gate" in st) != ("sweet_gate" in st)  # the gated run, passed or given way
+    np.testing.assert_allclose(d, d0, rtol=1e-5, atol=1e-5)

@@ -227,14 +227,19 @@ SWEET_AUTO_GATE = True
 #: 50k, CPU: the 4,096-row subset reads 0.05-0.31 on uniform 16-64-D (the full sets 0.01-0.60,
 #: asked 0.9) and 0.945-0.977 on clustered 12-64-D (full 0.98), in 7-25 ms against 0.1-0.5 s for
 #: the full estimate. A subset saves less than the whole set (sparser), so the slack keeps
-#: borderline sets for the full gate. None on the GPU (its gate and level-1 floor were within
-#: 0.98-1.07 of the better method there).
+#: borderline sets for the full gate, and a subset that already saves the asked fraction runs
+#: Sweet KNN without the gate (its sample cost 3-8 % of a clustered 32-D join, where ``auto`` was
+#: 1.13x Sweet KNN's time; 1.03x without: ``benchmarks/results/cpu/
+#: sweet_auto_paired_clustered_2026-11-29_s19_*.json``). None on the GPU (its gate and level-1
+#: floor were within 0.98-1.07 of the better method there).
 SWEET_AUTO_PREGATE = {"cpu": (4096, 8, 0.2), "gpu": None}
 
 
 def _subset_may_pay(X, Q, k, need, device, seed):
-    """False when Sweet KNN's savings on a random subset of ``X`` fall short of ``need`` by more
-    than the pre-gate's slack (``SWEET_AUTO_PREGATE``): the GEMM path then answers."""
+    """What a random subset of ``X`` says of Sweet KNN's savings (``SWEET_AUTO_PREGATE``): False
+    when they fall short of ``need`` by more than the pre-gate's slack (the GEMM path then
+    answers), ``"sure"`` when the subset alone saves ``need`` (the whole set, denser, saves more:
+    no gate inside the run), else True (the run's own gate decides)."""
     pre = SWEET_AUTO_PREGATE.get(device)
     n = int(X.shape[0])
     if pre is None:
@@ -250,6 +255,8 @@ def _subset_may_pay(X, Q, k, need, device, seed):
     sub = X[xp.asarray(np.sort(rng.choice(n, size=s, replace=False)))]
     saved = estimate_savings(sub, Q, k, sample=128, seed=seed)
     logger.debug("knn auto: Sweet KNN saves %.3f on a %d-row subset (asked %.2f - %.2f)", saved, s, need, slack)
+    if saved >= need:
+        return "sure"
     return saved >= need - slack
 
 
@@ -278,8 +285,9 @@ def choose_exact_method(method, P, Q, k, seed=0, allow_sweet=True, gated=False):
                 # the run estimates (its own sample), unless a subset already says the filters
                 # cannot save what is asked
                 sweet = _subset_may_pay(P.X, QX, k, threshold, P.device, seed)
-                if sweet:
+                if sweet is True:  # (not "sure": the subset already saves what is asked)
                     need = (threshold, level1_floor(P.X, P.device))
+                sweet = bool(sweet)
             else:
                 sweet = sweet_pays(P.X, QX, k, device=P.device, seed=seed)
         method = "sweet" if sweet else "gemm"
