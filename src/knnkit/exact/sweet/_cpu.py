@@ -517,7 +517,6 @@ _SEED_MERGED = True
 _SEED_MERGED_MIN_K = 16
 _SEED_BLOCK = 64
 _ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
-_ONE_SEEDS = True  # its all-points joins start from the Morton neighbours (A/B switch; tests force it off)
 _GATE_CHUNK = 32  # queries of the gate's sample run per chunk (it stops at the first chunk over budget)
 
 
@@ -904,7 +903,7 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
 
 @njit(parallel=True, cache=True)
 def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, exclude_self,
-                rel, out_d, out_i, counts, seeds):
+                rel, out_d, out_i, counts):
     """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
     list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
     outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
@@ -912,12 +911,7 @@ def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, 
     after the first cluster and keeps the pair in a sorted list of one; this path measured 7-15 %
     less level-2 time (uniform and clustered 3-D 245k) for the same distances. Coordinates come
     from the axis-major ``XsT`` (zero rows below d = 3 add exact zeros). Same result: the smallest
-    (distance, index) pair, ties by the smaller index, ``-1`` / inf when nothing passes.
-
-    ``seeds`` (all-points joins: ``Q`` is the data, ``qseq`` in Morton order inside each query
-    cluster): the query's neighbours in that order, ``qseq[p - 1]`` and ``qseq[p + 1]`` of the same
-    cluster, are data points near it; their distances start the pair and theta, so the outward
-    scans of the shell ``|mdist - a| <= theta`` start thin instead of at the cluster's bound."""
+    (distance, index) pair, ties by the smaller index, ``-1`` / inf when nothing passes."""
     x0 = XsT[0]
     x1 = XsT[1]
     x2 = XsT[2]
@@ -934,26 +928,6 @@ def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, 
         best = np.float32(np.inf)
         bi = -1
         nd = 0
-        if seeds:
-            for nb in (p - 1, p + 1):
-                if nb < 0 or nb >= qseq.shape[0]:
-                    continue
-                t = qseq[nb]
-                if t == qi or qlab[t] != cq:
-                    continue
-                r = Q[t]
-                e0 = q0 - np.float64(r[0]) if dim >= 1 else 0.0
-                e1 = q1 - np.float64(r[1]) if dim >= 2 else 0.0
-                e2 = q2 - np.float64(r[2]) if dim >= 3 else 0.0
-                d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # as the scans compute it
-                nd += 1
-                if d < best or (d == best and t < bi):
-                    best = d
-                    bi = t
-            if bi >= 0:
-                th = math.sqrt(np.float64(best))
-                if th < theta:
-                    theta = th
         for j in range(coff[cq], coff[cq + 1]):
             lim = theta * (1.0 + rel) + bq
             if sufv[j] > lim:
@@ -1412,9 +1386,7 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     straight = direct and dim <= _SEED_MAX_DIM and (dup is None or (_SEED_MERGED and k_sel >= _SEED_MERGED_MIN_K))
     seeding = straight and k_sel >= _SEED_MIN_K
     one = straight and k_sel == 1 and _ONE_PATH
-    # k = 1 of an all-points join: Morton neighbours seed the pair (``_level2_one``'s ``seeds``)
-    one_seeds = one and exclude and dup is None and qsel is None and _ONE_SEEDS
-    if seeding or one_seeds:
+    if seeding:
         _morton_within(Qr, tab["qseq"], tab["qoff"])
         qseq = tab["qseq"] if qsel is None else tab["qseq"][np.isin(tab["qseq"], qsel)]
     # data rows in cluster order: level 2 reads each cluster's members contiguously
@@ -1430,7 +1402,7 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     if one:
         counts = np.zeros(qseq.size, np.int64)
         _level2_one(XsT, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"], qseq, *args2[:7],
-                    exclude, tab["rel"], out_d, out_i, counts, one_seeds)
+                    exclude, tab["rel"], out_d, out_i, counts)
         ndist += int(counts.sum())
     elif direct:
         counts = np.zeros(qseq.size, np.int64)
