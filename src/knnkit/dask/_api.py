@@ -18,12 +18,12 @@ from .._core.config import logger
 from .._core.random import seed_from
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS
-from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, drop_self, exact_part, exact_prepared,
+from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, exact_part, exact_prepared,
                      finish_lists, fit_tree, globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running,
                      merge_topk, place_rows, prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of,
                      sample_rows, scale_rows, short_rows, single_graph, slab_samples, select_leaf, select_slab, size_of,
                      slab_for_leaf, take, tree_nodes, unscale_lists, nccl_id, descent_lists, gpu_peer_ready,
-                     abort_descent)
+                     abort_descent, recall_from)
 from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
                       scatter_to, tree_reduce, worker_addresses)
 
@@ -217,24 +217,12 @@ def _probe(client, parts, rows):
     return np.ascontiguousarray(np.concatenate(client.gather(pieces)))
 
 
-def _recall_from(rows, Dx, Ix, D_rows, k, metric):
-    """recall@k of the graph's distances ``D_rows`` at ``rows``, ties forgiven, against the exact
-    ``k + 1`` lists ``(Dx, Ix)`` of those rows (self dropped)."""
-    from .._core.metrics import to_internal
-
-    Dx, _ = _drop_self(Dx, Ix - rows[:, None] + np.arange(len(rows))[:, None], k)
-    kth = to_internal(Dx[:, -1], metric)
-    kth = kth + 1e-5 * np.abs(kth) + 1e-12
-    got = to_internal(D_rows, metric)
-    return float(np.mean(got <= kth[:, None]))
-
-
 def _probe_recall(client, probes, rows, D_rows, k, metric):
     """The recall estimate from the partition graphs' probe lists (futures of ``(I, D, (pD, pI))``:
     each partition's exact ``k + 1`` nearest of the probe rows, computed in its graph's task)."""
     lists = [client.submit(take, f, 2, pure=False) for f in probes]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
-    return _recall_from(rows, Dx, Ix, D_rows, k, metric)
+    return recall_from(rows, Dx, Ix, D_rows, k, metric)
 
 
 def _estimate_recall(client, parts, rows, D_rows, k, metric, device):
@@ -244,7 +232,7 @@ def _estimate_recall(client, parts, rows, D_rows, k, metric, device):
     # the graph's build validated the data: no second NaN scan of every partition
     lists = [client.submit(exact_part, f, qf, k + 1, metric, device, o, True, pure=False) for o, _r, f in parts]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
-    return _recall_from(rows, Dx, Ix, D_rows, k, metric)
+    return recall_from(rows, Dx, Ix, D_rows, k, metric)
 
 
 class OnWorkers(NamedTuple):
@@ -305,11 +293,6 @@ def _distances_at(client, lists, rows):
         if sel.size:
             pieces.append(client.submit(distances_at, f, field, sel, pure=False))
     return np.concatenate(client.gather(pieces))
-
-
-def _drop_self(D, I, k):
-    """Rows of k + 1 sorted lists of the points 0, 1, ... themselves: each row without its own id."""
-    return drop_self((D, I), 0, k)
 
 
 #: ``partition`` values of :func:`knn_graph`.
@@ -736,12 +719,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     single = (partition == "tree" and P == 1) or (partition == "rows" and len(parts) == 1
                                                    and n_neighbors_internal is None)
     # (the shared descent prepares all the data on every GPU, as one process does: its own scale)
-    scale = 1.0 if single or partition == "descent" else _data_scale(client, parts)
-    if scale != 1.0:
-        # data beyond 2^50 or below 2^-50: one power-of-two scale for every partition, as the single
-        # process computes at (each partition's own scale gave float32 distances that overflow or
-        # underflow in the merges: 1e30-scale data lost ranks, unsorted lists, recall 0.75)
-        parts = [(o, r, client.submit(scale_rows, f, scale, pure=False)) for o, r, f in parts]
+    scale, parts = (1.0, parts) if single or partition == "descent" else _scaled_parts(client, parts)
     if single:
         # one partition: nothing to split or merge, the single-device build on one worker
         result, stats = _single_graph(client, parts, n, k, metric, device, seed, phases, compute=compute)
@@ -768,9 +746,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                 partition = "tree"
                 second_stage = "search" if metric in SEARCH_METRICS else "graph"
                 P = min(len(worker_addresses(client)), max(1, n // (k + 1)))
-                scale = _data_scale(client, parts)
-                if scale != 1.0:
-                    parts = [(o, r, client.submit(scale_rows, f, scale, pure=False)) for o, r, f in parts]
+                scale, parts = _scaled_parts(client, parts)
                 del result
                 result, stats = _tree_graph(client, parts, n, k, metric, device, P, split, slab_width,
                                             slab_quantile, tree_sample, seed, phases, second_stage, estimate,
@@ -815,6 +791,18 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         return KnnGraph(I, D, metric=metric, stats=BuildStats.from_dict(stats))
     I, D = result
     return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
+
+
+def _scaled_parts(client, parts):
+    """``(scale, parts)``: the whole data's power-of-two scale (:func:`_data_scale`) and the
+    partitions multiplied by it. Data beyond 2^50 or below 2^-50 gets one scale for every
+    partition, as the single process computes at (each partition's own scale gave float32
+    distances that overflow or underflow in the merges: 1e30-scale data lost ranks, unsorted
+    lists, recall 0.75)."""
+    scale = _data_scale(client, parts)
+    if scale != 1.0:
+        parts = [(o, r, client.submit(scale_rows, f, scale, pure=False)) for o, r, f in parts]
+    return scale, parts
 
 
 def _data_scale(client, parts):

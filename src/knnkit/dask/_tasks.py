@@ -19,7 +19,7 @@ __all__ = ["exact_part", "prepare_part", "exact_prepared", "drop_self", "finish_
            "select_slab", "slab_graph", "slab_for_leaf", "merge_leaf", "search_graph", "cross_search",
            "short_rows", "distances_at", "row_slice", "leaf_rows_in", "place_rows", "absmax_of", "scale_rows",
            "unscale_lists", "nccl_id", "descent_lists",
-           "gpu_peer_ready", "abort_descent"]
+           "gpu_peer_ready", "abort_descent", "recall_from"]
 
 
 def _host(a, dtype=None):
@@ -320,6 +320,18 @@ def nccl_id():
     return nccl_unique_id()
 
 
+def recall_from(rows, Dx, Ix, D_rows, k, metric):
+    """recall@k of a graph's distances ``D_rows`` at ``rows``, ties forgiven, against the exact
+    ``k + 1`` lists ``(Dx, Ix)`` of those rows (each row's own id dropped), all on the host."""
+    from .._core.metrics import to_internal
+
+    Dx, _ = drop_self((Dx, Ix - rows[:, None] + np.arange(len(rows))[:, None]), 0, k)
+    kth = to_internal(Dx[:, -1], metric)
+    kth = kth + 1e-5 * np.abs(kth) + 1e-12
+    got = to_internal(D_rows, metric)
+    return float(np.mean(got <= kth[:, None]))
+
+
 def _descent_recall_hits(P, D, lo, hi, order, rows, k, metric):
     """The recall probe of the shared descent, on this rank's share: of the sampled global
     ``rows`` whose lists this rank holds (rows ``lo .. hi - 1`` of the descent's numbering, lists
@@ -328,7 +340,6 @@ def _descent_recall_hits(P, D, lo, hi, order, rows, k, metric):
     those rows against all of ``P`` on this GPU."""
     import cupy as cp
 
-    from .._core.metrics import to_internal
     from .._core.prepare import prepare_queries, rescaled
     from ..api.exact import exact_search
 
@@ -341,14 +352,10 @@ def _descent_recall_hits(P, D, lo, hi, order, rows, k, metric):
         return 0, 0
     Qp = prepare_queries(P.raw[pos], P, check_finite=False)
     pd, pi, _st = exact_search(rescaled(P, Qp.scale), Qp, int(k) + 1)
-    pd, pi, pos_h = _host(pd, np.float64), _host(pi, np.int64), _host(pos)
-    own = pi == pos_h[:, None]
-    # the k-th neighbour other than the row itself: entry k when the row is among the k + 1, else k - 1
-    kth = np.where(own[:, :int(k)].any(axis=1), pd[:, int(k)], pd[:, int(k) - 1])
-    kth = _host(to_internal(kth.astype(np.float32), metric), np.float64)
-    kth = kth + 1e-5 * np.abs(kth) + 1e-12
-    got = _host(to_internal(cp.ascontiguousarray(D[cp.asarray(pos_h - lo)]), metric), np.float64)
-    return int(np.sum(got <= kth[:, None])), int(got.size)
+    pos_h = _host(pos)
+    slots = int(pos_h.size) * int(k)
+    r = recall_from(pos_h, _host(pd), _host(pi, np.int64), _host(D[pos - lo]), int(k), metric)
+    return int(round(r * slots)), slots
 
 
 def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, metric, seed, rows, *blocks):
@@ -433,7 +440,7 @@ def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, 
         stats = {"iterations": int(st["iterations"]), "updates": [int(u) for u in st["updates"]],
                  "K": int(params.n_neighbors_internal), "sample": int(params.sample), "init_s": t_init,
                  "data_s": t_data - t_init, "prepare_s": t1 - t0 - t_data, "descent_s": t_descent,
-                 "probe_s": time.perf_counter() - t2, "exchange_s": float(st.get("exchange_s", 0.0)),
+                 "probe_s": time.perf_counter() - t2,
                  "phase_ms": st.get("phase_ms"), "recall_hits": hits, "task_s": time.perf_counter() - t0}
         return _host(I, np.int32), _host(D, np.float32), stats
     except BaseException:
