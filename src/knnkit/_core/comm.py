@@ -47,7 +47,18 @@ def nccl_unique_id():
     return _nccl().get_unique_id()
 
 
-class NcclPeer:
+class _Peer:
+    """What every peer has: its rank among ``size`` and every rank's own rows."""
+
+    def set_bounds(self, bounds):
+        """Every rank's own rows ``(lo, hi)`` for the next computation (a peer serves many)."""
+        if len(bounds) != self.size:
+            raise ValueError(f"{len(bounds)} row ranges for {self.size} ranks")
+        self.bounds = [(int(a), int(b)) for a, b in bounds]
+        self.lo, self.hi = self.bounds[self.rank]
+
+
+class NcclPeer(_Peer):
     """Rank ``rank`` of ``size`` GPUs (one per process) joined by NCCL.
 
     Parameters
@@ -77,13 +88,6 @@ class NcclPeer:
                 np.dtype(np.uint64): nccl.NCCL_UINT64, np.dtype(np.int64): nccl.NCCL_INT64,
                 np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.int8): nccl.NCCL_INT8,
                 np.dtype(np.float16): nccl.NCCL_FLOAT16}[np.dtype(a.dtype)]
-
-    def set_bounds(self, bounds):
-        """Every rank's own rows for the next computation (a communicator serves many)."""
-        if len(bounds) != self.size:
-            raise ValueError(f"{len(bounds)} row ranges for {self.size} ranks")
-        self.bounds = [(int(a), int(b)) for a, b in bounds]
-        self.lo, self.hi = self.bounds[self.rank]
 
     def exchange(self, sends, recvs):
         """Point to point, all pairs at once: ``sends[r]`` goes to rank r, ``recvs[r]`` comes from
@@ -126,11 +130,6 @@ class NcclPeer:
         self._comm.allReduce(buf.data.ptr, buf.data.ptr, int(buf.size), self._type(buf), self._nccl.NCCL_SUM,
                              self._stream())
 
-    def close(self):
-        comm, self._comm = self._comm, None
-        if comm is not None:
-            comm.destroy()
-
     def abort(self):
         """Give the communicator up at once (a rank may have failed: destroy could wait forever)."""
         comm, self._comm = self._comm, None
@@ -146,15 +145,14 @@ class _Exchange:
         self.slots = [None] * size
 
 
-class ThreadPeer:
+class ThreadPeer(_Peer):
     """Rank ``rank`` of ``size`` threads of this process (make them with :meth:`group`); each thread
     works on its current CuPy device. Collectives wait for every rank (a barrier), copy between
     devices, and return with the result in place."""
 
     def __init__(self, exchange, rank, bounds):
         self._x, self.rank, self.size = exchange, int(rank), len(bounds)
-        self.bounds = [(int(a), int(b)) for a, b in bounds]
-        self.lo, self.hi = self.bounds[self.rank]
+        self.set_bounds(bounds)
 
     @classmethod
     def group(cls, bounds):
@@ -175,15 +173,15 @@ class ThreadPeer:
         cupy.cuda.get_current_stream().synchronize()
         self._x.barrier.wait()  # nobody changes a shared array before every rank has read it
 
-    def set_bounds(self, bounds):
-        self.bounds = [(int(a), int(b)) for a, b in bounds]
-        self.lo, self.hi = self.bounds[self.rank]
-
     @staticmethod
     def _copy(dst, src):
+        """``dst[...] = src`` (same size), through the host when they are on different devices."""
         import cupy
 
-        cupy.copyto(dst, src.reshape(dst.shape)) if src.device == dst.device else dst.set(src.get().reshape(dst.shape))
+        if src.device == dst.device:
+            cupy.copyto(dst, src.reshape(dst.shape))
+        else:
+            dst.set(src.get().reshape(dst.shape))
 
     def exchange(self, sends, recvs):
         self._share(sends)
@@ -201,21 +199,15 @@ class ThreadPeer:
         self._done()
 
     def allgather(self, send, recv):
-        import cupy
-
         self._share(send)
         for r, a in enumerate(self._x.slots):
-            cupy.copyto(recv[r], a.reshape(recv[r].shape)) if a.device == recv.device else \
-                recv[r].set(a.get().reshape(recv[r].shape))
+            self._copy(recv[r], a)
         self._done()
 
     def broadcast(self, buf, root):
-        import cupy
-
         self._share(buf)
         if self.rank != int(root):
-            src = self._x.slots[int(root)]
-            cupy.copyto(buf, src) if src.device == buf.device else buf.set(src.get())
+            self._copy(buf, self._x.slots[int(root)])
         self._done()
 
     def allreduce_sum(self, buf):
@@ -224,9 +216,6 @@ class ThreadPeer:
         total = sum(a.get() for a in self._x.slots)
         self._done()
         buf.set(total.astype(buf.dtype, copy=False))
-
-    def close(self):
-        pass
 
     def abort(self):
         self._x.barrier.abort()

@@ -295,7 +295,6 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         copies_d = cp.empty((peer.size, share, K), cp.float32)
         sample_send = cp.empty((share, 2 * p + 4), cp.int32)
         sample_recv = cp.empty((peer.size, share, 2 * p + 4), cp.int32)
-        exchange_s = 0.0
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
     bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
@@ -330,10 +329,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
               np.int32(update == "basic"), counter, _ptr(tc_mu), np.float32(tc_scale)), shared_mem=smem)
         ev[3].record()
         if peer is not None:
-            t1 = time.perf_counter()
             _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg)
             peer.allreduce_sum(counter)
-            exchange_s += time.perf_counter() - t1
         ev[4].record()
         upd = int(counter.get()[0])
         dt = time.perf_counter() - t0
@@ -355,7 +352,6 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
 
     stats["phase_ms"] = {key: round(v, 2) for key, v in phase_ms.items()}  # GPU time by step, all iterations
     if peer is not None:
-        stats["exchange_s"] = exchange_s  # host time of the exchanges (they wait for the joins)
         del copies_i, copies_d
     out_idx = cp.empty((hi - lo, K), cp.int32)
     out_dist = cp.empty((hi - lo, K), cp.float32)
