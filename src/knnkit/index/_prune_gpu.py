@@ -1,8 +1,10 @@
 """RobustPrune (Vamana / DiskANN) of every node's candidate list on the GPU.
 
-The kernel (``prune.cu``) runs one thread block per node: it sorts the candidates,
-computes the exact pairwise "p occludes c" relation among them in shared-memory tiles and then
-makes the sequential greedy pass over a bit matrix.
+The kernels (``prune.cu``) run one thread block per node: they sort the candidates, compute the
+pairwise "p occludes c" relation among them and make the sequential greedy pass over a bit matrix.
+For 'l2' and up to 384 candidates ``robust_prune_tc`` computes the pairs on tensor cores (fp16,
+centred on the node; near-ties of the rule decided again in fp32), 32 candidates at a time, and
+stops once R are kept; the fp32 kernel ``robust_prune`` does the rest ('ip', longer lists).
 """
 
 import numpy as np
@@ -15,9 +17,19 @@ _KERNEL = kernel_path(__file__, "prune.cu")
 __all__ = ["prune_gpu", "prune_factor", "prune_shift", "new_reverse_mask"]
 
 _THREADS = 256
+#: Largest padded candidate count the tensor-core kernel takes (its accumulators: CP / 64 tiles of
+#: 16 x 16 per warp); longer lists (the R = 64 tier's hubs, 576) use the fp32 kernel.
+TC_MAX_CP = 384
+#: ``robust_prune_tc`` for 'l2' (fp16 tensor-core distances with an fp32 recheck of near-ties, bands
+#: skipped once R are kept); False runs the fp32 kernel everywhere (the A/B:
+#: ``benchmarks/build_flag_ab.py --flag tc``; the parts: ``benchmarks/prune_kernel_parts.py``).
+USE_TENSOR_CORES = True
+_TC_MAXT = tuple(range(1, TC_MAX_CP // 64 + 1))
 # every kernel of prune.cu, so that the file is compiled once per process
-_NAMES = ("robust_prune<0>", "robust_prune<1>")
-_STATIC_SMEM = 2 * 64 * 33 * 4 + 16  # the two staging tiles of prune.cu
+#: Extra compile options of the tensor-core kernel (``-DPT_SKIP_*``: benchmarks/prune_kernel_parts.py).
+TC_OPTIONS = ()
+_NAMES = ("robust_prune<0>", "robust_prune<1>") + tuple(f"robust_prune_tc<{t}>" for t in _TC_MAXT)
+_STATIC_SMEM = 2 * 64 * 33 * 4 + 16  # the two staging tiles of the fp32 kernel
 
 
 def prune_factor(alpha, metric):
@@ -113,13 +125,21 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
         return (out, out_d) if return_distances else out
     CP = max(64, -(-C // 64) * 64)
     smem = CP * 16 + CP * (CP // 32) * 4
-    kern = get_kernel(_KERNEL, _NAMES[0 if metric == "l2" else 1], name_expressions=_NAMES)
-    if smem + _STATIC_SMEM > 48 * 1024:  # past the default limit: opt in (up to 227 KiB on H100/H200)
+    static = _STATIC_SMEM
+    if metric == "l2" and USE_TENSOR_CORES and CP <= TC_MAX_CP:
+        name = f"robust_prune_tc<{CP // 64}>"
+        dpad = -(-d // 32) * 32 if d <= 128 else 128
+        smem += CP * 4 + CP * (dpad // 2 + 4) * 4  # norms, the staged fp16 rows (one chunk of 128 dims)
+        static = 16
+    else:
+        name = _NAMES[0 if metric == "l2" else 1]
+    kern = get_kernel(_KERNEL, name, options=TC_OPTIONS if "_tc" in name else (), name_expressions=_NAMES)
+    if smem + static > 48 * 1024:  # past the default limit: opt in (up to 227 KiB on H100/H200)
         kern.max_dynamic_shared_size_bytes = smem
     factor = np.float32(prune_factor(alpha, metric))
     shift = np.float32(prune_shift(X, metric) if shift is None else shift)
     grid = int(min(m, 65535 * 8))
-    logger.debug("prune_gpu: %d nodes, C=%d, R=%d, smem=%d", m, C, R, smem)
+    logger.debug("prune_gpu: %s, %d nodes, C=%d, R=%d, smem=%d", name, m, C, R, smem)
     kern((grid,), (_THREADS,), (X, np.int32(n), np.int32(d), cand_idx, cand_dist, np.int32(m), np.int32(C),
                                 np.int32(CP), np.int32(R), factor, shift, np.int32(bool(fill)), out, out_d,
                                 node_ids),
