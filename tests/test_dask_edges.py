@@ -419,3 +419,39 @@ def test_knn_graph_descent_stops_every_rank_when_one_fails_or_is_lost(monkeypatc
         with pytest.raises(RuntimeError, match=match):
             knnkit.dask.knn_graph(X, k=5, client=c, partition="descent")
         assert _FAKE["abort"].is_set()
+
+
+def _out_of_range_descent_lists(*args):
+    """Every rank finds, after the shared descent, lists float32 cannot rank (as
+    ``refuse_underflow`` does on the GPUs on data spanning more than ~1e19)."""
+    from knnkit.dask._tasks import DataRangeError
+
+    raise DataRangeError("knnkit.dask.knn_graph: 3 rows have neighbours closer than float32 resolves")
+
+
+def test_knn_graph_descent_refuses_data_float32_cannot_rank_as_a_value_error(client, monkeypatch):
+    """Rows whose neighbours float32 cannot tell apart are refused by the shared descent as by the
+    other schedules: a ValueError saying why, not a 'rank failed' RuntimeError, and no graph."""
+    X = np.random.default_rng(8).random((2400, 4), dtype=np.float32)
+    _stand_in(monkeypatch, X, _out_of_range_descent_lists)
+    with pytest.raises(ValueError, match="closer than float32 resolves"):
+        knnkit.dask.knn_graph(X, k=5, client=client, partition="descent")
+
+
+def test_refuse_underflow_finds_rows_float32_cannot_rank():
+    """The check itself (shared by the partition graphs and the shared descent): distinct rows at
+    1e-30 beside rows near 1 have squared distances that underflow float32."""
+    from knnkit._core.prepare import prepare
+    from knnkit.dask._tasks import DataRangeError, refuse_underflow
+    from knnkit.graph import GRAPH_METRICS
+
+    rng = np.random.default_rng(9)
+    X = np.concatenate([rng.random((50, 3)), 1e-30 * rng.random((50, 3))]).astype(np.float32)
+    P = prepare(X, metric="sqeuclidean", device="cpu", metrics=GRAPH_METRICS)
+    d2 = ((P.X[:, None, :].astype(np.float64) - P.X[None]) ** 2).sum(-1)
+    np.fill_diagonal(d2, np.inf)
+    I = np.argsort(d2, axis=1)[:, :4].astype(np.int32)
+    D = np.take_along_axis(d2, I, axis=1).astype(np.float32)
+    with pytest.raises(DataRangeError, match="closer than float32 resolves"):
+        refuse_underflow(D, I, P, "rows")
+    refuse_underflow(D[:50], I[:50], P, "rows")  # rows near 1: nothing to refuse

@@ -23,7 +23,7 @@ from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, e
                      merge_topk, place_rows, prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of,
                      sample_rows, scale_rows, short_rows, single_graph, slab_samples, select_leaf, select_slab, size_of,
                      slab_for_leaf, take, tree_nodes, unscale_lists, nccl_id, descent_lists, gpu_peer_ready,
-                     abort_descent, recall_from)
+                     abort_descent, recall_from, DataRangeError)
 from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
                       scatter_to, tree_reduce, worker_addresses)
 
@@ -922,8 +922,11 @@ def _watch_ranks(client, futs, workers, key):
                                f"{len(workers)}) was lost during the shared descent; no graph was returned "
                                "(the other ranks were stopped). Run it again on the remaining workers.")
         r = futs.index(bad[0])
+        exc = bad[0].exception()
+        if isinstance(exc, DataRangeError):  # the data's fault, raised by every rank alike
+            raise exc
         raise RuntimeError(f"knnkit.dask.knn_graph(partition='descent'): rank {r} ({workers[r]}) failed; "
-                           "the other ranks were stopped") from bad[0].exception()
+                           "the other ranks were stopped") from exc
 
 
 def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate=False, compute=True):

@@ -234,7 +234,6 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     partition, on the data the build just prepared (no second copy to the device): a third
     element ``(distances float32 user metric, local ids int64)``."""
     from .._core.prepare import prepare
-    from .._core.underflow import underflow_rows
     from ..graph import GRAPH_METRICS, build_lists, choose_method
     from ..graph.nndescent import NNDescentParams
 
@@ -254,11 +253,7 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     # rows with neighbours closer than float32 resolves (values spanning more than ~1e19): the
     # single-process knn_graph answers them in float64; here (lists then merged across partitions)
     # they are refused rather than ranked as ties
-    tiny = underflow_rows(D, I, P.raw, P.raw, P.internal, P.scale)
-    if tiny.size:
-        raise ValueError(f"knnkit.dask.knn_graph: {tiny.size} rows of a partition have neighbours closer than "
-                         "float32 resolves (the data's values span more than ~1e19); knnkit.knn_graph in one "
-                         "process answers such rows exactly in float64, or center / rescale the data")
+    refuse_underflow(D, I, P, "rows of a partition")
     D = finalize_distances(D, metric, P.scale)
     if probe is None:
         return _host(I, np.int32), _host(D, np.float32)
@@ -268,6 +263,25 @@ def part_graph(X, k, K, metric, device, seed, final=False, probe=None, probe_k=N
     Qp = prepare_queries(probe, P, check_finite=False)
     pd, pi, _st = exact_search(rescaled(P, Qp.scale), Qp, min(int(probe_k), n))
     return _host(I, np.int32), _host(D, np.float32), (_host(pd, np.float32), _host(pi, np.int64))
+
+
+class DataRangeError(ValueError):
+    """Data whose lists float32 cannot rank (values spanning more than ~1e19): raised by every rank
+    of the shared descent alike, and by the driver as is (not as a failed rank)."""
+
+
+def refuse_underflow(D, I, P, what):
+    """Raise :class:`DataRangeError` when lists ``(D internal, I)`` of the prepared data ``P`` hold
+    neighbours closer than float32 resolves (:func:`knnkit._core.underflow.underflow_rows`): the
+    single-process knn_graph answers such rows in float64; here (lists merged or shared across
+    workers) they are refused rather than ranked as ties."""
+    from .._core.underflow import underflow_rows
+
+    tiny = underflow_rows(D, I, P.raw, P.raw, P.internal, P.scale)
+    if tiny.size:
+        raise DataRangeError(f"knnkit.dask.knn_graph: {tiny.size} {what} have neighbours closer than float32 "
+                             "resolves (the data's values span more than ~1e19); knnkit.knn_graph in one "
+                             "process answers such rows exactly in float64, or center / rescale the data")
 
 
 #: this worker's NCCL communicators of the shared descent, by (the ranks' addresses, rank): made by
@@ -433,6 +447,9 @@ def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, 
                                  reverse=params.reverse, peer=peer)
         t_descent = time.perf_counter() - t1
         I, D = I[:, :int(k)], D[:, :int(k)]
+        # every rank holds the same graph after the last exchange: all refuse alike, no collective
+        # is left to wait in
+        refuse_underflow(D, I, P, "rows")
         I = cp.where(I >= 0, order[cp.maximum(I, 0)], -1).astype(cp.int32)
         D = finalize_distances(D, metric, P.scale)
         t2 = time.perf_counter()
