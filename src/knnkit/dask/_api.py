@@ -502,7 +502,9 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     every worker); communicators are kept on the workers for the next call. Unlike
     :func:`knnkit.knn_graph` it has no exact fallback for data on which the descent stalls (high
     intrinsic dimension): the estimate then warns, and ``partition="tree"`` or
-    :func:`knnkit.dask.knn` (exact) serve such data.
+    :func:`knnkit.dask.knn` (exact) serve such data. Data whose values span more than ~1e19
+    (neighbours closer than float32 resolves) is refused with ``ValueError``, as by the partition
+    schedules; :func:`knnkit.knn_graph` in one process answers such rows in float64.
 
     The partition schedules (``partition="tree"`` or ``"rows"``; CPU workers, inner_product,
     manhattan, GPUs without NCCL, graphs of at most ``DESCENT_MIN_N`` points) work in two stages:
