@@ -40,6 +40,8 @@ _QUERY_BLOCK = 2048
 # all-points graph: square blocks computed once for both sides while the heaps of every point
 # fit this many bytes
 _SYM_BLOCK = 2048
+#: columns of G one task of the transposed selection walks down together (8 cache lines per row)
+_TRANSPOSED_STRIP = 128
 _SYMMETRIC_HEAP_BYTES = 1 << 30
 
 
@@ -112,8 +114,10 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
 def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
     """Offer the keys of ``G.T`` to the heaps: heap row c gets column ``col0 + i`` with key
     ``xn[col0 + i] - 2 G[i, c]`` (the all-points graph computes each block pair once and uses
-    it for both sides). Each task walks 16 adjacent columns so every G row access is one cache line."""
-    W = 16
+    it for both sides). Each task walks ``_TRANSPOSED_STRIP`` adjacent columns: down a column strip
+    every G row access jumps a whole row, and 16 columns (one cache line) per jump left the walk
+    bound by the misses (2048 x 2048 blocks: 22.5 ms against 13.5 ms with 128 columns, 2 cores)."""
+    W = _TRANSPOSED_STRIP
     ngroups = (G.shape[1] + W - 1) // W
     parts = chunks(ngroups, 4 * num_threads())
     parallel_for(lambda c: _select_columns(G, xn, col0, heap_d, heap_i, use_l2, parts[c][0], parts[c][1]),
@@ -125,7 +129,7 @@ def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
     """Column groups ``g0 .. g1 - 1`` of :func:`_select_block_transposed`."""
     mi, mc = G.shape
     k = heap_d.shape[1]
-    W = 16
+    W = _TRANSPOSED_STRIP
     for grp in range(g0, g1):
         c0 = grp * W
         w = min(W, mc - c0)
