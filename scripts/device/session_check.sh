@@ -7,7 +7,7 @@
 #            tests/test_fuzz.py tests/test_dask.py);
 #   shards 1-3: every other test file with GPU tests, dealt by file size.
 # Output (3 files under $OUT): env.txt, first.log (shard 0), gpu_suite.log (shards 1-3, each
-# with its 15 slowest tests). Limit 420 s per shard.
+# with its 15 slowest tests). Limit ${SHARD_S:-420} s per shard.
 set -uo pipefail
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export PYTHONPATH=src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -25,9 +25,9 @@ mapfile -t files < <(grep -l "mark.gpu\|pytest.mark.gpu" tests/test_*.py | grep 
 shard=(); for i in 1 2 3; do shard[$i]=""; done
 j=0; for f in "${files[@]}"; do i=$(( j % 3 + 1 )); shard[$i]="${shard[$i]} $f"; j=$((j+1)); done
 t0=$(date +%s)
-timeout 420 $py -m pytest -q -m gpu -p no:cacheprovider $first > "$out/first.log" 2>&1 &
+timeout ${SHARD_S:-420} $py -m pytest -q -m gpu -p no:cacheprovider $first > "$out/first.log" 2>&1 &
 for i in 1 2 3; do
-  timeout 420 $py -m pytest -q -m gpu -p no:cacheprovider --durations=15 ${shard[$i]} > "$out/shard$i.log" 2>&1 &
+  timeout ${SHARD_S:-420} $py -m pytest -q -m gpu -p no:cacheprovider --durations=15 ${shard[$i]} > "$out/shard$i.log" 2>&1 &
 done
 wait
 echo "wall $(( $(date +%s) - t0 )) s" | tee -a "$out/env.txt"
