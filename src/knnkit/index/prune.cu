@@ -28,12 +28,66 @@
 #define PR_TILE 64
 #define PR_DK 32
 
+// Row v of the candidate lists (node `self`) into shared memory, ready for the greedy pass: ids
+// that are invalid, `self`, at an infinite distance, or repeated (the copy of smallest (distance,
+// position) kept) dropped; the rest ranked by (distance, id, position) into sd / si; the C x W
+// occlusion words zeroed. Every thread of the block calls it; returns M, the candidates kept (in
+// *s_m, a __shared__ int), after a __syncthreads.
+__device__ __forceinline__ int pr_gather_sorted(const int* __restrict__ cand_idx, const float* __restrict__ cand_dist,
+                                                int n, int C, int CP, int W, int v, int self, float* cd, int* ci,
+                                                float* sd, int* si, unsigned* occl, int* s_m) {
+    const int tid = threadIdx.x;
+    if (tid == 0) *s_m = 0;
+    for (int j = tid; j < CP; j += blockDim.x) {
+        int id = -1;
+        float dist = KK_INF;
+        if (j < C) {
+            id = cand_idx[(long long)v * C + j];
+            dist = cand_dist[(long long)v * C + j];
+            if (id < 0 || id >= n || id == self || !(dist < KK_INF)) { id = -1; dist = KK_INF; }
+        }
+        ci[j] = id; cd[j] = dist;
+    }
+    for (int j = tid; j < CP * W; j += blockDim.x) occl[j] = 0u;
+    __syncthreads();
+#ifndef PT_SKIP_DUP
+    for (int j = tid; j < C; j += blockDim.x) {  // duplicates: keep the smallest (distance, position)
+        const int id = ci[j];
+        if (id < 0) continue;
+        const float dj = cd[j];
+        bool dup = false;
+#pragma unroll 4
+        for (int i = 0; i < C; ++i) {
+            const float di = cd[i];
+            dup |= (ci[i] == id) & (i != j) & ((di < dj) | ((di == dj) & (i < j)));
+        }
+        if (dup) ci[j] = -2;  // marked, dropped below (distance kept for the other threads' test)
+    }
+    __syncthreads();
+#endif
+    for (int j = tid; j < C; j += blockDim.x) {  // rank in (distance, id, position) order
+        const int id = ci[j];
+        if (id < 0) continue;
+        const float dj = cd[j];
+        int r = 0;
+#pragma unroll 4
+        for (int i = 0; i < C; ++i) {
+            const int o = ci[i];
+            const float di = cd[i];
+            r += (o >= 0) & ((di < dj) | ((di == dj) & ((o < id) | ((o == id) & (i < j)))));
+        }
+        sd[r] = dj; si[r] = id;
+        atomicAdd(s_m, 1);
+    }
+    __syncthreads();
+    return *s_m;
+}
+
 template <int METRIC>
 __global__ void __launch_bounds__(256) robust_prune(
     const float* __restrict__ X, int n, int d, const int* __restrict__ cand_idx,
     const float* __restrict__ cand_dist, int n_nodes, int C, int CP, int R, float factor, float shift,
     int fill, int* __restrict__ out, float* __restrict__ out_d, const int* __restrict__ node_ids) {
-    using kk::key_less;
     extern __shared__ float4 smem_raw[];
     __shared__ float A[PR_TILE][PR_DK + 1];
     __shared__ float B[PR_TILE][PR_DK + 1];
@@ -51,44 +105,7 @@ __global__ void __launch_bounds__(256) robust_prune(
 
     for (int v = blockIdx.x; v < n_nodes; v += gridDim.x) {
         const int self = node_ids[v];  // row v holds the candidates of node self (a subset of rows)
-        if (tid == 0) s_m = 0;
-        for (int j = tid; j < CP; j += 256) {
-            int id = -1;
-            float dist = KK_INF;
-            if (j < C) {
-                id = cand_idx[(long long)v * C + j];
-                dist = cand_dist[(long long)v * C + j];
-                if (id < 0 || id >= n || id == self || !(dist < KK_INF)) { id = -1; dist = KK_INF; }
-            }
-            ci[j] = id; cd[j] = dist;
-        }
-        for (int j = tid; j < CP * W; j += 256) occl[j] = 0u;
-        __syncthreads();
-        // Duplicates: keep the copy with the smallest (distance, position).
-        for (int j = tid; j < C; j += 256) {
-            const int id = ci[j];
-            if (id < 0) continue;
-            const float dj = cd[j];
-            bool dup = false;
-            for (int i = 0; i < C; ++i)
-                dup |= (i != j) && ci[i] == id && key_less(cd[i], i, dj, j);
-            if (dup) ci[j] = -2;  // marked, dropped below (distance kept for the other threads' test)
-        }
-        __syncthreads();
-        for (int j = tid; j < C; j += 256) {
-            const int id = ci[j];
-            if (id < 0) continue;
-            const float dj = cd[j];
-            int r = 0;
-            for (int i = 0; i < C; ++i) {
-                const int o = ci[i];
-                r += o >= 0 && (cd[i] < dj || (cd[i] == dj && (o < id || (o == id && i < j))));
-            }
-            sd[r] = dj; si[r] = id;
-            atomicAdd(&s_m, 1);
-        }
-        __syncthreads();
-        const int M = s_m;
+        const int M = pr_gather_sorted(cand_idx, cand_dist, n, C, CP, W, v, self, cd, ci, sd, si, occl, &s_m);
         const int nt = (M + PR_TILE - 1) / PR_TILE;
         for (int ta = 0; ta < nt; ++ta) {
             for (int tb = 0; tb <= ta; ++tb) {
@@ -318,50 +335,8 @@ __global__ void __launch_bounds__(256, PT_MIN_BLOCKS) robust_prune_tc(
 
     for (int v = blockIdx.x; v < n_nodes; v += gridDim.x) {
         const int self = node_ids[v];
-        if (tid == 0) { s_m = 0; s_nk = 0; }
-        for (int j = tid; j < CP; j += 256) {
-            int id = -1;
-            float dist = KK_INF;
-            if (j < C) {
-                id = cand_idx[(long long)v * C + j];
-                dist = cand_dist[(long long)v * C + j];
-                if (id < 0 || id >= n || id == self || !(dist < KK_INF)) { id = -1; dist = KK_INF; }
-            }
-            ci[j] = id; cd[j] = dist;
-        }
-        for (int j = tid; j < CP * W; j += 256) occl[j] = 0u;
-        __syncthreads();
-#ifndef PT_SKIP_DUP
-        for (int j = tid; j < C; j += 256) {  // duplicates: keep the smallest (distance, position)
-            const int id = ci[j];
-            if (id < 0) continue;
-            const float dj = cd[j];
-            bool dup = false;
-#pragma unroll 4
-            for (int i = 0; i < C; ++i) {
-                const float di = cd[i];
-                dup |= (ci[i] == id) & (i != j) & ((di < dj) | ((di == dj) & (i < j)));
-            }
-            if (dup) ci[j] = -2;
-        }
-        __syncthreads();
-#endif
-        for (int j = tid; j < C; j += 256) {  // rank in (distance, id, position) order
-            const int id = ci[j];
-            if (id < 0) continue;
-            const float dj = cd[j];
-            int r = 0;
-#pragma unroll 4
-            for (int i = 0; i < C; ++i) {
-                const int o = ci[i];
-                const float di = cd[i];
-                r += (o >= 0) & ((di < dj) | ((di == dj) & ((o < id) | ((o == id) & (i < j)))));
-            }
-            sd[r] = dj; si[r] = id;
-            atomicAdd(&s_m, 1);
-        }
-        __syncthreads();
-        const int M = s_m;
+        if (tid == 0) s_nk = 0;
+        const int M = pr_gather_sorted(cand_idx, cand_dist, n, C, CP, W, v, self, cd, ci, sd, si, occl, &s_m);
         // the farthest candidate's distance sets the scale (sd is sorted ascending)
         float scale = 1.f;
         if (M > 0 && sd[M - 1] > 0.f) scale = exp2f(floorf(log2f(1024.f / sqrtf(sd[M - 1]))));
