@@ -455,3 +455,29 @@ def test_refuse_underflow_finds_rows_float32_cannot_rank():
     with pytest.raises(DataRangeError, match="closer than float32 resolves"):
         refuse_underflow(D, I, P, "rows")
     refuse_underflow(D[:50], I[:50], P, "rows")  # rows near 1: nothing to refuse
+
+
+def _counted_descent_lists(*args):
+    _FAKE["calls"] = _FAKE.get("calls", 0) + 1
+    return _fake_descent_lists(*args)
+
+
+def test_knn_graph_auto_skips_the_shared_descent_on_data_of_high_intrinsic_dimension(client, monkeypatch):
+    """As knnkit.knn_graph gives its stall verdict before NN-Descent, 'auto' measures the local
+    intrinsic dimension (sampled rows' exact neighbours, distributed) and on data where the descent
+    would stall (LID >= STALL_LID) builds with the tree schedule without running the descent;
+    low-dimensional data still gets the shared descent."""
+    from knnkit.graph import STALL_LID
+
+    X = np.random.default_rng(10).random((2400, 256), dtype=np.float32)  # LID ~78
+    _stand_in(monkeypatch, X, _counted_descent_lists)
+    g = knnkit.dask.knn_graph(X, k=5, client=client, random_state=3)
+    fb = g.stats.extra["descent_fallback"]
+    assert g.stats.method == "dask-tree" and fb["before_descent"] and fb["intrinsic_dim"] >= STALL_LID
+    assert _FAKE.get("calls", 0) == 0
+    t = knnkit.dask.knn_graph(X, k=5, client=client, partition="tree", random_state=3)
+    assert (g.indices == t.indices).all()
+    Y = np.random.default_rng(11).random((2400, 4), dtype=np.float32)  # LID ~4
+    _stand_in(monkeypatch, Y, _counted_descent_lists)
+    h = knnkit.dask.knn_graph(Y, k=5, client=client, random_state=3)
+    assert h.stats.method == "dask-descent" and _FAKE["calls"] == 2 and "descent_fallback" not in h.stats.extra

@@ -17,7 +17,7 @@ import numpy as np
 from .._core.config import logger
 from .._core.random import seed_from
 from .._core.validation import METRICS, check_k, check_metric
-from ..graph import GRAPH_METRICS
+from ..graph import GRAPH_METRICS, STALL_LID
 from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, exact_part, exact_prepared,
                      finish_lists, fit_tree, globalize, keep, leaf_graph, leaf_rows_in, merge_leaf, merge_running,
                      merge_topk, place_rows, prepare_part, pair_merge, part_graph, compact, route, row_slice, rows_of,
@@ -223,6 +223,28 @@ def _probe_recall(client, probes, rows, D_rows, k, metric):
     lists = [client.submit(take, f, 2, pure=False) for f in probes]
     Dx, Ix = client.gather(tree_reduce(client, lists, merge_topk, k + 1, metric))
     return recall_from(rows, Dx, Ix, D_rows, k, metric)
+
+
+def _sample_lid(client, parts, n, metric, device, seed):
+    """The data's local intrinsic dimension as :func:`knnkit.graph._estimate.estimate_intrinsic_dim`
+    measures it for one process (``LID_SAMPLE`` rows' ``LID_K`` exact nearest neighbours among all
+    rows, Euclidean; cosine on unit rows), by the distributed exact search; nan when the estimate
+    has too few distinct points."""
+    from ..graph._estimate import LID_K, LID_SAMPLE, _mle
+
+    rows = np.sort(np.random.default_rng(seed ^ 0x5EED11D).choice(n, min(LID_SAMPLE, n), replace=False))
+    kk = min(LID_K + 1, n)
+    qf = client.scatter(_probe(client, parts, rows), broadcast=True, hash=False)
+    lists = [client.submit(exact_part, f, qf, kk, metric, device, o, pure=False) for o, _r, f in parts]
+    D, _I = client.gather(tree_reduce(client, lists, merge_topk, kk, metric))
+    d2 = np.asarray(D, dtype=np.float64)
+    if metric == "euclidean":
+        d2 = d2 * d2
+    elif metric == "cosine":  # 1 - cos of unit rows is half their squared Euclidean distance
+        d2 = 2.0 * d2
+    d = np.sqrt(np.maximum(d2, 0.0))[:, 1:]  # each row's own (first) neighbour dropped
+    d = d[d[:, 0] > 0]  # copies give log(0)
+    return _mle(d)
 
 
 def _estimate_recall(client, parts, rows, D_rows, k, metric, device):
@@ -542,10 +564,13 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     ``"auto"``: ``"descent"`` where it can run (more than ``DESCENT_MIN_N`` points, at least two
     workers, each with a GPU, NCCL and room for the data; sqeuclidean, euclidean or cosine; no
     ``n_parts``, ``second_stage`` or ``n_neighbors_internal`` given), else ``"tree"``, except for
-    ``inner_product`` (no distance bound to a hyperplane), which uses ``"rows"``. A shared
-    descent chosen by ``"auto"`` whose recall estimate ends below ``DESCENT_FALLBACK_RECALL``
-    (data on which NN-Descent stalls) gives way to the tree schedule
-    (``stats["descent_fallback"]``). ``second_stage="auto"``: ``"search"`` for the tree schedule with
+    ``inner_product`` (no distance bound to a hyperplane), which uses ``"rows"``. Data on which
+    NN-Descent stalls gives the tree schedule (whose leaves build exact lists) instead of a shared
+    descent chosen by ``"auto"``: before the descent when the local intrinsic dimension (500
+    sampled rows' exact 20 nearest neighbours, by the distributed exact search) is at least
+    :data:`knnkit.graph.STALL_LID`, as :func:`knnkit.knn_graph` decides; after it when its
+    recall estimate ends below ``DESCENT_FALLBACK_RECALL`` (``stats["descent_fallback"]``, with
+    ``before_descent`` in the first case). ``second_stage="auto"``: ``"search"`` for the tree schedule with
     sqeuclidean, euclidean and cosine; ``"graph"`` otherwise: for the rows schedule (on 2 x H200,
     4M x 96 clustered, its cross searches reached recall 0.986 against the GGM merges' 0.997),
     inner_product (a walk of its k-NN graph found 0.87 recall: 200k x 32 clustered, two
@@ -702,6 +727,19 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         if why is None:
             partition = "descent"
     auto_descent = descent_auto and partition == "descent"
+    skipped = None  # the shared descent left before it ran: data of high intrinsic dimension
+    if auto_descent:
+        # as knnkit.knn_graph gives its stall verdict before the descent (STALL_LID): NN-Descent
+        # stalls on such data and the shared descent would be spent before its recall estimate
+        # sent the build to the tree schedule, whose leaves build exact lists
+        t = time.perf_counter()
+        lid = _sample_lid(client, parts, n, metric, device, seed)
+        if lid >= STALL_LID:  # (nan: too few distinct points, the descent goes ahead)
+            logger.info("knnkit.dask.knn_graph: local intrinsic dimension %.1f >= %.0f: NN-Descent would stall; "
+                        "building with partition='tree' (its leaves build exact lists)", lid, STALL_LID)
+            skipped = {"before_descent": True, "intrinsic_dim": round(float(lid), 2),
+                       "seconds": round(time.perf_counter() - t, 4)}
+            partition = "tree"
     if partition == "auto":  # (data too small for the shared descent, or no GPUs with NCCL)
         partition = "tree"
     if second_stage == "auto":  # n_neighbors_internal is a parameter of the rows' GGM merges
@@ -762,6 +800,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     else:
         result, stats = _rows_graph(client, parts, n, k, metric, device, n_neighbors_internal, seed, phases,
                                     compute=compute)
+    if skipped is not None:
+        stats["descent_fallback"] = skipped
     t = time.perf_counter()
     short = _short_rows(client, result)  # on the workers when the lists are there: a count comes back
     phases["check_s"] = time.perf_counter() - t
