@@ -86,7 +86,7 @@ def main():
             _prune_gpu.USE_TENSOR_CORES, _prune_gpu.TC_OPTIONS = True, ()
             print(json.dumps(rec), flush=True)
             rows.append(rec)
-        del calls
+        calls.clear()
         cp.get_default_memory_pool().free_all_blocks()
     env = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "argv": ["$OUT" if x == a.out else x for x in sys.argv[1:]]}
