@@ -16,7 +16,10 @@ from knnkit.index._build import exact_knn_cpu
 from knnkit.index._prune_cpu import pair_distances
 
 needs_gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
-pytestmark = [pytest.mark.gpu, needs_gpu]
+
+
+def on_gpu(test):
+    return pytest.mark.gpu(needs_gpu(test))
 
 
 def _both(X, ci, cd, R, alpha, fill=True, node_ids=None):
@@ -45,6 +48,7 @@ def _candidates(X, C, seed, shuffle=True):
     return np.ascontiguousarray(ci.astype(np.int32)), pair_distances(X, ci, "l2")
 
 
+@on_gpu
 @pytest.mark.parametrize("n,d,C,R,alpha", [(600, 8, 40, 12, 1.2), (900, 5, 130, 64, 1.0), (1200, 6, 256, 128, 1.0),
                                            (1000, 7, 384, 128, 1.0), (800, 3, 300, 16, 1.2), (700, 1, 200, 8, 1.0),
                                            (500, 36, 250, 200, 1.0), (400, 200, 130, 32, 1.0),
@@ -60,6 +64,7 @@ def test_integer_data_equals_fp32_kernel_exactly(n, d, C, R, alpha):
     np.testing.assert_array_equal(g, g0)
 
 
+@on_gpu
 @pytest.mark.parametrize("offset,scale,clusters", [(0.0, 1.0, 0), (1000.0, 1.0, 0), (0.0, 1e-6, 0), (0.0, 1e6, 0),
                                                    (-50.0, 3.0, 0), (0.0, 1.0, 300), (100.0, 1e-3, 300)])
 def test_real_data_agrees_with_fp32_kernel_whatever_the_magnitude(offset, scale, clusters):
@@ -79,6 +84,7 @@ def test_real_data_agrees_with_fp32_kernel_whatever_the_magnitude(offset, scale,
     np.testing.assert_allclose(gd[valid], pair_distances(X, g, "l2")[valid], rtol=1e-5, atol=1e-5 * scale ** 2)
 
 
+@on_gpu
 def test_duplicates_identical_points_and_subsets_of_rows():
     rng = np.random.default_rng(3)
     base = rng.integers(0, 4, size=(50, 4)).astype(np.float32)
@@ -96,3 +102,25 @@ def test_duplicates_identical_points_and_subsets_of_rows():
     ci, cd = _candidates(same_point, 64, seed=4, shuffle=False)
     (g, _), (g0, _) = _both(same_point, ci, cd, 16, 1.2)
     np.testing.assert_array_equal(g, g0)
+
+
+@pytest.mark.parametrize("cc,limit,need,runs", [(90, 232448, 130 << 10, True), (80, 166912, 130 << 10, True),
+                                                (86, 101376, 130 << 10, False), (86, 101376, 40 << 10, True),
+                                                (75, 65536, 40 << 10, False), (70, 98304, 40 << 10, False)])
+def test_tensor_core_kernel_only_where_the_device_runs_it(monkeypatch, cc, limit, need, runs):
+    """robust_prune_tc needs mma.sync on fp16 (compute capability 8.0) and up to 130 KB of shared
+    memory per block: other devices (T4, V100, consumer cards) get the fp32 kernel instead of a
+    launch failure. Checked with a stand-in device (no GPU needed)."""
+    import sys
+    import types
+
+    from knnkit.index import _prune_gpu
+
+    class Device:
+        id = 0
+        compute_capability = str(cc)
+        attributes = {"MaxSharedMemoryPerBlockOptin": limit}
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=types.SimpleNamespace(Device=Device)))
+    monkeypatch.setattr(_prune_gpu, "_TC_FITS", {})
+    assert _prune_gpu._tensor_cores_fit(need) is runs

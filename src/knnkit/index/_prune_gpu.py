@@ -126,11 +126,11 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
     CP = max(64, -(-C // 64) * 64)
     smem = CP * 16 + CP * (CP // 32) * 4
     static = _STATIC_SMEM
-    if metric == "l2" and USE_TENSOR_CORES and CP <= TC_MAX_CP:
+    dpad = -(-d // 32) * 32 if d <= 128 else 128
+    tc_smem = smem + CP * 4 + CP * (dpad // 2 + 4) * 4  # + norms, the staged fp16 rows (a chunk of 128 dims)
+    if metric == "l2" and USE_TENSOR_CORES and CP <= TC_MAX_CP and _tensor_cores_fit(tc_smem + 16):
         name = f"robust_prune_tc<{CP // 64}>"
-        dpad = -(-d // 32) * 32 if d <= 128 else 128
-        smem += CP * 4 + CP * (dpad // 2 + 4) * 4  # norms, the staged fp16 rows (one chunk of 128 dims)
-        static = 16
+        smem, static = tc_smem, 16
     else:
         name = _NAMES[0 if metric == "l2" else 1]
     kern = get_kernel(_KERNEL, name, options=TC_OPTIONS if "_tc" in name else (), name_expressions=_NAMES)
@@ -145,6 +145,31 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
                                 node_ids),
          shared_mem=smem)
     return (out, out_d) if return_distances else out
+
+
+def _tensor_cores_fit(smem_bytes):
+    """Whether this device runs ``robust_prune_tc`` with ``smem_bytes`` of shared memory per block:
+    mma.sync m16n8k16 on fp16 needs compute capability 8.0, and 384 candidates of 128 dimensions
+    take 130 KB (an H100 / H200 opts in to 227 KB, an A100 to 163 KB, a T4 or V100 to 64-96 KB).
+    Elsewhere the fp32 kernel (at most ~41 KB) runs."""
+    import cupy as cp
+
+    try:
+        dev = cp.cuda.Device()
+        key = (dev.id, int(smem_bytes))
+        if key not in _TC_FITS:
+            attrs = dev.attributes
+            limit = int(attrs.get("MaxSharedMemoryPerBlockOptin", attrs.get("MaxSharedMemoryPerBlock", 48 * 1024)))
+            _TC_FITS[key] = int(dev.compute_capability) >= 80 and int(smem_bytes) <= limit
+        return _TC_FITS[key]
+    except Exception as e:  # noqa: BLE001 - no usable device attributes: the fp32 kernel
+        logger.debug("robust_prune_tc unavailable: %s", e)
+        return False
+
+
+#: (device, shared bytes) -> whether robust_prune_tc runs there (device attributes are ~100 driver
+#: queries: asked once)
+_TC_FITS = {}
 
 
 def new_reverse_mask(graph):
