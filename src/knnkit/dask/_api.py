@@ -230,7 +230,7 @@ def _sample_lid(client, parts, n, metric, device, seed):
     measures it for one process (``LID_SAMPLE`` rows' ``LID_K`` exact nearest neighbours among all
     rows, Euclidean; cosine on unit rows), by the distributed exact search; nan when the estimate
     has too few distinct points."""
-    from ..graph._estimate import LID_K, LID_SAMPLE, _mle
+    from ..graph._estimate import LID_K, LID_SAMPLE, lid_from_squared_distances
 
     rows = np.sort(np.random.default_rng(seed ^ 0x5EED11D).choice(n, min(LID_SAMPLE, n), replace=False))
     kk = min(LID_K + 1, n)
@@ -242,9 +242,7 @@ def _sample_lid(client, parts, n, metric, device, seed):
         d2 = d2 * d2
     elif metric == "cosine":  # 1 - cos of unit rows is half their squared Euclidean distance
         d2 = 2.0 * d2
-    d = np.sqrt(np.maximum(d2, 0.0))[:, 1:]  # each row's own (first) neighbour dropped
-    d = d[d[:, 0] > 0]  # copies give log(0)
-    return _mle(d)
+    return lid_from_squared_distances(d2, (LID_K,))[0]
 
 
 def _estimate_recall(client, parts, rows, D_rows, k, metric, device):

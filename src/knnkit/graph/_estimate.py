@@ -247,10 +247,18 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=LID_SAMPLE, k=LID_K, 
     xp = _xp(X)
     # float32 answers suffice for a log-ratio estimate: no float64 pass over rejected rows
     d2, _i, _ = knn_lists(X, X[xp.asarray(q)], kmax + 1, metric="l2", exclude_self=False, certify=False)
-    d = np.sqrt(np.maximum(np.asarray(as_host(d2), dtype=np.float64), 0))[:, 1:]  # drop the point itself
-    d = d[d[:, 0] > 0]  # duplicates give log(0)
-    out = tuple(_mle(d[:, :min(kk, kmax)]) for kk in ks)
+    out = lid_from_squared_distances(d2, ks)
     return out[0] if scales is None else out
+
+
+def lid_from_squared_distances(d2, ks):
+    """Median Levina-Bickel estimates, one per neighbour count in ``ks``, from sampled rows'
+    ascending squared Euclidean distances ``d2`` (numpy or cupy, (m, k + 1)) to their nearest
+    rows, each row's own (first) column included and dropped here, as rows with a copy (a zero
+    nearest distance: log(0))."""
+    d = np.sqrt(np.maximum(np.asarray(as_host(d2), dtype=np.float64), 0))[:, 1:]
+    d = d[d[:, 0] > 0]
+    return tuple(_mle(d[:, :kk]) for kk in ks)
 
 
 def _mle(d):

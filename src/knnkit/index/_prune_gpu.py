@@ -128,12 +128,13 @@ def prune_gpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, shift=None
     static = _STATIC_SMEM
     dpad = -(-d // 32) * 32 if d <= 128 else 128
     tc_smem = smem + CP * 4 + CP * (dpad // 2 + 4) * 4  # + norms, the staged fp16 rows (a chunk of 128 dims)
-    if metric == "l2" and USE_TENSOR_CORES and CP <= TC_MAX_CP and _tensor_cores_fit(tc_smem + 16):
+    tc = metric == "l2" and USE_TENSOR_CORES and CP <= TC_MAX_CP and _tensor_cores_fit(tc_smem + 16)
+    if tc:
         name = f"robust_prune_tc<{CP // 64}>"
         smem, static = tc_smem, 16
     else:
         name = _NAMES[0 if metric == "l2" else 1]
-    kern = get_kernel(_KERNEL, name, options=TC_OPTIONS if "_tc" in name else (), name_expressions=_NAMES)
+    kern = get_kernel(_KERNEL, name, options=TC_OPTIONS if tc else (), name_expressions=_NAMES)
     if smem + static > 48 * 1024:  # past the default limit: opt in (up to 227 KiB on H100/H200)
         kern.max_dynamic_shared_size_bytes = smem
     factor = np.float32(prune_factor(alpha, metric))

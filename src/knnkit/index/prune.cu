@@ -28,6 +28,13 @@
 #define PR_TILE 64
 #define PR_DK 32
 
+// Slot `at` of the output lists: neighbour `id` at distance `d` (distances only when asked for).
+__device__ __forceinline__ void pr_put(int* __restrict__ out, float* __restrict__ out_d, long long at, float d,
+                                       int id) {
+    if (out_d) out_d[at] = d;
+    out[at] = id;
+}
+
 // Row v of the candidate lists (node `self`) into shared memory, ready for the greedy pass: ids
 // that are invalid, `self`, at an infinite distance, or repeated (the copy of smallest (distance,
 // position) kept) dropped; the rest ranked by (distance, id, position) into sd / si; the C x W
@@ -165,24 +172,19 @@ __global__ void __launch_bounds__(256) robust_prune(
                 for (int w = 0; w <= (c >> 5) && !blocked; ++w) blocked = (occl[c * W + w] & kept[w]) != 0u;
                 if (!blocked) {
                     kept[c >> 5] |= 1u << (c & 31);
-                    if (out_d) out_d[(long long)v * R + nk] = sd[c];
-                    out[(long long)v * R + nk++] = si[c];
+                    pr_put(out, out_d, (long long)v * R + nk++, sd[c], si[c]);
                 }
             }
             if (fill) {  // free slots: the nearest pruned candidates (same as the CPU reference)
                 for (int c = 0; c < M && nk < R; ++c)
                     if (!(kept[c >> 5] & (1u << (c & 31)))) {
-                        if (out_d) out_d[(long long)v * R + nk] = sd[c];
-                        out[(long long)v * R + nk++] = si[c];
+                        pr_put(out, out_d, (long long)v * R + nk++, sd[c], si[c]);
                     }
             }
             s_m = nk;
         }
         __syncthreads();
-        for (int r = s_m + tid; r < R; r += 256) {
-            out[(long long)v * R + r] = -1;
-            if (out_d) out_d[(long long)v * R + r] = KK_INF;
-        }
+        for (int r = s_m + tid; r < R; r += 256) pr_put(out, out_d, (long long)v * R + r, KK_INF, -1);
         __syncthreads();
     }
 }
@@ -417,10 +419,7 @@ __global__ void __launch_bounds__(256, PT_MIN_BLOCKS) robust_prune_tc(
                     const unsigned hit = lane < W ? (occl[c * W + lane] & kept_w) : 0u;
                     if (!__any_sync(0xffffffffu, hit != 0u)) {
                         if (lane == (c >> 5)) kept_w |= 1u << (c & 31);
-                        if (lane == 0) {
-                            if (out_d) out_d[(long long)v * R + nk] = sd[c];
-                            out[(long long)v * R + nk] = si[c];
-                        }
+                        if (lane == 0) pr_put(out, out_d, (long long)v * R + nk, sd[c], si[c]);
                         ++nk;
                     }
                 }
@@ -435,10 +434,7 @@ __global__ void __launch_bounds__(256, PT_MIN_BLOCKS) robust_prune_tc(
                 for (int c = 0; c < M && nk < R; ++c) {
                     const unsigned word = __shfl_sync(0xffffffffu, kept_w, c >> 5);
                     if (!((word >> (c & 31)) & 1u)) {
-                        if (lane == 0) {
-                            if (out_d) out_d[(long long)v * R + nk] = sd[c];
-                            out[(long long)v * R + nk] = si[c];
-                        }
+                        if (lane == 0) pr_put(out, out_d, (long long)v * R + nk, sd[c], si[c]);
                         ++nk;
                     }
                 }
@@ -446,10 +442,7 @@ __global__ void __launch_bounds__(256, PT_MIN_BLOCKS) robust_prune_tc(
             if (lane == 0) s_nk = nk;
         }
         __syncthreads();
-        for (int r = s_nk + tid; r < R; r += 256) {
-            out[(long long)v * R + r] = -1;
-            if (out_d) out_d[(long long)v * R + r] = KK_INF;
-        }
+        for (int r = s_nk + tid; r < R; r += 256) pr_put(out, out_d, (long long)v * R + r, KK_INF, -1);
         __syncthreads();
     }
 }
