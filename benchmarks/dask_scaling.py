@@ -107,6 +107,9 @@ def main():
     ap.add_argument("--device-queries", action="store_true",
                     help="with --resident-queries: the resident blocks are cupy arrays on the GPU workers")
     ap.add_argument("--search-repeats", type=int, default=1, help="timed searches per (workers, beam)")
+    ap.add_argument("--beams", default="32,64,128", help="search beams to time, comma separated")
+    ap.add_argument("--query-block", type=int, default=50_000,
+                    help="with --resident-queries: rows per resident query block (one search task each)")
     ap.add_argument("--resident-queries", action="store_true",
                     help="search: queries as a persisted dask array on the workers, results persisted there")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
@@ -227,7 +230,7 @@ def main():
             build_s = time.perf_counter() - t
             if args.resident_queries:
                 workers = sorted(c.scheduler_info()["workers"])
-                qb = 50_000
+                qb = args.query_block
                 futs = [c.scatter(Q[lo:lo + qb], workers=[workers[b % w]])
                         for b, lo in enumerate(range(0, args.queries, qb))]
                 meta = None
@@ -248,7 +251,8 @@ def main():
                 for ws in held.values():
                     for wk in ws[:1]:
                         placed[wk] = placed.get(wk, 0) + 1
-            for beam in (32, 64, 128):
+            beam0 = int(args.beams.split(",")[0])
+            for beam in map(int, args.beams.split(",")):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
                 if args.resident_queries:
                     # and the resident path itself, untimed (its first 2-worker call with CuPy
@@ -285,20 +289,22 @@ def main():
                                       "asked_of": _count([w for p in pl for w in p["searched_on"]])}
                     if args.resident_queries:
                         r["query_blocks_per_worker"] = placed
+                        r["query_block"] = qb
                     if busy is not None:
                         r["tasks"] = busy
                         r["transfer_s"] = worker_seconds(ts.data)["transfer_s"]
-                    if beam == 32 and not args.cpu:
+                    if beam == beam0 and not args.cpu:
                         r["worker_gpus"] = c.run(_worker_gpu)
                     out["runs"].append(r)
                     log(json.dumps(r))
             if args.resident_queries:  # the same queries from the client's memory, results gathered
                 clock.take(0.0)
                 t = time.perf_counter()
-                _, I = ix.search(Q, k=10, beam=32, query_block=50_000)
+                nq = min(args.queries, 1_000_000)  # 1M: the client's own copies dominate beyond
+                _, I = ix.search(Q[:nq], k=10, beam=beam0, query_block=50_000)
                 s = time.perf_counter() - t
-                r = {"bench": "replicated_search_numpy", "workers": w, "replicas": w, "beam": 32,
-                     "queries": args.queries, "seconds": round(s, 3), "qps": round(args.queries / s),
+                r = {"bench": "replicated_search_numpy", "workers": w, "replicas": w, "beam": beam0,
+                     "queries": nq, "seconds": round(s, 3), "qps": round(nq / s),
                      "recall": round(float(recall(I[:10_000], Tq)), 4), "client": clock.take(s)}
                 out["runs"].append(r)
                 log(json.dumps(r))
