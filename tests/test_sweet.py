@@ -378,13 +378,14 @@ def test_stratified_landmarks_forced(rng, monkeypatch, stratified):
     assert np.unique(c.landmark_ids).size == 40
 
 
-@pytest.mark.parametrize("one", [True, False])
-def test_k1_path_forced(rng, monkeypatch, one):
-    """k = 1 through ``_level2_one`` (d <= 3, one worker per query, rows not merged) or forced
-    through the general level 2: exact either way, ties (integer grid) by the smaller index,
-    all-points and separate queries, queries far away; the path is not taken with merged copies,
-    in 8-D or when split."""
+@pytest.mark.parametrize("one,octants", [(True, True), (True, False), (False, True)])
+def test_k1_path_forced(rng, monkeypatch, one, octants):
+    """k = 1 through ``_level2_one`` (d <= 3, one worker per query, rows not merged), over each
+    cluster's octants (``_level2_one_octants``) or the whole shell, or forced through the general
+    level 2: exact either way, ties (integer grid) by the smaller index, all-points and separate
+    queries, queries far away; the path is not taken with merged copies, in 8-D or when split."""
     monkeypatch.setattr(sweet_cpu_module, "_ONE_PATH", one)
+    monkeypatch.setattr(sweet_cpu_module, "_ONE_OCTANTS", octants)
     monkeypatch.setattr(sweet_cpu_module, "_DUP_MIN_COPIES", np.inf)
     for dim in (1, 2, 3):
         grid = rng.integers(0, 10, (1400, dim)).astype(np.float32)
@@ -597,3 +598,43 @@ def test_auto_pregate_on_a_subset_cpu(rng, monkeypatch):
     d, i, st = api_exact.exact_search(PC, None, 5, method="auto")
     assert ("gate" in st) != ("sweet_gate" in st)  # the gated run, passed or given way
     np.testing.assert_allclose(d, d0, rtol=1e-5, atol=1e-5)
+
+
+def test_octant_order_and_scan(rng):
+    """``_octant_order`` keeps every member once, each in the octant of its offset from the centre,
+    by descending centre distance inside an octant; ``_level2_one_octants`` gives the same pair as
+    ``_level2_one`` (ids and float32 distances) on points lying on the centres' planes (integer
+    grid, landmarks among the points), duplicated rows of one value, and 1-D / 2-D data."""
+    for dim, X in ((3, rng.integers(0, 5, (2500, 3))), (3, np.repeat(rng.standard_normal((40, 3)), 30, axis=0)),
+                   (2, rng.standard_normal((2000, 2)) * 1e-3), (1, rng.standard_normal((1500, 1)) * 1e4)):
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        out = {}
+        for octants in (False, True):
+            sweet_cpu_module._ONE_OCTANTS = octants
+            try:
+                d, i, st = sweet_cpu_module.sweet_cpu(X, X, 1, SweetParams(), 3, True)
+            finally:
+                sweet_cpu_module._ONE_OCTANTS = True
+            out[octants] = (d, i, st["distance_computations"])
+        np.testing.assert_array_equal(out[True][1], out[False][1])
+        np.testing.assert_array_equal(out[True][0], out[False][0])
+        assert out[True][2] <= out[False][2]
+    # the regrouping itself, on a small clustered set
+    X = rng.standard_normal((3000, 3)).astype(np.float32)
+    c = sweet_cpu_module._Clusters(X, 30, 3, np.random.default_rng(0), True)
+    moff = np.zeros(31, np.int64)
+    np.cumsum(c.size, out=moff[1:])
+    members, mdist = np.empty(3000, np.int64), np.empty(3000, np.float64)
+    sweet_cpu_module._cluster_order(c.labels, c.dist, moff, members, mdist)
+    XsT = np.ascontiguousarray(X[members].T)
+    om, od, oX, ooff = np.empty(3000, np.int64), np.empty(3000), np.empty((3, 3000), np.float32), np.empty(241, np.int64)
+    sweet_cpu_module._octant_order(XsT, c.L, moff, members, mdist, om, od, oX, ooff)
+    assert np.array_equal(np.sort(om), np.arange(3000)) and ooff[-1] == 3000
+    np.testing.assert_array_equal(oX, X[om].T)
+    for cl in range(30):
+        for o in range(8):
+            seg = slice(ooff[8 * cl + o], ooff[8 * cl + o + 1])
+            assert np.all(c.labels[om[seg]] == cl)
+            bits = ((X[om[seg]].astype(np.float64) >= c.L[cl].astype(np.float64)) * [1, 2, 4]).sum(axis=1)
+            assert np.all(bits == o)
+            assert np.all(np.diff(od[seg]) <= 0)
