@@ -11,7 +11,9 @@ build) and records the build time, the stage statistics and whether the graphs a
 ``knnkit.index._prune_gpu.USE_TENSOR_CORES``, RobustPrune's pairwise distances on tensor cores (fp16,
 bands skipped once R are kept) against the fp32 kernel: graphs differ on near-ties, so ``--beams``
 adds each build's recall@10 on the suite's queries (exact ground truth, ties forgiven) at those
-beams and the share of edges the two graphs have in common.
+beams and the share of edges the two graphs have in common. ``--flag allkept``:
+``knnkit.index._build.SKIP_PRUNE_WHEN_ALL_KEPT``, the first prune skipped when no candidate list is
+longer than R (the GPU's top tier): graphs must be identical.
 
     PYTHONPATH=src python benchmarks/build_flag_ab.py --sets broad_d128 --out $OUT
     PYTHONPATH=src python benchmarks/build_flag_ab.py --flag few --sets uniform_d128,sift_like_u8 --out $OUT
@@ -32,10 +34,10 @@ import numpy as np  # noqa: E402
 import knnkit  # noqa: E402
 from knnkit.datasets.suite import robustness_sets  # noqa: E402
 from knnkit.evaluate import recall  # noqa: E402
-from knnkit.index import _connect, _prune_gpu, _reverse_gpu  # noqa: E402
+from knnkit.index import _build, _connect, _prune_gpu, _reverse_gpu  # noqa: E402
 
 FLAGS = {"reverse": (_reverse_gpu, "FIRST_PASS_SKIPS_HUBS"), "few": (_connect, "FEW_ON_DEVICE"),
-         "tc": (_prune_gpu, "USE_TENSOR_CORES")}
+         "tc": (_prune_gpu, "USE_TENSOR_CORES"), "allkept": (_build, "SKIP_PRUNE_WHEN_ALL_KEPT")}
 
 
 def _edge_agreement(a, b):

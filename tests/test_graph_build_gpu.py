@@ -257,3 +257,33 @@ def test_brute_graph_on_the_gpu_is_exact(metric, scale):
     assert same >= 0.999, same
     np.testing.assert_allclose(gd, h.distances, rtol=2e-5, atol=2e-5 * float(np.abs(h.distances).max()))
     assert (gi >= 0).all() and (gi != np.arange(len(X))[:, None]).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("K,R", [(24, 24), (16, 24), (32, 24)])
+def test_gpu_build_skips_the_first_prune_only_when_it_keeps_everything(monkeypatch, metric, K, R):
+    """K <= R: the first RobustPrune (with fill) would keep every candidate, so build_graph_gpu
+    hands the lists to the reverse-edge stage as they are (``SKIP_PRUNE_WHEN_ALL_KEPT``): the same
+    graph as with the prune, also with repeated rows (lists built on the distinct rows) and K < R
+    (padded lists); K > R prunes either way."""
+    import cupy as cp
+
+    from knnkit.index import _build
+
+    rng = np.random.default_rng(K + R)
+    X = rng.standard_normal((3000, 12)).astype(np.float32)
+    X[2500:] = X[:500]  # copies
+    Xd = cp.asarray(X)
+    graphs = {}
+    for skip in (False, True):
+        monkeypatch.setattr(_build, "SKIP_PRUNE_WHEN_ALL_KEPT", skip)
+        t = {}
+        g, nn1 = _build.build_graph_gpu(Xd, R, K, metric, alpha=1.0, build_algo="brute", random_state=0, timings=t)
+        graphs[skip] = (cp.asnumpy(g), nn1)
+    np.testing.assert_array_equal(graphs[True][0], graphs[False][0])
+    assert graphs[True][1] == graphs[False][1]
+    g = graphs[True][0]
+    assert g.shape == (3000, R) and g.max() < 3000
+    assert not (g == np.arange(3000)[:, None]).any()
