@@ -55,7 +55,8 @@ def main():
         seen = []
 
         def recording(X_, graph, graph_dist, R, alpha, metric_, **kw):
-            seen.append((X_, cp.array(graph), cp.array(graph_dist), R, alpha, metric_, dict(kw)))
+            seen.append((X_, cp.array(graph), cp.array(graph_dist), R, alpha, metric_,
+                         {k: v for k, v in kw.items() if k != "stats"}))
             return real(X_, graph, graph_dist, R, alpha, metric_, **kw)
 
         try:  # build_graph_gpu imports it from _reverse_gpu at each call

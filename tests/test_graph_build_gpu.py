@@ -287,3 +287,25 @@ def test_gpu_build_skips_the_first_prune_only_when_it_keeps_everything(monkeypat
     g = graphs[True][0]
     assert g.shape == (3000, R) and g.max() < 3000
     assert not (g == np.arange(3000)[:, None]).any()
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("R", [1, 5, 32, 37, 128])
+def test_gpu_new_reverse_mask_equals_numpy(R):
+    """The warp-per-node mask of new reverse edges against the numpy rule, with -1 slots, self
+    loops, repeated ids and many mutual edges (small n: rows share most of their ids), R below,
+    at and above a warp's 32 lanes."""
+    import cupy as cp
+
+    from knnkit.index._prune_gpu import new_reverse_mask
+    from knnkit.index._reverse_gpu import _new_reverse_mask_xp
+
+    rng = np.random.default_rng(R)
+    for n in (3, 50, 1001):
+        g = rng.integers(-1, n, (n, R)).astype(np.int32)
+        g[rng.random((n, R)) < 0.05] = -1
+        g[: n // 3, 0] = np.arange(n // 3)  # self loops
+        want = _new_reverse_mask_xp(g, np)
+        got = cp.asnumpy(new_reverse_mask(cp.asarray(g)))
+        np.testing.assert_array_equal(got, want)

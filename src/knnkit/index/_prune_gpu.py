@@ -182,8 +182,8 @@ def new_reverse_mask(graph):
     n, R = graph.shape
     out = cp.empty(n * R, dtype=cp.uint8)
     if out.size:
-        threads = 256
+        threads = 256  # one warp per node
         get_kernel(_KERNEL, "new_reverse_edges", name_expressions=_NAMES)(
-            (-(-out.size // threads),), (threads,), (graph, np.int32(n), np.int32(R), out))
+            (-(-n * 32 // threads),), (threads,), (graph, np.int32(n), np.int32(R), out))
     return out.view(cp.bool_)
 

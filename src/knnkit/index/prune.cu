@@ -22,7 +22,8 @@
 // step re-prunes a subset of rows, its hubs, with longer candidate lists).
 //
 // new_reverse_edges: marks the edges u -> v of a pruned graph whose reverse v -> u is not already in
-// v's list (the only ones the reverse-edge step adds); one thread per edge scans v's R entries.
+// v's list (the only ones the reverse-edge step adds); one warp per node u reads each target's row
+// coalesced (a thread per edge reading a whole row alone took 153 ms at 1M x 128, H200).
 #include "search_common.cuh"
 
 #define PR_TILE 64
@@ -447,17 +448,42 @@ __global__ void __launch_bounds__(256, PT_MIN_BLOCKS) robust_prune_tc(
     }
 }
 
+#define NRE_UNROLL 4
 extern "C" __global__ void new_reverse_edges(const int* __restrict__ graph, int n, int R,
                                              unsigned char* __restrict__ is_new) {
-    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= (long long)n * R) return;
-    const int u = (int)(e / R);
-    const int v = graph[e];
-    bool fresh = v >= 0 && v < n && v != u;
-    if (fresh) {
-        const int* row = graph + (long long)v * R;
-        for (int j = 0; j < R; ++j)
-            if (row[j] == u) { fresh = false; break; }
+    // one warp per node u: 32 of its edges loaded at once, then NRE_UNROLL targets at a time, each
+    // target's row read by the whole warp (lane i: entries i, i + 32, ...) and the hits voted
+    const unsigned FULL = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    const long long u = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (u >= n) return;  // whole warps leave together (blockDim.x is a multiple of 32)
+    const int* urow = graph + u * R;
+    for (int j0 = 0; j0 < R; j0 += 32) {
+        const int mine = j0 + lane < R ? urow[j0 + lane] : -1;
+        const int span = min(32, R - j0);
+        unsigned char flag = 0;
+        for (int t0 = 0; t0 < span; t0 += NRE_UNROLL) {
+            int v[NRE_UNROLL];
+            bool hit[NRE_UNROLL];
+#pragma unroll
+            for (int x = 0; x < NRE_UNROLL; ++x) {
+                v[x] = __shfl_sync(FULL, mine, min(t0 + x, span - 1));
+                hit[x] = false;
+            }
+#pragma unroll
+            for (int x = 0; x < NRE_UNROLL; ++x) {
+                if (t0 + x < span && v[x] >= 0 && v[x] < n && v[x] != (int)u) {  // warp-uniform
+                    const int* row = graph + (long long)v[x] * R;
+                    for (int i = lane; i < R; i += 32) hit[x] |= row[i] == (int)u;
+                }
+            }
+#pragma unroll
+            for (int x = 0; x < NRE_UNROLL; ++x) {
+                const bool fresh = t0 + x < span && v[x] >= 0 && v[x] < n && v[x] != (int)u
+                                   && !__any_sync(FULL, hit[x]);
+                if (lane == t0 + x) flag = fresh ? 1 : 0;
+            }
+        }
+        if (j0 + lane < R) is_new[u * R + j0 + lane] = flag;
     }
-    is_new[e] = fresh ? 1 : 0;
 }
