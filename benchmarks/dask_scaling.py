@@ -108,6 +108,8 @@ def main():
                     help="with --resident-queries: the resident blocks are cupy arrays on the GPU workers")
     ap.add_argument("--search-repeats", type=int, default=1, help="timed searches per (workers, beam)")
     ap.add_argument("--beams", default="32,64,128", help="search beams to time, comma separated")
+    ap.add_argument("--numpy-before", action="store_true",
+                    help="with --resident-queries: the client-memory search also right after the build")
     ap.add_argument("--query-block", type=int, default=50_000,
                     help="with --resident-queries: rows per resident query block (one search task each)")
     ap.add_argument("--resident-queries", action="store_true",
@@ -228,6 +230,27 @@ def main():
             ix = knnkit.dask.ShardedIndex.build(dX.rechunk((args.n, args.d)), replicas=w, client=c, device=dev,
                                                 random_state=0)
             build_s = time.perf_counter() - t
+
+            def numpy_search(when):
+                from distributed import get_task_stream
+
+                clock.take(0.0)
+                t = time.perf_counter()
+                nq = min(args.queries, 1_000_000)  # 1M: the client's own copies dominate beyond
+                with get_task_stream(client=c) as ts:
+                    _, I = ix.search(Q[:nq], k=10, beam=beam0, query_block=50_000)
+                    s = time.perf_counter() - t
+                r = {"bench": "replicated_search_numpy", "when": when, "workers": w, "replicas": w, "beam": beam0,
+                     "queries": nq, "seconds": round(s, 3), "qps": round(nq / s),
+                     "recall": round(float(recall(I[:10_000], Tq)), 4), "client": clock.take(s),
+                     "tasks": _busy(ts.data, t), "transfer_s": worker_seconds(ts.data)["transfer_s"]}
+                out["runs"].append(r)
+                log(json.dumps(r))
+
+            beam0 = int(args.beams.split(",")[0])
+            if args.resident_queries and args.numpy_before:
+                ix.search(Q[:20_000], k=10, beam=beam0, query_block=10_000)  # warm every replica
+                numpy_search("before")
             if args.resident_queries:
                 workers = sorted(c.scheduler_info()["workers"])
                 qb = args.query_block
@@ -251,7 +274,6 @@ def main():
                 for ws in held.values():
                     for wk in ws[:1]:
                         placed[wk] = placed.get(wk, 0) + 1
-            beam0 = int(args.beams.split(",")[0])
             for beam in map(int, args.beams.split(",")):
                 ix.search(Q[:20_000], k=10, beam=beam, query_block=10_000)  # warm every replica
                 if args.resident_queries:
@@ -298,16 +320,7 @@ def main():
                     out["runs"].append(r)
                     log(json.dumps(r))
             if args.resident_queries:  # the same queries from the client's memory, results gathered
-                clock.take(0.0)
-                t = time.perf_counter()
-                nq = min(args.queries, 1_000_000)  # 1M: the client's own copies dominate beyond
-                _, I = ix.search(Q[:nq], k=10, beam=beam0, query_block=50_000)
-                s = time.perf_counter() - t
-                r = {"bench": "replicated_search_numpy", "workers": w, "replicas": w, "beam": beam0,
-                     "queries": nq, "seconds": round(s, 3), "qps": round(nq / s),
-                     "recall": round(float(recall(I[:10_000], Tq)), 4), "client": clock.take(s)}
-                out["runs"].append(r)
-                log(json.dumps(r))
+                numpy_search("after")
     if "graph" not in args.benches.split(","):
         print(json.dumps(out, indent=1))
         return
