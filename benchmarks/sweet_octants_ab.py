@@ -1,5 +1,5 @@
 """Sweet KNN on the CPU, k = 1 all points, d <= 3: level 2 over each cluster's octants
-(``_ONE_OCTANTS``, ``_level2_one_octants``) against the one-landmark shell scan (``_level2_one``),
+(``_ONE_OCTANTS``: ``_octant_order`` and ``_level2_one(octants=True)``) against the one-landmark shell scan
 paired with scipy's cKDTree (build + query of k = 2, ``workers=-1``) in one process, rotated
 (off, on, cKDTree) for ``--repeats`` rounds after a warm-up. Checks that both Sweet KNN runs give
 identical ids and distances.

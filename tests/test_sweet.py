@@ -381,7 +381,7 @@ def test_stratified_landmarks_forced(rng, monkeypatch, stratified):
 @pytest.mark.parametrize("one,octants", [(True, True), (True, False), (False, True)])
 def test_k1_path_forced(rng, monkeypatch, one, octants):
     """k = 1 through ``_level2_one`` (d <= 3, one worker per query, rows not merged), over each
-    cluster's octants (``_level2_one_octants``) or the whole shell, or forced through the general
+    cluster's octants (``_level2_one(octants=True)``) or the whole shell, or forced through the general
     level 2: exact either way, ties (integer grid) by the smaller index, all-points and separate
     queries, queries far away; the path is not taken with merged copies, in 8-D or when split."""
     monkeypatch.setattr(sweet_cpu_module, "_ONE_PATH", one)
@@ -602,8 +602,8 @@ def test_auto_pregate_on_a_subset_cpu(rng, monkeypatch):
 
 def test_octant_order_and_scan(rng):
     """``_octant_order`` keeps every member once, each in the octant of its offset from the centre,
-    by descending centre distance inside an octant; ``_level2_one_octants`` gives the same pair as
-    ``_level2_one`` (ids and float32 distances) on points lying on the centres' planes (integer
+    by descending centre distance inside an octant; ``_level2_one`` over the octants gives the
+    same pair as over whole clusters (ids and float32 distances) on points on the centres' planes (integer
     grid, landmarks among the points), duplicated rows of one value, and 1-D / 2-D data."""
     for dim, X in ((3, rng.integers(0, 5, (2500, 3))), (3, np.repeat(rng.standard_normal((40, 3)), 30, axis=0)),
                    (2, rng.standard_normal((2000, 2)) * 1e-3), (1, rng.standard_normal((1500, 1)) * 1e4)):

@@ -517,7 +517,7 @@ _SEED_MERGED = True
 _SEED_MERGED_MIN_K = 16
 _SEED_BLOCK = 64
 _ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
-_ONE_OCTANTS = True  # ... over each cluster's octants (_level2_one_octants; tests force it off)
+_ONE_OCTANTS = True  # ... over each cluster's octants (_octant_order; tests force it off)
 _GATE_CHUNK = 32  # queries of the gate's sample run per chunk (it stops at the first chunk over budget)
 
 
@@ -903,89 +903,6 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
 
 
 @njit(parallel=True, cache=True)
-def _level2_one(XsT, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, exclude_self,
-                rel, out_d, out_i, counts):
-    """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
-    list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
-    outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
-    with theta tightened at each new best. ``_level2`` at k = 1 switches to straight band scans
-    after the first cluster and keeps the pair in a sorted list of one; this path measured 7-15 %
-    less level-2 time (uniform and clustered 3-D 245k) for the same distances. Coordinates come
-    from the axis-major ``XsT`` (zero rows below d = 3 add exact zeros). Same result: the smallest
-    (distance, index) pair, ties by the smaller index, ``-1`` / inf when nothing passes."""
-    x0 = XsT[0]
-    x1 = XsT[1]
-    x2 = XsT[2]
-    for p in prange(qseq.shape[0]):
-        qi = qseq[p]
-        q = Q[qi]
-        dim = q.shape[0]
-        q0 = np.float64(q[0]) if dim >= 1 else 0.0
-        q1 = np.float64(q[1]) if dim >= 2 else 0.0
-        q2 = np.float64(q[2]) if dim >= 3 else 0.0
-        cq = qlab[qi]
-        theta = ub[cq]
-        bq = qdist[qi] * (1.0 + rel)
-        best = np.float32(np.inf)
-        bi = -1
-        nd = 0
-        for j in range(coff[cq], coff[cq + 1]):
-            lim = theta * (1.0 + rel) + bq
-            if sufv[j] > lim:
-                break
-            if candv[j] > lim:
-                continue
-            c = cand[j]
-            a = math.sqrt(_dist2(q, Lt[c]))
-            beg = moff[c]
-            end = moff[c + 1]
-            thr = theta + rel * (theta + a + Rt[c])
-            if a - Rt[c] > thr:
-                continue
-            up = _first_inside(mdist, beg, end, a) - 1
-            down = up + 1
-            go_up = True
-            go_down = True
-            while go_up or go_down:
-                for side in range(2):
-                    if side == 0:
-                        if not go_up:
-                            continue
-                        if up < beg or mdist[up] - a > thr:
-                            go_up = False
-                            continue
-                        i = up
-                        up -= 1
-                    else:
-                        if not go_down:
-                            continue
-                        if down >= end or a - mdist[down] > thr:
-                            go_down = False
-                            continue
-                        i = down
-                        down += 1
-                    e0 = q0 - np.float64(x0[i])
-                    e1 = q1 - np.float64(x1[i])
-                    e2 = q2 - np.float64(x2[i])
-                    d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
-                    nd += 1
-                    if d < best or (d == best and members[i] < bi):
-                        t = members[i]
-                        if exclude_self and t == qi:
-                            nd -= 1  # the self pair is not a distance computation
-                            continue
-                        best = d
-                        bi = t
-                        th = math.sqrt(np.float64(d))
-                        if th < theta:
-                            theta = th
-                            thr = theta + rel * (theta + a + Rt[c])
-        out_d[qi, 0] = best
-        out_i[qi, 0] = bi
-        counts[p] = nd
-
-
-@njit(parallel=True, cache=True)
 def _octant_order(XsT, Lt, moff, members, mdist, o_members, o_mdist, o_XsT, ooff):
     """Each cluster's members regrouped by octant around its centre (bit a of the octant: the
     member's axis-a coordinate >= the centre's, differences in float64), descending centre distance
@@ -1024,16 +941,24 @@ def _octant_order(XsT, Lt, moff, members, mdist, o_members, o_mdist, o_XsT, ooff
 
 
 @njit(parallel=True, cache=True)
-def _level2_one_octants(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand,
-                        exclude_self, rel, out_d, out_i, counts):
-    """``_level2_one`` over the octant order of ``_octant_order``: in a candidate cluster, an octant
-    is scanned only when the query's squared distance to it (the sum, over the axes on which the
-    octant lies on the other side of the centre, of the query's squared offset from the centre:
-    every member of the octant is at least that far) is within ``thr**2``; inside an octant the
-    same outward band scan from the query's centre distance. The query's own octant first, then
-    one, two and three axes away. The one-landmark band is a shell around the centre; a query
-    near its nearest neighbour only needs the one or two octants its ball touches. Same result
-    as ``_level2_one``: the smallest (distance, index) pair, ties by the smaller index."""
+def _level2_one(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand,
+                exclude_self, rel, octants, out_d, out_i, counts):
+    """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
+    list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
+    outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
+    with theta tightened at each new best (``_level2`` at k = 1 keeps the pair in a sorted list of
+    one: 7-15 % more level-2 time). Coordinates come from the axis-major ``XsT`` (zero rows below
+    d = 3 add exact zeros).
+
+    ``octants``: members in the order of ``_octant_order`` (segments ``ooff``); in a candidate
+    cluster an octant is scanned only when the query's squared distance to it (the sum, over the
+    axes on which the octant lies on the other side of the centre, of the query's squared offset
+    from the centre: every member of the octant is at least that far) is within ``thr**2``; the
+    query's own octant first, then one, two and three axes away. The one-landmark band is a shell
+    around the centre; a query near its nearest neighbour only needs the one or two octants its
+    ball touches. Without: one segment per cluster (``ooff[8 c]`` its start, the other seven
+    empty at its end), the whole shell. Same result either way: the smallest (distance, index)
+    pair, ties by the smaller index, ``-1`` / inf when nothing passes."""
     x0 = XsT[0]
     x1 = XsT[1]
     x2 = XsT[2]
@@ -1070,17 +995,18 @@ def _level2_one_octants(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist,
             g0 = q0 - (np.float64(Lt[c, 0]) if dim >= 1 else 0.0)
             g1 = q1 - (np.float64(Lt[c, 1]) if dim >= 2 else 0.0)
             g2 = q2 - (np.float64(Lt[c, 2]) if dim >= 3 else 0.0)
-            own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4
+            own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4 if octants else 0
             for flip in _OCTANT_FLIPS:
-                gap = 0.0
-                if flip & 1:
-                    gap += g0 * g0
-                if flip & 2:
-                    gap += g1 * g1
-                if flip & 4:
-                    gap += g2 * g2
-                if gap > thr * thr:
-                    continue
+                if octants:
+                    gap = 0.0
+                    if flip & 1:
+                        gap += g0 * g0
+                    if flip & 2:
+                        gap += g1 * g1
+                    if flip & 4:
+                        gap += g2 * g2
+                    if gap > thr * thr:
+                        continue
                 o = own ^ flip
                 beg = ooff[8 * c + o]
                 end = ooff[8 * c + o + 1]
@@ -1129,10 +1055,10 @@ def _level2_one_octants(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist,
         counts[p] = nd
 
 
-#: the octants of a cluster in the order ``_level2_one_octants`` visits them, as flips of the
+#: the octants of a cluster in the order ``_level2_one`` visits them, as flips of the
 #: query's own octant: itself, then one, two and three axes away
 _OCTANT_FLIPS = np.array([0, 1, 2, 4, 3, 5, 6, 7], np.int64)
-#: relative margin of the squared pre-test of ``_level2_one_octants``: it only skips clusters the
+#: relative margin of the squared pre-test of ``_level2_one``: it only skips clusters the
 #: exact test (on the square root) skips too
 _SQ_SLACK = 1e-9
 
@@ -1554,18 +1480,22 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     ndist = 0
     if one:
         counts = np.zeros(qseq.size, np.int64)
+        moff = tab["moff"]
+        mt = moff.shape[0] - 1
         if _ONE_OCTANTS:
             t_oct = time.perf_counter()
-            n_rows, mt = XsT.shape[1], tab["moff"].shape[0] - 1
+            n_rows = XsT.shape[1]
             o_members, o_mdist = np.empty(n_rows, np.int64), np.empty(n_rows, np.float64)
             o_XsT, ooff = np.empty((3, n_rows), np.float32), np.empty(8 * mt + 1, np.int64)
-            _octant_order(XsT, tab["Lt"], tab["moff"], tab["members"], tab["mdist"], o_members, o_mdist, o_XsT, ooff)
+            _octant_order(XsT, tab["Lt"], moff, tab["members"], tab["mdist"], o_members, o_mdist, o_XsT, ooff)
             tab["times"]["octants"] = time.perf_counter() - t_oct
-            _level2_one_octants(o_XsT, Qr, tab["Lt"], o_members, o_mdist, ooff, tab["Rt"], qseq, *args2[:7],
-                                exclude, tab["rel"], out_d, out_i, counts)
-        else:
-            _level2_one(XsT, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"], qseq, *args2[:7],
-                        exclude, tab["rel"], out_d, out_i, counts)
+        else:  # one segment per cluster, the other seven empty at its end
+            o_XsT, o_members, o_mdist = XsT, tab["members"], tab["mdist"]
+            ooff = np.repeat(moff[1:], 8)
+            ooff[::8] = moff[:-1]
+            ooff = np.append(ooff, moff[-1])
+        _level2_one(o_XsT, Qr, tab["Lt"], o_members, o_mdist, ooff, tab["Rt"], qseq, *args2[:7],
+                    exclude, tab["rel"], _ONE_OCTANTS, out_d, out_i, counts)
         ndist += int(counts.sum())
     elif direct:
         counts = np.zeros(qseq.size, np.int64)
