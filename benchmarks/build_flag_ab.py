@@ -13,9 +13,7 @@ bands skipped once R are kept) against the fp32 kernel: graphs differ on near-ti
 adds each build's recall@10 on the suite's queries (exact ground truth, ties forgiven) at those
 beams and the share of edges the two graphs have in common. ``--flag allkept``:
 ``knnkit.index._build.SKIP_PRUNE_WHEN_ALL_KEPT``, the first prune skipped when no candidate list is
-longer than R (the GPU's top tier): graphs must be identical. ``--flag concurrent``:
-``knnkit.index._reverse_gpu.CONCURRENT_HUB_PASS``, the hubs' prune on a second stream beside the
-first pass: graphs must be identical.
+longer than R (the GPU's top tier): graphs must be identical.
 
     PYTHONPATH=src python benchmarks/build_flag_ab.py --sets broad_d128 --out $OUT
     PYTHONPATH=src python benchmarks/build_flag_ab.py --flag few --sets uniform_d128,sift_like_u8 --out $OUT
@@ -39,8 +37,7 @@ from knnkit.evaluate import recall  # noqa: E402
 from knnkit.index import _build, _connect, _prune_gpu, _reverse_gpu  # noqa: E402
 
 FLAGS = {"reverse": (_reverse_gpu, "FIRST_PASS_SKIPS_HUBS"), "few": (_connect, "FEW_ON_DEVICE"),
-         "tc": (_prune_gpu, "USE_TENSOR_CORES"), "allkept": (_build, "SKIP_PRUNE_WHEN_ALL_KEPT"),
-         "concurrent": (_reverse_gpu, "CONCURRENT_HUB_PASS")}
+         "tc": (_prune_gpu, "USE_TENSOR_CORES"), "allkept": (_build, "SKIP_PRUNE_WHEN_ALL_KEPT")}
 
 
 def _edge_agreement(a, b):

@@ -309,32 +309,3 @@ def test_gpu_new_reverse_mask_equals_numpy(R):
         want = _new_reverse_mask_xp(g, np)
         got = cp.asnumpy(new_reverse_mask(cp.asarray(g)))
         np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("metric", ["l2", "ip"])
-def test_gpu_concurrent_hub_pass_same_graph(monkeypatch, metric):
-    """The hubs' prune on a second stream beside the first pass (``CONCURRENT_HUB_PASS``) writes
-    the same graph as the two passes one after the other, with many hubs (tight clusters), and
-    twice in a row (the side stream and its memory are reused)."""
-    import cupy as cp
-
-    from knnkit.index import _reverse_gpu
-
-    rng = np.random.default_rng(7)
-    centres = rng.standard_normal((500, 16)).astype(np.float32)
-    X = (centres[rng.integers(0, 500, 8000)] + 0.01 * rng.standard_normal((8000, 16))).astype(np.float32)
-    _cd, ci = exact_knn_cpu(X, X, 32, metric, exclude_self=True)
-    g = prune_cpu(X, ci, pair_distances(X, ci, metric), 16, 1.0, metric)
-    gd = pair_distances(X, g, metric)
-    Xd, gdev, gddev = cp.asarray(X), cp.asarray(g), cp.asarray(gd)
-    out = {}
-    for concurrent in (False, True, True):
-        monkeypatch.setattr(_reverse_gpu, "CONCURRENT_HUB_PASS", concurrent)
-        st = {}
-        r = _reverse_gpu.add_reverse_edges_gpu(Xd, gdev, gddev, 16, 1.0, metric, stats=st)
-        assert st["hubs"] > 100 and st["hubs_concurrent"] == concurrent
-        out.setdefault(concurrent, []).append(cp.asnumpy(r))
-    np.testing.assert_array_equal(out[True][0], out[False][0])
-    np.testing.assert_array_equal(out[True][1], out[False][0])

@@ -254,25 +254,6 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
         rows = cp.nonzero(rest)[0].astype(cp.int32)
         del rest
 
-    hub_cap = 0 if ri is None else int(ri.shape[1])
-    side = hub_job = None
-    if ri is not None and FIRST_PASS_SKIPS_HUBS and CONCURRENT_HUB_PASS:
-        # the hubs' prune first, on a second stream, the first pass beside it: the prune kernel is
-        # latency-bound at one block per node, and one hub block (384 candidates, ~130 KB of shared
-        # memory) leaves room on an SM for one first-pass block (256 candidates, ~83 KB) but not the
-        # reverse (first-pass blocks launched first fill the SMs two at a time). Rows written are
-        # disjoint; the inputs stay referenced until the join (the memory pool reuses per stream).
-        hc = cp.concatenate([graph[hubs], ri], axis=1)
-        hd = cp.concatenate([graph_dist[hubs], rd], axis=1)
-        del ri, rd
-        hub_ids = hubs.astype(cp.int32)
-        ready = cp.cuda.get_current_stream().record()
-        side = _side_stream()
-        side.wait_event(ready)
-        with side:
-            hub_job = (prune_gpu(X, hc, hd, R, alpha, metric, fill=fill, shift=shift, node_ids=hub_ids), hc, hd, hub_ids)
-        ri = None
-
     def of_rows(a):
         return a if rows is None else a[rows]
 
@@ -291,16 +272,9 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
     if stats is not None:
         cp.cuda.get_current_stream().synchronize()
         t1 = time.perf_counter()
-        stats.update(first_s=t1 - t0, hubs=int(hubs.size), hub_cap=hub_cap, hubs_s=0.0,
-                     hubs_concurrent=hub_job is not None)
-    if hub_job is not None:
-        cp.cuda.get_current_stream().wait_event(side.record())
-        out[hubs] = hub_job[0]
-        del hub_job
-        if stats is not None:
-            cp.cuda.get_current_stream().synchronize()
-            stats.update(hubs_s=time.perf_counter() - t1)
-    elif ri is not None:
+        stats.update(first_s=t1 - t0, hubs=int(hubs.size), hub_cap=0 if ri is None else int(ri.shape[1]),
+                     hubs_s=0.0)
+    if ri is not None:
         hc = cp.concatenate([graph[hubs], ri], axis=1)
         hd = cp.concatenate([graph_dist[hubs], rd], axis=1)
         del ri, rd
@@ -310,23 +284,6 @@ def add_reverse_edges_gpu(X, graph, graph_dist, R, alpha, metric, *, cap=None, f
             stats.update(hubs_s=time.perf_counter() - t1)
     return out
 
-
-def _side_stream():
-    """The current device's second stream for the hubs' prune, made once (the memory pool keeps
-    freed blocks per stream: a stream per call would strand them)."""
-    import cupy as cp
-
-    dev = cp.cuda.Device().id
-    if dev not in _SIDE_STREAMS:
-        _SIDE_STREAMS[dev] = cp.cuda.Stream(non_blocking=True)
-    return _SIDE_STREAMS[dev]
-
-
-_SIDE_STREAMS = {}
-
-#: The hubs' prune runs on a second stream beside the first pass (same graph; off only for the A/B
-#: in ``benchmarks/build_flag_ab.py --flag concurrent``).
-CONCURRENT_HUB_PASS = True
 
 #: The first prune leaves out the hubs, whose rows the hub pass writes anyway (same graph; off
 #: only for the A/B in ``benchmarks/build_flag_ab.py``).
