@@ -72,7 +72,7 @@ def test_imports_follow_the_layers(path, mod):
         if len(target) == 1:  # "from knnkit import x" / "from .. import x": x names a subpackage
             for n in names:
                 t = _layer(["knnkit", n])
-                assert t is not None and t <= mine or n == "__version__", f"{'.'.join(mod)} imports knnkit.{n}"
+                assert t is not None and t <= mine, f"{'.'.join(mod)} imports knnkit.{n}"
             continue
         theirs = _layer(target)
         assert theirs is not None, f"{'.'.join(mod)} imports unknown {'.'.join(target)}"
@@ -133,3 +133,15 @@ def test_no_import_cycles():
     for u in edges:
         if not state.get(u):
             visit(u, [u])
+
+
+def test_version_matches_pyproject():
+    """One version string: the package's (``_core.version``) and pyproject.toml's."""
+    import pathlib
+    import re
+
+    import knnkit
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    m = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
+    assert m and m.group(1) == knnkit.__version__

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ._core.config import set_output, get_output, set_memory_budget, get_memory_budget, set_progress
 from ._core.backend import gpu_available
 
-__version__ = "0.2.0"
+from ._core.version import __version__
 
 # The rest of the face is imported on first use (PEP 562): ``import knnkit`` then costs numpy and
 # the core only, not Numba's ~0.3 s (or scipy, CuPy) before the first call needs them.

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from . import __version__
+from ._core.version import __version__
 
 __all__ = ["BENCH_METHODS", "load_bench_data", "run_bench", "format_table", "plot_bench"]
 

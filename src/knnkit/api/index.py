@@ -954,7 +954,7 @@ class GraphIndex:
         >>> knnkit.load(path, device="cpu").n
         300
         """
-        from .. import __version__
+        from .._core.version import __version__
 
         meta, arrays = self._engine.to_arrays()
         meta.update(knnkit_version=__version__, search_params=self.search_params.as_dict())
