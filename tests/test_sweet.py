@@ -638,3 +638,22 @@ def test_octant_order_and_scan(rng):
             bits = ((X[om[seg]].astype(np.float64) >= c.L[cl].astype(np.float64)) * [1, 2, 4]).sum(axis=1)
             assert np.all(bits == o)
             assert np.all(np.diff(od[seg]) <= 0)
+
+
+@pytest.mark.parametrize("octants", [True, False])
+def test_direct_octants_forced(rng, monkeypatch, octants):
+    """k > 1, one worker per query, d <= 3: level 2 over each cluster's octants (``_DIRECT_OCTANTS``)
+    or over whole clusters: exact either way, below and above the seeding k (8) and the merged
+    copies' straight-band k (16), integer grids (ties by the smaller index, members on the
+    centres' planes), repeated rows, separate and far queries."""
+    monkeypatch.setattr(sweet_cpu_module, "_DIRECT_OCTANTS", octants)
+    for dim in (1, 2, 3):
+        grid = rng.integers(0, 7, (1600, dim)).astype(np.float32)
+        smooth = rng.standard_normal((1600, dim)).astype(np.float32)
+        copies = np.repeat(rng.standard_normal((160, dim)), 10, axis=0).astype(np.float32)
+        for X in (grid, smooth, copies):
+            for k in (3, 9, 17):
+                s = run_both(X, None, k)
+                assert s["distance_computations"] > 0
+            run_both(X, X[:90] + 0.25, 9)
+            run_both(X, X[:40] + 50.0, 5)

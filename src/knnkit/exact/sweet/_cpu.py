@@ -518,6 +518,7 @@ _SEED_MERGED_MIN_K = 16
 _SEED_BLOCK = 64
 _ONE_PATH = True  # k = 1 through _level2_one (tests force it off)
 _ONE_OCTANTS = True  # ... over each cluster's octants (_octant_order; tests force it off)
+_DIRECT_OCTANTS = True  # the same for k > 1, one worker per query, d <= 3 (tests force it off)
 _GATE_CHUNK = 32  # queries of the gate's sample run per chunk (it stops at the first chunk over budget)
 
 
@@ -699,9 +700,9 @@ def _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
 
 
 @njit(parallel=True, cache=True)
-def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
+def _level2(Xs, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
-            counts, Xo, seeding, straight, direct, XsT, block):
+            counts, Xo, seeding, straight, direct, XsT, block, octants):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
     ``s, s + parts, ...``. ``Xs`` holds the data rows in cluster order (``Xs[i] = X[members[i]]``)
     so a cluster's members are read contiguously. Full filter: the task's k-best list (row ``task``
@@ -712,13 +713,17 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
     written from ``woff[task]`` into the flat ``surv_*`` (heap_* is then a (ntask, 1) dummy).
     ``direct``: one worker per query, the list is the output row ``heap_*[qi]``. ``straight``: once
     a list is full, bands are read straight from the axis-major ``XsT``; ``seeding``: lists start
-    from the previous query's (``Xo`` the data rows by index). Tasks run in blocks of ``block``."""
+    from the previous query's (``Xo`` the data rows by index). Tasks run in blocks of ``block``.
+    Each cluster is read as 8 segments (``ooff[8 c + o]``, see ``_level2_one``): with ``octants``
+    the members grouped by octant around the centre, and an octant the query's ball (radius
+    ``thr``) does not reach is passed over; without, one segment per cluster."""
     ntask = qseq.shape[0] * parts
     # blocks of consecutive tasks per thread: a seeded query reads its predecessor's finished list
     nblk = (ntask + block - 1) // block
     maxsz = 1
-    for c in range(moff.shape[0] - 1):
-        maxsz = max(maxsz, moff[c + 1] - moff[c])
+    for c in range((ooff.shape[0] - 1) // 8):
+        maxsz = max(maxsz, ooff[8 * c + 8] - ooff[8 * c])
+    lt_dim = Lt.shape[1]
     for blk in prange(nblk):
         buf = np.empty(maxsz if straight else 1, np.float32)  # the band's distances
         for task in range(blk * block, min(ntask, (blk + 1) * block)):
@@ -781,124 +786,143 @@ def _level2(Xs, Q, Lt, members, mdist, moff, Rt, qseq, qlab, qdist, candv, sufv,
                     continue
                 c = cand[j]
                 a = math.sqrt(_dist2(q, Lt[c]))
-                beg = moff[c]
-                end = moff[c + 1]
                 thr = theta + rel * (theta + a + Rt[c])
                 if a - Rt[c] > thr:
                     continue  # the farthest member is already too close to the centre
-                if straight and hd[k - 1] < np.inf:
-                    # a full list (seeded, or after the first cluster): theta is near its final
-                    # value, so the whole band |a - b| <= thr is read straight between two binary
-                    # searches, its distances in one branch-free pass over the coordinates stored by
-                    # axis, then the few under the k-th distance offered. The outward scan below
-                    # spends its time on per-member side logic and mispredicted exits; this measured
-                    # level 2 -18..-31 % (uniform 3-D 245k, k = 20, with seeds), for ~8 % more
-                    # distances (theta is not tightened inside a band)
-                    cut = hd[k - 1]
-                    i0 = _first_inside(mdist, beg, end, a + thr)
-                    stop = _first_inside(mdist, i0, end, a - thr)
-                    while stop < end and a - mdist[stop] <= thr:
-                        stop += 1
-                    x0 = XsT[0]
-                    x1 = XsT[1]
-                    x2 = XsT[2]
-                    for u in range(stop - i0):
-                        e0 = q0 - np.float64(x0[i0 + u])
-                        e1 = q1 - np.float64(x1[i0 + u])
-                        e2 = q2 - np.float64(x2[i0 + u])
-                        buf[u] = np.float32((e0 * e0 + e1 * e1) + e2 * e2)
-                    ndist += stop - i0
-                    for u in range(stop - i0):
-                        d = buf[u]
-                        if d > cut:
+                g0 = q0 - (np.float64(Lt[c, 0]) if lt_dim >= 1 else 0.0)
+                g1 = q1 - (np.float64(Lt[c, 1]) if lt_dim >= 2 else 0.0)
+                g2 = q2 - (np.float64(Lt[c, 2]) if lt_dim >= 3 else 0.0)
+                own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4 if octants else 0
+                for flip in _OCTANT_FLIPS:
+                    thr = theta + rel * (theta + a + Rt[c])  # theta may have shrunk in the last octant
+                    if octants:
+                        # every member of octant own ^ flip is at least sqrt(gap) from the query
+                        gap = 0.0
+                        if flip & 1:
+                            gap += g0 * g0
+                        if flip & 2:
+                            gap += g1 * g1
+                        if flip & 4:
+                            gap += g2 * g2
+                        if gap > thr * thr:
                             continue
-                        t = members[i0 + u]
-                        if exclude_self and t == qi:
-                            ndist -= 1
-                            continue
-                        # seeds are in the list already: a pair met again is not inserted twice
-                        if _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
-                            cut = hd[k - 1]
-                    theta = min(theta, math.sqrt(np.float64(cut)))
-                    continue
-                if full:
-                    # outward from the members at the query's own centre distance: the one-landmark
-                    # bound |a - b| grows on both sides, so the closest candidates come first, theta
-                    # shrinks early, and each side stops at its first member past the bound. The sides
-                    # alternate (one member above a, one below) instead of always taking the smaller
-                    # gap: that choice mispredicted about every other time, and the fixed alternation
-                    # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
-                    up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
-                    down = up + 1  # members with b <= a, toward smaller b
-                    go_up = True
-                    go_down = True
-                    while go_up or go_down:
-                        for side in range(2):
-                            if side == 0:
-                                if not go_up:
-                                    continue
-                                if up < beg or mdist[up] - a > thr:
-                                    go_up = False
-                                    continue
-                                i = up
-                                up -= 1
-                            else:
-                                if not go_down:
-                                    continue
-                                if down >= end or a - mdist[down] > thr:
-                                    go_down = False
-                                    continue
-                                i = down
-                                down += 1
-                            # the distance first: most candidates are refused on it alone, before
-                            # their index is read (the self pair, at distance 0, is never refused
-                            # here, so it is still skipped below without being counted)
-                            if dim == 3:
-                                e0 = q0 - np.float64(Xs[i, 0])
-                                e1 = q1 - np.float64(Xs[i, 1])
-                                e2 = q2 - np.float64(Xs[i, 2])
-                                d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
-                            else:
-                                d = np.float32(_dist2(q, Xs[i]))
-                            if d > (hd[k - 1] if sorted_k else hd[0]):
-                                ndist += 1
+                    beg = ooff[8 * c + (own ^ flip)]
+                    end = ooff[8 * c + (own ^ flip) + 1]
+                    if beg == end:
+                        continue
+                    if straight and hd[k - 1] < np.inf:
+                        # a full list (seeded, or after the first cluster): theta is near its final
+                        # value, so the whole band |a - b| <= thr is read straight between two binary
+                        # searches, its distances in one branch-free pass over the coordinates stored by
+                        # axis, then the few under the k-th distance offered. The outward scan below
+                        # spends its time on per-member side logic and mispredicted exits; this measured
+                        # level 2 -18..-31 % (uniform 3-D 245k, k = 20, with seeds), for ~8 % more
+                        # distances (theta is not tightened inside a band)
+                        cut = hd[k - 1]
+                        i0 = _first_inside(mdist, beg, end, a + thr)
+                        stop = _first_inside(mdist, i0, end, a - thr)
+                        while stop < end and a - mdist[stop] <= thr:
+                            stop += 1
+                        x0 = XsT[0]
+                        x1 = XsT[1]
+                        x2 = XsT[2]
+                        for u in range(stop - i0):
+                            e0 = q0 - np.float64(x0[i0 + u])
+                            e1 = q1 - np.float64(x1[i0 + u])
+                            e2 = q2 - np.float64(x2[i0 + u])
+                            buf[u] = np.float32((e0 * e0 + e1 * e1) + e2 * e2)
+                        ndist += stop - i0
+                        for u in range(stop - i0):
+                            d = buf[u]
+                            if d > cut:
                                 continue
-                            t = members[i]
+                            t = members[i0 + u]
                             if exclude_self and t == qi:
+                                ndist -= 1
                                 continue
-                            ndist += 1
-                            if seeded:  # never reached with a full seeded list; kept for safety
-                                if not _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
+                            # seeds are in the list already: a pair met again is not inserted twice
+                            if _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
+                                cut = hd[k - 1]
+                        theta = min(theta, math.sqrt(np.float64(cut)))
+                        continue
+                    if full:
+                        # outward from the members at the query's own centre distance: the one-landmark
+                        # bound |a - b| grows on both sides, so the closest candidates come first, theta
+                        # shrinks early, and each side stops at its first member past the bound. The sides
+                        # alternate (one member above a, one below) instead of always taking the smaller
+                        # gap: that choice mispredicted about every other time, and the fixed alternation
+                        # measured 5-22 % faster for ~3 % more distances (skin, uniform 3-D, k = 20)
+                        up = _first_inside(mdist, beg, end, a) - 1  # members with b > a, toward larger b
+                        down = up + 1  # members with b <= a, toward smaller b
+                        go_up = True
+                        go_down = True
+                        while go_up or go_down:
+                            for side in range(2):
+                                if side == 0:
+                                    if not go_up:
+                                        continue
+                                    if up < beg or mdist[up] - a > thr:
+                                        go_up = False
+                                        continue
+                                    i = up
+                                    up -= 1
+                                else:
+                                    if not go_down:
+                                        continue
+                                    if down >= end or a - mdist[down] > thr:
+                                        go_down = False
+                                        continue
+                                    i = down
+                                    down += 1
+                                # the distance first: most candidates are refused on it alone, before
+                                # their index is read (the self pair, at distance 0, is never refused
+                                # here, so it is still skipped below without being counted)
+                                if dim == 3:
+                                    e0 = q0 - np.float64(Xs[i, 0])
+                                    e1 = q1 - np.float64(Xs[i, 1])
+                                    e2 = q2 - np.float64(Xs[i, 2])
+                                    d = np.float32((e0 * e0 + e1 * e1) + e2 * e2)  # _dist2's order
+                                else:
+                                    d = np.float32(_dist2(q, Xs[i]))
+                                if d > (hd[k - 1] if sorted_k else hd[0]):
+                                    ndist += 1
                                     continue
-                            elif not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
-                                continue
-                            kth = hd[k - 1] if sorted_k else hd[0]
-                            if kth < np.inf:
-                                th = math.sqrt(np.float64(kth))
-                                if th < theta:
-                                    theta = th
-                                    thr = theta + rel * (theta + a + Rt[c])
-                    continue
-                i = _first_inside(mdist, beg, end, a + thr)
-                while i < end:
-                    b = mdist[i]
-                    if a - b > thr:
-                        break  # every later member is closer to the centre: lower bound grows
-                    if b - a > thr:
+                                t = members[i]
+                                if exclude_self and t == qi:
+                                    continue
+                                ndist += 1
+                                if seeded:  # never reached with a full seeded list; kept for safety
+                                    if not _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
+                                        continue
+                                elif not _offer_copies(hd, hi, k, d, t, sorted_k, dup, uoff, uidx):
+                                    continue
+                                kth = hd[k - 1] if sorted_k else hd[0]
+                                if kth < np.inf:
+                                    th = math.sqrt(np.float64(kth))
+                                    if th < theta:
+                                        theta = th
+                                        thr = theta + rel * (theta + a + Rt[c])
+                        continue
+                    i = _first_inside(mdist, beg, end, a + thr)
+                    while i < end:
+                        b = mdist[i]
+                        if a - b > thr:
+                            break  # every later member is closer to the centre: lower bound grows
+                        if b - a > thr:
+                            i += 1
+                            continue
+                        t = members[i]
                         i += 1
-                        continue
-                    t = members[i]
-                    i += 1
-                    if exclude_self and t == qi:
-                        continue
-                    if count_only:
+                        if exclude_self and t == qi:
+                            continue
+                        if count_only:
+                            ndist += 1
+                            continue
+                        d = np.float32(_dist2(q, Xs[i - 1]))
                         ndist += 1
-                        continue
-                    d = np.float32(_dist2(q, Xs[i - 1]))
-                    ndist += 1
-                    surv_d[w] = d
-                    surv_i[w] = t
-                    w += 1
+                        surv_d[w] = d
+                        surv_i[w] = t
+                        w += 1
             counts[task] = ndist
 
 
@@ -1473,34 +1497,26 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     XsT = np.zeros((3, Xs.shape[0] if straight else 1), np.float32)
     if straight:
         XsT[:dim] = Xs.T
-    args = (Xs, Qr, tab["Lt"], tab["members"], tab["mdist"], tab["moff"], tab["Rt"])
+    # one worker per query in <= 3-D: each cluster's members by octant around its centre
+    octants = straight and (_ONE_OCTANTS if one else _DIRECT_OCTANTS)
+    t_oct = time.perf_counter()
+    Xs, XsT, members, mdist, ooff = _segments(Xr, Xs, XsT, tab, octants)
+    if octants:
+        tab["times"]["octants"] = time.perf_counter() - t_oct
+    args = (Xs, Qr, tab["Lt"], members, mdist, ooff, tab["Rt"])
     args2 = (tab["qlab"], tab["qdist"], tab["candv"], tab["sufv"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
     dupargs = (dup is not None, uoff, uidx)
     noseed = (Xr, 0, 0)
     ndist = 0
     if one:
         counts = np.zeros(qseq.size, np.int64)
-        moff = tab["moff"]
-        mt = moff.shape[0] - 1
-        if _ONE_OCTANTS:
-            t_oct = time.perf_counter()
-            n_rows = XsT.shape[1]
-            o_members, o_mdist = np.empty(n_rows, np.int64), np.empty(n_rows, np.float64)
-            o_XsT, ooff = np.empty((3, n_rows), np.float32), np.empty(8 * mt + 1, np.int64)
-            _octant_order(XsT, tab["Lt"], moff, tab["members"], tab["mdist"], o_members, o_mdist, o_XsT, ooff)
-            tab["times"]["octants"] = time.perf_counter() - t_oct
-        else:  # one segment per cluster, the other seven empty at its end
-            o_XsT, o_members, o_mdist = XsT, tab["members"], tab["mdist"]
-            ooff = np.repeat(moff[1:], 8)
-            ooff[::8] = moff[:-1]
-            ooff = np.append(ooff, moff[-1])
-        _level2_one(o_XsT, Qr, tab["Lt"], o_members, o_mdist, ooff, tab["Rt"], qseq, *args2[:7],
-                    exclude, tab["rel"], _ONE_OCTANTS, out_d, out_i, counts)
+        _level2_one(XsT, Qr, tab["Lt"], members, mdist, ooff, tab["Rt"], qseq, *args2[:7],
+                    exclude, tab["rel"], octants, out_d, out_i, counts)
         ndist += int(counts.sum())
     elif direct:
         counts = np.zeros(qseq.size, np.int64)
         _level2(*args, qseq, *args2, True, False, True, *dupargs, out_d, out_i, out_d[0], out_i[0], counts[:1], counts,
-                X if dup is not None else Xr, int(seeding), int(straight), 1, XsT, _SEED_BLOCK)
+                X if dup is not None else Xr, int(seeding), int(straight), 1, XsT, _SEED_BLOCK, octants)
         ndist += int(counts.sum())
     elif filt == "full":
         # query chunks bound the heap memory (k entries per worker)
@@ -1512,7 +1528,7 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
             hi = np.full((ntask, k_sel), -1, np.int64)
             counts = np.zeros(ntask, np.int64)
             _level2(*args, seq, *args2, True, False, k_sel <= _SORTED_K_MAX, *dupargs, hd, hi, hd[0], hi[0],
-                    counts[:1], counts, *noseed, 0, XsT, _SEED_BLOCK)
+                    counts[:1], counts, *noseed, 0, XsT, _SEED_BLOCK, False)
             ndist += int(counts.sum())
             _merge_parts(hd, hi, seq, parts, k_sel, out_d, out_i)
     else:
@@ -1524,7 +1540,7 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
             dummy_d = np.empty((counts.size, 1), np.float32)
             dummy_i = np.empty((counts.size, 1), np.int64)
             _level2(*args, seq, *args2, False, True, False, *dupargs, dummy_d, dummy_i, dummy_d[0], dummy_i[0],
-                    counts[:1], counts, *noseed, 0, XsT, _SEED_BLOCK)
+                    counts[:1], counts, *noseed, 0, XsT, _SEED_BLOCK, False)
             per_query = counts.reshape(seq.size, parts).sum(1)
             take = max(1, int(np.searchsorted(np.cumsum(per_query), _PARTIAL_ENTRIES, side="right")))
             seq, counts = seq[:take], counts[:take * parts]
@@ -1533,7 +1549,7 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
             sd = np.empty(max(1, int(woff[-1])), np.float32)
             si = np.empty(max(1, int(woff[-1])), np.int64)
             _level2(*args, seq, *args2, False, False, False, *dupargs, dummy_d[:counts.size], dummy_i[:counts.size],
-                    sd, si, woff, counts, *noseed, 0, XsT, _SEED_BLOCK)
+                    sd, si, woff, counts, *noseed, 0, XsT, _SEED_BLOCK, False)
             ndist += int(counts.sum())
             _select_partial(sd, si, woff, seq, parts, k_sel, out_d, out_i, *dupargs)
             s += take
@@ -1561,6 +1577,24 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     if qsel is not None:
         return out_d[qsel], out_i[qsel], stats
     return out_d, out_i, stats
+
+
+def _segments(Xr, Xs, XsT, tab, octants):
+    """Level 2's view of the data clusters: ``(Xs, XsT, members, mdist, ooff)``, each cluster as 8
+    segments ``ooff[8 c + o]``. With ``octants`` (one worker per query, <= 3-D: ``XsT`` holds every
+    row) the members regrouped by octant around the centre (``_octant_order``); without, the
+    cluster order as it is, one segment per cluster (the other seven empty at its end)."""
+    moff = tab["moff"]
+    mt = moff.shape[0] - 1
+    if not octants:
+        ooff = np.repeat(moff[1:], 8)
+        ooff[::8] = moff[:-1]
+        return Xs, XsT, tab["members"], tab["mdist"], np.append(ooff, moff[-1])
+    n_rows = XsT.shape[1]
+    o_members, o_mdist = np.empty(n_rows, np.int64), np.empty(n_rows, np.float64)
+    o_XsT, ooff = np.empty((3, n_rows), np.float32), np.empty(8 * mt + 1, np.int64)
+    _octant_order(XsT, tab["Lt"], moff, tab["members"], tab["mdist"], o_members, o_mdist, o_XsT, ooff)
+    return Xr[o_members], o_XsT, o_members, o_mdist, ooff
 
 
 def _level1_pairs_of(tab, qseq, n):
