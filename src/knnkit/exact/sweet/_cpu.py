@@ -965,14 +965,14 @@ def _octant_order(XsT, Lt, moff, members, mdist, o_members, o_mdist, o_XsT, ooff
 
 
 @njit(parallel=True, cache=True)
-def _level2_one(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand,
+def _level2_one(XsT, Q, LtT, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand,
                 exclude_self, rel, octants, out_d, out_i, counts):
     """Level 2 for k = 1 (full filter, one worker per query, d <= 3, rows not merged as copies): the
     list is one (distance, index) pair in two scalars, and every candidate cluster is scanned
     outward from the query's own centre distance (sides alternating, as ``_level2``'s outward scan)
     with theta tightened at each new best (``_level2`` at k = 1 keeps the pair in a sorted list of
     one: 7-15 % more level-2 time). Coordinates come from the axis-major ``XsT`` (zero rows below
-    d = 3 add exact zeros).
+    d = 3 add exact zeros), the centres from the axis-major float64 ``LtT`` (the same).
 
     ``octants``: members in the order of ``_octant_order`` (segments ``ooff``); in a candidate
     cluster an octant is scanned only when the query's squared distance to it (the sum, over the
@@ -986,7 +986,7 @@ def _level2_one(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, 
     x0 = XsT[0]
     x1 = XsT[1]
     x2 = XsT[2]
-    dim = Lt.shape[1]
+    dim = Q.shape[1]
     for p in prange(qseq.shape[0]):
         qi = qseq[p]
         q = Q[qi]
@@ -1006,7 +1006,12 @@ def _level2_one(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, 
             if candv[j] > lim:
                 continue
             c = cand[j]
-            a2 = _dist2(q, Lt[c])
+            # the centre distance from the axis-major centres (zero rows below d = 3 add exact
+            # zeros: _dist2's sum in its order)
+            g0 = q0 - LtT[0, c]
+            g1 = q1 - LtT[1, c]
+            g2 = q2 - LtT[2, c]
+            a2 = (g0 * g0 + g1 * g1) + g2 * g2
             # the cluster test a - R > theta + rel (theta + a + R) on squares first: the square
             # root only for the clusters that pass it (10 of 25 centre distances, clustered 3-D)
             w = theta * (1.0 + rel) + Rt[c] * (1.0 + rel)
@@ -1016,9 +1021,6 @@ def _level2_one(XsT, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, 
             thr = theta + rel * (theta + a + Rt[c])
             if a - Rt[c] > thr:
                 continue
-            g0 = q0 - (np.float64(Lt[c, 0]) if dim >= 1 else 0.0)
-            g1 = q1 - (np.float64(Lt[c, 1]) if dim >= 2 else 0.0)
-            g2 = q2 - (np.float64(Lt[c, 2]) if dim >= 3 else 0.0)
             own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4 if octants else 0
             for flip in _OCTANT_FLIPS:
                 if octants:
@@ -1510,7 +1512,9 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     ndist = 0
     if one:
         counts = np.zeros(qseq.size, np.int64)
-        _level2_one(XsT, Qr, tab["Lt"], members, mdist, ooff, tab["Rt"], qseq, *args2[:7],
+        LtT = np.zeros((3, tab["Lt"].shape[0]), np.float64)  # the centres by axis
+        LtT[:dim] = tab["Lt"].T
+        _level2_one(XsT, Qr, LtT, members, mdist, ooff, tab["Rt"], qseq, *args2[:7],
                     exclude, tab["rel"], octants, out_d, out_i, counts)
         ndist += int(counts.sum())
     elif direct:
