@@ -700,7 +700,7 @@ def _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
 
 
 @njit(parallel=True, cache=True)
-def _level2(Xs, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
+def _level2(Xs, Q, Lt, LtT, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
             counts, Xo, seeding, straight, direct, XsT, block, octants):
     """One task per (query, part): part ``s`` of query ``qseq[p]`` visits the candidate clusters
@@ -716,7 +716,8 @@ def _level2(Xs, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv,
     from the previous query's (``Xo`` the data rows by index). Tasks run in blocks of ``block``.
     Each cluster is read as 8 segments (``ooff[8 c + o]``, see ``_level2_one``): with ``octants``
     the members grouped by octant around the centre, and an octant the query's ball (radius
-    ``thr``) does not reach is passed over; without, one segment per cluster."""
+    ``thr``) does not reach is passed over; without, one segment per cluster. ``LtT``: the centres
+    by axis in float64 (3 rows, zeros below d = 3), read instead of ``Lt`` up to 3-D."""
     ntask = qseq.shape[0] * parts
     # blocks of consecutive tasks per thread: a seeded query reads its predecessor's finished list
     nblk = (ntask + block - 1) // block
@@ -785,13 +786,20 @@ def _level2(Xs, Q, Lt, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv,
                 if candv[j] > lim:
                     continue
                 c = cand[j]
-                a = math.sqrt(_dist2(q, Lt[c]))
+                if lt_dim <= 3:
+                    # the centres by axis (zero rows below d = 3 add exact zeros: _dist2's sum in
+                    # its order); the same differences place the query's octant
+                    g0 = q0 - LtT[0, c]
+                    g1 = q1 - LtT[1, c]
+                    g2 = q2 - LtT[2, c]
+                    a2 = (g0 * g0 + g1 * g1) + g2 * g2
+                else:
+                    g0 = g1 = g2 = 0.0  # (no octants above 3-D)
+                    a2 = _dist2(q, Lt[c])
+                a = math.sqrt(a2)
                 thr = theta + rel * (theta + a + Rt[c])
                 if a - Rt[c] > thr:
                     continue  # the farthest member is already too close to the centre
-                g0 = q0 - (np.float64(Lt[c, 0]) if lt_dim >= 1 else 0.0)
-                g1 = q1 - (np.float64(Lt[c, 1]) if lt_dim >= 2 else 0.0)
-                g2 = q2 - (np.float64(Lt[c, 2]) if lt_dim >= 3 else 0.0)
                 own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4 if octants else 0
                 for flip in _OCTANT_FLIPS:
                     thr = theta + rel * (theta + a + Rt[c])  # theta may have shrunk in the last octant
@@ -1505,15 +1513,15 @@ def _sweet_cpu(X, Q, k, params, seed, all_points, qsel, gate, enough, hopeless, 
     Xs, XsT, members, mdist, ooff = _segments(Xr, Xs, XsT, tab, octants)
     if octants:
         tab["times"]["octants"] = time.perf_counter() - t_oct
-    args = (Xs, Qr, tab["Lt"], members, mdist, ooff, tab["Rt"])
+    LtT = np.zeros((3, tab["Lt"].shape[0]), np.float64)  # the centres by axis, up to 3-D
+    LtT[:min(dim, 3)] = tab["Lt"][:, :3].T
+    args = (Xs, Qr, tab["Lt"], LtT, members, mdist, ooff, tab["Rt"])
     args2 = (tab["qlab"], tab["qdist"], tab["candv"], tab["sufv"], tab["ub"], tab["coff"], tab["cand"], k_sel, parts, exclude, tab["rel"])
     dupargs = (dup is not None, uoff, uidx)
     noseed = (Xr, 0, 0)
     ndist = 0
     if one:
         counts = np.zeros(qseq.size, np.int64)
-        LtT = np.zeros((3, tab["Lt"].shape[0]), np.float64)  # the centres by axis
-        LtT[:dim] = tab["Lt"].T
         _level2_one(XsT, Qr, LtT, members, mdist, ooff, tab["Rt"], qseq, *args2[:7],
                     exclude, tab["rel"], octants, out_d, out_i, counts)
         ndist += int(counts.sum())
