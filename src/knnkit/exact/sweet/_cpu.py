@@ -699,6 +699,22 @@ def _offer_copies_new(hd, hi, k, d, t, dup, uoff, uidx):
     return took
 
 
+@njit(inline="always")
+def _octant_gap(flip, g0, g1, g2):
+    """Squared distance from a query at offsets ``(g0, g1, g2)`` from a cluster's centre to the
+    octant ``own ^ flip`` (``own``: the query's own): the sum of its squared offsets on the flipped
+    axes. Every member of that octant lies on the other side of the centre on those axes, so at
+    least this far (squared) from the query."""
+    gap = 0.0
+    if flip & 1:
+        gap += g0 * g0
+    if flip & 2:
+        gap += g1 * g1
+    if flip & 4:
+        gap += g2 * g2
+    return gap
+
+
 @njit(parallel=True, cache=True)
 def _level2(Xs, Q, Lt, LtT, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, sufv, ub, coff, cand, k, parts,
             exclude_self, rel, full, count_only, sorted_k, dup, uoff, uidx, heap_d, heap_i, surv_d, surv_i, woff,
@@ -803,17 +819,8 @@ def _level2(Xs, Q, Lt, LtT, members, mdist, ooff, Rt, qseq, qlab, qdist, candv, 
                 own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4 if octants else 0
                 for flip in _OCTANT_FLIPS:
                     thr = theta + rel * (theta + a + Rt[c])  # theta may have shrunk in the last octant
-                    if octants:
-                        # every member of octant own ^ flip is at least sqrt(gap) from the query
-                        gap = 0.0
-                        if flip & 1:
-                            gap += g0 * g0
-                        if flip & 2:
-                            gap += g1 * g1
-                        if flip & 4:
-                            gap += g2 * g2
-                        if gap > thr * thr:
-                            continue
+                    if octants and _octant_gap(flip, g0, g1, g2) > thr * thr:
+                        continue
                     beg = ooff[8 * c + (own ^ flip)]
                     end = ooff[8 * c + (own ^ flip) + 1]
                     if beg == end:
@@ -1031,16 +1038,8 @@ def _level2_one(XsT, Q, LtT, members, mdist, ooff, Rt, qseq, qlab, qdist, candv,
                 continue
             own = (g0 >= 0.0) * 1 + (g1 >= 0.0) * 2 + (g2 >= 0.0) * 4 if octants else 0
             for flip in _OCTANT_FLIPS:
-                if octants:
-                    gap = 0.0
-                    if flip & 1:
-                        gap += g0 * g0
-                    if flip & 2:
-                        gap += g1 * g1
-                    if flip & 4:
-                        gap += g2 * g2
-                    if gap > thr * thr:
-                        continue
+                if octants and _octant_gap(flip, g0, g1, g2) > thr * thr:
+                    continue
                 o = own ^ flip
                 beg = ooff[8 * c + o]
                 end = ooff[8 * c + o + 1]
