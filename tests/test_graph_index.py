@@ -728,6 +728,39 @@ def test_calibration_extends_past_its_ladder_only_while_recall_is_low():
     assert better is not None and better > 10 and better in beams
 
 
+def test_deferred_calibration_beams_are_measured_when_a_target_needs_them(monkeypatch):
+    """A (GPU) build leaves its largest calibration beams for later once the default beam is
+    settled; the first search(target_recall=) that the curve misses measures them on the same
+    held-out rows, with the recall a full sweep gets, and keeps them."""
+    from knnkit.index import _calibrate
+
+    rng = np.random.default_rng(9)
+    X = rng.random((4000, 32), dtype=np.float32)
+    Q = rng.random((50, 32), dtype=np.float32)
+    monkeypatch.setattr(_calibrate, "_deferrable", lambda engine: (48, 64))  # as GPU_EXTRA_BEAMS on the GPU
+    monkeypatch.setattr(_calibrate, "EXTEND_UNTIL", 1.01)
+    monkeypatch.setattr(_calibrate, "DEFAULT_TARGET", 0.0)  # the default is settled at the first beam
+    monkeypatch.setitem(_calibrate.calibrate.__kwdefaults__, "beams", (16, 24))
+    monkeypatch.setitem(_calibrate.calibrate.__kwdefaults__, "extra_beams", (32,))
+    index = GraphIndex.build(X, graph_degree=8, device="cpu", random_state=0)
+    cal = index.calibration
+    assert cal["beams"] == [16, 24, 32] and cal["deferred"] == [48, 64]
+    full = _calibrate.calibrate(index._engine, index.search_params)  # the whole sweep, nothing deferred
+    assert full["beams"] == [16, 24, 32, 48, 64] and "deferred" not in full
+    assert index.reaches(cal["recall"][0] - 0.01) and "deferred" in index.calibration  # reached: not extended
+    index.beam_for(0.999)  # missed by the curve so far: the deferred beams are measured now
+    assert index.calibration["beams"] == full["beams"] and index.calibration["recall"] == full["recall"]
+    assert "deferred" not in index.calibration
+    d, i = index.search(Q, k=10, target_recall=0.2)
+    assert i.shape == (50, 10)
+    # moved to a device that cannot defer (a GPU build's index on the CPU): the deferred beams are
+    # dropped, not walked, and a target the curve misses is answered exactly
+    index.build_params["calibration"] = dict(cal)
+    monkeypatch.setattr(_calibrate, "_deferrable", lambda engine: ())
+    assert not index.reaches(0.9999) and "deferred" not in index.calibration
+    assert index.calibration["beams"] == [16, 24, 32]
+
+
 def test_default_beam_raised_unless_calibration_clears_the_margin():
     """A default beam whose calibrated recall only just reaches 0.95 is raised (held-out rows
     estimate unseen queries within about 0.01); one that clears 0.95 + DEFAULT_MARGIN is kept."""

@@ -26,7 +26,7 @@ from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
 from ..index._engine import merged_candidates
-from ..index._calibrate import beam_for, calibrate, exact_is_faster, first_beam_reaching, raised_default_beam
+from ..index._calibrate import beam_for, calibrate, exact_is_faster, extend, first_beam_reaching, raised_default_beam
 
 __all__ = ["GraphIndex"]
 
@@ -476,7 +476,9 @@ class GraphIndex:
     @property
     def calibration(self) -> dict[str, Any] | None:
         """The recall-vs-beam curve measured at build (dict with ``k``, ``beams``, ``recall``), or
-        None (see :mod:`knnkit.index._calibrate`)."""
+        None (see :mod:`knnkit.index._calibrate`). ``deferred``: beams a GPU build left out once
+        the default beam was settled; the first ``search(target_recall=)`` (or :meth:`reaches`,
+        :meth:`beam_for`) that the curve misses measures them and adds them to the curve."""
         return self.build_params.get("calibration")
 
     #: The calibration is measured again (at the end of :meth:`extend` or :meth:`compact`) once the
@@ -491,7 +493,7 @@ class GraphIndex:
                 "n_deleted": int(self._engine.n_deleted)}
 
     def _calibrate(self):
-        cal = calibrate(self._engine, self.search_params)
+        cal = calibrate(self._engine, self.search_params, defer=True)
         if cal:
             cal["at"] = self._changes()
         self.build_params["calibration"] = cal
@@ -516,13 +518,23 @@ class GraphIndex:
                     "measuring it again", changed, at["n"] - at["n_deleted"])
         self._calibrate()
 
+    def _calibration_for(self, target_recall):
+        """The calibration, with its deferred beams measured first when the curve so far does not
+        reach ``target_recall`` + 0.005 (GPU builds leave their largest beams for the first target
+        that needs them: :func:`knnkit.index._calibrate.extend`)."""
+        cal = self.calibration
+        if not cal:
+            raise ValueError("this index has no calibration (built with calibrate=False, by an older knnkit, or too few "
+                             "live points to measure one)")
+        if cal.get("deferred") and first_beam_reaching(cal, target_recall) is None:
+            cal = extend(self._engine, self.search_params, cal)
+            self.build_params["calibration"] = cal
+        return cal
+
     def beam_for(self, target_recall: float) -> int:
         """The smallest calibrated beam whose measured recall reaches ``target_recall`` + 0.005
         (the largest calibrated beam when none does); see :func:`knnkit.index._calibrate.beam_for`."""
-        if not self.calibration:
-            raise ValueError("this index has no calibration (built with calibrate=False, by an older knnkit, or too few "
-                             "live points to measure one)")
-        return beam_for(self.calibration, target_recall)
+        return beam_for(self._calibration_for(target_recall), target_recall)
 
     def reaches(self, target_recall: float) -> bool:
         """Whether some calibrated beam reached ``target_recall`` + 0.005. When none did, the
@@ -531,10 +543,7 @@ class GraphIndex:
         calibration stopped where walking had become slower than the exact scan
         (``calibration["stopped_at"]``), and ``search(target_recall=...)`` answers by an exact
         scan instead."""
-        if not self.calibration:
-            raise ValueError("this index has no calibration (built with calibrate=False, by an older knnkit, or too few "
-                             "live points to measure one)")
-        return first_beam_reaching(self.calibration, target_recall) is not None
+        return first_beam_reaching(self._calibration_for(target_recall), target_recall) is not None
 
     def _exact_all(self, q, info, k, device, beam=None, why=None):
         """Exact k-NN of validated queries over every stored point (``search(target_recall=)``

@@ -31,7 +31,7 @@ from .._core.backend import as_host, get_array_module
 from .._core.config import logger
 from .._core.params import check_float
 
-__all__ = ["calibrate", "beam_for", "first_beam_reaching", "raised_default_beam", "exact_is_faster",
+__all__ = ["calibrate", "extend", "beam_for", "first_beam_reaching", "raised_default_beam", "exact_is_faster",
            "holdout_rows", "holdout_graph", "BEAMS", "SAMPLE"]
 
 BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -44,6 +44,9 @@ BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 EXTRA_BEAMS = (768, 1024, 1536, 2048)
 #: ... and on the GPU these too (a beam of 4096 walks 500 rows in ~0.06 s there): broad 128-d 1M
 #: reads 0.986 at 2048 and 0.991 at 4096 with the top tier's graph (H200, `gpu_hard_degree.py`).
+#: A build defers them (``defer=True``) when the curve already settles the default beam: they
+#: only serve ``search(target_recall=)`` above what the curve reached, which measures them on its
+#: first call (:func:`extend`). On broad 128-d 1M they were ~0.13 s of a 2.2 s build.
 GPU_EXTRA_BEAMS = (3072, 4096)
 EXTEND_UNTIL = 0.995
 SAMPLE = 500
@@ -135,14 +138,40 @@ def holdout_graph(graph, before, without, rows):
     return g
 
 
-def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS):
+def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS, defer=False):
     """``{"k", "beams", "recall", "queries"}`` of ``engine`` (a SearchGraph) on held-out rows, or
     None when it cannot be measured (logged: calibration refines defaults, its failure must not
     cost the index). The walk uses the engine's hold-out graph when the build made one
     (``engine._holdout``, dropped here), else the engine's graph with the rows cut out (modified
     during the sweep and restored exactly). ``extra_beams`` are tried in order only while the
     recall of the last beam is below ``EXTEND_UNTIL`` (hard data; the sweep costs nothing more
-    elsewhere)."""
+    elsewhere). ``defer``: a GPU sweep leaves ``GPU_EXTRA_BEAMS`` for later (``"deferred"`` in the
+    result, measured by :func:`extend`) once its curve reaches the default's target."""
+    return _calibrate(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=False)
+
+
+def extend(engine, search_params, calibration, *, sample=SAMPLE):
+    """``calibration`` with its deferred beams (``calibration["deferred"]``) measured on the same
+    held-out rows and appended to its curve; the same dict back when none are deferred, or
+    without the ``"deferred"`` entry when they cannot be measured now (logged)."""
+    deferred = [int(b) for b in calibration.get("deferred", ())]
+    if not deferred:
+        return calibration
+    out = {key: v for key, v in calibration.items() if key != "deferred"}
+    if not _deferrable(engine):
+        # a GPU build's index moved to the CPU: walks at these beams cost more there than the
+        # exact scan that search(target_recall=) falls back to for a target the curve misses
+        return out
+    more = _calibrate(engine, search_params, sample, tuple(deferred), (), False, grow=True)
+    if more is None or more["k"] != calibration["k"]:
+        return out
+    logger.info("GraphIndex: calibration extended to beams %s (recall %s)", more["beams"], more["recall"])
+    out["beams"] = list(calibration["beams"]) + list(more["beams"])
+    out["recall"] = list(calibration["recall"]) + list(more["recall"])
+    return out
+
+
+def _calibrate(engine, search_params, sample, beams, extra_beams, defer, grow):
     n = engine.n
     held = getattr(engine, "_holdout", None)
     engine._holdout = None  # used once; its memory goes with it
@@ -173,12 +202,13 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
         if held is not None and xp is np and np.array_equal(held[0], rows_h) and held[1].shape == G.shape:
             engine._graph = held[1]
             try:
-                return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout", pool)
+                return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout", pool, defer,
+                              grow)
             finally:
                 engine._graph = G
         restore = cut_rows(G, rows, hidden)
         try:
-            return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut", pool)
+            return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut", pool, defer, grow)
         finally:
             restore()
     finally:
@@ -231,9 +261,16 @@ def _live_entry(entry, graph, rows):
     return EntryPoints(entry.centroids, new if xp is np else xp.asarray(new), entry.metric)
 
 
-def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None):
+def _deferrable(engine):
+    """The beams a sweep over ``engine`` adds after ``extra_beams`` and may defer: GPU_EXTRA_BEAMS
+    on the GPU, none on the CPU."""
+    return GPU_EXTRA_BEAMS if engine.device == "gpu" else ()
+
+
+def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None, defer=False, grow=False):
     """The beam sweep of :func:`calibrate` over the engine's (hold-out or cut) graph; ``pool``: the
-    live ids when the index has deleted points."""
+    live ids when the index has deleted points; ``grow``: every one of ``beams`` is measured (the
+    deferred beams of :func:`extend`)."""
     timed = engine.device == "cpu"  # (a GPU walk would need a synchronisation per beam)
     try:
         t0 = time.perf_counter()
@@ -244,9 +281,15 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
         q = engine.data[rows]
         used, curve, secs = [], [], []
         out_stop = None
-        extra = tuple(extra_beams) + (GPU_EXTRA_BEAMS if engine.device == "gpu" and extra_beams else ())
+        gpu_extra = _deferrable(engine) if extra_beams else ()
+        extra = tuple(extra_beams) + gpu_extra
+        deferred = []
         for beam in tuple(beams) + extra:
-            if beam < k or beam > engine.n or (used and beam > max(beams) and curve[-1] >= EXTEND_UNTIL):
+            if beam < k or beam > engine.n or (used and not grow and beam > max(beams) and curve[-1] >= EXTEND_UNTIL):
+                continue
+            if (defer and beam in gpu_extra and beam > max(beams)
+                    and first_beam_reaching({"beams": used, "recall": curve}, DEFAULT_TARGET + DEFAULT_MARGIN)):
+                deferred.append(int(beam))  # the default is settled: the largest beams wait for a target
                 continue
             if (timed and used and beam > max(beams) and secs[-1] > EXACT_FASTER * exact_s
                     and first_beam_reaching({"beams": used, "recall": curve}, DEFAULT_TARGET + DEFAULT_MARGIN)):
@@ -262,6 +305,8 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
             used.append(int(beam))
             curve.append(round(_recall(engine._X, rows, i, hidden, kth, ok, k, engine._imetric), 4))
         out = {"k": k, "beams": used, "recall": curve, "queries": int(ok.sum()), "held_out": how}
+        if deferred:
+            out["deferred"] = deferred
         if timed:
             out.update(seconds=secs, exact_seconds=round(exact_s, 4))
             if out_stop is not None:
