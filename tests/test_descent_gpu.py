@@ -92,14 +92,20 @@ def _exact(X, k):
     return T
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks):
+@pytest.mark.parametrize("ranks,exchange", [(2, "sparse"), (3, "sparse"), (2, "whole"), (3, "whole"),
+                                            (2, "sparse_all_rows")])
+def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks, exchange, monkeypatch):
     """Ranks as threads on one GPU: every rank returns its rows, they stop together, and the
-    joined lists reach the recall of the single-device descent."""
+    joined lists reach the recall of the single-device descent; with the changed rows only
+    (``sparse``), with whole shares, and with the sparse path sending every row."""
     import cupy as cp
 
     from knnkit._core.comm import ThreadPeer
+    from knnkit.graph.nndescent import _gpu
     from knnkit.graph.nndescent._gpu import nndescent_gpu
+
+    if exchange == "sparse_all_rows":
+        monkeypatch.setattr(_gpu, "SPARSE_EXCHANGE_BELOW", 0.0)
 
     n, k = 20011, 10
     X = np.asarray(make_clustered(n, 24, n_clusters=60, random_state=3, device="cpu"), dtype=np.float32)
@@ -115,7 +121,7 @@ def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks):
 
     def run(r):
         try:
-            out[r] = nndescent_gpu(Xd, 32, peer=peers[r], **kw)
+            out[r] = nndescent_gpu(Xd, 32, peer=peers[r], sparse_exchange=exchange != "whole", **kw)
         except BaseException as e:  # noqa: BLE001 (reported below)
             errors.append(e)
             peers[r]._x.barrier.abort()
@@ -133,6 +139,16 @@ def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks):
     assert (np.diff(D, axis=1) >= 0).all()
     r_shared = recall(I[:, :k], T)
     assert r_shared >= r_single - 0.005 and r_shared >= 0.97, (r_shared, r_single)
+    moved = out[0][2].get("rows_moved")
+    if exchange == "whole":
+        assert moved is None
+    else:
+        assert len(moved) == out[0][2]["iterations"] and all(o[2]["rows_moved"] == moved for o in out)
+        sent = [m[0] for m in moved]
+        if exchange == "sparse":  # the last iterations change few rows: few travel
+            assert sent[-1] < 0.5 * n and sent[-1] < sent[0], moved
+        else:
+            assert all(m == (ranks - 1) * n for m in sent), moved
 
 
 def _two_gpus():

@@ -91,7 +91,8 @@ class NcclPeer(_Peer):
 
     def exchange(self, sends, recvs):
         """Point to point, all pairs at once: ``sends[r]`` goes to rank r, ``recvs[r]`` comes from
-        it (entries for this rank are ignored; C-contiguous arrays)."""
+        it (entries for this rank are ignored; C-contiguous arrays; rank r's ``recvs[s]`` has
+        the size of rank s's ``sends[r]``)."""
         nccl, stream = self._nccl, self._stream()
         nccl.groupStart()
         try:
@@ -99,8 +100,11 @@ class NcclPeer(_Peer):
                 if r == self.rank:
                     continue
                 a, b = sends[r], recvs[r]
-                self._comm.send(a.data.ptr, int(a.size), self._type(a), r, stream)
-                self._comm.recv(b.data.ptr, int(b.size), self._type(b), r, stream)
+                # (a pair's sizes agree on both ranks, so both skip an empty message)
+                if a.size:
+                    self._comm.send(a.data.ptr, int(a.size), self._type(a), r, stream)
+                if b.size:
+                    self._comm.recv(b.data.ptr, int(b.size), self._type(b), r, stream)
         finally:
             nccl.groupEnd()
 

@@ -646,7 +646,8 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         then. ``stats`` records the schedule: ``"dask-descent"`` (``ranks``, ``rank_rows``,
         ``iterations``, ``updates``, ``n_neighbors_internal``; per rank ``rank_s``: seconds of
         its task's steps, and ``phase_ms``: GPU milliseconds of the descent's sample, reverse,
-        join and exchange steps), ``"dask-tree"`` (``partitions``,
+        join and exchange steps; ``rows_moved``: per iteration the rows sent to their owners and
+        the rows shared back, summed over ranks), ``"dask-tree"`` (``partitions``,
         ``second_stage``, ``cross_searches``, ``leaf_sizes``, ``slab_sizes`` per internal node
         breadth-first, ``slab_widths``, ``slab_fraction`` = slab points / n), ``"dask-rows"``
         (row partitions with cross searches: ``partitions``, ``cross_searches``) or
@@ -1026,7 +1027,7 @@ def _descent_graph(client, parts, n, d, dtype, k, metric, seed, phases, estimate
              "updates": st[0]["updates"], "workers": len(workers),
              "rank_rows": [b - a for a, b in join_bounds],
              "rank_s": [{key: round(v, 4) for key, v in s_.items() if key.endswith("_s")} for s_ in st],
-             "phase_ms": [s_.get("phase_ms") for s_ in st]}
+             "phase_ms": [s_.get("phase_ms") for s_ in st], "rows_moved": st[0].get("rows_moved")}
     if estimate:
         hits = sum(s_["recall_hits"][0] for s_ in st)
         slots = sum(s_["recall_hits"][1] for s_ in st)

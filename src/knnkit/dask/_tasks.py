@@ -458,7 +458,8 @@ def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, 
                  "K": int(params.n_neighbors_internal), "sample": int(params.sample), "init_s": t_init,
                  "data_s": t_data - t_init, "prepare_s": t1 - t0 - t_data, "descent_s": t_descent,
                  "probe_s": time.perf_counter() - t2,
-                 "phase_ms": st.get("phase_ms"), "recall_hits": hits, "task_s": time.perf_counter() - t0}
+                 "phase_ms": st.get("phase_ms"), "rows_moved": st.get("rows_moved"), "recall_hits": hits,
+                 "task_s": time.perf_counter() - t0}
         return _host(I, np.int32), _host(D, np.float32), stats
     except BaseException:
         # another rank may be waiting in a collective: give the communicator up (the next descent

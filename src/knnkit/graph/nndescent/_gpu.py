@@ -105,7 +105,7 @@ def _join_smem(maxs, tensor=False):
 
 def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
                   split=None, seed=0, update="selective", locks="segmented", distance="auto", reverse="random",
-                  callback=None, peer=None, _group=8, _minblocks=None):
+                  callback=None, peer=None, sparse_exchange=True, _group=8, _minblocks=None):
     """Build an approximate k-NN graph of ``X`` on the GPU with GNND.
 
     Parameters
@@ -163,6 +163,11 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         (``peer.allreduce_sum``), so that every device goes on with the same graph and stops at
         the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
         segments of at most 32 entries (``locks="segmented"``, or ``K <= 32``); no ``callback``.
+    sparse_exchange : bool, default True
+        With ``peer``: only the rows an iteration's joins changed travel (to their owners, and
+        back from them once merged; ``_merge_changed_rows``), instead of every device's whole
+        share of the graph twice per iteration, whenever fewer than ``SPARSE_EXCHANGE_BELOW`` of
+        the rows changed (``stats["rows_moved"]``).
     _group, _minblocks : int
         Kernel tuning knobs (lanes per insertion group, 4 or 8; minimum resident blocks per SM
         for the register allocator), see NOTES_gnnd.md.
@@ -287,14 +292,18 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     stats = dict(iterations=0, updates=[], time_s=[])
     join_threads = 128 if maxs == 32 else 256
     lo, hi = (0, n) if peer is None else (int(peer.lo), int(peer.hi))
+    dirty = None
     if peer is not None:
         merge_k = _merge_kernel()
         share = max(b - a for a, b in peer.bounds)
-        # the other devices' copies of this device's rows
-        copies_i = cp.empty((peer.size, share, K), cp.int32)
-        copies_d = cp.empty((peer.size, share, K), cp.float32)
+        # the other devices' copies of this device's rows (whole shares: sparse_exchange=False)
+        copies_i = None if sparse_exchange else cp.empty((peer.size, share, K), cp.int32)
+        copies_d = None if sparse_exchange else cp.empty((peer.size, share, K), cp.float32)
         sample_send = cp.empty((share, 2 * p + 4), cp.int32)
         sample_recv = cp.empty((peer.size, share, 2 * p + 4), cp.int32)
+        # rows this device's joins changed (the others are equal in every copy but for NEW flags)
+        dirty = cp.zeros(n, cp.uint8) if sparse_exchange else None
+        moved = []  # rows sent per iteration (sparse exchange), for the stats
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
     bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
@@ -322,14 +331,19 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
                   (np.int32(n), np.int32(maxs), np.int32(cap), new_s, cnts[1], cnts[0], old_s, cnts[3], cnts[2],
                    _ptr(indeg), salt, np.int32(lo), np.int32(hi)))
         ev[2].record()
+        if dirty is not None:
+            dirty.fill(0)
         # blockIdx.x indexes only the samples: the rows lo..hi-1 of them are this device's joins
         join((hi - lo,), (join_threads,),
              (X, np.int32(n), np.int32(d), np.int32(K), np.int32(nseg), np.int32(cap), new_s[lo:hi],
               cnts[0, lo:hi], old_s[lo:hi], cnts[2, lo:hi], g_idx, g_dist, locks_arr, np.int32(split_arg),
-              np.int32(update == "basic"), counter, _ptr(tc_mu), np.float32(tc_scale)), shared_mem=smem)
+              np.int32(update == "basic"), counter, _ptr(tc_mu), np.float32(tc_scale), _ptr(dirty)), shared_mem=smem)
         ev[3].record()
         if peer is not None:
-            _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg)
+            if dirty is None:
+                _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg)
+            else:
+                moved.append(_merge_changed_rows(peer, merge_k, g_idx, g_dist, dirty, K, nseg))
             peer.allreduce_sum(counter)
         ev[4].record()
         upd = int(counter.get()[0])
@@ -353,6 +367,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     stats["phase_ms"] = {key: round(v, 2) for key, v in phase_ms.items()}  # GPU time by step, all iterations
     if peer is not None:
         del copies_i, copies_d
+        if dirty is not None:
+            stats["rows_moved"] = moved  # per iteration: (rows sent to owners, rows shared), summed over devices
     out_idx = cp.empty((hi - lo, K), cp.int32)
     out_dist = cp.empty((hi - lo, K), cp.float32)
     wblocks = (hi - lo + _WARPS - 1) // _WARPS
@@ -413,6 +429,91 @@ def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg):
             merge_k(grid, (256,), (own_i, own_d, recvs_i[r], recvs_d[r], own_i, own_d,
                                    np.int64(m), np.int32(K), np.int32(nseg)))
     peer.share_rows([g_idx, g_dist])
+
+
+#: The shared descent sends only the changed rows while they are fewer than this fraction of all
+#: rows (packing them costs a gather and a scatter each way; above it the whole shares travel).
+SPARSE_EXCHANGE_BELOW = 0.5
+
+
+def _pack_rows(g_idx, g_dist, base, local_ids, K):
+    """One int32 buffer ``[ids (m) | idx (m x K) | dist bits (m x K)]`` of rows ``base + local_ids``."""
+    import cupy as cp
+
+    m = int(local_ids.size)
+    buf = cp.empty(m * (2 * K + 1), cp.int32)
+    if m:
+        rows = local_ids.astype(cp.int64) + base
+        buf[:m] = local_ids
+        buf[m:m + m * K].reshape(m, K)[...] = g_idx[rows]
+        buf[m + m * K:].reshape(m, K)[...] = g_dist[rows].view(cp.int32)
+    return buf
+
+
+def _unpack_rows(buf, m, K):
+    """(local ids, idx (m, K), dist (m, K)) views of a :func:`_pack_rows` buffer of ``m`` rows."""
+    import cupy as cp
+
+    return buf[:m], buf[m:m + m * K].reshape(m, K), buf[m + m * K:].reshape(m, K).view(cp.float32)
+
+
+def _merge_changed_rows(peer, merge_k, g_idx, g_dist, dirty, K, nseg):
+    """:func:`_merge_copies` for the rows that changed only. Every copy started the iteration
+    equal but for NEW flags (a device clears them by sampling in its own rows only; the merge keeps
+    NEW only where both copies have it, so a stale NEW in another device's copy never survives);
+    a row no join of this device touched (``dirty`` 0) is the owner's row there. So each device
+    sends its owners the rows its joins changed, the owners merge them into theirs and send back
+    every own row that changed (by their joins or by a merge). Returns ``(rows sent to owners, rows
+    shared)`` summed over devices; when more than ``SPARSE_EXCHANGE_BELOW`` of the rows changed,
+    the whole shares travel (:func:`_merge_copies`'s volume, without its second buffer)."""
+    import cupy as cp
+
+    if peer.size == 1:
+        return 0, 0
+    size, me = peer.size, peer.rank
+    lo, hi = peer.lo, peer.hi
+    n = g_idx.shape[0]
+    changed = [cp.flatnonzero(dirty[a:b]).astype(cp.int32) for a, b in peer.bounds]
+    cnt = cp.asarray([0 if r == me else int(c.size) for r, c in enumerate(changed)], dtype=cp.int64)
+    every = cp.empty((size, size), cp.int64)
+    peer.allgather(cnt, every)
+    every = every.get()  # every[s, r]: rows s sends to r
+    if int(every.sum()) > SPARSE_EXCHANGE_BELOW * n:
+        changed = [cp.arange(b - a, dtype=cp.int32) for a, b in peer.bounds]
+        every = np.array([[0 if s == r else b - a for r, (a, b) in enumerate(peer.bounds)] for s in range(size)])
+    sends = [_pack_rows(g_idx, g_dist, a, changed[r], K) if r != me else None
+             for r, (a, b) in enumerate(peer.bounds)]
+    recvs = [cp.empty(int(every[s, me]) * (2 * K + 1), cp.int32) if s != me else None for s in range(size)]
+    peer.exchange(sends, recvs)
+    mine = dirty[lo:hi]
+    for s in range(size):
+        m = int(every[s, me])
+        if s == me or m == 0:
+            continue
+        rid, ri, rd = _unpack_rows(recvs[s], m, K)
+        rows = rid.astype(cp.int64) + lo
+        own_i, own_d = g_idx[rows], g_dist[rows]
+        merge_k((int(-(-m * nseg * 32 // 256)),), (256,),
+                (own_i, own_d, ri, rd, own_i, own_d, np.int64(m), np.int32(K), np.int32(nseg)))
+        g_idx[rows], g_dist[rows] = own_i, own_d
+        mine[rid] = 1
+    del sends, recvs
+    own = cp.flatnonzero(mine).astype(cp.int32)
+    cnt = cp.asarray([int(own.size)], dtype=cp.int64)
+    counts = cp.empty((size, 1), cp.int64)
+    peer.allgather(cnt, counts)
+    counts = counts.get()[:, 0]
+    pack = _pack_rows(g_idx, g_dist, lo, own, K)
+    recvs = [cp.empty(int(counts[s]) * (2 * K + 1), cp.int32) if s != me else None for s in range(size)]
+    peer.exchange([pack if r != me else None for r in range(size)], recvs)
+    for s, (a, b) in enumerate(peer.bounds):
+        m = int(counts[s])
+        if s == me or m == 0:
+            continue
+        rid, ri, rd = _unpack_rows(recvs[s], m, K)
+        rows = rid.astype(cp.int64) + a
+        g_idx[rows], g_dist[rows] = ri, rd
+    return int(every.sum()), int(counts.sum())
 
 
 def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):

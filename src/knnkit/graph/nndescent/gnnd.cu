@@ -704,6 +704,8 @@ __device__ void tc_distances(const T* __restrict__ X, int d, int mn, int mo, con
 // T x TO grid (the tiled "matrix product" with the metric in place of the dot product).
 // EW: entries per lane when a whole warp inserts into one list (basic update, or segments longer
 // than 32 with locks="global"): 4 for K <= 128, 8 for K <= 256.
+// dirty (optional): dirty[u] = 1 for every list u an insertion changed; the descent shared between
+// devices sends only those rows to their owners (_gpu.py _merge_copies).
 // ---------------------------------------------------------------------------------------------
 template <typename T, int M, int MAXS, int EW, int TC>
 __global__ void __launch_bounds__(MAXS == 32 ? 128 : 256, MAXS == 32 ? (EW == 4 ? GNND_MINB : 6) : 2)
@@ -712,7 +714,7 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const int* __restrict__ old_s, const int* __restrict__ old_cnt,
                 int* __restrict__ g_idx, float* __restrict__ g_dist, int* __restrict__ locks,
                 int split, int basic, unsigned long long* __restrict__ updates,
-                const float* __restrict__ tc_mu, float tc_scale) {
+                const float* __restrict__ tc_mu, float tc_scale, unsigned char* __restrict__ dirty) {
     constexpr int DC = 64, DCP = DC + 4, DS = 2 * MAXS + 1;
     extern __shared__ float4 smem4[];
     // fp32: [Xs: 2 MAXS x DCP][D]; tensor cores: [D][norms: 2 MAXS][Xh: 2 MAXS x GNND_DCW fp16 pairs]
@@ -866,7 +868,10 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const float worst = __shfl_sync(GNND_FULL, lane == 0 ? __ldcg(g_dist + (size_t)u * K +
                                                     (seg + 1) * K / nseg - 1) : 0.f, 0);
                 if (!(dv < worst)) continue;  // a segment's last distance only decreases
-                myupd += group_insert<32, EW>(u, v, dv, K, nseg, g_idx, g_dist, locks, lane);
+                if (group_insert<32, EW>(u, v, dv, K, nseg, g_idx, g_dist, locks, lane)) {
+                    ++myupd;
+                    if (dirty && lane == 0) dirty[u] = 1;
+                }
             }
         }
     } else {
@@ -931,7 +936,10 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const int v = cv[q];
                 if (v < 0) continue;
                 const int u = q < 2 * MAXS ? sid[q >> 1] : sid[MAXS + q - 2 * MAXS];
-                cnt += group_insert<GNND_GROUP, 32 / GNND_GROUP>(u, v, cd[q], K, nseg, g_idx, g_dist, locks, lane);
+                if (group_insert<GNND_GROUP, 32 / GNND_GROUP>(u, v, cd[q], K, nseg, g_idx, g_dist, locks, lane)) {
+                    ++cnt;
+                    if (dirty && (lane & (GNND_GROUP - 1)) == 0) dirty[u] = 1;
+                }
             }
             if ((lane & (GNND_GROUP - 1)) == 0) myupd += cnt;
         } else {
@@ -939,7 +947,10 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
                 const int v = cv[q];
                 if (v < 0) continue;
                 const int u = q < 2 * MAXS ? sid[q >> 1] : sid[MAXS + q - 2 * MAXS];
-                myupd += group_insert<32, EW>(u, v, cd[q], K, nseg, g_idx, g_dist, locks, lane);
+                if (group_insert<32, EW>(u, v, cd[q], K, nseg, g_idx, g_dist, locks, lane)) {
+                    ++myupd;
+                    if (dirty && lane == 0) dirty[u] = 1;
+                }
             }
             if (lane != 0) myupd = 0;
         }
