@@ -13,7 +13,11 @@ bands skipped once R are kept) against the fp32 kernel: graphs differ on near-ti
 adds each build's recall@10 on the suite's queries (exact ground truth, ties forgiven) at those
 beams and the share of edges the two graphs have in common. ``--flag allkept``:
 ``knnkit.index._build.SKIP_PRUNE_WHEN_ALL_KEPT``, the first prune skipped when no candidate list is
-longer than R (the GPU's top tier): graphs must be identical.
+longer than R (the GPU's top tier): graphs must be identical. ``--flag defer``:
+``knnkit.index._calibrate.DEFER_AT_BUILD``, the GPU calibration's beams 3072 / 4096 left for the
+first ``search(target_recall=)`` that needs them: graphs identical; each build also records its
+calibration and the time of its first ``search(target_recall=0.99)`` over the suite's queries
+(which measures the deferred beams first).
 
     PYTHONPATH=src python benchmarks/build_flag_ab.py --sets broad_d128 --out $OUT
     PYTHONPATH=src python benchmarks/build_flag_ab.py --flag few --sets uniform_d128,sift_like_u8 --out $OUT
@@ -34,10 +38,11 @@ import numpy as np  # noqa: E402
 import knnkit  # noqa: E402
 from knnkit.datasets.suite import robustness_sets  # noqa: E402
 from knnkit.evaluate import recall  # noqa: E402
-from knnkit.index import _build, _connect, _prune_gpu, _reverse_gpu  # noqa: E402
+from knnkit.index import _build, _calibrate, _connect, _prune_gpu, _reverse_gpu  # noqa: E402
 
 FLAGS = {"reverse": (_reverse_gpu, "FIRST_PASS_SKIPS_HUBS"), "few": (_connect, "FEW_ON_DEVICE"),
-         "tc": (_prune_gpu, "USE_TENSOR_CORES"), "allkept": (_build, "SKIP_PRUNE_WHEN_ALL_KEPT")}
+         "tc": (_prune_gpu, "USE_TENSOR_CORES"), "allkept": (_build, "SKIP_PRUNE_WHEN_ALL_KEPT"),
+         "defer": (_calibrate, "DEFER_AT_BUILD")}
 
 
 def _edge_agreement(a, b):
@@ -87,6 +92,15 @@ def main():
                     D, I = idx.search(Qd, 10, beam=beam)
                     curve[beam] = round(float(recall(I, gt_i, found_distances=D, true_distances=gt_d,
                                                      similarity=metric == "inner_product")), 4)
+                if a.flag == "defer":
+                    cal0 = dict(idx.calibration or {})
+                    Qd = cp.asarray(Q)
+                    t = time.perf_counter()
+                    idx.search(Qd, 10, target_recall=0.99)
+                    sync()
+                    curve["first_target_0.99_s"] = round(time.perf_counter() - t, 4)
+                    curve["calibration_at_build"] = cal0
+                    curve["calibration_after"] = idx.calibration
                 rec = {"set": name, "n": int(X.shape[0]), "d": int(X.shape[1]), "round": r,
                        flag: skip, "index_build_s": dt, "reverse_edges": idx.build_params.get("reverse_edges"),
                        "connectivity": idx.build_params.get("connectivity"), "phases_s": idx.build_timings,

@@ -92,6 +92,13 @@ def _count(items):
     return out
 
 
+def _set_exchange(sparse):
+    """On a worker: the shared descent's exchange (``knnkit.graph.nndescent._gpu.SPARSE_EXCHANGE``)."""
+    from knnkit.graph.nndescent import _gpu
+
+    _gpu.SPARSE_EXCHANGE = bool(sparse)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4_000_000)
@@ -115,6 +122,9 @@ def main():
     ap.add_argument("--resident-queries", action="store_true",
                     help="search: queries as a persisted dask array on the workers, results persisted there")
     ap.add_argument("--cpu", action="store_true", help="smoke run on CPU workers (LocalCluster), small n")
+    ap.add_argument("--exchange", default="sparse",
+                    help="shared descent: 'sparse' (changed rows only), 'whole' (whole shares), or both "
+                         "comma separated (A/B in one cluster; set on every worker)")
     ap.add_argument("--device-data", action="store_true",
                     help="knn_graph: the data as a persisted dask array of cupy blocks on the workers' GPUs "
                          "(the single-process reference has its data on the GPU too)")
@@ -182,8 +192,11 @@ def main():
             clock = ClientClock(c)
             benches = args.benches.split(",")
             for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}) if "graph" in benches else ():
-                for sched, comp in [(p, cv) for p in schedules for cv in args.graph_compute.split(",")]:
+                runs = [(p, cv, ex) for p in schedules for cv in args.graph_compute.split(",")
+                        for ex in (args.exchange.split(",") if p == "descent" and w > 1 else ["sparse"])]
+                for sched, comp, exchange in runs:
                     compute = {"true": True, "false": False}[comp]
+                    c.run(_set_exchange, exchange == "sparse")
                     dX = da.from_array(X, chunks=(-(-args.n // parts), args.d))
                     if args.device_data:  # cupy blocks, each on its worker's GPU
                         dX = dX.map_blocks(cp.asarray, meta=cp.empty((0, args.d), dtype=X.dtype))
@@ -204,7 +217,8 @@ def main():
                         g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched_w, n_parts=parts,
                                                   compute=compute)
                     s = time.perf_counter() - t
-                    r = {"bench": "knn_graph", "schedule": sched, "compute": compute, "workers": w, "partitions": parts,
+                    r = {"bench": "knn_graph", "schedule": sched, "exchange": exchange, "compute": compute,
+                         "workers": w, "partitions": parts,
                          "device_data": bool(args.device_data),
                          "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
                          "stats_method": g.stats.method, **g.stats.extra, "client": clock.take(s),

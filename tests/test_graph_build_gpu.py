@@ -309,3 +309,28 @@ def test_gpu_new_reverse_mask_equals_numpy(R):
         want = _new_reverse_mask_xp(g, np)
         got = cp.asnumpy(new_reverse_mask(cp.asarray(g)))
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_calibration_defers_its_largest_beams_until_a_target_needs_them(monkeypatch):
+    """A GPU build leaves GPU_EXTRA_BEAMS out of its calibration once the default beam is settled
+    (``calibration["deferred"]``); the first target the curve misses measures them on the same
+    held-out rows, with the recall a full sweep of the same graph reads."""
+    import cupy as cp
+
+    from knnkit.index import _calibrate
+
+    monkeypatch.setattr(_calibrate, "EXTEND_UNTIL", 1.01)  # small data reaches 0.995 early: sweep on
+    rng = np.random.default_rng(4)
+    X = cp.asarray(rng.random((12000, 48), dtype=np.float32))
+    index = knnkit.GraphIndex.build(X, random_state=0)
+    cal = index.calibration
+    assert cal["deferred"] == list(_calibrate.GPU_EXTRA_BEAMS) and cal["beams"][-1] == 2048, cal
+    full = _calibrate.calibrate(index._engine, index.search_params)
+    assert full["beams"][-2:] == list(_calibrate.GPU_EXTRA_BEAMS) and "deferred" not in full
+    index.beam_for(0.99999)
+    assert index.calibration["beams"] == full["beams"] and "deferred" not in index.calibration
+    np.testing.assert_allclose(index.calibration["recall"], full["recall"], atol=0.002)
+    monkeypatch.setattr(_calibrate, "DEFER_AT_BUILD", False)
+    assert "deferred" not in knnkit.GraphIndex.build(X, random_state=0).calibration

@@ -26,6 +26,7 @@ from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
 from ..index._engine import merged_candidates
+from ..index import _calibrate as _calibration
 from ..index._calibrate import beam_for, calibrate, exact_is_faster, extend, first_beam_reaching, raised_default_beam
 
 __all__ = ["GraphIndex"]
@@ -493,7 +494,7 @@ class GraphIndex:
                 "n_deleted": int(self._engine.n_deleted)}
 
     def _calibrate(self):
-        cal = calibrate(self._engine, self.search_params, defer=True)
+        cal = calibrate(self._engine, self.search_params, defer=_calibration.DEFER_AT_BUILD)
         if cal:
             cal["at"] = self._changes()
         self.build_params["calibration"] = cal

@@ -48,6 +48,8 @@ EXTRA_BEAMS = (768, 1024, 1536, 2048)
 #: only serve ``search(target_recall=)`` above what the curve reached, which measures them on its
 #: first call (:func:`extend`). On broad 128-d 1M they were ~0.13 s of a 2.2 s build.
 GPU_EXTRA_BEAMS = (3072, 4096)
+#: Whether GraphIndex builds pass ``defer=True`` (a switch for benchmarks/build_flag_ab.py --flag defer).
+DEFER_AT_BUILD = True
 EXTEND_UNTIL = 0.995
 SAMPLE = 500
 #: The default search must reach this (calibrated) recall, or its beam is raised.

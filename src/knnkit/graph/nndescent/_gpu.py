@@ -105,7 +105,7 @@ def _join_smem(maxs, tensor=False):
 
 def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
                   split=None, seed=0, update="selective", locks="segmented", distance="auto", reverse="random",
-                  callback=None, peer=None, sparse_exchange=True, _group=8, _minblocks=None):
+                  callback=None, peer=None, sparse_exchange=None, _group=8, _minblocks=None):
     """Build an approximate k-NN graph of ``X`` on the GPU with GNND.
 
     Parameters
@@ -163,9 +163,10 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         (``peer.allreduce_sum``), so that every device goes on with the same graph and stops at
         the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
         segments of at most 32 entries (``locks="segmented"``, or ``K <= 32``); no ``callback``.
-    sparse_exchange : bool, default True
-        With ``peer``: only the rows an iteration's joins changed travel (to their owners, and
-        back from them once merged; ``_merge_changed_rows``), instead of every device's whole
+    sparse_exchange : bool, optional
+        Default ``SPARSE_EXCHANGE`` (True). With ``peer``: only the rows an iteration's joins
+        changed travel (to their owners, and back from them once merged;
+        ``_merge_changed_rows``), instead of every device's whole
         share of the graph twice per iteration, whenever fewer than ``SPARSE_EXCHANGE_BELOW`` of
         the rows changed (``stats["rows_moved"]``).
     _group, _minblocks : int
@@ -293,6 +294,7 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     join_threads = 128 if maxs == 32 else 256
     lo, hi = (0, n) if peer is None else (int(peer.lo), int(peer.hi))
     dirty = None
+    sparse_exchange = SPARSE_EXCHANGE if sparse_exchange is None else bool(sparse_exchange)
     if peer is not None:
         merge_k = _merge_kernel()
         share = max(b - a for a, b in peer.bounds)
@@ -431,6 +433,8 @@ def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg):
     peer.share_rows([g_idx, g_dist])
 
 
+#: The shared descent's default: only the rows an iteration changed travel (``sparse_exchange``).
+SPARSE_EXCHANGE = True
 #: The shared descent sends only the changed rows while they are fewer than this fraction of all
 #: rows (packing them costs a gather and a scatter each way; above it the whole shares travel).
 SPARSE_EXCHANGE_BELOW = 0.5
