@@ -78,13 +78,35 @@ def test_merge_of_copies_equals_reference(K, nseg):
     out_i, out_d = cp.empty_like(gi), cp.empty_like(gd)
     warps = n * nseg
     k((-(-warps * 32 // 256),), (256,), (gi, gd, cp.asarray(bi), cp.asarray(bd), out_i, out_d, np.int64(n),
-                                         np.int32(K), np.int32(nseg)))
+                                         np.int32(K), np.int32(nseg), np.uint64(0)))
     assert (out_i.get() == ri).all()
     assert (out_d.get() == rd).all()
     # in place (out = b), as the shared descent's rank 1 merges
     gb_i, gb_d = cp.asarray(bi), cp.asarray(bd)
-    k((-(-warps * 32 // 256),), (256,), (gi, gd, gb_i, gb_d, gb_i, gb_d, np.int64(n), np.int32(K), np.int32(nseg)))
+    k((-(-warps * 32 // 256),), (256,), (gi, gd, gb_i, gb_d, gb_i, gb_d, np.int64(n), np.int32(K), np.int32(nseg),
+                                         np.uint64(0)))
     assert (gb_i.get() == ri).all() and (gb_d.get() == rd).all()
+    # some rows only (packed as the sparse exchange packs them), merged in place into a's rows
+    from knnkit.graph.nndescent._gpu import _row_kernels
+
+    pack, unpack = _row_kernels()
+    sel = cp.asarray(np.sort(rng.choice(n, n // 3, replace=False)).astype(np.int32))
+    m = int(sel.size)
+    buf = cp.empty(m * (2 * K + 1), cp.int32)
+    grid = (-(-m * 32 // 256),)
+    pack(grid, (256,), (cp.asarray(bi), cp.asarray(bd), np.int64(0), sel, np.int64(m), np.int32(K), buf))
+    assert (buf[:m] == sel).all()
+    part_i, part_d = buf[m:m + m * K].reshape(m, K), buf[m + m * K:].reshape(m, K).view(cp.float32)
+    assert (part_i.get() == bi[sel.get()]).all() and (part_d.get() == bd[sel.get()]).all()
+    own_i, own_d = cp.asarray(ai), cp.asarray(ad)
+    k((-(-m * nseg * 32 // 256),), (256,), (own_i, own_d, part_i, part_d, own_i, own_d, np.int64(m), np.int32(K),
+                                            np.int32(nseg), sel))
+    want_i, want_d = ai.copy(), ad.copy()
+    want_i[sel.get()], want_d[sel.get()] = ri[sel.get()], rd[sel.get()]
+    assert (own_i.get() == want_i).all() and (own_d.get() == want_d).all()
+    back_i, back_d = cp.zeros((n, K), cp.int32), cp.zeros((n, K), cp.float32)
+    unpack(grid, (256,), (buf, np.int64(m), np.int32(K), np.int64(0), back_i, back_d))
+    assert (back_i[sel].get() == bi[sel.get()]).all() and (back_d[sel].get() == bd[sel.get()]).all()
 
 
 def _exact(X, k):

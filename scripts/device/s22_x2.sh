@@ -10,10 +10,10 @@ export NCCL_NVLS_ENABLE=0
 $py -m pip install -q --no-index --no-deps .wheels/dask/*.whl > "$out/pip.log" 2>&1; echo "pip rc=$?"
 if [ "${PART:-a}" = a ]; then
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/env.txt"
-  timeout 240 $py -m pytest -q -m gpu -p no:cacheprovider tests/test_descent_gpu.py tests/test_nn_descent_gpu.py \
+  timeout ${TESTS_S:-300} $py -m pytest -v --durations=8 -m gpu -p no:cacheprovider tests/test_descent_gpu.py tests/test_nn_descent_gpu.py \
       "tests/test_graph_build_gpu.py::test_gpu_calibration_defers_its_largest_beams_until_a_target_needs_them" \
       > "$out/tests.log" 2>&1
-  echo "tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|FAILED|Error" "$out/tests.log" | tail -6
+  echo "tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|FAILED|Error|s call" "$out/tests.log" | tail -14
   timeout ${GRAPH_S:-300} $py benchmarks/dask_scaling.py --n 10000000 --benches graph --partition descent \
       --part-factors 1 --graph-compute false --device-data --exchange sparse,whole \
       > "$out/graph_10M.json" 2> "$out/graph_10M.log"

@@ -47,6 +47,11 @@ def nccl_unique_id():
     return _nccl().get_unique_id()
 
 
+def _parts(a):
+    """The arrays of one exchange message: ``a`` itself, or the arrays of a tuple."""
+    return a if isinstance(a, tuple) else (a,)
+
+
 class _Peer:
     """What every peer has: its rank among ``size`` and every rank's own rows."""
 
@@ -91,20 +96,21 @@ class NcclPeer(_Peer):
 
     def exchange(self, sends, recvs):
         """Point to point, all pairs at once: ``sends[r]`` goes to rank r, ``recvs[r]`` comes from
-        it (entries for this rank are ignored; C-contiguous arrays; rank r's ``recvs[s]`` has
-        the size of rank s's ``sends[r]``)."""
+        it (entries for this rank are ignored; C-contiguous arrays, or tuples of them, all sent in
+        one group; rank r's ``recvs[s]`` has the sizes of rank s's ``sends[r]``)."""
         nccl, stream = self._nccl, self._stream()
         nccl.groupStart()
         try:
             for r in range(self.size):
                 if r == self.rank:
                     continue
-                a, b = sends[r], recvs[r]
                 # (a pair's sizes agree on both ranks, so both skip an empty message)
-                if a.size:
-                    self._comm.send(a.data.ptr, int(a.size), self._type(a), r, stream)
-                if b.size:
-                    self._comm.recv(b.data.ptr, int(b.size), self._type(b), r, stream)
+                for a in _parts(sends[r]):
+                    if a.size:
+                        self._comm.send(a.data.ptr, int(a.size), self._type(a), r, stream)
+                for b in _parts(recvs[r]):
+                    if b.size:
+                        self._comm.recv(b.data.ptr, int(b.size), self._type(b), r, stream)
         finally:
             nccl.groupEnd()
 
@@ -191,7 +197,8 @@ class ThreadPeer(_Peer):
         self._share(sends)
         for r in range(self.size):
             if r != self.rank:
-                self._copy(recvs[r], self._x.slots[r][self.rank])
+                for dst, src in zip(_parts(recvs[r]), _parts(self._x.slots[r][self.rank])):
+                    self._copy(dst, src)
         self._done()
 
     def share_rows(self, arrays):

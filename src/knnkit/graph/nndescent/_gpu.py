@@ -298,13 +298,14 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     if peer is not None:
         merge_k = _merge_kernel()
         share = max(b - a for a, b in peer.bounds)
-        # the other devices' copies of this device's rows (whole shares: sparse_exchange=False)
-        copies_i = None if sparse_exchange else cp.empty((peer.size, share, K), cp.int32)
-        copies_d = None if sparse_exchange else cp.empty((peer.size, share, K), cp.float32)
+        # the other devices' copies of this device's rows (whole shares)
+        copies_i = cp.empty((peer.size, share, K), cp.int32)
+        copies_d = cp.empty((peer.size, share, K), cp.float32)
         sample_send = cp.empty((share, 2 * p + 4), cp.int32)
         sample_recv = cp.empty((peer.size, share, 2 * p + 4), cp.int32)
         # rows this device's joins changed (the others are equal in every copy but for NEW flags)
         dirty = cp.zeros(n, cp.uint8) if sparse_exchange else None
+        row_kernels = (merge_k,) + _row_kernels() if sparse_exchange else None
         moved = []  # rows sent per iteration (sparse exchange), for the stats
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
@@ -345,7 +346,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
             if dirty is None:
                 _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg)
             else:
-                moved.append(_merge_changed_rows(peer, merge_k, g_idx, g_dist, dirty, K, nseg))
+                moved.append(_merge_changed_rows(peer, row_kernels, g_idx, g_dist, dirty, (copies_i, copies_d), K,
+                                                 nseg))
             peer.allreduce_sum(counter)
         ev[4].record()
         upd = int(counter.get()[0])
@@ -422,14 +424,13 @@ def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg):
     sends_d = [g_dist[a:b] for a, b in peer.bounds]
     recvs_i = [copies_i[r, :m] for r in range(peer.size)]
     recvs_d = [copies_d[r, :m] for r in range(peer.size)]
-    peer.exchange(sends_i, recvs_i)
-    peer.exchange(sends_d, recvs_d)
+    peer.exchange([(a, b) for a, b in zip(sends_i, sends_d)], [(a, b) for a, b in zip(recvs_i, recvs_d)])
     own_i, own_d = g_idx[peer.lo:peer.hi], g_dist[peer.lo:peer.hi]
     grid = (int(-(-m * nseg * 32 // 256)),)
     for r in range(peer.size):
         if r != peer.rank and m > 0:
             merge_k(grid, (256,), (own_i, own_d, recvs_i[r], recvs_d[r], own_i, own_d,
-                                   np.int64(m), np.int32(K), np.int32(nseg)))
+                                   np.int64(m), np.int32(K), np.int32(nseg), np.uint64(0)))
     peer.share_rows([g_idx, g_dist])
 
 
@@ -440,83 +441,78 @@ SPARSE_EXCHANGE = True
 SPARSE_EXCHANGE_BELOW = 0.5
 
 
-def _pack_rows(g_idx, g_dist, base, local_ids, K):
-    """One int32 buffer ``[ids (m) | idx (m x K) | dist bits (m x K)]`` of rows ``base + local_ids``."""
-    import cupy as cp
+def _row_kernels():
+    """(gnnd_pack_rows, gnnd_unpack_rows): the changed rows of the shared descent in and out of
+    one buffer ``[ids (m) | idx (m x K) | dist bits (m x K)]``."""
+    from ..._core.cuda import get_kernel
 
-    m = int(local_ids.size)
-    buf = cp.empty(m * (2 * K + 1), cp.int32)
-    if m:
-        rows = local_ids.astype(cp.int64) + base
-        buf[:m] = local_ids
-        buf[m:m + m * K].reshape(m, K)[...] = g_idx[rows]
-        buf[m + m * K:].reshape(m, K)[...] = g_dist[rows].view(cp.int32)
-    return buf
+    return (get_kernel(_KERNEL, "gnnd_pack_rows", options=("-lineinfo",)),
+            get_kernel(_KERNEL, "gnnd_unpack_rows", options=("-lineinfo",)))
 
 
-def _unpack_rows(buf, m, K):
-    """(local ids, idx (m, K), dist (m, K)) views of a :func:`_pack_rows` buffer of ``m`` rows."""
-    import cupy as cp
-
-    return buf[:m], buf[m:m + m * K].reshape(m, K), buf[m + m * K:].reshape(m, K).view(cp.float32)
-
-
-def _merge_changed_rows(peer, merge_k, g_idx, g_dist, dirty, K, nseg):
+def _merge_changed_rows(peer, kernels, g_idx, g_dist, dirty, copies, K, nseg):
     """:func:`_merge_copies` for the rows that changed only. Every copy started the iteration
     equal but for NEW flags (a device clears them by sampling in its own rows only; the merge keeps
     NEW only where both copies have it, so a stale NEW in another device's copy never survives);
     a row no join of this device touched (``dirty`` 0) is the owner's row there. So each device
     sends its owners the rows its joins changed, the owners merge them into theirs and send back
-    every own row that changed (by their joins or by a merge). Returns ``(rows sent to owners, rows
-    shared)`` summed over devices; when more than ``SPARSE_EXCHANGE_BELOW`` of the rows changed,
-    the whole shares travel (:func:`_merge_copies`'s volume, without its second buffer)."""
+    every own row that changed (by their joins or by a merge). When more than
+    ``SPARSE_EXCHANGE_BELOW`` of the rows changed (every row, in the first iterations), the whole
+    shares travel instead (:func:`_merge_copies` into ``copies``). Returns ``(rows sent to owners,
+    rows shared)`` summed over devices."""
     import cupy as cp
 
     if peer.size == 1:
         return 0, 0
+    merge_k, pack, unpack = kernels
     size, me = peer.size, peer.rank
     lo, hi = peer.lo, peer.hi
     n = g_idx.shape[0]
-    changed = [cp.flatnonzero(dirty[a:b]).astype(cp.int32) for a, b in peer.bounds]
+    changed = [cp.flatnonzero(dirty[a:b]).astype(cp.int32) if r != me else None
+               for r, (a, b) in enumerate(peer.bounds)]
     cnt = cp.asarray([0 if r == me else int(c.size) for r, c in enumerate(changed)], dtype=cp.int64)
     every = cp.empty((size, size), cp.int64)
     peer.allgather(cnt, every)
     every = every.get()  # every[s, r]: rows s sends to r
     if int(every.sum()) > SPARSE_EXCHANGE_BELOW * n:
-        changed = [cp.arange(b - a, dtype=cp.int32) for a, b in peer.bounds]
-        every = np.array([[0 if s == r else b - a for r, (a, b) in enumerate(peer.bounds)] for s in range(size)])
-    sends = [_pack_rows(g_idx, g_dist, a, changed[r], K) if r != me else None
-             for r, (a, b) in enumerate(peer.bounds)]
+        _merge_copies(peer, merge_k, g_idx, g_dist, copies[0], copies[1], K, nseg)
+        return int(sum(b - a for a, b in peer.bounds) * (size - 1)), int(n)
+
+    def packed(base, ids):
+        m = int(ids.size)
+        buf = cp.empty(m * (2 * K + 1), cp.int32)
+        if m:
+            pack((-(-m * 32 // 256),), (256,), (g_idx, g_dist, np.int64(base), ids, np.int64(m), np.int32(K), buf))
+        return buf
+
+    def views(buf, m):
+        return buf[:m], buf[m:m + m * K].reshape(m, K), buf[m + m * K:].reshape(m, K).view(cp.float32)
+
+    sends = [packed(a, changed[r]) if r != me else None for r, (a, b) in enumerate(peer.bounds)]
     recvs = [cp.empty(int(every[s, me]) * (2 * K + 1), cp.int32) if s != me else None for s in range(size)]
     peer.exchange(sends, recvs)
     mine = dirty[lo:hi]
+    own_i, own_d = g_idx[lo:hi], g_dist[lo:hi]
     for s in range(size):
         m = int(every[s, me])
         if s == me or m == 0:
             continue
-        rid, ri, rd = _unpack_rows(recvs[s], m, K)
-        rows = rid.astype(cp.int64) + lo
-        own_i, own_d = g_idx[rows], g_dist[rows]
+        rid, ri, rd = views(recvs[s], m)
         merge_k((int(-(-m * nseg * 32 // 256)),), (256,),
-                (own_i, own_d, ri, rd, own_i, own_d, np.int64(m), np.int32(K), np.int32(nseg)))
-        g_idx[rows], g_dist[rows] = own_i, own_d
+                (own_i, own_d, ri, rd, own_i, own_d, np.int64(m), np.int32(K), np.int32(nseg), rid))
         mine[rid] = 1
     del sends, recvs
     own = cp.flatnonzero(mine).astype(cp.int32)
-    cnt = cp.asarray([int(own.size)], dtype=cp.int64)
     counts = cp.empty((size, 1), cp.int64)
-    peer.allgather(cnt, counts)
+    peer.allgather(cp.asarray([int(own.size)], dtype=cp.int64), counts)
     counts = counts.get()[:, 0]
-    pack = _pack_rows(g_idx, g_dist, lo, own, K)
+    buf = packed(lo, own)
     recvs = [cp.empty(int(counts[s]) * (2 * K + 1), cp.int32) if s != me else None for s in range(size)]
-    peer.exchange([pack if r != me else None for r in range(size)], recvs)
+    peer.exchange([buf if r != me else None for r in range(size)], recvs)
     for s, (a, b) in enumerate(peer.bounds):
         m = int(counts[s])
-        if s == me or m == 0:
-            continue
-        rid, ri, rd = _unpack_rows(recvs[s], m, K)
-        rows = rid.astype(cp.int64) + a
-        g_idx[rows], g_dist[rows] = ri, rd
+        if s != me and m:
+            unpack((-(-m * 32 // 256),), (256,), (recvs[s], np.int64(m), np.int32(K), np.int64(a), g_idx, g_dist))
     return int(every.sum()), int(counts.sum())
 
 

@@ -970,21 +970,23 @@ gnnd_local_join(const T* __restrict__ X, int n, int d, int K, int nseg, int cap,
 // the sampling of its own rows (sampled NEW entries become OLD in the owner's copy only); an id in
 // both copies keeps a's entry, NEW (bit 31) only when both copies have it NEW. One warp per (row,
 // segment), segments of at most 32 entries. ``out`` may alias ``a`` or ``b``: a warp reads its
-// segment of both before it writes.
+// segment of both before it writes. ``rows`` (optional): b's row u is a copy of a's (and out's)
+// row rows[u] (the changed rows only, packed by gnnd_pack_rows); n counts b's rows.
 extern "C" __global__ void gnnd_merge_copies(const int* a_idx, const float* a_dist, const int* b_idx,
                                              const float* b_dist, int* out_idx, float* out_dist,
-                                             long long n, int K, int nseg) {
+                                             long long n, int K, int nseg, const int* rows) {
     const int lane = threadIdx.x & 31;
     const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (w >= n * nseg) return;  // warp-uniform
     const long long u = w / nseg;
     const int s = (int)(w - u * nseg);
     const int beg = s * K / nseg, L = (s + 1) * K / nseg - beg;
-    const size_t off = (size_t)u * K + beg;
+    const size_t boff = (size_t)u * K + beg;
+    const size_t off = (rows ? (size_t)rows[u] : (size_t)u) * K + beg;
     const bool have = lane < L;
     int ai = 0, bi = 0;
     float ad = 0.f, bd = 0.f;
-    if (have) { ai = a_idx[off + lane]; ad = a_dist[off + lane]; bi = b_idx[off + lane]; bd = b_dist[off + lane]; }
+    if (have) { ai = a_idx[off + lane]; ad = a_dist[off + lane]; bi = b_idx[boff + lane]; bd = b_dist[boff + lane]; }
     // a segment no join of the other copy touched (most of them after the first iterations): a as is
     if (__all_sync(GNND_FULL, ai == bi && __float_as_int(ad) == __float_as_int(bd))) {
         if (have && out_idx != a_idx) { out_idx[off + lane] = ai; out_dist[off + lane] = ad; }
@@ -1024,5 +1026,39 @@ extern "C" __global__ void gnnd_merge_copies(const int* a_idx, const float* a_di
     if (bkeep && rb < L) {
         out_idx[off + rb] = (int)((unsigned)bv | (bnew ? GNND_NEW : 0u));
         out_dist[off + rb] = bd;
+    }
+}
+
+// The changed rows of the shared descent in one buffer [ids (m) | idx (m x K) | dist bits (m x K)]:
+// rows base + ids[i] of the lists, one warp per row (coalesced along the row).
+extern "C" __global__ void gnnd_pack_rows(const int* __restrict__ g_idx, const float* __restrict__ g_dist,
+                                          long long base, const int* __restrict__ ids, long long m, int K,
+                                          int* __restrict__ buf) {
+    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= m) return;
+    const int r = ids[w];
+    const size_t src = (size_t)(base + r) * K, dst = (size_t)w * K;
+    int* bi = buf + m;
+    int* bd = buf + m + m * (size_t)K;
+    if (lane == 0) buf[w] = r;
+    for (int j = lane; j < K; j += 32) {
+        bi[dst + j] = g_idx[src + j];
+        bd[dst + j] = __float_as_int(g_dist[src + j]);
+    }
+}
+
+// ... and back: row base + ids[i] of the lists = packed row i.
+extern "C" __global__ void gnnd_unpack_rows(const int* __restrict__ buf, long long m, int K, long long base,
+                                            int* __restrict__ g_idx, float* __restrict__ g_dist) {
+    const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= m) return;
+    const size_t dst = (size_t)(base + buf[w]) * K, src = (size_t)w * K;
+    const int* bi = buf + m;
+    const int* bd = buf + m + m * (size_t)K;
+    for (int j = lane; j < K; j += 32) {
+        g_idx[dst + j] = bi[src + j];
+        g_dist[dst + j] = __int_as_float(bd[src + j]);
     }
 }
