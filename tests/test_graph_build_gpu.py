@@ -329,8 +329,13 @@ def test_gpu_calibration_defers_its_largest_beams_until_a_target_needs_them(monk
     assert cal["deferred"] == list(_calibrate.GPU_EXTRA_BEAMS) and cal["beams"][-1] == 2048, cal
     full = _calibrate.calibrate(index._engine, index.search_params)
     assert full["beams"][-2:] == list(_calibrate.GPU_EXTRA_BEAMS) and "deferred" not in full
-    index.beam_for(0.99999)
+    grown = _calibrate.extend(index._engine, index.search_params, cal)
+    assert grown["beams"] == full["beams"] and "deferred" not in grown
+    np.testing.assert_allclose(grown["recall"], full["recall"], atol=0.002)
+    # through the index: a target the curve so far misses (the curve capped at 0.9 here) measures them
+    index.build_params["calibration"] = dict(cal, recall=[min(r, 0.9) for r in cal["recall"]])
+    assert index.reaches(0.95) == (full["recall"][-2] >= 0.955 or full["recall"][-1] >= 0.955)
     assert index.calibration["beams"] == full["beams"] and "deferred" not in index.calibration
-    np.testing.assert_allclose(index.calibration["recall"], full["recall"], atol=0.002)
+    np.testing.assert_allclose(index.calibration["recall"][-2:], full["recall"][-2:], atol=0.002)
     monkeypatch.setattr(_calibrate, "DEFER_AT_BUILD", False)
     assert "deferred" not in knnkit.GraphIndex.build(X, random_state=0).calibration
