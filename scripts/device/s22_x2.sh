@@ -26,4 +26,15 @@ else
   echo "ab rc=$? $(( $(date +%s) - t0 )) s"
   grep -o '"set": "[a-z_0-9]*", "n"[^}]*"defer": [a-z]*, "index_build_s": [0-9.]*' "$out/ab.log" | cut -c1-200
   grep -o '"first_target_0.99_s": [0-9.]*' "$out/ab.log"; grep -E '"graphs_identical"' "$out/ab.log"
+  timeout 120 $py -m pytest -q -m gpu -p no:cacheprovider \
+      "tests/test_graph_build_gpu.py::test_gpu_calibration_defers_its_largest_beams_until_a_target_needs_them" \
+      > "$out/tests.log" 2>&1
+  echo "tests rc=$? $(( $(date +%s) - t0 )) s"; tail -1 "$out/tests.log"
+  if [ -n "${GRAPH:-}" ]; then
+    timeout ${GRAPH_S:-200} $py benchmarks/dask_scaling.py --n 10000000 --benches graph --partition descent \
+        --part-factors 1 --graph-compute false --device-data --exchange sparse > "$out/graph_10M.json" 2> "$out/graph_10M.log"
+    echo "graph rc=$? $(( $(date +%s) - t0 )) s"
+    grep -o '"bench": "knn_graph[a-z_]*", [^{]*"seconds": [0-9.]*, "recall": [0-9.]*' "$out/graph_10M.log" | cut -c1-260
+    grep -o '"phase_ms": \[[^]]*\]' "$out/graph_10M.log" | cut -c1-400
+  fi
 fi

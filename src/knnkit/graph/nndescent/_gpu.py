@@ -310,8 +310,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
     bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
-    ev = [cp.cuda.Event() for _ in range(5)]
-    phase_ms = dict(sample=0.0, reverse=0.0, join=0.0, exchange=0.0)
+    ev = [cp.cuda.Event() for _ in range(7)]
+    phase_ms = dict(sample=0.0, reverse=0.0, join=0.0, exchange=0.0, sample_own=0.0, sample_share=0.0)
     for it in range(int(max_iters)):
         t0 = time.perf_counter()
         ev[0].record()
@@ -322,8 +322,10 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
                  (g_idx[lo:hi], g_dist[lo:hi], np.int32(hi - lo), np.int32(K), np.int32(nseg), np.int32(p),
                   np.int32(maxs), new_s[lo:hi], cnts[0, lo:hi], cnts[1, lo:hi], old_s[lo:hi], cnts[2, lo:hi],
                   cnts[3, lo:hi]), shared_mem=list_smem)
+        ev[5].record()
         if peer is not None:  # every device's forward samples to every device (the reverse ones need all)
             _share_samples(peer, new_s, old_s, cnts, p, sample_send, sample_recv)
+        ev[6].record()
         if indeg is not None:
             indeg.fill(0)
             count_k(((n + 255) // 256,), (256,), (np.int32(n), np.int32(maxs), new_s, cnts[1], old_s, cnts[3], indeg,
@@ -352,7 +354,8 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         ev[4].record()
         upd = int(counter.get()[0])
         dt = time.perf_counter() - t0
-        for key, a, b in (("sample", 0, 1), ("reverse", 1, 2), ("join", 2, 3), ("exchange", 3, 4)):
+        for key, a, b in (("sample", 0, 1), ("reverse", 1, 2), ("join", 2, 3), ("exchange", 3, 4),
+                          ("sample_own", 0, 5), ("sample_share", 5, 6)):
             phase_ms[key] += cp.cuda.get_elapsed_time(ev[a], ev[b])
         stats["iterations"] = it + 1
         stats["updates"].append(upd)
