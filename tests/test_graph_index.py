@@ -748,9 +748,17 @@ def test_deferred_calibration_beams_are_measured_when_a_target_needs_them(monkey
     full = _calibrate.calibrate(index._engine, index.search_params)  # the whole sweep, nothing deferred
     assert full["beams"] == [16, 24, 32, 48, 64] and "deferred" not in full
     assert index.reaches(cal["recall"][0] - 0.01) and "deferred" in index.calibration  # reached: not extended
-    index.beam_for(0.999)  # missed by the curve so far: the deferred beams are measured now
-    assert index.calibration["beams"] == full["beams"] and index.calibration["recall"] == full["recall"]
-    assert "deferred" not in index.calibration
+    grown = _calibrate.extend(index._engine, index.search_params, cal)  # every deferred beam
+    assert grown["beams"] == full["beams"] and grown["recall"] == full["recall"] and "deferred" not in grown
+    # through the index: a target the curve so far misses measures the deferred beams in order, up
+    # to the first that reaches it (capped curve: every measured beam misses 0.95 + 0.005)
+    index.build_params["calibration"] = dict(cal, recall=[min(r, 0.5) for r in cal["recall"]])
+    index.beam_for(0.5)
+    now = index.calibration
+    got = dict(zip(now["beams"], now["recall"]))
+    assert now["beams"][:3] == [16, 24, 32] and now["beams"][3] == 48 and got[48] == full["recall"][3]
+    assert (now["beams"] == full["beams"]) == (full["recall"][3] < 0.505)
+    assert now.get("deferred", []) == [b for b in (48, 64) if b not in now["beams"]]
     d, i = index.search(Q, k=10, target_recall=0.2)
     assert i.shape == (50, 10)
     # moved to a device that cannot defer (a GPU build's index on the CPU): the deferred beams are

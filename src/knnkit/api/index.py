@@ -528,7 +528,7 @@ class GraphIndex:
             raise ValueError("this index has no calibration (built with calibrate=False, by an older knnkit, or too few "
                              "live points to measure one)")
         if cal.get("deferred") and first_beam_reaching(cal, target_recall) is None:
-            cal = extend(self._engine, self.search_params, cal)
+            cal = extend(self._engine, self.search_params, cal, target_recall=target_recall)
             self.build_params["calibration"] = cal
         return cal
 

@@ -44,9 +44,11 @@ BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 EXTRA_BEAMS = (768, 1024, 1536, 2048)
 #: ... and on the GPU these too (a beam of 4096 walks 500 rows in ~0.06 s there): broad 128-d 1M
 #: reads 0.986 at 2048 and 0.991 at 4096 with the top tier's graph (H200, `gpu_hard_degree.py`).
-#: A build defers them (``defer=True``) when the curve already settles the default beam: they
-#: only serve ``search(target_recall=)`` above what the curve reached, which measures them on its
-#: first call (:func:`extend`). On broad 128-d 1M they were ~0.13 s of a 2.2 s build.
+#: A GPU build defers these and EXTRA_BEAMS (``defer=True``) once the curve settles the default
+#: beam: they only serve ``search(target_recall=)`` above what the curve reached, which measures
+#: them on its first call, up to the first that reaches its target (:func:`extend`). On broad
+#: 128-d 1M (H200) the calibration took 0.21 s of a 2.14 s build with every beam, 0.09 s with
+#: 3072 / 4096 deferred.
 GPU_EXTRA_BEAMS = (3072, 4096)
 #: Whether GraphIndex builds pass ``defer=True`` (a switch for benchmarks/build_flag_ab.py --flag defer).
 DEFER_AT_BUILD = True
@@ -147,15 +149,17 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
     (``engine._holdout``, dropped here), else the engine's graph with the rows cut out (modified
     during the sweep and restored exactly). ``extra_beams`` are tried in order only while the
     recall of the last beam is below ``EXTEND_UNTIL`` (hard data; the sweep costs nothing more
-    elsewhere). ``defer``: a GPU sweep leaves ``GPU_EXTRA_BEAMS`` for later (``"deferred"`` in the
-    result, measured by :func:`extend`) once its curve reaches the default's target."""
-    return _calibrate(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=False)
+    elsewhere). ``defer``: a GPU sweep leaves its beams past ``beams`` for later (``"deferred"`` in
+    the result, measured by :func:`extend`) once its curve reaches the default's target."""
+    return _calibrate(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None)
 
 
-def extend(engine, search_params, calibration, *, sample=SAMPLE):
+def extend(engine, search_params, calibration, *, target_recall=None, sample=SAMPLE):
     """``calibration`` with its deferred beams (``calibration["deferred"]``) measured on the same
-    held-out rows and appended to its curve; the same dict back when none are deferred, or
-    without the ``"deferred"`` entry when they cannot be measured now (logged)."""
+    held-out rows and appended to its curve, in order up to the first whose recall reaches
+    ``target_recall`` + 0.005 (all of them without a target; the others stay deferred); the same
+    dict back when none are deferred, or without the ``"deferred"`` entry when they cannot be
+    measured here (a GPU build's index on the CPU)."""
     deferred = [int(b) for b in calibration.get("deferred", ())]
     if not deferred:
         return calibration
@@ -164,9 +168,12 @@ def extend(engine, search_params, calibration, *, sample=SAMPLE):
         # a GPU build's index moved to the CPU: walks at these beams cost more there than the
         # exact scan that search(target_recall=) falls back to for a target the curve misses
         return out
-    more = _calibrate(engine, search_params, sample, tuple(deferred), (), False, grow=True)
+    until = 2.0 if target_recall is None else min(1.0, float(target_recall) + 0.005)
+    more = _calibrate(engine, search_params, sample, tuple(deferred), (), False, grow=until)
     if more is None or more["k"] != calibration["k"]:
         return out
+    if more.get("deferred"):
+        out["deferred"] = more["deferred"]
     logger.info("GraphIndex: calibration extended to beams %s (recall %s)", more["beams"], more["recall"])
     out["beams"] = list(calibration["beams"]) + list(more["beams"])
     out["recall"] = list(calibration["recall"]) + list(more["recall"])
@@ -264,15 +271,16 @@ def _live_entry(entry, graph, rows):
 
 
 def _deferrable(engine):
-    """The beams a sweep over ``engine`` adds after ``extra_beams`` and may defer: GPU_EXTRA_BEAMS
-    on the GPU, none on the CPU."""
-    return GPU_EXTRA_BEAMS if engine.device == "gpu" else ()
+    """The beams past the ladder that a sweep over ``engine`` may defer (and adds after its
+    ``extra_beams``): EXTRA_BEAMS and GPU_EXTRA_BEAMS on the GPU, none on the CPU (whose timed
+    sweep stops on its own where walking costs more than the exact scan)."""
+    return EXTRA_BEAMS + GPU_EXTRA_BEAMS if engine.device == "gpu" else ()
 
 
-def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None, defer=False, grow=False):
+def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None, defer=False, grow=None):
     """The beam sweep of :func:`calibrate` over the engine's (hold-out or cut) graph; ``pool``: the
-    live ids when the index has deleted points; ``grow``: every one of ``beams`` is measured (the
-    deferred beams of :func:`extend`)."""
+    live ids when the index has deleted points; ``grow`` (the deferred beams of :func:`extend`):
+    ``beams`` are measured in order until the recall reaches ``grow``, the rest deferred again."""
     timed = engine.device == "cpu"  # (a GPU walk would need a synchronisation per beam)
     try:
         t0 = time.perf_counter()
@@ -283,15 +291,20 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
         q = engine.data[rows]
         used, curve, secs = [], [], []
         out_stop = None
-        gpu_extra = _deferrable(engine) if extra_beams else ()
-        extra = tuple(extra_beams) + gpu_extra
+        deferrable = _deferrable(engine) if extra_beams else ()
+        extra = tuple(extra_beams) + tuple(b for b in deferrable if b not in extra_beams)
         deferred = []
         for beam in tuple(beams) + extra:
-            if beam < k or beam > engine.n or (used and not grow and beam > max(beams) and curve[-1] >= EXTEND_UNTIL):
+            if beam < k or beam > engine.n:
                 continue
-            if (defer and beam in gpu_extra and beam > max(beams)
+            if grow is not None and used and curve[-1] >= grow:
+                deferred.append(int(beam))  # extend(): the target is reached, the rest wait
+                continue
+            if grow is None and used and beam > max(beams) and curve[-1] >= EXTEND_UNTIL:
+                continue
+            if (defer and beam in deferrable and beam > max(beams)
                     and first_beam_reaching({"beams": used, "recall": curve}, DEFAULT_TARGET + DEFAULT_MARGIN)):
-                deferred.append(int(beam))  # the default is settled: the largest beams wait for a target
+                deferred.append(int(beam))  # the default is settled: larger beams wait for a target
                 continue
             if (timed and used and beam > max(beams) and secs[-1] > EXACT_FASTER * exact_s
                     and first_beam_reaching({"beams": used, "recall": curve}, DEFAULT_TARGET + DEFAULT_MARGIN)):
