@@ -8,7 +8,18 @@
 . scripts/device/common.sh
 export NCCL_NVLS_ENABLE=0
 $py -m pip install -q --no-index --no-deps .wheels/dask/*.whl > "$out/pip.log" 2>&1; echo "pip rc=$?"
-if [ "${PART:-a}" = a ]; then
+if [ "${PART:-a}" = c ]; then  # the largest graph this host builds with the shared descent (issue 17)
+  nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader -l 2 > "$out/gpu_memory.csv" &
+  smi=$!
+  timeout ${GRAPH_S:-480} $py benchmarks/dask_scaling.py --n ${N:-40000000} --queries 10000 --benches graph \
+      --partition descent --part-factors 1 --graph-compute false --device-data --exchange sparse \
+      > "$out/graph_${N:-40000000}.json" 2> "$out/graph_${N:-40000000}.log"
+  echo "graph rc=$? $(( $(date +%s) - t0 )) s"; kill $smi
+  grep -o '"bench": "knn_graph[a-z_]*", [^{]*"seconds": [0-9.]*, "recall": [0-9.]*' "$out/graph_${N:-40000000}.log" | cut -c1-260
+  grep -o '"phase_ms": \[[^]]*\]' "$out/graph_${N:-40000000}.log" | cut -c1-400
+  sort -t, -k2 -n "$out/gpu_memory.csv" | tail -2
+  grep -E "Error|error|Traceback" "$out/graph_${N:-40000000}.log" | head -5
+elif [ "${PART:-a}" = a ]; then
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/env.txt"
   timeout ${TESTS_S:-300} $py -m pytest -v --durations=8 -m gpu -p no:cacheprovider tests/test_descent_gpu.py tests/test_nn_descent_gpu.py \
       "tests/test_graph_build_gpu.py::test_gpu_calibration_defers_its_largest_beams_until_a_target_needs_them" \
