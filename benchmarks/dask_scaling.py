@@ -43,11 +43,16 @@ def log(*a):
 DEVICE = "gpu"
 
 
-def sampled_recall(X, I, rows, k=10):
+def true_distances(X, rows, k=10):
+    """The exact (k + 1)-th distances of ``X[rows]`` (themselves included), for sampled_recall."""
     import knnkit
 
     D_true, _ = knnkit.knn(X, X[rows], k=k + 1, device=DEVICE)
-    D_true = np.asarray(D_true.get() if hasattr(D_true, "get") else D_true)
+    return np.asarray(D_true.get() if hasattr(D_true, "get") else D_true)
+
+
+def sampled_recall(X, I, rows, k=10, D_true=None):
+    D_true = true_distances(X, rows, k) if D_true is None else D_true
     hits = 0
     for j, r in enumerate(rows):
         d = ((X[I[r, :k]].astype(np.float64) - X[r]) ** 2).sum(1)
@@ -125,6 +130,8 @@ def main():
     ap.add_argument("--exchange", default="sparse",
                     help="shared descent: 'sparse' (changed rows only), 'whole' (whole shares), or both "
                          "comma separated (A/B in one cluster; set on every worker)")
+    ap.add_argument("--worker-counts", default="", help="clusters to time, comma separated (default: 1 and all)")
+    ap.add_argument("--no-single", action="store_true", help="graph: skip the single-process reference")
     ap.add_argument("--device-data", action="store_true",
                     help="knn_graph: the data as a persisted dask array of cupy blocks on the workers' GPUs "
                          "(the single-process reference has its data on the GPU too)")
@@ -185,13 +192,17 @@ def main():
     if {"exact", "search"} & set(args.benches.split(",")):
         _, Tq = knnkit.knn(X, Q[:10_000], k=10, device=dev)
         Tq = np.asarray(Tq.get() if hasattr(Tq, "get") else Tq)
+    # the graphs' ground truth before any worker holds GPU memory (at 40M x 96 the client's exact
+    # search beside a worker's pool ran out of memory on GPU 0)
+    D_rows = true_distances(X, rows) if "graph" in args.benches.split(",") else None
     if not args.cpu:  # the client's pool gives the generation's memory back to the workers on GPU 0
         cp.get_default_memory_pool().free_all_blocks()
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     from dask_path_cost import ClientClock, worker_seconds
 
-    for w in sorted({1, W}):
+    counts = sorted({1, W}) if not args.worker_counts else [int(c) for c in args.worker_counts.split(",")]
+    for w in counts:
         with cluster_of(w) as cluster, Client(cluster) as c:
             clock = ClientClock(c)
             benches = args.benches.split(",")
@@ -224,7 +235,7 @@ def main():
                     r = {"bench": "knn_graph", "schedule": sched, "exchange": exchange, "compute": compute,
                          "workers": w, "partitions": parts,
                          "device_data": bool(args.device_data),
-                         "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows), 4),
+                         "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows, D_true=D_rows), 4),
                          "stats_method": g.stats.method, **g.stats.extra, "client": clock.take(s),
                          "transfer_s": worker_seconds(ts.data)["transfer_s"], "tasks": _busy(ts.data, t)}
                     out["runs"].append(r)
@@ -339,7 +350,7 @@ def main():
                     log(json.dumps(r))
             if args.resident_queries:  # the same queries from the client's memory, results gathered
                 numpy_search("after")
-    if "graph" not in args.benches.split(","):
+    if "graph" not in args.benches.split(",") or args.no_single:
         print(json.dumps(out, indent=1))
         return
     # single process reference
@@ -350,7 +361,7 @@ def main():
     s = time.perf_counter() - t
     ind = g.indices.get() if hasattr(g.indices, "get") else g.indices
     out["runs"].append({"bench": "knn_graph_single_process", "seconds": round(s, 3),
-                        "recall": round(sampled_recall(X, np.asarray(ind), rows), 4)})
+                        "recall": round(sampled_recall(X, np.asarray(ind), rows, D_true=D_rows), 4)})
     print(json.dumps(out, indent=1))
 
 

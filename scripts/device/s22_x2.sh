@@ -12,7 +12,7 @@ if [ "${PART:-a}" = c ]; then  # the largest graph this host builds with the sha
   nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader -l 2 > "$out/gpu_memory.csv" &
   smi=$!
   timeout ${GRAPH_S:-480} $py benchmarks/dask_scaling.py --n ${N:-40000000} --queries 10000 --benches graph \
-      --partition descent --part-factors 1 --graph-compute false --device-data --exchange sparse \
+      --partition descent --part-factors 1 --graph-compute false --device-data --exchange sparse ${EXTRA:-} \
       > "$out/graph_${N:-40000000}.json" 2> "$out/graph_${N:-40000000}.log"
   echo "graph rc=$? $(( $(date +%s) - t0 )) s"; kill $smi
   grep -o '"bench": "knn_graph[a-z_]*", [^{]*"seconds": [0-9.]*, "recall": [0-9.]*' "$out/graph_${N:-40000000}.log" | cut -c1-260
