@@ -753,7 +753,19 @@ def test_deferred_calibration_beams_are_measured_when_a_target_needs_them(monkey
     # through the index: a target the curve so far misses measures the deferred beams in order, up
     # to the first that reaches it (capped curve: every measured beam misses 0.95 + 0.005)
     index.build_params["calibration"] = dict(cal, recall=[min(r, 0.5) for r in cal["recall"]])
+    graph_before = np.array(index._engine._graph, copy=True)
+    intact = []
+    sweep = _calibrate._sweep
+
+    def watched(*args, **kwargs):  # while the held-out rows are cut out of the graph being walked
+        intact.append(np.array_equal(index._engine._graph, graph_before))
+        return sweep(*args, **kwargs)
+
+    monkeypatch.setattr(_calibrate, "_sweep", watched)
     index.beam_for(0.5)
+    monkeypatch.setattr(_calibrate, "_sweep", sweep)
+    # measured on a copy: a search on another thread meanwhile walks the whole graph
+    assert intact == [True], intact
     now = index.calibration
     got = dict(zip(now["beams"], now["recall"]))
     assert now["beams"][:3] == [16, 24, 32] and now["beams"][3] == 48 and got[48] == full["recall"][3]

@@ -23,6 +23,7 @@ unseen queries, which the hold-out curve matches within ~0.01). No held-out row 
 960-d, 50k, beam 2048: 0.991 strict, 0.997 with the 1e-3 rule).
 """
 
+import copy
 import time
 
 import numpy as np
@@ -169,7 +170,12 @@ def extend(engine, search_params, calibration, *, target_recall=None, sample=SAM
         # exact scan that search(target_recall=) falls back to for a target the curve misses
         return out
     until = 2.0 if target_recall is None else min(1.0, float(target_recall) + 0.005)
-    more = _calibrate(engine, search_params, sample, tuple(deferred), (), False, grow=until)
+    # measured on a shallow copy of the engine with its own graph: the sweep cuts the held-out rows
+    # out of the graph it walks, and this runs inside a search, where another thread may be
+    # searching the same index
+    walked = copy.copy(engine)
+    walked._graph = engine._graph.copy()
+    more = _calibrate(walked, search_params, sample, tuple(deferred), (), False, grow=until)
     if more is None or more["k"] != calibration["k"]:
         return out
     if more.get("deferred"):
