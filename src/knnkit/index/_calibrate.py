@@ -48,8 +48,8 @@ EXTRA_BEAMS = (768, 1024, 1536, 2048)
 #: A GPU build defers these and EXTRA_BEAMS (``defer=True``) once the curve settles the default
 #: beam: they only serve ``search(target_recall=)`` above what the curve reached, which measures
 #: them on its first call, up to the first that reaches its target (:func:`extend`). On broad
-#: 128-d 1M (H200) the calibration took 0.21 s of a 2.14 s build with every beam, 0.09 s with
-#: 3072 / 4096 deferred.
+#: 128-d 1M (H200) the calibration took 0.21 s of a 2.14 s build with every beam, 0.044 s with the
+#: beams past 768 deferred (build 1.98 s; benchmarks/results/h200-2026-11-29-s22/).
 GPU_EXTRA_BEAMS = (3072, 4096)
 #: Whether GraphIndex builds pass ``defer=True`` (a switch for benchmarks/build_flag_ab.py --flag defer).
 DEFER_AT_BUILD = True
@@ -152,7 +152,7 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
     recall of the last beam is below ``EXTEND_UNTIL`` (hard data; the sweep costs nothing more
     elsewhere). ``defer``: a GPU sweep leaves its beams past ``beams`` for later (``"deferred"`` in
     the result, measured by :func:`extend`) once its curve reaches the default's target."""
-    return _calibrate(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None)
+    return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None)
 
 
 def extend(engine, search_params, calibration, *, target_recall=None, sample=SAMPLE):
@@ -175,7 +175,7 @@ def extend(engine, search_params, calibration, *, target_recall=None, sample=SAM
     # searching the same index
     walked = copy.copy(engine)
     walked._graph = engine._graph.copy()
-    more = _calibrate(walked, search_params, sample, tuple(deferred), (), False, grow=until)
+    more = _measure(walked, search_params, sample, tuple(deferred), (), False, grow=until)
     if more is None or more["k"] != calibration["k"]:
         return out
     if more.get("deferred"):
@@ -186,7 +186,8 @@ def extend(engine, search_params, calibration, *, target_recall=None, sample=SAM
     return out
 
 
-def _calibrate(engine, search_params, sample, beams, extra_beams, defer, grow):
+def _measure(engine, search_params, sample, beams, extra_beams, defer, grow):
+    """The body of :func:`calibrate` and :func:`extend`: held-out rows, the graph they walk, the sweep."""
     n = engine.n
     held = getattr(engine, "_holdout", None)
     engine._holdout = None  # used once; its memory goes with it
