@@ -740,6 +740,9 @@ def test_deferred_calibration_beams_are_measured_when_a_target_needs_them(monkey
     monkeypatch.setattr(_calibrate, "_deferrable", lambda engine: (48, 64))  # as GPU_EXTRA_BEAMS on the GPU
     monkeypatch.setattr(_calibrate, "EXTEND_UNTIL", 1.01)
     monkeypatch.setattr(_calibrate, "DEFAULT_TARGET", 0.0)  # the default is settled at the first beam
+    # no CPU time rule (a walk slower than the scan stops the sweep): the GPU sweep has none, and on
+    # a loaded machine it stopped this one before the beams it was to defer
+    monkeypatch.setattr(_calibrate, "EXACT_FASTER", float("inf"))
     monkeypatch.setitem(_calibrate.calibrate.__kwdefaults__, "beams", (16, 24))
     monkeypatch.setitem(_calibrate.calibrate.__kwdefaults__, "extra_beams", (32,))
     index = GraphIndex.build(X, graph_degree=8, device="cpu", random_state=0)
