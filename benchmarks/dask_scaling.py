@@ -104,6 +104,14 @@ def _set_exchange(sparse):
     _gpu.SPARSE_EXCHANGE = bool(sparse)
 
 
+def _set_overlap(on):
+    """On a worker: whether the shared descent's owners share their rows beside the next sampling
+    (``knnkit.graph.nndescent._gpu.OVERLAP_SHARE``)."""
+    from knnkit.graph.nndescent import _gpu
+
+    _gpu.OVERLAP_SHARE = bool(on)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4_000_000)
@@ -130,6 +138,9 @@ def main():
     ap.add_argument("--exchange", default="sparse",
                     help="shared descent: 'sparse' (changed rows only), 'whole' (whole shares), or both "
                          "comma separated (A/B in one cluster; set on every worker)")
+    ap.add_argument("--overlap", default="on",
+                    help="shared descent: the owners' rows shared beside the next sampling ('on') or at the end "
+                         "of each iteration ('off'), or both comma separated (A/B in one cluster)")
     ap.add_argument("--worker-counts", default="", help="clusters to time, comma separated (default: 1 and all)")
     ap.add_argument("--no-single", action="store_true", help="graph: skip the single-process reference")
     ap.add_argument("--device-data", action="store_true",
@@ -207,11 +218,14 @@ def main():
             clock = ClientClock(c)
             benches = args.benches.split(",")
             for parts in sorted({f * w for f in map(int, args.part_factors.split(","))}) if "graph" in benches else ():
-                runs = [(p, cv, ex) for p in schedules for cv in args.graph_compute.split(",")
-                        for ex in (args.exchange.split(",") if p == "descent" and w > 1 else ["sparse"])]
-                for sched, comp, exchange in runs:
+                shared = [(p, w > 1 and p == "descent") for p in schedules]
+                runs = [(p, cv, ex, ov) for p, sh in shared for cv in args.graph_compute.split(",")
+                        for ex in (args.exchange.split(",") if sh else ["sparse"])
+                        for ov in (args.overlap.split(",") if sh else ["on"])]
+                for sched, comp, exchange, overlap in runs:
                     compute = {"true": True, "false": False}[comp]
                     c.run(_set_exchange, exchange == "sparse")
+                    c.run(_set_overlap, overlap == "on")
                     dX = da.from_array(X, chunks=(-(-args.n // parts), args.d))
                     if args.device_data:  # cupy blocks, each on its worker's GPU
                         dX = dX.map_blocks(cp.asarray, meta=cp.empty((0, args.d), dtype=X.dtype))
@@ -232,7 +246,8 @@ def main():
                         g = knnkit.dask.knn_graph(dX, k=10, client=c, device=dev, partition=sched_w, n_parts=parts,
                                                   compute=compute)
                     s = time.perf_counter() - t
-                    r = {"bench": "knn_graph", "schedule": sched, "exchange": exchange, "compute": compute,
+                    r = {"bench": "knn_graph", "schedule": sched, "exchange": exchange, "overlap": overlap,
+                         "compute": compute,
                          "workers": w, "partitions": parts,
                          "device_data": bool(args.device_data),
                          "seconds": round(s, 3), "recall": round(sampled_recall(X, np.asarray(g.indices), rows, D_true=D_rows), 4),

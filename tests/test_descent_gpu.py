@@ -115,11 +115,13 @@ def _exact(X, k):
 
 
 @pytest.mark.parametrize("ranks,exchange", [(2, "sparse"), (3, "sparse"), (2, "whole"), (3, "whole"),
-                                            (2, "sparse_all_rows")])
+                                            (2, "sparse_all_rows"), (2, "sparse_no_overlap"),
+                                            (3, "whole_no_overlap")])
 def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks, exchange, monkeypatch):
     """Ranks as threads on one GPU: every rank returns its rows, they stop together, and the
     joined lists reach the recall of the single-device descent; with the changed rows only
-    (``sparse``), with whole shares, and with the sparse path sending every row."""
+    (``sparse``), with whole shares, and with the sparse path sending every row; the owners'
+    rows shared beside the next sampling (default) or at the end of each iteration."""
     import cupy as cp
 
     from knnkit._core.comm import ThreadPeer
@@ -128,6 +130,8 @@ def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks, excha
 
     if exchange == "sparse_all_rows":
         monkeypatch.setattr(_gpu, "SPARSE_EXCHANGE_BELOW", 0.0)
+    overlap = not exchange.endswith("_no_overlap")
+    exchange = exchange.removesuffix("_no_overlap")
 
     n, k = 20011, 10
     X = np.asarray(make_clustered(n, 24, n_clusters=60, random_state=3, device="cpu"), dtype=np.float32)
@@ -143,7 +147,8 @@ def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks, excha
 
     def run(r):
         try:
-            out[r] = nndescent_gpu(Xd, 32, peer=peers[r], sparse_exchange=exchange != "whole", **kw)
+            out[r] = nndescent_gpu(Xd, 32, peer=peers[r], sparse_exchange=exchange != "whole",
+                                   overlap_share=overlap, **kw)
         except BaseException as e:  # noqa: BLE001 (reported below)
             errors.append(e)
             peers[r]._x.barrier.abort()
@@ -155,6 +160,7 @@ def test_shared_descent_in_threads_reaches_the_single_device_recall(ranks, excha
         t.join(300)
     assert not errors, errors
     assert len({o[2]["iterations"] for o in out}) == 1
+    assert all(o[2]["overlap_share"] is overlap for o in out)
     I = np.concatenate([o[0].get() for o in out])
     D = np.concatenate([o[1].get() for o in out])
     assert I.shape == (n, 32) and (I >= 0).all() and (I != np.arange(n)[:, None]).all()

@@ -445,6 +445,7 @@ def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, 
         I, D, st = nndescent_gpu(P.X, params.n_neighbors_internal, sample=params.sample, max_iters=params.max_iters,
                                  delta=params.delta, metric=im, seed=int(seed), update=params.update,
                                  reverse=params.reverse, peer=peer)
+        cp.cuda.get_current_stream().synchronize()  # (the lists' final sort is the descent's)
         t_descent = time.perf_counter() - t1
         I, D = I[:, :int(k)], D[:, :int(k)]
         # every rank holds the same graph after the last exchange: all refuse alike, no collective
@@ -454,13 +455,15 @@ def descent_lists(uid, key, rank, data_bounds, join_bounds, spans, d, dtype, k, 
         D = finalize_distances(D, metric, P.scale)
         t2 = time.perf_counter()
         hits = None if rows is None else _descent_recall_hits(P, D, lo, hi, order, rows, k, metric)
+        t3 = time.perf_counter()
+        I, D = _host(I, np.int32), _host(D, np.float32)
         stats = {"iterations": int(st["iterations"]), "updates": [int(u) for u in st["updates"]],
                  "K": int(params.n_neighbors_internal), "sample": int(params.sample), "init_s": t_init,
                  "data_s": t_data - t_init, "prepare_s": t1 - t0 - t_data, "descent_s": t_descent,
-                 "probe_s": time.perf_counter() - t2,
+                 "lists_s": t2 - t1 - t_descent, "probe_s": t3 - t2, "host_s": time.perf_counter() - t3,
                  "phase_ms": st.get("phase_ms"), "rows_moved": st.get("rows_moved"), "recall_hits": hits,
                  "task_s": time.perf_counter() - t0}
-        return _host(I, np.int32), _host(D, np.float32), stats
+        return I, D, stats
     except BaseException:
         # another rank may be waiting in a collective: give the communicator up (the next descent
         # makes a new one)

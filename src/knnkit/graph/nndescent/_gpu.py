@@ -105,7 +105,7 @@ def _join_smem(maxs, tensor=False):
 
 def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, init_distances=None,
                   split=None, seed=0, update="selective", locks="segmented", distance="auto", reverse="random",
-                  callback=None, peer=None, sparse_exchange=None, _group=8, _minblocks=None):
+                  callback=None, peer=None, sparse_exchange=None, overlap_share=None, _group=8, _minblocks=None):
     """Build an approximate k-NN graph of ``X`` on the GPU with GNND.
 
     Parameters
@@ -163,6 +163,12 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         (``peer.allreduce_sum``), so that every device goes on with the same graph and stops at
         the same iteration. Returns the lists of rows ``lo .. hi - 1`` only. Needs
         segments of at most 32 entries (``locks="segmented"``, or ``K <= 32``); no ``callback``.
+    overlap_share : bool, optional
+        Default ``OVERLAP_SHARE`` (True). With ``peer``: the owners' merged rows go to the other
+        devices on a second stream at the start of the next iteration, beside the sampling of
+        the own rows, instead of before the iteration ends (the next NCCL call, the forward
+        samples' all-gather, waits for it). The last iteration's share is skipped: no device
+        reads another's rows after the descent.
     sparse_exchange : bool, optional
         Default ``SPARSE_EXCHANGE`` (True). With ``peer``: only the rows an iteration's joins
         changed travel (to their owners, and back from them once merged;
@@ -307,6 +313,12 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         dirty = cp.zeros(n, cp.uint8) if sparse_exchange else None
         row_kernels = (merge_k,) + _row_kernels() if sparse_exchange else None
         moved = []  # rows sent per iteration (sparse exchange), for the stats
+    overlap_share = OVERLAP_SHARE if overlap_share is None else bool(overlap_share)
+    # the owners' rows to the other devices, run on share_stream at the start of the next iteration
+    # (overlap_share) so that it overlaps the sampling of the own rows
+    share_stream = cp.cuda.Stream(non_blocking=True) if peer is not None and overlap_share else None
+    pending = inflight = None
+    ev_merged, ev_shared = cp.cuda.Event(), cp.cuda.Event()
     cp.cuda.get_current_stream().synchronize()
     # advanced after each iteration's update count is read back (that read is the iteration's only sync)
     bar = progress(total=int(max_iters), desc="NN-Descent (GPU)", unit="iter")
@@ -316,6 +328,19 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
         t0 = time.perf_counter()
         ev[0].record()
         counter.fill(0)
+        if pending is not None:
+            # The sampling below reads the own rows and clears NEW flags in them while this share
+            # reads them: a receiver may see a flag set or cleared, both of which the owner's row
+            # merge accepts (an entry stays NEW only where every copy has it NEW). The share writes
+            # other devices' rows only, which nothing reads before the join.
+            ev_merged.record()
+            share_stream.wait_event(ev_merged)
+            with share_stream:
+                pending()
+                ev_shared.record(share_stream)
+            # kept until the current stream has waited for the share: CuPy's pool may hand the
+            # buffers of the share to the current stream once they are freed
+            inflight, pending = pending, None
         # each device samples its own rows (a row's sampled NEW entries become OLD in its copy only;
         # the merge keeps an entry NEW only where every copy has it NEW)
         sample_k(((hi - lo + _WARPS - 1) // _WARPS,), (32 * _WARPS,),
@@ -323,6 +348,9 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
                   np.int32(maxs), new_s[lo:hi], cnts[0, lo:hi], cnts[1, lo:hi], old_s[lo:hi], cnts[2, lo:hi],
                   cnts[3, lo:hi]), shared_mem=list_smem)
         ev[5].record()
+        if inflight is not None:  # (NCCL calls of one communicator run one after the other)
+            cp.cuda.get_current_stream().wait_event(ev_shared)
+            inflight = None
         if peer is not None:  # every device's forward samples to every device (the reverse ones need all)
             _share_samples(peer, new_s, old_s, cnts, p, sample_send, sample_recv)
         ev[6].record()
@@ -345,11 +373,13 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
               np.int32(update == "basic"), counter, _ptr(tc_mu), np.float32(tc_scale), _ptr(dirty)), shared_mem=smem)
         ev[3].record()
         if peer is not None:
+            defer = share_stream is not None
             if dirty is None:
-                _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg)
+                pending = _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg, defer=defer)
             else:
-                moved.append(_merge_changed_rows(peer, row_kernels, g_idx, g_dist, dirty, (copies_i, copies_d), K,
-                                                 nseg))
+                sent, pending = _merge_changed_rows(peer, row_kernels, g_idx, g_dist, dirty, (copies_i, copies_d),
+                                                    K, nseg, defer=defer)
+                moved.append(sent)
             peer.allreduce_sum(counter)
         ev[4].record()
         upd = int(counter.get()[0])
@@ -370,6 +400,12 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
             break
     finish(bar)
     bar.close()
+    # the share after the last iteration is not needed (each device returns its own rows); one
+    # still on its stream is waited for before any buffer goes back to the pool
+    pending = None
+    if share_stream is not None:
+        share_stream.synchronize()
+    stats["overlap_share"] = share_stream is not None
 
     stats["phase_ms"] = {key: round(v, 2) for key, v in phase_ms.items()}  # GPU time by step, all iterations
     if peer is not None:
@@ -416,12 +452,13 @@ def _share_samples(peer, new_s, old_s, cnts, p, send, recv):
             cnts[:, a:b] = recv[r, :b - a, 2 * p:].T
 
 
-def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg):
+def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg, defer=False):
     """After the joins: every device sends the other devices' rows of its copy to their owners,
     each owner merges them into its own rows (``gnnd_merge_copies``), and the owners' rows go
-    to every device, so that the next iteration starts from the same graph everywhere."""
+    to every device, so that the next iteration starts from the same graph everywhere.
+    ``defer``: that last step is returned as a function to call later (else None, done)."""
     if peer.size == 1:
-        return
+        return None
     m = peer.hi - peer.lo
     sends_i = [g_idx[a:b] for a, b in peer.bounds]
     sends_d = [g_dist[a:b] for a, b in peer.bounds]
@@ -434,11 +471,21 @@ def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg):
         if r != peer.rank and m > 0:
             merge_k(grid, (256,), (own_i, own_d, recvs_i[r], recvs_d[r], own_i, own_d,
                                    np.int64(m), np.int32(K), np.int32(nseg), np.uint64(0)))
-    peer.share_rows([g_idx, g_dist])
+
+    def share():
+        peer.share_rows([g_idx, g_dist])
+
+    if defer:
+        return share
+    share()
+    return None
 
 
 #: The shared descent's default: only the rows an iteration changed travel (``sparse_exchange``).
 SPARSE_EXCHANGE = True
+#: The shared descent's default: the owners' merged rows travel beside the next sampling
+#: (``overlap_share``).
+OVERLAP_SHARE = True
 #: The shared descent sends only the changed rows while they are fewer than this fraction of all
 #: rows (packing them costs a gather and a scatter each way; above it the whole shares travel).
 SPARSE_EXCHANGE_BELOW = 0.5
@@ -453,7 +500,7 @@ def _row_kernels():
             get_kernel(_KERNEL, "gnnd_unpack_rows", options=("-lineinfo",)))
 
 
-def _merge_changed_rows(peer, kernels, g_idx, g_dist, dirty, copies, K, nseg):
+def _merge_changed_rows(peer, kernels, g_idx, g_dist, dirty, copies, K, nseg, defer=False):
     """:func:`_merge_copies` for the rows that changed only. Every copy started the iteration
     equal but for NEW flags (a device clears them by sampling in its own rows only; the merge keeps
     NEW only where both copies have it, so a stale NEW in another device's copy never survives);
@@ -461,12 +508,13 @@ def _merge_changed_rows(peer, kernels, g_idx, g_dist, dirty, copies, K, nseg):
     sends its owners the rows its joins changed, the owners merge them into theirs and send back
     every own row that changed (by their joins or by a merge). When more than
     ``SPARSE_EXCHANGE_BELOW`` of the rows changed (every row, in the first iterations), the whole
-    shares travel instead (:func:`_merge_copies` into ``copies``). Returns ``(rows sent to owners,
-    rows shared)`` summed over devices."""
+    shares travel instead (:func:`_merge_copies` into ``copies``). Returns ``((rows sent to owners,
+    rows shared) summed over devices, share)``: ``share`` the last step (the owners' rows to the
+    other devices) as a function to call later with ``defer``, else None (done)."""
     import cupy as cp
 
     if peer.size == 1:
-        return 0, 0
+        return (0, 0), None
     merge_k, pack, unpack = kernels
     size, me = peer.size, peer.rank
     lo, hi = peer.lo, peer.hi
@@ -478,8 +526,8 @@ def _merge_changed_rows(peer, kernels, g_idx, g_dist, dirty, copies, K, nseg):
     peer.allgather(cnt, every)
     every = every.get()  # every[s, r]: rows s sends to r
     if int(every.sum()) > SPARSE_EXCHANGE_BELOW * n:
-        _merge_copies(peer, merge_k, g_idx, g_dist, copies[0], copies[1], K, nseg)
-        return int(sum(b - a for a, b in peer.bounds) * (size - 1)), int(n)
+        share = _merge_copies(peer, merge_k, g_idx, g_dist, copies[0], copies[1], K, nseg, defer=defer)
+        return (int(sum(b - a for a, b in peer.bounds) * (size - 1)), int(n)), share
 
     def packed(base, ids):
         m = int(ids.size)
@@ -510,13 +558,20 @@ def _merge_changed_rows(peer, kernels, g_idx, g_dist, dirty, copies, K, nseg):
     peer.allgather(cp.asarray([int(own.size)], dtype=cp.int64), counts)
     counts = counts.get()[:, 0]
     buf = packed(lo, own)
-    recvs = [cp.empty(int(counts[s]) * (2 * K + 1), cp.int32) if s != me else None for s in range(size)]
-    peer.exchange([buf if r != me else None for r in range(size)], recvs)
-    for s, (a, b) in enumerate(peer.bounds):
-        m = int(counts[s])
-        if s != me and m:
-            unpack((-(-m * 32 // 256),), (256,), (recvs[s], np.int64(m), np.int32(K), np.int64(a), g_idx, g_dist))
-    return int(every.sum()), int(counts.sum())
+
+    def share():
+        recvs = [cp.empty(int(counts[s]) * (2 * K + 1), cp.int32) if s != me else None for s in range(size)]
+        peer.exchange([buf if r != me else None for r in range(size)], recvs)
+        for s, (a, b) in enumerate(peer.bounds):
+            m = int(counts[s])
+            if s != me and m:
+                unpack((-(-m * 32 // 256),), (256,), (recvs[s], np.int64(m), np.int32(K), np.int64(a), g_idx, g_dist))
+
+    sent = (int(every.sum()), int(counts.sum()))
+    if defer:
+        return sent, share
+    share()
+    return sent, None
 
 
 def sort_rows_gpu(X, ids, dists, k, metric, *, sample=16, seed=0, tile=None):
