@@ -318,7 +318,7 @@ def _distances_at(client, lists, rows):
 #: ``partition`` values of :func:`knn_graph`.
 PARTITIONS = ("auto", "rows", "tree", "descent")
 #: ``partition="auto"`` shares one descent between GPU workers above this many points (measured
-#: 1.56x one process at 4M, 1.59x at 10M on 2 x H200; not timed below 4M, where one GPU builds the
+#: 1.56x one process at 4M, 1.59x at 10M on 2 x H200 (1.65x at 10M since the overlapped share); not timed below 4M, where one GPU builds the
 #: graph in under a second and the tree is kept)
 DESCENT_MIN_N = 1_000_000
 #: a shared descent whose recall estimate ends below this warns, or, chosen by ``partition="auto"``,
@@ -515,9 +515,10 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
     same iteration. It is the single-device descent with the same parameters, so its recall is
     the single device's (measured within 0.0003 at 4M-20M x 96); the recall estimate runs on the
     GPUs (each checks the sampled rows it holds). Measured on 2 x H200 (NVLink; data and lists on
-    the GPUs, ``benchmarks/results/dask-h200x2-2026-11-29-s19/``): 10M x 96 in 5.89 s against
-    9.38 s in one process (1.59x) and 10.4 s on one worker (1.76x); 20M x 96 13.4 s against
-    20.5 s (1.53x). It needs room on every GPU for the data and three copies of the graph; one
+    the GPUs, ``benchmarks/results/dask-h200x2-2026-11-29-s23/``): 10M x 96 in 5.74 s against
+    9.46 s in one process (1.65x) and 10.3 s on one worker (1.80x); 20M x 96 13.4 s against
+    20.5 s (1.53x, before the owners' rows were shared beside the next sampling;
+    ``dask-h200x2-2026-11-29-s19/``). It needs room on every GPU for the data and three copies of the graph; one
     shared descent runs at a time on a cluster (a distributed lock: its tasks must run at once on
     every worker); communicators are kept on the workers for the next call. Unlike
     :func:`knnkit.knn_graph` it has no exact fallback for data on which the descent stalls (high
@@ -645,8 +646,9 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         ``recall``, ``to_csr``, ``to_umap``, ``save`` and ``extend`` raise ``TypeError`` until
         then. ``stats`` records the schedule: ``"dask-descent"`` (``ranks``, ``rank_rows``,
         ``iterations``, ``updates``, ``n_neighbors_internal``; per rank ``rank_s``: seconds of
-        its task's steps, and ``phase_ms``: GPU milliseconds of the descent's sample, reverse,
-        join and exchange steps; ``rows_moved``: per iteration the rows sent to their owners and
+        its task's steps (``lists_s``: the lists' final steps, ``host_s``: their copy to the
+        host), and ``phase_ms``: GPU milliseconds of the descent's sample, reverse, join and
+        exchange steps; ``rows_moved``: per iteration the rows sent to their owners and
         the rows shared back, summed over ranks), ``"dask-tree"`` (``partitions``,
         ``second_stage``, ``cross_searches``, ``leaf_sizes``, ``slab_sizes`` per internal node
         breadth-first, ``slab_widths``, ``slab_fraction`` = slab points / n), ``"dask-rows"``
