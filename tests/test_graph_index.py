@@ -977,3 +977,35 @@ def test_top_tier_only_where_its_graph_fits_the_budget():
         assert not _top_tier_fits(a)
     finally:
         knnkit.set_memory_budget(None)
+
+
+def test_sorted_rows_matches_lexsort(rng):
+    """RobustPrune's row sort (a row-parallel merge sort) orders each row exactly as
+    ``np.lexsort((idx, dist), axis=1)``: by distance, ties by id, ``-1`` / inf last."""
+    from knnkit.index._prune_cpu import sorted_rows
+
+    idx = rng.integers(-1, 500, (3000, 37)).astype(np.int64)
+    dist = rng.integers(0, 20, (3000, 37)).astype(np.float32)  # many ties
+    dist[idx < 0] = np.inf
+    dist[0, :3] = [-0.0, 0.0, -0.0]
+    order = np.lexsort((idx, dist), axis=1)
+    si, sd = sorted_rows(idx, dist)
+    assert np.array_equal(si, np.take_along_axis(idx, order, axis=1))
+    assert np.array_equal(sd, np.take_along_axis(dist, order, axis=1))
+
+
+def test_denser_reuses_first_entry_points(rng, monkeypatch):
+    """The CPU denser rebuild takes the first build's k-means entry points (made before its
+    connectivity repair) instead of running the k-means again."""
+    import knnkit.api.index as api_index
+    from knnkit.index import _engine
+
+    X = rng.random((12000, 8), dtype=np.float32)
+    monkeypatch.setattr(api_index, "DENSER_BELOW", 1.01)
+    calls = []
+    real = _engine._entry_structure
+    monkeypatch.setattr(_engine, "_entry_structure", lambda *a, **k: calls.append(1) or real(*a, **k))
+    index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    assert index.build_params["denser"]["from"][0] == 32
+    assert len(calls) == 1  # the k-means ran once, for both builds
+    assert index._engine.first_entry is None and index._engine.first_candidates is None

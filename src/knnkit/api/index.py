@@ -330,7 +330,7 @@ class GraphIndex:
                 bar.update()
                 if auto and _too_sparse(index):
                     index = cls._denser(index, P, build_params, sp, random_state)
-            engine.first_candidates = None  # (kept for _denser only)
+            engine.first_candidates = engine.first_entry = None  # (kept for _denser only)
         return index
 
     @classmethod
@@ -356,7 +356,7 @@ class GraphIndex:
                     "graph_degree=%d, intermediate_degree=%d, alpha=%.2f", before, index.graph_degree, R, K, alpha)
         t0 = time.perf_counter()
         first = index._engine
-        cand = None
+        cand = entry = None
         if first.first_candidates is not None:  # a CPU build without merged copies
             # the K candidates come from walking the low tier's graph for every row (Vamana's
             # search-based candidates) instead of a second NN-Descent at K, joined with the first
@@ -367,7 +367,9 @@ class GraphIndex:
             walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
             cand = (merged_candidates(walked, first.first_candidates), None)
             bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
-        engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand)
+            entry = first.first_entry  # the same k-means entry points (0.2-0.25 s at 100k)
+        engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand,
+                                   entry=entry)
         denser = cls(engine, sp)
         denser._calibrate()
         after = _recall_at(denser.calibration, 64)

@@ -1077,7 +1077,7 @@ def repair_connectivity(X, graph, *, metric, entry_ids, links_per_component=2, m
 #: (duplicates) never call an edge long.
 LONG_EDGE_FACTOR = 64.0
 #: n * R * d from which the host edge distances use the Numba kernel (below: NumPy, no compile)
-NUMBA_EDGE_WORK = 2e8
+NUMBA_EDGE_WORK = 2e7
 
 
 def short_edge_components(X, graph, metric="l2", *, factor=LONG_EDGE_FACTOR, block=8192, components_of=None):

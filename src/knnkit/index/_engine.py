@@ -220,6 +220,7 @@ class SearchGraph:
         # denser rebuild (GraphIndex._denser) until the build is done
         self.merged_copies = False
         self.first_candidates = None
+        self.first_entry = None
         if device == "cpu" and isinstance(entry, EntryPoints):
             entry._cpu_cells()  # the seed cells now, not in the first search (0.01-0.15 s)
 
@@ -260,7 +261,7 @@ class SearchGraph:
 
     @classmethod
     def build(cls, a, metric, bp, random_state, scale=1.0, bar=None, candidates=None, holdout=False, top_tier=True,
-              keep_candidates=False):
+              keep_candidates=False, entry=None):
         """Build on validated data ``a`` (storage dtype, on its device); ``bp`` the build
         parameters (None entries chosen from the data, in place). Returns the engine; its
         ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
@@ -272,7 +273,10 @@ class SearchGraph:
         ``top_tier``: automatic parameters may take the GPU's densest tier (False for a host-placed
         index, whose walk fetches every expanded list over PCIe). ``keep_candidates``: a CPU build
         keeps its candidate ids as ``first_candidates`` (None where copies were merged or on the
-        GPU) for a denser rebuild to start from (see ``GraphIndex._denser``); drop them after."""
+        GPU) for a denser rebuild to start from (see ``GraphIndex._denser``); drop them after, with
+        ``first_entry``, the k-means entry points as made before the connectivity repair. ``entry``:
+        such entry points of the same data, ``n_entry`` and seed (a CPU denser rebuild), used
+        instead of running the k-means again."""
         import time
 
         from ._build import build_graph_gpu, candidates_on_distinct, link_copies
@@ -366,7 +370,9 @@ class SearchGraph:
         if g.shape[1] < bp["graph_degree"]:  # tiny n: keep the requested width, -1 padded
             g = _pad(g, bp["graph_degree"])
         t1 = time.perf_counter()
-        entry = _entry_structure(X, bp, im, random_state)
+        # (k-means medoids depend on the data, n_entry and the seed only, not on the graph)
+        entry = entry if isinstance(entry, EntryPoints) else _entry_structure(X, bp, im, random_state)
+        first_entry = entry if keep_candidates and dev == "cpu" and isinstance(entry, EntryPoints) else None
         if dev == "gpu":
             xp.cuda.get_current_stream().synchronize()
         timings["entry_points"] = time.perf_counter() - t1
@@ -384,6 +390,7 @@ class SearchGraph:
         engine.merged_copies = dev == "cpu" and candidates is None and cycle is not None
         engine.first_candidates = (cand if keep_candidates and dev == "cpu" and candidates is None and cycle is None
                                    else None)
+        engine.first_entry = first_entry if engine.first_candidates is not None else None
         if held is not None:
             from ._calibrate import holdout_graph
 
@@ -395,19 +402,32 @@ class SearchGraph:
     def own_neighbour_lists(self, K, *, beam, tau, max_iters, n_seeds, batch=65536):
         """``(n, K)`` int64 ids: each data row's ``K`` nearest other rows as this graph's CPU walk
         finds them (``-1`` where fewer come back), for candidate lists of a denser graph built
-        from this one (Vamana's search-based candidates; see :func:`merged_candidates`). Not for
-        data whose copies were merged (``merged_copies``): the lists would be full of a row's copies."""
+        from this one (Vamana's search-based candidates; see :func:`merged_candidates`). A row's
+        list is the walk's ``K + 1`` results in their order, less the row itself (put in its place:
+        the last result) or less the last result when the row is not among them. Not for data
+        whose copies were merged (``merged_copies``): the lists would be full of a row's copies."""
         n = self.n
         ids = np.empty((n, K), np.int64)
+        # rows walked grouped by their nearest entry centroid: consecutive walks then read nearby
+        # graph rows and vectors (each walk's result is independent of the order; 100k x 32 uniform,
+        # beam 128: 6.5 -> 6.2 s)
+        _X, _g, entry = self._host_arrays()
+        if isinstance(entry, EntryPoints) and n > batch // 16:
+            near = entry.seeds_for(prepare_vectors(np.ascontiguousarray(as_host(self._data)), self.metric,
+                                                   self.scale), 1)[:, 0]
+            order = np.argsort(near, kind="stable")
+        else:
+            order = np.arange(n, dtype=np.int64)
         for s in range(0, n, batch):
-            e = min(n, s + batch)
-            _d, i = self.search(self._data[s:e], K + 1, beam=beam, tau=tau, max_iters=max_iters,
+            rows = order[s:s + batch]
+            _d, i = self.search(self._data[rows], K + 1, beam=beam, tau=tau, max_iters=max_iters,
                                 n_seeds=n_seeds, device="cpu")
             i = as_host(i)
             # the row itself out (it may be missing or not first: equal distances); the other K kept
-            self_hit = i == np.arange(s, e, dtype=np.int64)[:, None]
-            order = np.argsort(self_hit, axis=1, kind="stable")
-            ids[s:e] = np.take_along_axis(i, order, axis=1)[:, :K]
+            out = i[:, :K].copy()
+            r, c = np.nonzero(out == rows[:, None])
+            out[r, c] = i[r, K]
+            ids[rows] = out
         return ids
 
     # ------------------------------------------------------------------ search

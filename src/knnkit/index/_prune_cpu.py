@@ -23,7 +23,7 @@ from .._core.jit import chunks, num_threads, parallel_for
 from ..exact._sort_cpu import sort_pairs
 from ._search_cpu import _dist, kernel, njit
 
-__all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances"]
+__all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances", "sorted_rows"]
 
 
 @njit(inline="always")
@@ -133,6 +133,34 @@ def _rows_sorted(d, idx):
     return bad == 0
 
 
+def sorted_rows(idx, dist):
+    """Copies of ``(idx, dist)`` (int64 / float32, ``(n, C)``) with each row ascending by (distance,
+    index): the order of ``np.lexsort((idx, dist), axis=1)`` (NaN distances last), row-parallel.
+    The NumPy lexsort and its two gathers ran on one core: 1.3 s for 100k x 144 (the CPU denser
+    tier's joined candidate lists, sorted again for its hold-out graph)."""
+    n, C = idx.shape
+    out_i = np.empty((n, C), np.int64)
+    out_d = np.empty((n, C), np.float32)
+    parts = chunks(n, 4 * num_threads())
+    parallel_for(lambda c: _sorted_rows_chunk(idx, dist, out_i, out_d, parts[c][0], parts[c][1]), len(parts))
+    return out_i, out_d
+
+
+@kernel()
+def _sorted_rows_chunk(idx, dist, out_i, out_d, lo, hi):
+    C = idx.shape[1]
+    key = np.empty(C, np.float32)
+    val = np.empty(C, np.int64)
+    for r in range(lo, hi):
+        for j in range(C):
+            key[j] = dist[r, j]
+            val[j] = idx[r, j]
+        sort_pairs(key, val)
+        for j in range(C):
+            out_d[r, j] = key[j]
+            out_i[r, j] = val[j]
+
+
 def _shift(X, metric):
     if metric != "ip":
         return 0.0
@@ -180,9 +208,7 @@ def prune_cpu(X, cand_idx, cand_dist, R, alpha, metric, *, fill=True, node_ids=N
     # and the exact search's lists come sorted so: the row-wise lexsort (0.2-0.3 s at 100k x 64)
     # only runs when some row is not
     if not _rows_sorted(cand_dist, cand_idx):
-        order = np.lexsort((cand_idx, cand_dist), axis=1)
-        cand_idx = np.ascontiguousarray(np.take_along_axis(cand_idx, order, axis=1))
-        cand_dist = np.ascontiguousarray(np.take_along_axis(cand_dist, order, axis=1))
+        cand_idx, cand_dist = sorted_rows(cand_idx, cand_dist)
     rows = cand_idx.shape[0]
     node_ids = np.arange(rows, dtype=np.int64) if node_ids is None else np.asarray(node_ids, np.int64)
     out = np.empty((rows, int(R)), np.int32)
