@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -100,6 +101,8 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
+    ap.add_argument("--busy", action="store_true",
+                    help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
     ap.add_argument("--no-cuvs", action="store_true")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_bench.json"))
@@ -193,6 +196,15 @@ def main():
                                **last_stats()}
                         res["rows"].append(row)
                         print(json.dumps({k: v for k, v in row.items() if k not in ("phases", "gpu_s")}), flush=True)
+                        if a.busy:
+                            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+                            from _gpu_busy import gpu_busy
+
+                            pool.free_all_blocks()
+                            busy = gpu_busy(lambda: index.search(Qd, k=a.k, beam=beam, params=sp),
+                                            cp.cuda.Device().synchronize)
+                            res["rows"].append(dict(row, busy=busy))
+                            print(json.dumps({"busy": path, "beam": beam, "width": width, **busy}), flush=True)
                         if a.profile:
                             _search_gpu.configure(profile=True)
                             pool.free_all_blocks()

@@ -24,6 +24,11 @@ _SMALL_BATCH = 256  # up to this many queries per call, 256 threads per block (l
 _BLOOM_LOAD = 16  # Bloom filter refilled after bits / 16 insertions (false-positive rate ~1 %)
 
 
+#: Nodes expanded per step when the caller gives no ``width`` (None: 2 with an fp16 copy, else 1).
+#: A module knob for the benchmarks (``benchmarks/search_width_gpu.py``).
+DEFAULT_WIDTH = None
+
+
 def _kernel(name):
     return get_kernel(_KERNEL, name, name_expressions=(name,))
 
@@ -151,7 +156,7 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         raise ValueError(f"graph must have shape ({n}, R), got {graph.shape}")
     R = graph.shape[1]
     if width is None:
-        width = 2 if X_fp16 is not None else 1
+        width = DEFAULT_WIDTH if DEFAULT_WIDTH is not None else 2 if X_fp16 is not None else 1
     k, L, width = int(k), int(beam), int(width)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")

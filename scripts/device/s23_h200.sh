@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Twenty-third session, nvidia-h200. (1) Issue 11: the device search's nodes per step (width 1, 2,
+# 4, 8) by beam on the hard 1M suite sets and two easier ones (benchmarks/search_width_gpu.py).
+# (2) Issue 16: BANG host placement at 3M x 96 (budget 1/8 of graph + vectors), W = 4, each beam
+# also under torch.profiler for the GPU's busy time (bang_bench.py --busy).
+#   OUT=/some/folder scripts/device/s23_h200.sh   (from the repository root)
+. scripts/device/common.sh
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/env.txt"
+if [ "${PART:-ab}" != b ]; then
+  timeout ${WIDTH_S:-330} $py benchmarks/search_width_gpu.py --sets ${SETS:-broad_d128,uniform_d128,broad_clusters,tight_c10000} \
+      --out "$out" > "$out/search_width.log" 2>&1
+  echo "width rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$out/search_width.log" | cut -c1-200
+fi
+if [ "${PART:-ab}" != a ]; then
+  timeout ${BANG_S:-230} $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams 16,24,32,64 --widths 4 --prefetch on \
+      --rerank on --paths new --no-cuvs --busy --out "$out/bang_busy.json" > "$out/bang_busy.log" 2>&1
+  echo "bang rc=$? $(( $(date +%s) - t0 )) s"
+  grep -o '{"busy"[^}]*}' "$out/bang_busy.log" | cut -c1-330
+  grep -E "Error|Traceback" "$out/bang_busy.log" | head -3
+fi
