@@ -1009,3 +1009,22 @@ def test_denser_reuses_first_entry_points(rng, monkeypatch):
     assert index.build_params["denser"]["from"][0] == 32
     assert len(calls) == 1  # the k-means ran once, for both builds
     assert index._engine.first_entry is None and index._engine.first_candidates is None
+
+
+def test_changed_without_matches_without(rng):
+    """The hold-out graph's changed rows (row-parallel) are the rows ``_without`` changes, as it
+    changes them; a held-out row with an empty list is not changed."""
+    from knnkit.index._build import _without
+    from knnkit.index._prune_cpu import changed_without
+
+    cand = rng.integers(-1, 1500, (1500, 24))
+    cand[7] = -1
+    dist = rng.random((1500, 24), dtype=np.float32)
+    dist[cand < 0] = np.inf
+    rows = np.sort(rng.choice(np.arange(8, 1500), 40, replace=False))
+    rows = np.concatenate([[3, 7], rows])
+    hc, hd = _without(cand, dist, rows)
+    changed = np.flatnonzero((hc != cand).any(axis=1))
+    c2, h2, d2 = changed_without(cand, dist, rows)
+    assert 7 not in c2 and 3 in c2
+    assert np.array_equal(changed, c2) and np.array_equal(hc[changed], h2) and np.array_equal(hd[changed], d2)

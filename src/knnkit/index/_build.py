@@ -27,7 +27,7 @@ from .._core.backend import as_host, get_array_module, twin
 from ..exact import knn_lists
 from ..graph import EXACT_FALLBACK_MAX_WORK, build_lists, choose_method, exact_affordable
 from ..graph.nndescent import NNDescentParams
-from ._prune_cpu import add_reverse_edges, ggnn_diversify, pair_distances, prune_cpu
+from ._prune_cpu import add_reverse_edges, changed_without, ggnn_diversify, pair_distances, prune_cpu
 
 __all__ = ["exact_knn_cpu", "candidate_graph", "candidate_graph_gpu", "diversify", "select_topk", "nn1_max",
            "build_graph_gpu"]
@@ -567,13 +567,14 @@ def diversify_without(X, cand_idx, cand_dist, rows, first, final, R, metric, *, 
     Xh = np.ascontiguousarray(as_host(X))
     cand_idx = np.ascontiguousarray(cand_idx, dtype=np.int64)
     n = cand_idx.shape[0]
-    hc, hd = _without(cand_idx, cand_dist, rows)
-    changed = np.flatnonzero((hc != cand_idx).any(axis=1))  # (a held-out row's own list is emptied)
-    hc, hd = hc[changed], hd[changed]
+    # the rows _without changes (a held-out row's own list is emptied), as it changes them
+    changed, hc, hd = changed_without(cand_idx, cand_dist, rows)
     first_h = first.copy()
     first_h[changed] = prune_cpu(Xh, hc, hd, R, alpha, metric, node_ids=changed)
     touched = np.concatenate([changed, first[changed].ravel(), first_h[changed].ravel()])
-    touched = np.unique(touched[touched >= 0])
+    mark = np.zeros(n, dtype=bool)  # (np.unique's sort of ~10M ids: 0.25 s)
+    mark[touched[touched >= 0]] = True
+    touched = np.flatnonzero(mark)
     counts = np.bincount(first_h[first_h >= 0].ravel(), minlength=n)
     merge = touched[counts[touched] > 0]   # rows add_reverse_edges merges (they have in-links)
     keep = touched[counts[touched] == 0]   # rows it leaves as the first prune gave them

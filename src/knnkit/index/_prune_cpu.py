@@ -23,7 +23,8 @@ from .._core.jit import chunks, num_threads, parallel_for
 from ..exact._sort_cpu import sort_pairs
 from ._search_cpu import _dist, kernel, njit
 
-__all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances", "sorted_rows"]
+__all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances", "sorted_rows",
+           "changed_without"]
 
 
 @njit(inline="always")
@@ -159,6 +160,42 @@ def _sorted_rows_chunk(idx, dist, out_i, out_d, lo, hi):
         for j in range(C):
             out_d[r, j] = key[j]
             out_i[r, j] = val[j]
+
+
+def changed_without(cand, cand_dist, rows):
+    """The rows of the candidate lists ``(cand, cand_dist)`` (int64 / float32 ``(n, C)``) that change
+    when the points ``rows`` are taken out (their own lists emptied, every entry naming one of
+    them dropped: id -1, distance +inf), and those rows as they become: ``(changed int64 (m,),
+    ids (m, C), dists (m, C))``, row-parallel. The NumPy masks over the whole lists took 0.3-0.4 s
+    of the CPU denser tier's hold-out graph (100k x 144) on one core."""
+    cand = np.ascontiguousarray(cand, dtype=np.int64)
+    cand_dist = np.ascontiguousarray(cand_dist, dtype=np.float32)
+    n = cand.shape[0]
+    gone = np.zeros(n, np.bool_)
+    gone[np.asarray(rows, np.int64)] = True
+    hit = np.empty(n, np.bool_)
+    parts = chunks(n, 4 * num_threads())
+    parallel_for(lambda c: _hit_rows_chunk(cand, gone, hit, parts[c][0], parts[c][1]), len(parts))
+    changed = np.flatnonzero(hit)
+    hc = cand[changed]
+    hd = cand_dist[changed]
+    drop = (hc >= 0) & gone[np.maximum(hc, 0)]
+    drop[gone[changed]] = True
+    hc[drop] = -1
+    hd[drop] = np.inf
+    return changed, hc, hd
+
+
+@kernel()
+def _hit_rows_chunk(cand, gone, hit, lo, hi):
+    C = cand.shape[1]
+    for r in range(lo, hi):
+        g = gone[r]
+        h = False
+        for j in range(C):
+            v = cand[r, j]
+            h |= v >= 0 and (g or gone[v])
+        hit[r] = h
 
 
 def _shift(X, metric):
