@@ -264,6 +264,33 @@ def test_search_deterministic_and_width():
     assert _recall(i4, _exact(cp, Xu, Qu, 10, "l2")) >= 0.95
 
 
+def test_default_width_follows_the_beam_with_an_fp16_copy():
+    """Without a width, fp16 traversal expands 2 / 4 / 8 nodes per step by beam (default_width):
+    the same lists as that width given explicitly, and at a long beam at least the recall of
+    width 2; fp32 traversal keeps 1."""
+    from knnkit.index._search_gpu import default_width, search_gpu
+
+    assert [default_width(b, True) for b in (16, 255, 256, 2047, 2048, 8192)] == [2, 2, 4, 4, 8, 8]
+    assert default_width(4096, False) == 1
+    cp = _cp()
+    rng = np.random.default_rng(4)
+    Xh, Qh = _data("uniform", 6000, 32, rng, 200)
+    X, Q = cp.asarray(Xh), cp.asarray(Qh)
+    X16 = X.astype(cp.float16)
+    g = _search_graph(cp, X, "l2")
+    seeds = _seeds(cp, X, Q, "l2", rng)
+    truth = _exact(cp, X, Q, 10, "l2")
+    for beam, width in ((64, 2), (512, 4), (2048, 8)):
+        kw = dict(seeds=seeds, beam=beam, tau=None, max_iters=None, metric="l2", X_fp16=X16)
+        d0, i0 = search_gpu(X, g, Q, 10, **kw)
+        d1, i1 = search_gpu(X, g, Q, 10, width=width, **kw)
+        assert np.array_equal(cp_get(i0), cp_get(i1)) and np.array_equal(cp_get(d0), cp_get(d1)), beam
+    _, i2 = search_gpu(X, g, Q, 10, width=2, **kw)
+    assert _recall(i0, truth) >= _recall(i2, truth) - 0.002
+    # the longest beam that fits shared memory still runs without a width given
+    search_gpu(X, g, Q[:4], 10, seeds=seeds[:4], beam=8192, tau=None, max_iters=None, metric="l2", X_fp16=X16)
+
+
 def test_search_bad_arguments():
     from knnkit.index._search_gpu import search_gpu
 

@@ -18,3 +18,13 @@ if [ "${PART:-ab}" != a ]; then
   grep -o '{"busy"[^}]*}' "$out/bang_busy.log" | cut -c1-330
   grep -E "Error|Traceback" "$out/bang_busy.log" | head -3
 fi
+if [ "${PART:-ab}" = c ]; then
+  # the beam-dependent default width (default_width): GPU tests of the search, then the hard 1M suite sets
+  timeout ${TESTS_S:-200} $py -m pytest -q -m gpu -p no:cacheprovider tests/test_graph_index_gpu.py \
+      tests/test_hierarchy_gpu.py tests/test_graph_build_gpu.py > "$out/tests.log" 2>&1
+  echo "tests rc=$? $(( $(date +%s) - t0 )) s"; tail -3 "$out/tests.log"; grep -E "^FAILED" "$out/tests.log" | head
+  mkdir -p "$out/rob"
+  timeout ${ROB_S:-330} $py benchmarks/robustness.py --device gpu --scale full --no-real --no-peers --no-graph \
+      --sets ${SETS:-broad_d128,uniform_d128,broad_clusters,tight_c10000} --out "$out/rob" > "$out/rob.log" 2>&1
+  echo "rob rc=$? $(( $(date +%s) - t0 )) s"; cat "$out"/rob/*.md 2>/dev/null | grep "^| [a-z]" | cut -c1-260
+fi
