@@ -1028,3 +1028,34 @@ def test_changed_without_matches_without(rng):
     c2, h2, d2 = changed_without(cand, dist, rows)
     assert 7 not in c2 and 3 in c2
     assert np.array_equal(changed, c2) and np.array_equal(hc[changed], h2) and np.array_equal(hd[changed], d2)
+
+
+def test_search_batch_merge_equals_sequential_inserts(rng):
+    """The CPU walk merges an expansion's candidates into its list in one pass: the same list
+    (ids, distances, expanded flags, size) and the same first new position as inserting them one
+    by one, with ties (a listed entry first, batch entries in their order) and a full list."""
+    from knnkit.index._search_cpu import _insert_call, _merge_batch
+
+    for trial in range(300):
+        beam = int(rng.integers(1, 12))
+        size = int(rng.integers(0, beam + 1))
+        cd = np.sort(rng.integers(0, 6, beam).astype(np.float32))
+        ci = rng.permutation(1000)[:beam].astype(np.int64)
+        ce = rng.integers(0, 2, beam).astype(np.uint8)
+        m = int(rng.integers(1, 9))
+        bd = rng.integers(0, 7, m).astype(np.float32)
+        bi = (1000 + np.arange(m)).astype(np.int64)
+        a = [cd.copy(), ci.copy(), ce.copy()]
+        s1, first1 = size, beam
+        for j in range(m):
+            if s1 == beam and bd[j] >= a[0][beam - 1]:
+                continue
+            s1, pos = _insert_call(a[0], a[1], a[2], s1, beam, bd[j], bi[j])
+            first1 = min(first1, pos)
+        keep = np.ones(m, bool) if size < beam else bd < cd[beam - 1]
+        b = [cd.copy(), ci.copy(), ce.copy()]
+        s2, first2 = _merge_batch(b[0], b[1], b[2], size, beam, bd[keep].copy(), bi[keep].copy(), int(keep.sum())) \
+            if keep.any() else (size, beam)
+        assert (s1, first1) == (s2, first2), trial
+        for x, y in zip(a, b):
+            assert np.array_equal(x[:s1], y[:s2]), trial
