@@ -43,7 +43,8 @@ def main(argv=None):
 
     os.makedirs(args.out, exist_ok=True)
     doc = {"commit": _commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "params": vars(args), "sets": {}}
+           "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+           "params": dict(vars(args), out=os.path.basename(os.path.normpath(args.out))), "sets": {}}
     widths = [int(w) for w in args.widths.split(",")]
     beams = [int(b) for b in args.beams.split(",")]
     for name, X, Q, metric in robustness_sets(args.scale, names=args.sets.split(","), real=False,
