@@ -392,6 +392,27 @@ def test_gpu_many_tiles_with_remainders(monkeypatch):
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("precision", ["exact", "fp16_rerank", "bf16_rerank", "tf32_rerank"])
+def test_gpu_preparation_in_row_chunks(monkeypatch, precision):
+    """The data's checks, norms and low-precision copy made a few rows at a time (no temporary of
+    the data's size): the same lists as in one chunk, and the CPU's; offset clusters (centred in
+    the exact mode) and integer data (exact keys)."""
+    from knnkit.exact import _gpu
+
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((6007, 24)) * 0.01 + 1.0).astype(np.float32)
+    Q = X[rng.choice(6007, 200, replace=False)] + np.float32(1e-3)
+    Xi = rng.integers(0, 200, size=(5003, 16)).astype(np.float32)
+    one = [knnkit.knn(A, B, k=12, device="gpu", precision=precision) for A, B in ((X, Q), (Xi, Xi[:150]))]
+    monkeypatch.setattr(_gpu, "_PREP_CHUNK_BYTES", 24 * 4 * 97)  # 97 rows of X per chunk
+    for (A, B), (d1, i1) in zip(((X, Q), (Xi, Xi[:150])), one):
+        d2, i2 = gpu_vs_cpu(A, B, 12, "sqeuclidean", precision=precision)
+        np.testing.assert_array_equal(np.asarray(i1), i2)
+        np.testing.assert_array_equal(np.asarray(d1), d2)
+
+
+@pytest.mark.gpu
+@gpu
 def test_gpu_duplicates_tie_order_exact():
     rng = np.random.default_rng(3)
     base = rng.integers(0, 3, size=(40, 4)).astype(np.uint8)

@@ -286,6 +286,28 @@ def _row_norms(A):
     return cp.sqrt((A * A).sum(axis=1, dtype=cp.float64)).get()  # float64 accumulation
 
 
+#: Rows per pass of :class:`_Prepared`'s checks, norms and low-precision copies: ~256 MiB of float32,
+#: so that no temporary of the whole data's size is made beside the GEMM operand.
+_PREP_CHUNK_BYTES = 256 << 20
+
+
+def _row_chunks(n, d):
+    """``(start, stop)`` row ranges of about ``_PREP_CHUNK_BYTES`` of float32 each."""
+    step = max(1, _PREP_CHUNK_BYTES // (4 * max(int(d), 1)))
+    return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _sq_norms(A, chunks):
+    """Squared row norms of float32 ``A`` (float32, cupy), a chunk of rows at a time."""
+    import cupy as cp
+
+    out = cp.empty(A.shape[0], cp.float32)
+    for a, b in chunks:
+        part = A[a:b]
+        out[a:b] = (part * part).sum(axis=1)
+    return out
+
+
 class _Prepared:
     """Data in the form the GEMM of one precision mode consumes, with its norms and bounds.
 
@@ -308,10 +330,13 @@ class _Prepared:
             # exact float32 keys when every partial sum stays below 2^24: then nothing is centred
             # (centring would make them inexact) and the certificate is exact (eps = 0), so ties
             # among duplicates (skin: 245k points, 51k distinct) certify too.
-            amax = float(cp.abs(Xd).max()) if Xd.size else 0.0
+            # (in chunks of rows: a temporary of the data's size beside the centred copy ran a
+            # 40M x 96 search out of GPU memory)
+            chunks = _row_chunks(*Xd.shape)
+            amax = max((float(cp.abs(Xd[a:b]).max()) for a, b in chunks), default=0.0)
             # the integrality pass only where the magnitude allows exact keys at all
             self.exact_keys = (Xd.shape[1] * amax * 3 * amax < 2.0 ** 24
-                               and bool((Xd == cp.rint(Xd)).all()))
+                               and all(bool((Xd[a:b] == cp.rint(Xd[a:b])).all()) for a, b in chunks))
             if metric == "l2" and not self.exact_keys:
                 # the mean by a cuBLAS GEMV: CuPy's axis-0 reduction runs on too few blocks and cost
                 # ~30 ms at 1M x 128; any shift is correct (the certificate measures the norms)
@@ -321,7 +346,7 @@ class _Prepared:
             else:
                 self.mu = cp.zeros(Xd.shape[1], cp.float32)
                 self.X = Xd
-            norms2 = (self.X * self.X).sum(axis=1)
+            norms2 = _sq_norms(self.X, chunks)
             self.xnorm2 = norms2 if metric == "l2" else None
             self.xmax = self.xrmax = float(cp.sqrt(norms2.max())) if norms2.size else 0.0
             self.amax = amax
@@ -331,26 +356,31 @@ class _Prepared:
         # q.(x - mu) differs from q.x by a per-query constant, so the order is unchanged;
         # it shrinks the norms that the GEMM rounding error scales with
         self.mu = Xd.mean(axis=0, dtype=cp.float64).astype(cp.float32)
-        Xc = Xd - self.mu
-        self.xnorm2 = (Xc * Xc).sum(axis=1) if metric == "l2" else None
-        n = Xc.shape[0]
+        n = Xd.shape[0]
+        chunks = _row_chunks(n, Xd.shape[1])
+        # the centred rows are made a chunk at a time (twice: norms, then operands), never whole
+        xn2 = cp.empty(n, cp.float32)
+        for a, b in chunks:
+            xc = Xd[a:b] - self.mu
+            xn2[a:b] = (xc * xc).sum(axis=1)
+        self.xnorm2 = xn2 if metric == "l2" else None
         xmax = xrmax = dxmax = 0.0
-        step = max(1, (256 << 20) // (4 * Xc.shape[1]))
-        lows = []
+        low_all = None  # the operand, filled a chunk at a time (no list of chunks concatenated)
         # only float16 needs (and applies) a power-of-two scale; TF32/bf16 keep fp32's range, and
         # alpha = -2 / (sx * sq) must use the scale actually applied
-        self.sx = _pow2_scale(float(cp.sqrt((Xc * Xc).sum(axis=1).max()))) if mode == "fp16_rerank" else 1.0
-        for r0 in range(0, n, step):   # chunks bound the temporary float32/float64 copies
-            xc = Xc[r0:r0 + step]
+        self.sx = _pow2_scale(float(cp.sqrt(xn2.max()))) if mode == "fp16_rerank" and n else 1.0
+        for a, b in chunks:   # chunks bound the temporary float32/float64 copies
+            xc = Xd[a:b] - self.mu
             low, sx_used, rep = _lowp(xc, mode, self.sx)
             assert sx_used == self.sx
-            lows.append(low)
+            if low_all is None:
+                low_all = cp.empty((n,) + low.shape[1:], low.dtype)
+            low_all[a:b] = low
             xmax = max(xmax, float(_row_norms(xc).max()))
             xrmax = max(xrmax, float(_row_norms(rep).max()))
             dxmax = max(dxmax, float(_row_norms(rep - xc).max()))
-            del rep
-        self.X = lows[0] if len(lows) == 1 else cp.concatenate(lows)
-        del lows, Xc
+            del rep, xc, low
+        self.X = low_all
         self.xmax, self.xrmax, self.dxmax = xmax, xrmax, dxmax
 
     def queries(self, Q):
