@@ -8,7 +8,7 @@
 export NCCL_NVLS_ENABLE=0
 $py -m pip install -q --no-index --no-deps .wheels/dask/*.whl > "$out/pip.log" 2>&1; echo "pip rc=$?"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/env.txt"
-timeout ${TESTS_S:-330} $py -m pytest -q -m gpu -p no:cacheprovider tests/test_brute_force.py tests/test_delete.py \
+timeout ${TESTS_S:-330} $py -m pytest -q -m gpu -p no:cacheprovider tests/test_delete.py \
     tests/test_filter.py tests/test_fuzz.py tests/test_graph_index.py tests/test_integration_gpu.py tests/test_progress.py \
     tests/test_stall_watch.py tests/test_graph_index_gpu.py tests/test_descent_gpu.py > "$out/tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"; tail -2 "$out/tests.log"; grep -E "^FAILED|^ERROR" "$out/tests.log" | head
