@@ -304,9 +304,11 @@ def nndescent_gpu(X, K, *, sample, max_iters, delta, metric, init_indices=None, 
     if peer is not None:
         merge_k = _merge_kernel()
         share = max(b - a for a, b in peer.bounds)
-        # the other devices' copies of this device's rows (whole shares)
-        copies_i = cp.empty((peer.size, share, K), cp.int32)
-        copies_d = cp.empty((peer.size, share, K), cp.float32)
+        # the other devices' copies of this device's rows (whole shares; one slot per other
+        # device: a slot for this device's own would hold n K 8 / size bytes for nothing, 15 GB per
+        # GPU at 40M x 96 on two GPUs)
+        copies_i = cp.empty((peer.size - 1, share, K), cp.int32)
+        copies_d = cp.empty((peer.size - 1, share, K), cp.float32)
         sample_send = cp.empty((share, 2 * p + 4), cp.int32)
         sample_recv = cp.empty((peer.size, share, 2 * p + 4), cp.int32)
         # rows this device's joins changed (the others are equal in every copy but for NEW flags)
@@ -462,8 +464,9 @@ def _merge_copies(peer, merge_k, g_idx, g_dist, copies_i, copies_d, K, nseg, def
     m = peer.hi - peer.lo
     sends_i = [g_idx[a:b] for a, b in peer.bounds]
     sends_d = [g_dist[a:b] for a, b in peer.bounds]
-    recvs_i = [copies_i[r, :m] for r in range(peer.size)]
-    recvs_d = [copies_d[r, :m] for r in range(peer.size)]
+    # rank r's copy lands in slot r, less one past this rank (which has no slot)
+    recvs_i = [copies_i[r - (r > peer.rank), :m] if r != peer.rank else None for r in range(peer.size)]
+    recvs_d = [copies_d[r - (r > peer.rank), :m] if r != peer.rank else None for r in range(peer.size)]
     peer.exchange([(a, b) for a, b in zip(sends_i, sends_d)], [(a, b) for a, b in zip(recvs_i, recvs_d)])
     own_i, own_d = g_idx[peer.lo:peer.hi], g_dist[peer.lo:peer.hi]
     grid = (int(-(-m * nseg * 32 // 256)),)
