@@ -1012,8 +1012,9 @@ def test_denser_reuses_first_entry_points(rng, monkeypatch):
 
 
 def test_changed_without_matches_without(rng):
-    """The hold-out graph's changed rows (row-parallel) are the rows ``_without`` changes, as it
-    changes them; a held-out row with an empty list is not changed."""
+    """The hold-out graph's changed rows (row-parallel) are the rows ``_without`` changes, with the
+    same entries in the same order, the dropped ones moved to the end (a sorted row stays sorted);
+    a held-out row with an empty list is not changed."""
     from knnkit.index._build import _without
     from knnkit.index._prune_cpu import changed_without
 
@@ -1027,7 +1028,18 @@ def test_changed_without_matches_without(rng):
     changed = np.flatnonzero((hc != cand).any(axis=1))
     c2, h2, d2 = changed_without(cand, dist, rows)
     assert 7 not in c2 and 3 in c2
-    assert np.array_equal(changed, c2) and np.array_equal(hc[changed], h2) and np.array_equal(hd[changed], d2)
+    assert np.array_equal(changed, c2)
+    for r, u in enumerate(changed):
+        keep = hc[u] >= 0
+        m = int(keep.sum())
+        assert np.array_equal(h2[r, :m], hc[u][keep]) and np.array_equal(d2[r, :m], hd[u][keep])
+        assert (h2[r, m:] == -1).all() and np.isinf(d2[r, m:]).all()
+    order = np.lexsort((cand, dist), axis=1)  # sorted rows stay sorted
+    cs, ds = np.take_along_axis(cand, order, axis=1), np.take_along_axis(dist, order, axis=1)
+    _c, h3, d3 = changed_without(cs, ds, rows)
+    from knnkit.index._prune_cpu import _rows_sorted
+
+    assert _rows_sorted(d3, h3)
 
 
 def test_search_batch_merge_equals_sequential_inserts(rng):

@@ -17,7 +17,7 @@ from ..graph.nndescent import default_update
 from ._auto import GPU_TOP_TIER, auto_build_params, estimate_intrinsic_dim
 from ._build import _without, candidate_graph, diversify, diversify_without, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
-from ._prune_cpu import add_reverse_edges, pair_distances, prune_cpu
+from ._prune_cpu import _rows_sorted, add_reverse_edges, pair_distances, prune_cpu, sorted_rows
 from ._search_cpu import search_cpu
 
 __all__ = ["SearchGraph", "default_n_entry"]
@@ -324,6 +324,10 @@ class SearchGraph:
             if candidates is not None:
                 cand = np.ascontiguousarray(candidates[0], dtype=np.int64)
                 cand_dist = pair_distances(np.ascontiguousarray(X), cand, im)
+                if not _rows_sorted(cand_dist, cand):
+                    # by (distance, id) once here, as RobustPrune would for each call: the hold-out
+                    # graph's rows (changed_without keeps their order) then need no second sort
+                    cand, cand_dist = sorted_rows(cand, cand_dist)
                 cycle = None
             else:
                 cstats = {}
