@@ -52,8 +52,12 @@ BEAMS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2
 EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
 #: knnkit on the GPU continues past 2048 while short of LONG_SWEEP_STOP, as its calibration does
 GPU_EXTRA_BEAMS = list(_calibrate.GPU_EXTRA_BEAMS)
-#: past 512 (beam or ef), the sweep stops once this recall is reached (high-d sets keep gaining)
-LONG_SWEEP_STOP = 0.995
+#: and on the CPU (no shared-memory limit there) up to 4096
+CPU_EXTRA_BEAMS = [3072, 4096]
+#: past 512 (beam or ef), the sweep stops once this recall is reached (high-d sets keep gaining).
+#: 0.999 since the twenty-third session (0.995 before): issue 11 asks that the largest beam reach
+#: 0.999 on every set, so the sweep goes on until it does or the beams run out
+LONG_SWEEP_STOP = 0.999
 ITOPK = [16, 32, 64, 96, 128, 192, 256, 384, 512]
 TARGETS = (0.95, 0.99)
 
@@ -129,7 +133,7 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
     default_beam = index.search_params.beam or 64
     curve, strict = [], []
     beams = sorted(set(BEAMS + [default_beam]))
-    for b in beams + (GPU_EXTRA_BEAMS if device == "gpu" else []):
+    for b in beams + (GPU_EXTRA_BEAMS if device == "gpu" else CPU_EXTRA_BEAMS):
         if b < K or (b > beams[-1] and curve and curve[-1][0] >= LONG_SWEEP_STOP):
             continue
         try:
@@ -396,7 +400,7 @@ def main(argv=None):
            "params": {"device": args.device, "scale": args.scale, "k": K, "beams": BEAMS, "hnsw_efs": EFS,
                       "cagra_itopk": ITOPK, "seed": args.seed, "knnkit": knnkit.__version__,
                       "peers": not args.no_peers, "graph": not args.no_graph,
-                      "gpu_extra_beams": GPU_EXTRA_BEAMS, "long_sweep_stop": LONG_SWEEP_STOP},
+                      "gpu_extra_beams": GPU_EXTRA_BEAMS, "cpu_extra_beams": CPU_EXTRA_BEAMS, "long_sweep_stop": LONG_SWEEP_STOP},
            "sets": []}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{args.device}_{args.scale}")
