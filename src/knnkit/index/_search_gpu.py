@@ -40,7 +40,15 @@ def default_width(beam, fp16):
     points, 10k queries (``benchmarks/results/h200-2026-11-29-s23/``): broad 128-d QPS at recall
     0.99 17.4k -> 41.5k, at 0.98 89k -> 122k, at 0.95 363k -> 403k; broad 96-d at 0.99 136k ->
     148k; uniform 128-d and tight clusters unchanged (+-3 %); below beam 256 width 2 stays the
-    fastest. The fp32 traversal (no fp16 copy) was not measured at long lists and keeps 1."""
+    fastest. The fp32 traversal (no fp16 copy) was not measured at long lists and keeps 1.
+
+    Examples
+    --------
+    >>> [default_width(b, fp16=True) for b in (64, 256, 1024, 2048)]
+    [2, 4, 4, 8]
+    >>> default_width(1024, fp16=False)
+    1
+    """
     if not fp16:
         return 1
     width = 2
