@@ -607,7 +607,7 @@ def _apply_owner(nb, cap, upd_a, upd_b, upd_d, upd_cnt, ind, dist, flag, symmetr
     c = 0
     # owner test by a mask when T is a power of two (two threads): the same owners as ``% T``
     # without an integer division per offer and thread
-    mask = T - 1 if T & (T - 1) == 0 else -1
+    mask = T - 1 if (T & (T - 1)) == 0 else -1
     for r in range(nb):
         base = r * cap
         for e in range(upd_cnt[r]):
