@@ -130,3 +130,15 @@ def test_descent_repeats_and_lists_hold_dist_values():
     rows = np.repeat(np.arange(400), 10)
     ref = np.array([_dist(X, a, b, 0) for a, b in zip(rows, I.ravel())], np.float32).reshape(I.shape)
     assert np.array_equal(ref, D)
+
+
+def test_listed_matches_membership():
+    """``_listed`` compares in int32: the same answers as a plain membership test, -1 (empty
+    slots) and the largest int32 id included."""
+    rng = np.random.default_rng(5)
+    big = np.iinfo(np.int32).max
+    ind = rng.integers(-1, 60, (50, 37)).astype(np.int32)
+    ind[3, 5] = big
+    for a in range(50):
+        for b in list(range(-1, 61)) + [big]:
+            assert _listed(ind, a, np.int64(b)) == (b in ind[a]), (a, b)

@@ -198,9 +198,12 @@ def _listed(ind, a, b):
     and the early exit saved little (on tight clusters, 100k x 64 with K 64, almost every offered
     pair passes the distance test and is already listed: 65M offers, 6 inserts in the last round;
     the early-exit scan made the apply step twice the cost of the join)."""
-    hit = 0
+    # compared and counted in int32 (ids fit; ``b`` arrives as int64): an int64 compare would widen
+    # each id and fill half as many vector lanes
+    bb = np.int32(b)
+    hit = np.int32(0)
     for j in range(ind.shape[1]):
-        hit += ind[a, j] == b
+        hit += np.int32(ind[a, j] == bb)
     return hit > 0
 
 
