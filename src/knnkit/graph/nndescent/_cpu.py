@@ -448,6 +448,24 @@ def _offer_is_void(ind, dist, x, other, d):
     return d > dist[x, ind.shape[1] - 1] or _listed(ind, x, other)
 
 
+@njit(cache=True, inline="always")
+def _offers_of_row(ind, dist, a, wa, ids, ds, lo, hi, upd_a, upd_b, upd_d, at):
+    """The offers (a, ids[j], ds[j]) for j in lo .. hi - 1 that could enter a's list (whose worst
+    distance is ``wa``) or b's, and are not void in both, written to the update buffer from slot
+    ``at`` in that order; returns the next free slot."""
+    K = dist.shape[1]
+    for j in range(lo, hi):
+        b = ids[j]
+        d = ds[j]
+        if ((d < wa or d < dist[b, K - 1])
+                and not (_offer_is_void(ind, dist, a, b, d) and _offer_is_void(ind, dist, b, a, d))):
+            upd_a[at] = a
+            upd_b[at] = b
+            upd_d[at] = d
+            at += 1
+    return at
+
+
 @kernel(fastmath=_FM)
 def _join_rows_basic(X, metric, s0, new_c, new_n, old_c, old_n, ind, dist, split, cap, upd_a, upd_b, upd_d,
                      upd_cnt, lo, hi):
@@ -480,24 +498,8 @@ def _join_rows_basic(X, metric, s0, new_c, new_n, old_c, old_n, ind, dist, split
                 _dist_row(X, a, nn, i + 1, cn, dn, metric)
                 _dist_row(X, a, oo, 0, co, do, metric)
                 wa = dist[a, K - 1]
-                for j in range(i + 1, cn):
-                    b = nn[j]
-                    d = dn[j]
-                    if ((d < wa or d < dist[b, K - 1])
-                            and not (_offer_is_void(ind, dist, a, b, d) and _offer_is_void(ind, dist, b, a, d))):
-                        upd_a[base + m] = a
-                        upd_b[base + m] = b
-                        upd_d[base + m] = d
-                        m += 1
-                for j in range(co):
-                    b = oo[j]
-                    d = do[j]
-                    if ((d < wa or d < dist[b, K - 1])
-                            and not (_offer_is_void(ind, dist, a, b, d) and _offer_is_void(ind, dist, b, a, d))):
-                        upd_a[base + m] = a
-                        upd_b[base + m] = b
-                        upd_d[base + m] = d
-                        m += 1
+                m = _offers_of_row(ind, dist, a, wa, nn, dn, i + 1, cn, upd_a, upd_b, upd_d, base + m) - base
+                m = _offers_of_row(ind, dist, a, wa, oo, do, 0, co, upd_a, upd_b, upd_d, base + m) - base
                 continue
             sa = a < split
             for j in range(i + 1, cn):
