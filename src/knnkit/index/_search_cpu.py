@@ -29,13 +29,9 @@ import threading
 
 import numpy as np
 import numba
-from llvmlite import binding as _llvm, ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from .._core.config import logger
 from .._core.jit import Family, chunks, parallel_for
+from .._core.prefetch import cache_hint
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
 _family = Family("index", "the graph index", seconds=3)
@@ -45,56 +41,16 @@ kernel = _family.kernel
 __all__ = ["search_cpu", "select_seeds_cpu"]
 
 
-@intrinsic
-def _prefetch_intrinsic(typingctx, arr, row, col):
-    """``llvm.prefetch`` of ``&arr[row, col]`` (read, high locality): the neighbour vectors of an
-    expanded node are requested before their distances are computed, so their cache misses
-    overlap instead of stalling one after another (+18% single-thread QPS at 100k x 128)."""
-    sig = types.void(arr, row, col)
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        r = context.cast(builder, args[1], signature.args[1], types.intp)
-        c = context.cast(builder, args[2], signature.args[2], types.intp)
-        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
-                                        shape=cgutils.unpack_tuple(builder, ary.shape),
-                                        strides=cgutils.unpack_tuple(builder, ary.strides),
-                                        layout=aryty.layout, inds=[r, c])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        name = "llvm.prefetch.p0" if _llvm.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            name)
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@njit(cache=True)
-def _prefetch_probe(a):
-    _prefetch_intrinsic(a, 0, 0)
-
-
-@njit(inline="always")
-def _prefetch_noop(a, row, col):
-    pass
-
-
 _prefetch = None
 
 
 def _select_prefetch():
-    """Use the prefetch intrinsic when this LLVM compiles it, else a no-op (same results)."""
+    """The prefetch the search kernel compiles with (``knnkit._core.prefetch``): the neighbour
+    vectors of an expanded node are requested before their distances are computed, so their cache
+    misses overlap instead of stalling one after another (+18% single-thread QPS at 100k x 128)."""
     global _prefetch
     if _prefetch is None:
-        try:
-            _prefetch_probe(np.zeros((1, 1), np.float32))
-            _prefetch = _prefetch_intrinsic
-        except Exception as e:  # an LLVM without the intrinsic name: search without prefetch
-            logger.info("prefetch intrinsic unavailable (%s); CPU search runs without it", e)
-            _prefetch = _prefetch_noop
+        _prefetch = cache_hint()
 
 
 @njit(inline="always", fastmath=True)

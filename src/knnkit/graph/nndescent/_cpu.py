@@ -30,13 +30,11 @@ import time
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import prange
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from ..._core.config import finish, logger, progress
 from ..._core.jit import Family, chunks, num_threads, parallel_for
+from ..._core.prefetch import cache_hint
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
 _family = Family("nndescent", "NN-Descent", seconds=2)
@@ -89,27 +87,9 @@ def _below(r, m):
     return np.int64((r >> np.uint64(11)) % np.uint64(m))
 
 
-@intrinsic
-def _prefetch(typingctx, arr, i, j):
-    """Hint the cache line of ``arr[i, j]`` (2-D, in bounds) into every cache level: LLVM's
-    ``llvm.prefetch`` (read, locality 3, data). A hint only: no load waits on it, nothing changes
-    if it is dropped. Numba has no prefetch of its own."""
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        idx = [context.cast(builder, args[1], sig.args[1], types.intp),
-               context.cast(builder, args[2], sig.args[2], types.intp)]
-        ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
-                                        shape=cgutils.unpack_tuple(builder, ary.shape),
-                                        strides=cgutils.unpack_tuple(builder, ary.strides),
-                                        layout=aryty.layout, inds=idx, wraparound=False, boundscheck=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return types.void(arr, i, j), codegen
+# llvm.prefetch where this LLVM compiles it, else a no-op (knnkit._core.prefetch); chosen before
+# any kernel below compiles
+_prefetch = cache_hint()
 
 
 @njit(cache=True, inline="always")
