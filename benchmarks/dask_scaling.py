@@ -97,19 +97,14 @@ def _count(items):
     return out
 
 
-def _set_exchange(sparse):
-    """On a worker: the shared descent's exchange (``knnkit.graph.nndescent._gpu.SPARSE_EXCHANGE``)."""
+def _set_descent(sparse, overlap):
+    """On a worker: the shared descent's exchange (changed rows only or whole shares,
+    ``knnkit.graph.nndescent._gpu.SPARSE_EXCHANGE``) and whether the owners share their rows beside
+    the next sampling (``OVERLAP_SHARE``)."""
     from knnkit.graph.nndescent import _gpu
 
     _gpu.SPARSE_EXCHANGE = bool(sparse)
-
-
-def _set_overlap(on):
-    """On a worker: whether the shared descent's owners share their rows beside the next sampling
-    (``knnkit.graph.nndescent._gpu.OVERLAP_SHARE``)."""
-    from knnkit.graph.nndescent import _gpu
-
-    _gpu.OVERLAP_SHARE = bool(on)
+    _gpu.OVERLAP_SHARE = bool(overlap)
 
 
 def main():
@@ -224,8 +219,7 @@ def main():
                         for ov in (args.overlap.split(",") if sh else ["on"])]
                 for sched, comp, exchange, overlap in runs:
                     compute = {"true": True, "false": False}[comp]
-                    c.run(_set_exchange, exchange == "sparse")
-                    c.run(_set_overlap, overlap == "on")
+                    c.run(_set_descent, exchange == "sparse", overlap == "on")
                     dX = da.from_array(X, chunks=(-(-args.n // parts), args.d))
                     if args.device_data:  # cupy blocks, each on its worker's GPU
                         dX = dX.map_blocks(cp.asarray, meta=cp.empty((0, args.d), dtype=X.dtype))
