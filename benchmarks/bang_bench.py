@@ -84,6 +84,9 @@ def main():
     ap.add_argument("--beams", default="16,32,48,64,96,128,192")
     ap.add_argument("--widths", default="1", help="search widths W to sweep (SearchParams.search_width)")
     ap.add_argument("--prefetch", default="on,off", help="prefetch settings to sweep")
+    ap.add_argument("--pipeline-batches", default="2",
+                    help="numbers of pipelined query batches to sweep (SearchParams.pipeline_batch = "
+                         "ceil(queries / this); 2 is the default)")
     ap.add_argument("--rerank", default="on,off", help="re-rank settings to sweep (off: rerank=k)")
     ap.add_argument("--cuvs-probes", default="8,16,32,64,128,256")
     ap.add_argument("--graph-degree", type=int, default=None,
@@ -172,7 +175,8 @@ def main():
     prefetches = [p.strip() == "on" for p in a.prefetch.split(",")]
     reranks = [r.strip() for r in a.rerank.split(",")]
     paths = [p.strip() for p in a.paths.split(",")]
-    for beam in [int(b) for b in a.beams.split(",")]:
+    n_batches = [int(x) for x in a.pipeline_batches.split(",")]
+    for beam, nb in [(int(b), nb) for b in a.beams.split(",") for nb in n_batches]:
         for width in widths:
             for prefetch in prefetches:
                 for rr in reranks:
@@ -181,7 +185,7 @@ def main():
                                               rerank_mode="host" if path == "new-host" else None)
                         knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
-                                                       search_width=width)
+                                                       search_width=width, pipeline_batch=-(-a.queries // nb))
                         # warm-up at full size: compilation, and the buffers the new path keeps
                         index.search(Qd, k=a.k, beam=beam, params=sp)
                         pool.free_all_blocks()
@@ -190,7 +194,7 @@ def main():
                         _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
                         cp.cuda.Device().synchronize()
                         dt = time.perf_counter() - t
-                        row = {"method": "knnkit-host", "path": path, "beam": beam, "width": width,
+                        row = {"method": "knnkit-host", "path": path, "beam": beam, "width": width, "pipeline_batches": nb,
                                "prefetch": prefetch, "rerank": rr, "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k),
                                "qps": a.queries / dt, "seconds": dt, "gpu_pool_bytes": int(pool.total_bytes()),
                                **last_stats()}
@@ -204,7 +208,8 @@ def main():
                             busy = gpu_busy(lambda: index.search(Qd, k=a.k, beam=beam, params=sp),
                                             cp.cuda.Device().synchronize)
                             res["rows"].append(dict(row, busy=busy))
-                            print(json.dumps({"busy": path, "beam": beam, "width": width, **busy}), flush=True)
+                            print(json.dumps({"busy": path, "beam": beam, "width": width, "pipeline_batches": nb, **busy}),
+                                  flush=True)
                         if a.profile:
                             _search_gpu.configure(profile=True)
                             pool.free_all_blocks()
