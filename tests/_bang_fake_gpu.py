@@ -201,7 +201,28 @@ def _stash(rows, dst, nrows, row_bytes, word, slots):
             raw_slots[dst[r]] = raw_rows[r]
 
 
-KERNELS = {"bang_distances": _distances, "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash}
+def order_keys(vals, cols):
+    """``bang_order_key`` of ``bang.cu`` in NumPy: orderable float bits << 32 | column (uint64)."""
+    v = np.array(vals, dtype=np.float32)
+    v[v == 0] = np.float32(0.0)  # -0 -> +0
+    v[np.isnan(v)] = np.frombuffer(np.uint32(0x7FC00000).tobytes(), np.float32)[0]
+    u = v.view(np.uint32)
+    u = np.where(u & np.uint32(0x80000000), ~u, u | np.uint32(0x80000000)).astype(np.uint64)
+    return (u << np.uint64(32)) | np.asarray(cols, np.uint64)
+
+
+def _row_argsort(keys, ld, C, Cp, r, out):
+    """``bang_row_argsort``: the rows' 64-bit keys sorted (the kernel's bitonic network gives the
+    sorted order of distinct keys), the first r columns."""
+    C, r = int(C), int(r)
+    flat = keys.reshape(-1)
+    for row in range(out.shape[0]):
+        k = order_keys(flat[row * int(ld):row * int(ld) + C], np.arange(C))
+        out[row, :r] = (np.sort(k)[:r] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+KERNELS = {"bang_distances": _distances, "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash,
+           "bang_row_argsort": _row_argsort}
 
 
 def _fake_module():

@@ -211,10 +211,33 @@ def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
     assert "phases" not in sg.last_stats()
 
 
+def _awkward_keys(rng, nb, ld):
+    """float32 rows with many ties, -0 beside +0, infinities and NaNs (both signs)."""
+    a = rng.integers(0, 5, (nb, ld)).astype(np.float32)
+    a[rng.random((nb, ld)) < 0.1] = -0.0
+    a[rng.random((nb, ld)) < 0.05] = np.inf
+    a[rng.random((nb, ld)) < 0.05] = -np.inf
+    a[rng.random((nb, ld)) < 0.05] = np.nan
+    a[rng.random((nb, ld)) < 0.03] = -np.nan
+    a[:, ::7] += rng.random((nb, (ld + 6) // 7)).astype(np.float32)
+    return a
+
+
+def test_row_argsort_keys_are_the_stable_order(rng):
+    """The kernel's 64-bit keys sort exactly as a stable argsort orders the row (CuPy's and
+    NumPy's kind="stable": -0 equal to +0, every NaN last, ties by column)."""
+    from _bang_fake_gpu import order_keys
+
+    a = _awkward_keys(rng, 40, 97)
+    for row in a:
+        got = (np.sort(order_keys(row, np.arange(row.size))) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        np.testing.assert_array_equal(got, np.argsort(row, kind="stable"))
+
+
 def test_configure_round_trip():
     old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
-        assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host"}
+        assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host", "row_sort": old["row_sort"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
     finally:
@@ -310,6 +333,22 @@ def test_gpu_tables_bit_identical(metric, rng):
         out = cp.empty_like(want)
         sg._tables_into(cp, Q, cb, (cb * cb).sum(axis=2), metric, out)
         assert bool((out == want).all()), (metric, m, dsub)
+
+
+@pytest.mark.gpu
+def test_gpu_row_argsort_equals_cupy(rng):
+    """``bang_row_argsort`` gives CuPy's (stable) argsort order on rows with ties, signed zeros,
+    infinities and NaNs, for row widths around the powers of two, a row stride wider than the
+    sorted columns, and rows too wide for the kernel (CuPy's argsort then)."""
+    import cupy as cp
+
+    for C, ld, r in ((1, 1, 1), (5, 9, 3), (32, 32, 32), (33, 70, 10), (64, 512, 64), (100, 100, 200),
+                     (1000, 1024, 40), (4096, 4096, 64), (4097, 5000, 10)):
+        keys = cp.asarray(_awkward_keys(rng, 53, ld))
+        want = cp.argsort(keys[:, :C], axis=1)[:, :r]
+        got = sg.row_argsort(cp, keys, C, r)
+        assert got.dtype == cp.int64 and got.shape == want.shape, (C, r)
+        assert bool((got == want).all()), (C, ld, r)
 
 
 @pytest.mark.gpu

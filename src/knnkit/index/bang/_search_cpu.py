@@ -221,9 +221,11 @@ def top_logged(log_ids, log_d, rerank):
     return np.take_along_axis(log_ids, order, axis=1)
 
 
-def exact_topk(Qp, Xc, cand, k, metric):
+def exact_topk(Qp, Xc, cand, k, metric, argsort=None):
     """Exact internal distances of prepared queries ``Qp`` (nq, d) to their candidates' prepared
-    vectors ``Xc`` (nq, c, d) (numpy or cupy); the ``k`` best, ``inf``/-1 where no candidate."""
+    vectors ``Xc`` (nq, c, d) (numpy or cupy); the ``k`` best, ``inf``/-1 where no candidate.
+    ``argsort(dist, r)``: the first ``r`` columns of a stable row argsort (default: the array
+    module's ``argsort``; the GPU search passes a kernel that does not wait on the host)."""
     from ..._core.backend import get_array_module
 
     xp = get_array_module(Xc)
@@ -234,7 +236,7 @@ def exact_topk(Qp, Xc, cand, k, metric):
         dist = xp.einsum("qcd,qcd->qc", diff, diff)
     dist = xp.where(cand >= 0, dist, xp.float32(np.inf)).astype(xp.float32)
     kk = min(k, cand.shape[1])
-    order = xp.argsort(dist, axis=1)[:, :kk]
+    order = xp.argsort(dist, axis=1)[:, :kk] if argsort is None else argsort(dist, kk)
     d = xp.take_along_axis(dist, order, axis=1)
     i = xp.take_along_axis(cand.astype(xp.int64), order, axis=1)
     i = xp.where(xp.isfinite(d), i, -1)

@@ -71,11 +71,15 @@ def _env_flag(name):
 
 
 _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
-        "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None}
+        "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
+        "row_sort": os.environ.get("KNNKIT_BANG_ROW_SORT", "1").strip() not in ("0", "false", "no")}
+#: widest row that ``bang_row_argsort`` sorts in shared memory (8 bytes a key: 32 KiB); wider rows
+#: (re-ranks past ~4k logged expansions) go to CuPy's argsort
+ROW_SORT_MAX_COLS = 4096
 _UNSET = object()
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, row_sort=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -90,6 +94,10 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET):
         Where the re-rank rows come from when the vectors are not on the GPU: None chooses
         ("stash" when ``2 * rerank >= L``, else "host"); for measuring one against the other.
         Environment: ``KNNKIT_BANG_RERANK``.
+    row_sort : bool
+        The re-rank's selections by the ``bang_row_argsort`` kernel (default) or by CuPy's argsort
+        (Thrust, which waits for the stream on the host). Same results; for measuring.
+        Environment: ``KNNKIT_BANG_ROW_SORT=0``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -100,6 +108,8 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET):
         if rerank_mode not in (None, "stash", "host"):
             raise ValueError(f"rerank_mode must be None, 'stash' or 'host', got {rerank_mode!r}")
         _cfg["rerank_mode"] = rerank_mode
+    if row_sort is not None:
+        _cfg["row_sort"] = bool(row_sort)
     return old
 
 
@@ -145,13 +155,33 @@ def rerank_plan(xp, log_ids, log_d, rerank, C):
     if xp is np:
         order = np.argsort(log_d[:, :C], axis=1, kind="stable")[:, :rerank]
     else:
-        order = xp.argsort(log_d[:, :C], axis=1)[:, :rerank]  # CuPy sorts stably (Thrust)
+        order = row_argsort(xp, log_d, C, rerank)
     cand = xp.take_along_axis(log_ids[:, :C], order, axis=1)
     if order.shape[1] < rerank:  # fewer columns than the re-rank: the rest is empty, as in v2
         pad = rerank - order.shape[1]
         cand = xp.concatenate([cand, xp.full((nb, pad), -1, cand.dtype)], axis=1)
         order = xp.concatenate([order, xp.full((nb, pad), C, order.dtype)], axis=1)
     return xp.ascontiguousarray(cand), order
+
+
+def row_argsort(cp, keys, C, r):
+    """``argsort(keys[:, :C], axis=1)[:, :r]`` (stable, int64) of a float32 device array whose rows
+    are contiguous, without a host wait: the ``bang_row_argsort`` kernel, queued on the current
+    stream. CuPy's argsort (Thrust) where the kernel does not apply (switched off, rows wider than
+    :data:`ROW_SORT_MAX_COLS`, other layouts); both give the same order (CuPy sorts stably)."""
+    C = int(C)
+    r = min(int(r), C)
+    nb = keys.shape[0]
+    if (not _cfg["row_sort"] or C > ROW_SORT_MAX_COLS or keys.dtype != np.float32 or keys.ndim != 2
+            or keys.strides[1] != 4 or keys.strides[0] % 4 or C < 1):
+        return cp.argsort(keys[:, :C], axis=1)[:, :r]  # CuPy sorts stably (Thrust)
+    out = cp.empty((nb, r), dtype=cp.int64)
+    if nb and r:
+        cp2 = 1 << max(0, (C - 1).bit_length())
+        _kernel("bang_row_argsort")((int(nb),), (int(min(256, max(32, cp2 // 2))),),
+                                    (keys, np.int64(keys.strides[0] // 4), np.int32(C), np.int32(cp2), np.int32(r),
+                                     out), shared_mem=8 * cp2)
+    return out
 
 
 def rows_from_device(xp, X, cand):
@@ -475,8 +505,10 @@ def _release(engine, batches):
 
 def _exact(engine, Qb, rows, cand, k):
     """Exact top-k of the re-rank rows (as v2: prepare, reshape, ``exact_topk``)."""
+    import cupy as cp
+
     Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], cand.shape[1], -1)
-    return exact_topk(Qb, Xc, cand, k, engine._imetric)
+    return exact_topk(Qb, Xc, cand, k, engine._imetric, argsort=lambda a, r: row_argsort(cp, a, a.shape[1], r))
 
 
 def _upload_rows(cp, data, ids, out, stream, bufs, events):
