@@ -8,9 +8,10 @@ makes (forest start, K, p, delta, seed). That call is then replayed, alternating
   directory, its relative imports made absolute), and
 * ``new``: the working tree's ``knnkit.graph.nndescent._cpu``,
 
-each warm (one untimed run first). Reported per set: descent seconds (every repeat), the phase split
-of the last ``new`` run where the module records one, whether ids are identical, the largest
-distance difference, and recall@10 of both graphs on sampled rows against exact neighbours.
+each warm (one untimed run first). Reported per set: descent seconds (every repeat, and the median),
+the phase split of every run, whether ids are identical, the sha1 of each graph (its distances' then
+its ids' bytes: a change meant to keep the lists must keep it), the largest distance difference, and
+recall@10 of both graphs on sampled rows against exact neighbours.
 
 Usage::
 
@@ -20,6 +21,7 @@ Usage::
 
 import argparse
 import datetime
+import hashlib
 import importlib.util
 import json
 import os
@@ -112,6 +114,14 @@ def exact_rows(X, rows, k):
     return exact(X, rows, k)
 
 
+def lists_sha1(I, D):
+    """sha1 of a graph: its distances' bytes, then its ids' (C order)."""
+    h = hashlib.sha1()
+    h.update(np.ascontiguousarray(D).tobytes())
+    h.update(np.ascontiguousarray(I).tobytes())
+    return h.hexdigest()
+
+
 def recall_at(I, T):
     k = T.shape[1]
     return float(np.mean([len(set(a[:k].tolist()) & set(b.tolist())) for a, b in zip(I, T)]) / k)
@@ -163,10 +173,13 @@ def main():
                 "base_commit": base_commit[:12], "new_tree": git("rev-parse", "HEAD")[:12] + (
                     "+dirty" if git("status", "--porcelain", REL) else ""),
                 "base_s": runs["base"], "new_s": runs["new"],
+                "base_median_s": float(np.median(runs["base"])), "new_median_s": float(np.median(runs["new"])),
                 "speedup_best": round(min(runs["base"]) / min(runs["new"]), 3),
+                "speedup_median": round(float(np.median(runs["base"]) / np.median(runs["new"])), 3),
                 "iterations": [int(sb["iterations"]), int(sn["iterations"])],
                 "updates": [list(map(int, sb["updates"])), list(map(int, sn["updates"]))],
                 "ids_identical": same_ids,
+                "sha1": [lists_sha1(Ib, Db), lists_sha1(In, Dn)],
                 "rows_differing": int((Ib != In).any(axis=1).sum()),
                 "max_abs_dist_diff": float(np.abs(Db[fin] - Dn[fin]).max()) if fin.any() else 0.0,
                 "recall10": [round(recall_at(Ib[rows], T), 5), round(recall_at(In[rows], T), 5)],
