@@ -254,6 +254,34 @@ def test_validation(rng):
         index.extend(X[:3])
 
 
+def test_host_float16_data(rng):
+    """float16 vectors (a supported storage dtype) through host placement: the host gathers move
+    their bits (Numba has no float16); results as exact as float32 data's."""
+    X = rng.standard_normal((2500, 16)).astype(np.float16)
+    Q = rng.standard_normal((40, 16)).astype(np.float16)
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
+    d, i = index.search(Q, k=10)
+    assert _recall(X, Q, i, 10) >= 0.95
+    want, _ = knnkit.knn(X, Q, k=10, device="cpu")
+    np.testing.assert_allclose(np.sort(np.asarray(d), axis=1)[:, 0], want[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_host_large_k_default_beam(rng):
+    """Host placement re-ranks what its PQ walk logged: with k near the default beam the re-rank has
+    no slack (k = 100 at beam 64 read 0.91), so a search without a beam walks with >= 2k. A params
+    object's beam (SearchParams defaults to 64) is a default too: raised, not refused; a beam given
+    to the call below k is refused."""
+    X = rng.standard_normal((3000, 16)).astype(np.float32)
+    Q = rng.standard_normal((40, 16)).astype(np.float32)
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
+    _d, i = index.search(Q, k=100)
+    assert _recall(X, Q, i, 100) >= 0.97
+    _d, i = index.search(Q, k=100, params=knnkit.index.SearchParams(rerank=150))
+    assert _recall(X, Q, i, 100) >= 0.97
+    with pytest.raises(ValueError, match="beam=50 is smaller than k=100"):
+        index.search(Q, k=100, beam=50)
+
+
 # ------------------------------------------------------------------------------------------ GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["clustered", "uniform"])

@@ -99,10 +99,12 @@ class SearchParams(Params):
     def field_names(cls) -> "tuple[str, ...]":
         return tuple(f.name for f in dataclasses.fields(cls))
 
-    def resolve(self, k: int, call: "dict[str, object]", n_entry: int) -> "tuple[int, float, int, int]":
+    def resolve(self, k: int, call: "dict[str, object]", n_entry: int,
+                min_beam: int = 0) -> "tuple[int, float, int, int]":
         """``(beam, tau, max_iters, n_seeds)`` of one search: ``call`` holds the values given to the
-        call (None: this object's default; ``tau=inf``: slack stop off for this call)."""
-        beam = max(call.get("beam") or self.beam or 64, k)
+        call (None: this object's default; ``tau=inf``: slack stop off for this call); the beam is
+        at least ``k`` and ``min_beam``."""
+        beam = max(call.get("beam") or self.beam or 64, k, int(min_beam))
         tau = call.get("tau")
         if tau is None:
             tau = self.tau

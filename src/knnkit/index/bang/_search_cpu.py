@@ -18,7 +18,7 @@ import numpy as np
 
 from ..._core.metrics import prepare_vectors
 
-__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for"]
+__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for", "bits_view"]
 
 
 def bloom_words_for(max_iters, R, s):
@@ -204,13 +204,20 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
     return total, n_kept
 
 
+def bits_view(a):
+    """``a`` as Numba can copy it: float16 rows (which Numba cannot type) as their uint16 bits; the
+    gathers only move rows, so a bit copy is the copy. Other dtypes unchanged."""
+    return a.view(np.uint16) if a.dtype == np.float16 else a
+
+
 def gather_rows(src, ids, out=None, fill=0):
-    """``out[i] = src[ids[i]]`` (``fill`` where ``ids[i] < 0``) by parallel host threads; ``src`` may
-    be a memory map (only the rows asked for are read), ``out`` a pinned buffer."""
+    """``out[i] = src[ids[i]]`` (``fill`` where ``ids[i] < 0``: 0 is +0.0 in every dtype) by parallel
+    host threads; ``src`` may be a memory map (only the rows asked for are read), ``out`` a pinned
+    buffer."""
     ids = np.ascontiguousarray(ids.reshape(-1))
     if out is None:
         out = np.empty((ids.shape[0], src.shape[1]), src.dtype)
-    _gather_rows(np.asarray(src), ids, out.reshape(ids.shape[0], src.shape[1]), fill)
+    _gather_rows(bits_view(np.asarray(src)), ids, bits_view(out.reshape(ids.shape[0], src.shape[1])), fill)
     return out
 
 

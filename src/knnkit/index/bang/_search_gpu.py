@@ -47,7 +47,7 @@ from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from ._pq import _padded, pq_tables, table_bytes
-from ._search_cpu import _gather_rows, bloom_words_for, exact_topk, gather_rows, gather_walk
+from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_topk, gather_rows, gather_walk
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
            "rows_from_device", "MAX_WIDTH"]
@@ -522,7 +522,7 @@ def _upload_rows(cp, data, ids, out, stream, bufs, events):
         buf, ev = bufs[i % 2], events[i % 2]
         ev.synchronize()  # the copy that last read this buffer (this call's or an earlier batch's)
         e = min(n, s + chunk)
-        _gather_rows(data, ids[s:e], buf[:e - s], 0)
+        _gather_rows(bits_view(data), ids[s:e], bits_view(buf[:e - s]), 0)
         cp.cuda.runtime.memcpyAsync(out.data.ptr + s * rb, buf.ctypes.data, (e - s) * rb, _H2D, stream.ptr)
         ev.record(stream)
     return n * rb
@@ -618,6 +618,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     gathered = 0  # host rows gathered during the walk (graph rows, vector rows)
     gathered_vec = 0
     stash = mode == "stash"
+    data_bits = bits_view(data)  # float16 rows travel as their bits (Numba has no float16)
     active = list(batches)
     t_loop = time.perf_counter()
     while active:
@@ -645,9 +646,9 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
             gathered += b.cand_flat.shape[0]
         else:
             t = b.turn if stash else 0
-            n_valid, n_kept = gather_walk(graph, data if stash else _NO_ROWS, b.cand_flat, W, S, b.count, b.nbr_rows,
-                                          b.vec_host[t] if stash else _NO_ROWS, b.dst_host[t] if stash else _NO_DST,
-                                          stash, b.off)
+            n_valid, n_kept = gather_walk(graph, data_bits if stash else _NO_ROWS, b.cand_flat, W, S, b.count,
+                                          b.nbr_rows, bits_view(b.vec_host[t]) if stash else _NO_ROWS,
+                                          b.dst_host[t] if stash else _NO_DST, stash, b.off)
             if n_valid == 0:  # walk over: queue this batch's re-rank behind it on its stream
                 b.done = True
                 t2 = time.perf_counter()
