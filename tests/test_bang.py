@@ -335,6 +335,29 @@ def test_host_index_refuses_delete():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, np.uint8])
+def test_gpu_host_storage_dtypes(dtype, rng):
+    """float16 and uint8 vectors through the GPU walk under a tiny budget (stash re-rank: the host
+    gathers move the rows' bits into pinned buffers, the device prepares them) and with the vectors
+    on the device: both as exact as the CPU path."""
+    X = _host(make_clustered(8500, 24, random_state=3, device="cpu"))
+    if dtype == np.uint8:
+        X = np.clip((X - X.min()) / (X.max() - X.min()) * 255, 0, 255)
+    X = X.astype(dtype)
+    X, Q = X[:8000], X[8000:]
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=3)
+    _dc, ic = index.search(Q, k=10, device="cpu")
+    for budget in (1 << 20, None):
+        knnkit.set_memory_budget(budget)
+        try:
+            dg, ig = index.search(Q, k=10)
+        finally:
+            knnkit.set_memory_budget(None)
+        ig = _host(ig)
+        assert _recall(X, Q, ig, 10) >= max(0.9, _recall(X, Q, ic, 10) - 0.02), budget
+
+
+@pytest.mark.gpu
 def test_gpu_host_check_matches_cpu_reference(rng):
     """The build's walk check on the GPU: exact k-th distances streamed in chunks on the device
     equal the CPU's, and the recorded recall is high on easy data."""
