@@ -211,24 +211,58 @@ def order_keys(vals, cols):
     return (u << np.uint64(32)) | np.asarray(cols, np.uint64)
 
 
-def _row_argsort(keys, ld, C, Cp, r, out):
-    """``bang_row_argsort``: the rows' 64-bit keys sorted (the kernel's bitonic network gives the
-    sorted order of distinct keys), the first r columns."""
-    C, r = int(C), int(r)
-    flat = keys.reshape(-1)
-    for row in range(out.shape[0]):
-        k = order_keys(flat[row * int(ld):row * int(ld) + C], np.arange(C))
-        out[row, :r] = (np.sort(k)[:r] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+def _sorted_cols(vals):
+    """Columns of ``vals`` in the order of their sorted 64-bit keys (the kernels' bitonic sort of
+    distinct keys gives the sorted order)."""
+    return (np.sort(order_keys(vals, np.arange(len(vals)))) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def _rerank_rows(log_ids, log_d, ld, C, Cp, rr, src, from_slots, S, row_bytes, word, cand, pos, rows, missing,
+                 n_missing):
+    """``bang_rerank_rows``: plan (rr best of the first C log entries), rows from the slots or the
+    device vectors (bytes), missing mask and count."""
+    ld, C, rr, S, row_bytes = int(ld), int(C), int(rr), int(S), int(row_bytes)
+    lid, ldd = log_ids.reshape(-1), log_d.reshape(-1)
+    raw_src = src.reshape(-1).view(np.uint8) if row_bytes else None
+    raw_rows = rows.reshape(-1).view(np.uint8) if row_bytes else None
+    for q in range(cand.shape[0]):
+        order = _sorted_cols(ldd[q * ld:q * ld + C])
+        for j in range(rr):
+            p = int(order[j]) if j < C else C
+            node = int(lid[q * ld + p]) if j < C else -1
+            cand[q, j], pos[q, j] = node, p
+            miss = bool(from_slots) and node >= 0 and p >= S
+            missing[q, j] = miss
+            n_missing[0] += int(miss)
+            if row_bytes:
+                ok = node >= 0 and (not from_slots or p < S)
+                at = (q * S + p) if from_slots else node
+                dst = (q * rr + j) * row_bytes
+                raw_rows[dst:dst + row_bytes] = raw_src[at * row_bytes:(at + 1) * row_bytes] if ok else 0
+
+
+def _rerank_select(dist, cand, c, Cp, k, D, I):
+    """``bang_rerank_select``: the k best of each row by exact distance (+inf where cand is -1)."""
+    c, k = int(c), int(k)
+    for q in range(D.shape[0]):
+        v = np.where(cand[q] >= 0, dist[q], np.float32(np.inf)).astype(np.float32)
+        order = _sorted_cols(v)
+        for j in range(k):
+            if j < c:
+                D[q, j] = v[order[j]]
+                I[q, j] = cand[q, order[j]] if np.isfinite(v[order[j]]) else -1
+            else:
+                D[q, j], I[q, j] = np.inf, -1
 
 
 KERNELS = {"bang_distances": _distances, "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash,
-           "bang_row_argsort": _row_argsort}
+           "bang_rerank_rows": _rerank_rows, "bang_rerank_select": _rerank_select}
 
 
 def _fake_module():
     cp = types.ModuleType("cupy")
-    for name in ("int32", "int64", "uint8", "uint32", "float32", "float64", "inf", "take_along_axis", "concatenate",
-                 "where", "maximum", "minimum", "nonzero", "matmul"):
+    for name in ("int32", "int64", "uint8", "uint32", "float32", "float64", "bool_", "inf", "take_along_axis",
+                 "concatenate", "where", "maximum", "minimum", "nonzero", "matmul", "einsum", "isfinite"):
         setattr(cp, name, getattr(np, name))
     cp.ndarray = FakeArray
 

@@ -205,7 +205,7 @@ def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
     assert {"setup", "walk", "rerank", "total"} <= set(st["phases"])
     assert {"tables", "seeds", "distances", "merge", "d2h_cand", "h2d_nbr"} <= set(st["gpu_s"])
     if not legacy:
-        assert {"reset", "h2d_vec", "stash", "rerank_plan", "rerank_rows", "rerank_exact"} <= set(st["gpu_s"])
+        assert {"reset", "h2d_vec", "stash", "rerank_rows", "rerank_exact"} <= set(st["gpu_s"])
     assert st["launches"] > 0 and st["h2d_bytes"] > 0 and st["host_syncs"] > st["iterations"]
     _fake_search(monkeypatch, index, Q, legacy=legacy)
     assert "phases" not in sg.last_stats()
@@ -237,7 +237,8 @@ def test_row_argsort_keys_are_the_stable_order(rng):
 def test_configure_round_trip():
     old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
-        assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host", "row_sort": old["row_sort"]}
+        assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
+                           "rerank_kernels": old["rerank_kernels"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
     finally:
@@ -336,19 +337,42 @@ def test_gpu_tables_bit_identical(metric, rng):
 
 
 @pytest.mark.gpu
-def test_gpu_row_argsort_equals_cupy(rng):
-    """``bang_row_argsort`` gives CuPy's (stable) argsort order on rows with ties, signed zeros,
-    infinities and NaNs, for row widths around the powers of two, a row stride wider than the
-    sorted columns, and rows too wide for the kernel (CuPy's argsort then)."""
+def test_gpu_rerank_kernels_equal_the_cupy_path(rng):
+    """``bang_rerank_rows`` gives :func:`rerank_plan` + :func:`rows_from_slots` /
+    :func:`rows_from_device` exactly (ties, signed zeros, infinities and NaNs in the log; plans
+    wider and narrower than the re-rank; uint8 rows copied byte by byte, float32 by 16-byte words),
+    and ``bang_rerank_select`` the selection of ``exact_topk``."""
     import cupy as cp
 
-    for C, ld, r in ((1, 1, 1), (5, 9, 3), (32, 32, 32), (33, 70, 10), (64, 512, 64), (100, 100, 200),
-                     (1000, 1024, 40), (4096, 4096, 64), (4097, 5000, 10)):
-        keys = cp.asarray(_awkward_keys(rng, 53, ld))
-        want = cp.argsort(keys[:, :C], axis=1)[:, :r]
-        got = sg.row_argsort(cp, keys, C, r)
-        assert got.dtype == cp.int64 and got.shape == want.shape, (C, r)
-        assert bool((got == want).all()), (C, ld, r)
+    for nb, ld, C, rr, d, dtype in ((53, 70, 33, 10, 8, np.float32), (40, 512, 64, 64, 3, np.uint8),
+                                    (17, 100, 90, 128, 5, np.float32), (9, 4096, 4096, 16, 4, np.uint8)):
+        log_d = cp.asarray(_awkward_keys(rng, nb, ld))
+        log_ids = cp.asarray(rng.integers(-1, 10 ** 6, (nb, ld)).astype(np.int32))
+        S = max(1, C // 2)
+        slots = cp.asarray((rng.random((nb * S, d)) * 200).astype(dtype))
+        X = cp.asarray((rng.random((10 ** 6, d)) * 200).astype(dtype))
+        cand_w, pos_w = sg.rerank_plan(cp, log_ids, log_d, rr, C)
+        rows_w, miss_w = sg.rows_from_slots(cp, slots, S, cand_w, pos_w)
+        cand, pos, rows, miss, nmiss = sg.rerank_rows_gpu(cp, log_ids, log_d, C, rr, slots, S, from_slots=True)
+        for got, want in ((cand, cand_w), (pos, pos_w), (rows, rows_w), (miss, miss_w)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert bool((got == want).all()), (nb, ld, C, rr)
+        assert int(nmiss[0]) == int(miss_w.sum())
+        _c, _p, rows_d, _m, _n = sg.rerank_rows_gpu(cp, log_ids, log_d, C, rr, X)
+        assert bool((rows_d == sg.rows_from_device(cp, X, cand_w)).all())
+    for nq, c, k in ((31, 64, 10), (7, 5, 10), (12, 300, 100)):
+        dist = cp.asarray(_awkward_keys(rng, nq, c))
+        cand = cp.asarray(rng.integers(-1, 5000, (nq, c)).astype(np.int32))
+        # exact_topk's selection, step by step, on these distances
+        want_d = cp.where(cand >= 0, dist, cp.float32(np.inf)).astype(cp.float32)
+        kk = min(k, c)
+        order = cp.argsort(want_d, axis=1)[:, :kk]
+        wd = cp.take_along_axis(want_d, order, axis=1)
+        wi = cp.where(cp.isfinite(wd), cp.take_along_axis(cand.astype(cp.int64), order, axis=1), -1)
+        D, I = sg.rerank_select_gpu(cp, dist, cand, k)
+        assert bool((I[:, :kk] == wi).all()) and bool(((D[:, :kk] == wd) | (cp.isnan(wd) & cp.isnan(D[:, :kk]))).all())
+        if kk < k:
+            assert bool((I[:, kk:] == -1).all()) and bool(cp.isinf(D[:, kk:]).all())
 
 
 @pytest.mark.gpu

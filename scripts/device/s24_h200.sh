@@ -47,13 +47,13 @@ if [ "${PART:-a}" = c ]; then
   cat "$out"/rob_b/*.md 2>/dev/null | grep "^| [a-z]" | cut -c1-400
 fi
 if [ "${PART:-a}" = d ]; then
-  # issue 16: the re-rank's selections by bang_row_argsort (no Thrust host wait) against CuPy's
-  # argsort, widths 4 and 8, same run as IVF-PQ; GPU tests of the host placement first
+  # issue 16: the re-rank by its two kernels (bang_rerank_rows / bang_rerank_select) against ~35
+  # CuPy calls, W = 4, each configuration twice, same run as IVF-PQ; GPU tests of the host placement first
   timeout ${TESTS_S:-200} $py -m pytest -q -m gpu -p no:cacheprovider tests/test_bang_call.py tests/test_bang.py \
       tests/test_bang_width.py > "$out/tests_bang.log" 2>&1
   echo "tests rc=$? $(( $(date +%s) - t0 )) s"; tail -2 "$out/tests_bang.log"; grep -E "^FAILED" "$out/tests_bang.log" | head
-  timeout ${BANG_S:-330} $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams ${BEAMS:-16,20,24,32} --widths 4,8 \
-      --prefetch on --rerank on --paths new,new-argsort --pipeline-batches 2 --busy --cuvs-probes 2,3,4,5,6,8 \
+  timeout ${BANG_S:-330} $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams ${BEAMS:-16,20,24,32} --widths 4 \
+      --prefetch on --rerank on --paths new,new-cupy --pipeline-batches 2,2 --busy --cuvs-probes 2,3,4,5,6,8 \
       --out "$out/bang_rowsort.json" > "$out/bang_rowsort.log" 2>&1
   echo "bang rc=$? $(( $(date +%s) - t0 )) s"
   grep -o '{"busy"[^}]*}' "$out/bang_rowsort.log" | grep -o '"beam": [0-9]*\|"width": [0-9]*\|"kernel_frac": [0-9.]*\|"busy_frac": [0-9.]*' | paste - - - - | head -20

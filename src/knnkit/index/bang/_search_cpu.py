@@ -18,7 +18,8 @@ import numpy as np
 
 from ..._core.metrics import prepare_vectors
 
-__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for", "bits_view"]
+__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for", "bits_view",
+           "exact_distances", "exact_topk"]
 
 
 def bloom_words_for(max_iters, R, s):
@@ -228,22 +229,28 @@ def top_logged(log_ids, log_d, rerank):
     return np.take_along_axis(log_ids, order, axis=1)
 
 
-def exact_topk(Qp, Xc, cand, k, metric, argsort=None):
-    """Exact internal distances of prepared queries ``Qp`` (nq, d) to their candidates' prepared
-    vectors ``Xc`` (nq, c, d) (numpy or cupy); the ``k`` best, ``inf``/-1 where no candidate.
-    ``argsort(dist, r)``: the first ``r`` columns of a stable row argsort (default: the array
-    module's ``argsort``; the GPU search passes a kernel that does not wait on the host)."""
+def exact_distances(Qp, Xc, metric):
+    """Exact internal distances (nq, c) of prepared queries ``Qp`` (nq, d) to their candidates'
+    prepared vectors ``Xc`` (nq, c, d) (numpy or cupy); the GPU re-rank's selection kernel takes
+    them from here, so both selections see the same bits."""
     from ..._core.backend import get_array_module
 
     xp = get_array_module(Xc)
     if metric == "ip":
-        dist = -xp.einsum("qcd,qd->qc", Xc, Qp)
-    else:
-        diff = Xc - Qp[:, None, :]
-        dist = xp.einsum("qcd,qcd->qc", diff, diff)
-    dist = xp.where(cand >= 0, dist, xp.float32(np.inf)).astype(xp.float32)
+        return -xp.einsum("qcd,qd->qc", Xc, Qp)
+    diff = Xc - Qp[:, None, :]
+    return xp.einsum("qcd,qcd->qc", diff, diff)
+
+
+def exact_topk(Qp, Xc, cand, k, metric):
+    """Exact internal distances of prepared queries ``Qp`` (nq, d) to their candidates' prepared
+    vectors ``Xc`` (nq, c, d) (numpy or cupy); the ``k`` best, ``inf``/-1 where no candidate."""
+    from ..._core.backend import get_array_module
+
+    xp = get_array_module(Xc)
+    dist = xp.where(cand >= 0, exact_distances(Qp, Xc, metric), xp.float32(np.inf)).astype(xp.float32)
     kk = min(k, cand.shape[1])
-    order = xp.argsort(dist, axis=1)[:, :kk] if argsort is None else argsort(dist, kk)
+    order = xp.argsort(dist, axis=1)[:, :kk]
     d = xp.take_along_axis(dist, order, axis=1)
     i = xp.take_along_axis(cand.astype(xp.int64), order, axis=1)
     i = xp.where(xp.isfinite(d), i, -1)

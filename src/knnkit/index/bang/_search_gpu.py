@@ -47,7 +47,7 @@ from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from ._pq import _padded, pq_tables, table_bytes
-from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_topk, gather_rows, gather_walk
+from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows, gather_walk
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
            "rows_from_device", "MAX_WIDTH"]
@@ -72,14 +72,14 @@ def _env_flag(name):
 
 _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
-        "row_sort": os.environ.get("KNNKIT_BANG_ROW_SORT", "1").strip() not in ("0", "false", "no")}
-#: widest row that ``bang_row_argsort`` sorts in shared memory (8 bytes a key: 32 KiB); wider rows
-#: (re-ranks past ~4k logged expansions) go to CuPy's argsort
-ROW_SORT_MAX_COLS = 4096
+        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
+#: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
+#: logged expansions, or a re-rank of more candidates, takes the CuPy path
+RERANK_KERNEL_MAX_COLS = 4096
 _UNSET = object()
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, row_sort=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -94,10 +94,10 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, row_sort=None):
         Where the re-rank rows come from when the vectors are not on the GPU: None chooses
         ("stash" when ``2 * rerank >= L``, else "host"); for measuring one against the other.
         Environment: ``KNNKIT_BANG_RERANK``.
-    row_sort : bool
-        The re-rank's selections by the ``bang_row_argsort`` kernel (default) or by CuPy's argsort
-        (Thrust, which waits for the stream on the host). Same results; for measuring.
-        Environment: ``KNNKIT_BANG_ROW_SORT=0``.
+    rerank_kernels : bool
+        A finished batch's re-rank through the ``bang_rerank_rows`` / ``bang_rerank_select``
+        kernels (default) or through ~35 CuPy calls (argsort, take_along_axis, masks). Same
+        results; for measuring. Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -108,8 +108,8 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, row_sort=None):
         if rerank_mode not in (None, "stash", "host"):
             raise ValueError(f"rerank_mode must be None, 'stash' or 'host', got {rerank_mode!r}")
         _cfg["rerank_mode"] = rerank_mode
-    if row_sort is not None:
-        _cfg["row_sort"] = bool(row_sort)
+    if rerank_kernels is not None:
+        _cfg["rerank_kernels"] = bool(rerank_kernels)
     return old
 
 
@@ -155,7 +155,7 @@ def rerank_plan(xp, log_ids, log_d, rerank, C):
     if xp is np:
         order = np.argsort(log_d[:, :C], axis=1, kind="stable")[:, :rerank]
     else:
-        order = row_argsort(xp, log_d, C, rerank)
+        order = xp.argsort(log_d[:, :C], axis=1)[:, :rerank]  # CuPy sorts stably (Thrust)
     cand = xp.take_along_axis(log_ids[:, :C], order, axis=1)
     if order.shape[1] < rerank:  # fewer columns than the re-rank: the rest is empty, as in v2
         pad = rerank - order.shape[1]
@@ -164,24 +164,57 @@ def rerank_plan(xp, log_ids, log_d, rerank, C):
     return xp.ascontiguousarray(cand), order
 
 
-def row_argsort(cp, keys, C, r):
-    """``argsort(keys[:, :C], axis=1)[:, :r]`` (stable, int64) of a float32 device array whose rows
-    are contiguous, without a host wait: the ``bang_row_argsort`` kernel, queued on the current
-    stream. CuPy's argsort (Thrust) where the kernel does not apply (switched off, rows wider than
-    :data:`ROW_SORT_MAX_COLS`, other layouts); both give the same order (CuPy sorts stably)."""
-    C = int(C)
-    r = min(int(r), C)
-    nb = keys.shape[0]
-    if (not _cfg["row_sort"] or C > ROW_SORT_MAX_COLS or keys.dtype != np.float32 or keys.ndim != 2
-            or keys.strides[1] != 4 or keys.strides[0] % 4 or C < 1):
-        return cp.argsort(keys[:, :C], axis=1)[:, :r]  # CuPy sorts stably (Thrust)
-    out = cp.empty((nb, r), dtype=cp.int64)
-    if nb and r:
-        cp2 = 1 << max(0, (C - 1).bit_length())
-        _kernel("bang_row_argsort")((int(nb),), (int(min(256, max(32, cp2 // 2))),),
-                                    (keys, np.int64(keys.strides[0] // 4), np.int32(C), np.int32(cp2), np.int32(r),
-                                     out), shared_mem=8 * cp2)
-    return out
+def _pow2(x):
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def rerank_kernels_apply(log_d, C, rr):
+    """Whether :func:`rerank_rows_gpu` / :func:`rerank_select_gpu` take this re-rank (else CuPy)."""
+    return (_cfg["rerank_kernels"] and 1 <= C <= RERANK_KERNEL_MAX_COLS and 1 <= rr <= RERANK_KERNEL_MAX_COLS
+            and log_d.strides[1] == 4 and log_d.strides[0] % 4 == 0)
+
+
+def rerank_rows_gpu(cp, log_ids, log_d, C, rr, src=None, S=0, from_slots=False):
+    """One kernel for :func:`rerank_plan` and :func:`rows_from_slots` (``from_slots``: ``src`` the
+    stash slots) or :func:`rows_from_device` (``src`` the device copy of the vectors); ``src=None``:
+    the plan only. Returns ``(cand, pos, rows, missing, n_missing)`` with the same values as those
+    (``rows`` None without ``src``; ``missing`` all False unless from the slots; ``n_missing`` a
+    1-element device array), queued on the current stream with no host wait."""
+    nb = log_ids.shape[0]
+    C, rr = int(C), int(rr)
+    Cp = _pow2(C)
+    cand = cp.empty((nb, rr), dtype=cp.int32)
+    pos = cp.empty((nb, rr), dtype=cp.int64)
+    missing = cp.empty((nb, rr), dtype=cp.bool_)
+    n_missing = cp.zeros(1, dtype=cp.int32)
+    rows, row_bytes = None, 0
+    if src is not None:
+        rows = cp.empty((nb * rr, src.shape[1]), dtype=src.dtype)
+        row_bytes = src.shape[1] * src.dtype.itemsize
+    word = 16 if row_bytes % 16 == 0 else (4 if row_bytes % 4 == 0 else 1)
+    if nb:
+        _kernel("bang_rerank_rows")((int(nb),), (int(min(256, max(32, Cp // 2))),),
+                                    (log_ids, log_d, np.int64(log_d.strides[0] // 4), np.int32(C), np.int32(Cp),
+                                     np.int32(rr), cand if src is None else src, np.int32(bool(from_slots)),
+                                     np.int32(S), np.int32(row_bytes), np.int32(word), cand, pos,
+                                     cand if rows is None else rows, missing, n_missing), shared_mem=8 * Cp)
+    return cand, pos, rows, missing, n_missing
+
+
+def rerank_select_gpu(cp, dist, cand, k):
+    """The selection of :func:`exact_topk` after its distances, in one kernel: ``(D, I)`` (nq, k)
+    float32 / int64, the k best of each row of ``dist`` (+inf where ``cand`` is -1; ties by column),
+    id -1 where the distance is not finite, +inf / -1 past ``c`` columns."""
+    nq, c = cand.shape
+    dist = cp.ascontiguousarray(dist, dtype=cp.float32)
+    cand = cp.ascontiguousarray(cand, dtype=cp.int32)
+    D = cp.empty((nq, int(k)), dtype=cp.float32)
+    I = cp.empty((nq, int(k)), dtype=cp.int64)
+    if nq:
+        Cp = _pow2(c)
+        _kernel("bang_rerank_select")((int(nq),), (int(min(256, max(32, Cp // 2))),),
+                                      (dist, cand, np.int32(c), np.int32(Cp), np.int32(k), D, I), shared_mem=8 * Cp)
+    return D, I
 
 
 def rows_from_device(xp, X, cand):
@@ -504,11 +537,14 @@ def _release(engine, batches):
 
 
 def _exact(engine, Qb, rows, cand, k):
-    """Exact top-k of the re-rank rows (as v2: prepare, reshape, ``exact_topk``)."""
+    """Exact top-k of the re-rank rows (as v2: prepare, reshape, the distances of ``exact_topk``),
+    the selection by :func:`rerank_select_gpu` where the kernels apply."""
     import cupy as cp
 
     Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], cand.shape[1], -1)
-    return exact_topk(Qb, Xc, cand, k, engine._imetric, argsort=lambda a, r: row_argsort(cp, a, a.shape[1], r))
+    if _cfg["rerank_kernels"] and 1 <= cand.shape[1] <= RERANK_KERNEL_MAX_COLS:
+        return rerank_select_gpu(cp, exact_distances(Qb, Xc, engine._imetric), cand, k)
+    return exact_topk(Qb, Xc, cand, k, engine._imetric)
 
 
 def _upload_rows(cp, data, ids, out, stream, bufs, events):
@@ -812,6 +848,23 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         if prof.on:
             b._tick()
         C = min(b.max_iters, b.W * b.iters)  # every query logged at most W per step
+        if rerank_kernels_apply(b.log_d, C, rr):  # plan and rows in one kernel
+            src = Xdev if mode == "device" else (b.slots if mode == "stash" else None)
+            cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr, src, b.S,
+                                                              from_slots=mode == "stash")
+            b.rr_cand, b.rr_pos = cand, pos
+            if prof.on:
+                b._tick("rerank_rows")
+            if mode == "host":
+                b.rr_rows = b.rr_missing = b.rr_result = None
+                return
+            b.rr_rows, b.rr_missing = rows, (missing if mode == "stash" else None)
+            if mode == "stash":
+                b.rr_nmiss = nmiss[0]
+            b.rr_result = _exact(engine, Qb, rows, cand, k)
+            if prof.on:
+                b._tick("rerank_exact")
+            return
         cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
         b.rr_cand, b.rr_pos = cand, pos
         if prof.on:

@@ -344,13 +344,15 @@ extern "C" __global__ void bang_stash(const unsigned char* __restrict__ rows, co
     }
 }
 
-// The re-rank's two selections (4.9): the `r` first positions of each row's ascending order of
-// keys[row, 0 .. C), ties by column, exactly what a stable argsort of the row gives (CuPy's, and
-// NumPy's kind="stable"). CuPy's argsort goes through Thrust, whose sort waits for the stream on
-// the host: the two sorts of a finished batch's re-rank stalled the host loop that feeds the other
-// batch (3-6 ms of a 16-20 ms call at 3M, L = 16-32). Here: one block per row, a bitonic sort of
-// 64-bit keys (orderable float bits << 32 | column: distinct, so the order is total and stable) in
-// shared memory, Cp = C rounded up to a power of two (the host sends wider rows to CuPy).
+// ---------------------------------------------------------------------------- re-rank (4.9)
+// A finished batch's re-rank in two kernels, around the exact distances (prepared rows, CuPy's
+// einsum: unchanged, so the results keep their bits). Before, ~35 CuPy calls per batch (two Thrust
+// argsorts that wait on the host, take_along_axis, masks) cost the host loop 3-6 ms of a 15-20 ms
+// call at 3M x 96, L = 16-32, while the other batch's walk waited for its next launch.
+// Both selections are a stable argsort of a row: 64-bit keys (orderable float bits << 32 | column;
+// distinct, so the order is total and equals a stable sort's), bitonic-sorted in shared memory by
+// one block per query; Cp = the row width rounded up to a power of two (the host keeps wider rows
+// on the CuPy path).
 __device__ __forceinline__ unsigned long long bang_order_key(float v, unsigned col) {
     if (v == 0.0f) v = 0.0f;                     // -0 and +0 are equal to a comparison sort
     if (v != v) v = __int_as_float(0x7fc00000);  // every NaN after +inf, in column order (NumPy's rule)
@@ -359,28 +361,92 @@ __device__ __forceinline__ unsigned long long bang_order_key(float v, unsigned c
     return ((unsigned long long)u << 32) | col;
 }
 
-extern "C" __global__ void bang_row_argsort(const float* __restrict__ keys, long long ld, int C, int Cp, int r,
-                                            long long* __restrict__ out) {
-    extern __shared__ unsigned long long s_keys[];
-    const float* row = keys + (long long)blockIdx.x * ld;
-    for (int i = threadIdx.x; i < Cp; i += blockDim.x)
-        s_keys[i] = i < C ? bang_order_key(row[i], (unsigned)i) : ~0ull;  // padding sorts last
+// Ascending sort of s[0 .. Cp) (Cp a power of two) by the whole block; ends with a barrier.
+__device__ void bang_bitonic(unsigned long long* s, int Cp) {
     __syncthreads();
     for (int k = 2; k <= Cp; k <<= 1) {
         for (int j = k >> 1; j > 0; j >>= 1) {
             for (int i = threadIdx.x; i < Cp; i += blockDim.x) {
                 const int p = i ^ j;
                 if (p > i) {
-                    const unsigned long long a = s_keys[i], b = s_keys[p];
+                    const unsigned long long a = s[i], b = s[p];
                     if ((a > b) == ((i & k) == 0)) {
-                        s_keys[i] = b;
-                        s_keys[p] = a;
+                        s[i] = b;
+                        s[p] = a;
                     }
                 }
             }
             __syncthreads();
         }
     }
-    for (int i = threadIdx.x; i < r; i += blockDim.x)
-        out[(long long)blockIdx.x * r + i] = (long long)(s_keys[i] & 0xffffffffull);
+}
+
+// The re-rank plan and its rows: the rr best of a query's first C log entries by PQ distance
+// (ties by log position; positions >= C are empty: id -1, position C), their ids (cand), log
+// positions (pos) and full vectors (rows, row_bytes each, zero where there is none). Rows come
+// from the stash slots (from_slots: slot q * S + position, missing when the position is >= S, to
+// be gathered on the host) or from the device copy of the vectors (row = id). row_bytes = 0: plan
+// only. word: 16, 4 or 1 bytes per copy (row_bytes a multiple).
+extern "C" __global__ void bang_rerank_rows(const int* __restrict__ log_ids, const float* __restrict__ log_d,
+                                            long long ld, int C, int Cp, int rr,
+                                            const unsigned char* __restrict__ src, int from_slots, int S,
+                                            int row_bytes, int word, int* __restrict__ cand,
+                                            long long* __restrict__ pos, unsigned char* __restrict__ rows,
+                                            unsigned char* __restrict__ missing, int* __restrict__ n_missing) {
+    extern __shared__ unsigned long long s_keys[];
+    const long long q = blockIdx.x;
+    for (int i = threadIdx.x; i < Cp; i += blockDim.x)
+        s_keys[i] = i < C ? bang_order_key(log_d[q * ld + i], (unsigned)i) : ~0ull;  // padding sorts last
+    bang_bitonic(s_keys, Cp);
+    for (int j = threadIdx.x; j < rr; j += blockDim.x) {
+        const int p = j < C ? (int)(s_keys[j] & 0xffffffffull) : C;
+        const int id = j < C ? log_ids[q * ld + p] : -1;
+        cand[q * rr + j] = id;
+        pos[q * rr + j] = p;
+        const bool miss = from_slots && id >= 0 && p >= S;
+        missing[q * rr + j] = miss;
+        if (miss) atomicAdd(n_missing, 1);
+    }
+    if (row_bytes == 0) return;
+    const int wpr = row_bytes / word;
+    for (int t = threadIdx.x; t < rr * wpr; t += blockDim.x) {
+        const int j = t / wpr, w = t % wpr;
+        const int p = j < C ? (int)(s_keys[j] & 0xffffffffull) : C;
+        const int id = j < C ? log_ids[q * ld + p] : -1;
+        const bool ok = id >= 0 && (!from_slots || p < S);
+        const long long from = from_slots ? q * S + p : (long long)id;
+        unsigned char* dst = rows + (q * rr + j) * (long long)row_bytes;
+        if (word == 16) {
+            reinterpret_cast<uint4*>(dst)[w] = ok ? reinterpret_cast<const uint4*>(src + from * row_bytes)[w]
+                                                  : make_uint4(0u, 0u, 0u, 0u);
+        } else if (word == 4) {
+            reinterpret_cast<unsigned*>(dst)[w] = ok ? reinterpret_cast<const unsigned*>(src + from * row_bytes)[w] : 0u;
+        } else {
+            dst[w] = ok ? src[from * row_bytes + w] : (unsigned char)0;
+        }
+    }
+}
+
+// The k best of a query's c re-ranked candidates by exact distance (ties by column), as
+// exact_topk of _search_cpu.py: distance +inf where the candidate is -1, id -1 where the distance
+// is not finite, kk = min(k, c) sorted entries, then +inf / -1 up to k.
+extern "C" __global__ void bang_rerank_select(const float* __restrict__ dist, const int* __restrict__ cand, int c,
+                                              int Cp, int k, float* __restrict__ D, long long* __restrict__ I) {
+    extern __shared__ unsigned long long s_keys[];
+    const long long q = blockIdx.x;
+    for (int i = threadIdx.x; i < Cp; i += blockDim.x)
+        s_keys[i] = i < c ? bang_order_key(cand[q * c + i] >= 0 ? dist[q * c + i] : BANG_INF, (unsigned)i) : ~0ull;
+    bang_bitonic(s_keys, Cp);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        float v = BANG_INF;
+        long long id = -1;
+        if (j < c) {
+            const int p = (int)(s_keys[j] & 0xffffffffull);
+            const int cd = cand[q * c + p];
+            v = cd >= 0 ? dist[q * c + p] : BANG_INF;
+            id = isfinite(v) ? (long long)cd : -1;
+        }
+        D[q * k + j] = v;
+        I[q * k + j] = id;
+    }
 }
