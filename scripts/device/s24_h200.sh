@@ -54,10 +54,10 @@ if [ "${PART:-a}" = d ]; then
   echo "tests rc=$? $(( $(date +%s) - t0 )) s"; tail -2 "$out/tests_bang.log"; grep -E "^FAILED" "$out/tests_bang.log" | head
   timeout ${BANG_S:-330} $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams ${BEAMS:-16,20,24,32} --widths 4 \
       --prefetch on --rerank on --paths new,new-cupy --pipeline-batches 2,2 --busy --cuvs-probes 2,3,4,5,6,8 \
-      --out "$out/bang_rowsort.json" > "$out/bang_rowsort.log" 2>&1
+      --out "$out/bang_rerank.json" > "$out/bang_rerank.log" 2>&1
   echo "bang rc=$? $(( $(date +%s) - t0 )) s"
-  grep -o '{"busy"[^}]*}' "$out/bang_rowsort.log" | grep -o '"beam": [0-9]*\|"width": [0-9]*\|"kernel_frac": [0-9.]*\|"busy_frac": [0-9.]*' | paste - - - - | head -20
-  $py - "$out/bang_rowsort.json" <<'PY'
+  grep -o '{"busy"[^}]*}' "$out/bang_rerank.log" | grep -o '"beam": [0-9]*\|"width": [0-9]*\|"kernel_frac": [0-9.]*\|"busy_frac": [0-9.]*' | paste - - - - | head -20
+  $py - "$out/bang_rerank.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["rows"]:
@@ -68,5 +68,5 @@ for r in d["rows"]:
                                  "host_wait_s", "host_gather_s", "host_launch_s", "host_finish_s", "loop_s", "setup_s", "total_s")})
 print({k: v for k, v in d.items() if k in ("cuvs_error",)})
 PY
-  grep -E "Error|Traceback" "$out/bang_rowsort.log" | head -3
+  grep -E "Error|Traceback" "$out/bang_rerank.log" | head -3
 fi
