@@ -103,8 +103,7 @@ def main():
     ap.add_argument("--build-budget-mb", type=float, default=None,
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-cupy "
-                         "(the re-rank by ~35 CuPy calls instead of its two kernels), new-unpacked (the walk's "
-                         "launches through CuPy's kernel call)")
+                         "(the re-rank by ~35 CuPy calls instead of its two kernels)")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -185,8 +184,7 @@ def main():
                     for path in paths:
                         _search_gpu.configure(legacy=path == "legacy", profile=False,
                                               rerank_mode="host" if path == "new-host" else None,
-                                              rerank_kernels=path != "new-cupy",
-                                              packed_launch=path != "new-unpacked")
+                                              rerank_kernels=path != "new-cupy")
                         knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width, pipeline_batch=-(-a.queries // nb))
@@ -228,7 +226,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, packed_launch=True)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True)
     knnkit.set_memory_budget(budget)
     index._engine.release_gpu_buffers()
     if a.device_peer:

@@ -238,7 +238,7 @@ def test_configure_round_trip():
     old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
-                           "rerank_kernels": old["rerank_kernels"], "packed_launch": old["packed_launch"]}
+                           "rerank_kernels": old["rerank_kernels"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
     finally:
@@ -373,24 +373,6 @@ def test_gpu_rerank_kernels_equal_the_cupy_path(rng):
         assert bool((I[:, :kk] == wi).all()) and bool(((D[:, :kk] == wd) | (cp.isnan(wd) & cp.isnan(D[:, :kk]))).all())
         if kk < k:
             assert bool((I[:, kk:] == -1).all()) and bool(cp.isinf(D[:, kk:]).all())
-
-
-@pytest.mark.gpu
-def test_gpu_packed_launches_same_results(gpu_index):
-    """The walk's kernels launched through the driver with packed arguments (the default) give the
-    results of CuPy's kernel call, bit for bit, and are what the search used."""
-    index, Q = gpu_index
-    knnkit.set_memory_budget(1 << 20)
-    try:
-        dp, ip = index.search(Q, k=10, beam=32)
-        assert sg.last_stats()["packed_launch"]
-        sg.configure(packed_launch=False)
-        du, iu = index.search(Q, k=10, beam=32)
-        assert not sg.last_stats()["packed_launch"]
-    finally:
-        sg.configure(packed_launch=True)
-    np.testing.assert_array_equal(_host(ip), _host(iu))
-    np.testing.assert_array_equal(_host(dp), _host(du))
 
 
 @pytest.mark.gpu

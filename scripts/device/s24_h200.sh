@@ -70,22 +70,3 @@ print({k: v for k, v in d.items() if k in ("cuvs_error",)})
 PY
   grep -E "Error|Traceback" "$out/bang_rerank.log" | head -3
 fi
-if [ "${PART:-a}" = e ]; then
-  # issue 16: the walk's two kernels launched with packed arguments (driver call) against CuPy's
-  # kernel call; GPU tests of the search driver first. No peer (the IVF-PQ ratio is part d's).
-  timeout ${TESTS_S:-150} $py -m pytest -q -m gpu -p no:cacheprovider tests/test_bang_call.py > "$out/tests_bang.log" 2>&1
-  echo "tests rc=$? $(( $(date +%s) - t0 )) s"; tail -2 "$out/tests_bang.log"; grep -E "^FAILED" "$out/tests_bang.log" | head
-  timeout ${BANG_S:-300} $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams ${BEAMS:-16,20,24,32,64} --widths 4 \
-      --prefetch on --rerank on --paths new,new-unpacked --pipeline-batches 2,2 --no-cuvs \
-      --out "$out/bang_packed.json" > "$out/bang_packed.log" 2>&1
-  echo "bang rc=$? $(( $(date +%s) - t0 )) s"
-  $py - "$out/bang_packed.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for r in d["rows"]:
-    print(r["method"], {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                        if k in ("path", "beam", "recall", "qps", "packed_launch", "host_launch_s", "host_gather_s",
-                                 "host_finish_s", "host_wait_s", "loop_s", "setup_s", "total_s")})
-PY
-  grep -E "Error|Traceback" "$out/bang_packed.log" | head -3
-fi

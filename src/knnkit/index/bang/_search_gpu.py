@@ -37,7 +37,6 @@ summed per operation over all batches: stream time, so it includes queueing behi
 batch's work).
 """
 
-import ctypes
 import os
 import threading
 import time
@@ -73,15 +72,14 @@ def _env_flag(name):
 
 _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
-        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no"),
-        "packed_launch": os.environ.get("KNNKIT_BANG_PACKED_LAUNCH", "1").strip() not in ("0", "false", "no")}
+        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
 RERANK_KERNEL_MAX_COLS = 4096
 _UNSET = object()
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, packed_launch=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -100,11 +98,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         A finished batch's re-rank through the ``bang_rerank_rows`` / ``bang_rerank_select``
         kernels (default) or through ~35 CuPy calls (argsort, take_along_axis, masks). Same
         results; for measuring. Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
-    packed_launch : bool
-        The walk's two per-iteration kernels launched through the driver with their arguments
-        packed once per call (default), or through CuPy's kernel call, which converts all ~26
-        arguments on every launch. Same results; for measuring.
-        Environment: ``KNNKIT_BANG_PACKED_LAUNCH=0``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -117,8 +110,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         _cfg["rerank_mode"] = rerank_mode
     if rerank_kernels is not None:
         _cfg["rerank_kernels"] = bool(rerank_kernels)
-    if packed_launch is not None:
-        _cfg["packed_launch"] = bool(packed_launch)
     return old
 
 
@@ -383,9 +374,6 @@ class _Batch:
                            self.n_new, i32(self.new_cap), i32(0 if prefetch else 1), i32(W), self.cand,
                            self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(nq))
         self.grid, self.block = (nq,), (_NT,)
-        self.launch_dist = _PackedLaunch.make(cp, self.k_dist, self.grid, self.block, self.args_dist, self.smem_dist)
-        self.launch_merge = _PackedLaunch.make(cp, self.k_merge, self.grid, self.block, self.args_merge,
-                                               self.smem_merge)
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
         self.nbr_args = (self.nbr_dev.data.ptr, self.nbr_host.ctypes.data, nq * W * R * 4, _H2D)
 
@@ -395,12 +383,6 @@ class _Batch:
         if name is not None:
             self.prof.spans.append((name, self._t, e))
         self._t = e
-
-    def _merge(self, sp):
-        if self.launch_merge is None:
-            self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
-        else:
-            self.launch_merge(sp)
 
     def step(self, first=False, n_kept=0):
         """Queue one iteration on this batch's stream: rows H2D, distances, candidate copy and
@@ -420,11 +402,8 @@ class _Batch:
                 self.h2d_bytes += self.nbr_args[2]
                 if p:
                     self._tick("h2d_nbr")
-            if first or self.launch_dist is None:
-                self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
-                            shared_mem=self.smem_dist)
-            else:
-                self.launch_dist(sp)
+            self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
+                        shared_mem=self.smem_dist)
             if p:
                 self._tick("distances")
             if self.prefetch:
@@ -432,11 +411,11 @@ class _Batch:
                 self.event.record(self.stream)
                 if p:
                     self._tick("d2h_cand")
-                self._merge(sp)
+                self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
                 if p:
                     self._tick("merge")
             else:
-                self._merge(sp)
+                self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
                 if p:
                     self._tick("merge")
                 memcpy(*self.cand_args, sp)
@@ -464,43 +443,6 @@ class _Batch:
                 self.n_copy += 2
                 self.h2d_bytes += vb + n_kept * 4
         self.iters += 1
-
-
-class _PackedLaunch:
-    """One kernel launch whose arguments are packed once (ctypes values and the pointer array the
-    driver reads), for the launches every walk iteration repeats with the same arguments. CuPy's
-    kernel call converts each argument on every call: ~26 for ``bang_distances``, which made the
-    host's launches ~2 ms of a 12 ms call at 3M x 96, L = 20 (twenty-fourth session). ``None``
-    from :meth:`make` where an argument or the kernel is of a kind it does not pack."""
-
-    _C = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
-          np.dtype(np.uint32): ctypes.c_uint32, np.dtype(np.float32): ctypes.c_float}
-
-    def __init__(self, driver, fptr, grid, block, values, shared_mem):
-        self.driver, self.fptr = driver, int(fptr)
-        self.dims = tuple(grid) + (1,) * (3 - len(grid)) + tuple(block) + (1,) * (3 - len(block))
-        self.values = values  # kept alive: the pointer array points into them
-        self.params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self.params_ptr = ctypes.addressof(self.params)
-        self.shared_mem = int(shared_mem)
-
-    @classmethod
-    def make(cls, cp, kern, grid, block, args, shared_mem):
-        fptr = getattr(getattr(kern, "kernel", None), "ptr", None)
-        if not _cfg["packed_launch"] or not isinstance(fptr, int) or not fptr:
-            return None
-        values = []
-        for a in args:
-            if isinstance(a, cp.ndarray):
-                values.append(ctypes.c_void_p(a.data.ptr))
-            elif isinstance(a, np.generic) and a.dtype in cls._C:
-                values.append(cls._C[a.dtype](a.item()))
-            else:
-                return None
-        return cls(cp.cuda.driver, fptr, grid, block, values, shared_mem)
-
-    def __call__(self, stream_ptr):
-        self.driver.launchKernel(self.fptr, *self.dims, self.shared_mem, stream_ptr, self.params_ptr, 0)
 
 
 def _table_fits_shared(tbytes):
@@ -797,8 +739,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
                   h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
                   d2h_bytes=int(sum(b.d2h_bytes for b in batches)),
-                  host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync,
-                  packed_launch=all(b.launch_dist is not None for b in batches))
+                  host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync)
     if profile:
         _stats["phases"] = phases
         _stats["gpu_s"] = prof.sums()
