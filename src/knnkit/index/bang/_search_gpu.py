@@ -852,34 +852,25 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
             src = Xdev if mode == "device" else (b.slots if mode == "stash" else None)
             cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr, src, b.S,
                                                               from_slots=mode == "stash")
-            b.rr_cand, b.rr_pos = cand, pos
-            if prof.on:
-                b._tick("rerank_rows")
-            if mode == "host":
-                b.rr_rows = b.rr_missing = b.rr_result = None
-                return
-            b.rr_rows, b.rr_missing = rows, (missing if mode == "stash" else None)
-            if mode == "stash":
-                b.rr_nmiss = nmiss[0]
-            b.rr_result = _exact(engine, Qb, rows, cand, k)
-            if prof.on:
-                b._tick("rerank_exact")
-            return
-        cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
+            nmiss = nmiss[0]
+        else:  # CuPy: the plan, then the rows
+            cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
+            rows = missing = nmiss = None
+            if mode == "device":
+                rows = rows_from_device(cp, Xdev, cand)
+            elif mode == "stash":
+                rows, missing = rows_from_slots(cp, b.slots, b.S, cand, pos)
+                nmiss = missing.sum()
         b.rr_cand, b.rr_pos = cand, pos
         if prof.on:
-            b._tick("rerank_plan")
+            b._tick("rerank_rows")
         if mode == "host":
             b.rr_rows = b.rr_missing = b.rr_result = None
             return
-        if mode == "device":
-            rows, b.rr_missing = rows_from_device(cp, Xdev, cand), None
-        else:
-            rows, b.rr_missing = rows_from_slots(cp, b.slots, b.S, cand, pos)
-            b.rr_nmiss = b.rr_missing.sum()
         b.rr_rows = rows
-        if prof.on:
-            b._tick("rerank_rows")
+        b.rr_missing = missing if mode == "stash" else None
+        if mode == "stash":
+            b.rr_nmiss = nmiss
         b.rr_result = _exact(engine, Qb, rows, cand, k)
         if prof.on:
             b._tick("rerank_exact")
