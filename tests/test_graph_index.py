@@ -317,6 +317,8 @@ def test_extend_cast_and_single_point():
     assert index.n == 601 and index.search(np.full((1, 8), 7, np.float32), k=1)[1][0, 0] == 600
     with pytest.raises(TypeError):
         index.extend(rng.random((3, 8)).astype(np.float32))
+    with pytest.raises(ValueError, match="new_data have d=4"):  # the message names the argument
+        index.extend(np.zeros((2, 4), np.uint8))
 
 
 # ---------------------------------------------------------------- building blocks

@@ -107,6 +107,8 @@ def test_unknown_kind_and_bad_inputs(tmp_path):
         P.write_container(tmp_path / "x", "t", {}, {"o": np.array([object()])})
     with pytest.raises(TypeError, match="dtype"):
         P.write_container(tmp_path / "x", "t", {}, {"s": np.array(["abc"])})
+    with pytest.raises(IsADirectoryError, match="is a folder; give a file path"):
+        P.write_container(tmp_path, "t", {}, {"a": np.zeros(3)})  # the path of a folder: refused first
     assert sorted(os.listdir(tmp_path)) == ["k.knnkit"]
 
 

@@ -233,6 +233,9 @@ def write_container(path, kind, meta, arrays, *, fsync=False, byteorder="="):
     """
     if byteorder not in ("=", "<", ">"):
         raise ValueError(f"byteorder must be '=', '<' or '>', got {byteorder!r}")
+    if os.path.isdir(os.fspath(path)):  # the atomic rename would fail late, naming the temporary file
+        raise IsADirectoryError(errno.EISDIR, f"{os.fspath(path)} is a folder; give a file path inside it "
+                                f"(e.g. {os.path.join(os.fspath(path), 'index.knnkit')})", os.fspath(path))
     bo = ("<" if sys.byteorder == "little" else ">") if byteorder == "=" else byteorder
     kind_b = _check_kind(kind)
     prepared = _prepare(arrays, byteorder)

@@ -65,10 +65,10 @@ def check_matrix(x, name="data", allow_float64=True, check_finite=True, integer=
     return a, info
 
 
-def check_pair(data, queries):
-    """Check that data and queries agree in dimension."""
+def check_pair(data, queries, name="queries"):
+    """Check that data and queries (the argument ``name``) agree in dimension."""
     if queries.shape[1] != data.shape[1]:
-        raise ValueError(f"dimension mismatch: data has d={data.shape[1]}, queries have d={queries.shape[1]}")
+        raise ValueError(f"dimension mismatch: data has d={data.shape[1]}, {name} have d={queries.shape[1]}")
 
 
 def check_k(k, n, *, self_excluded=False, name="k", max_k=None):

@@ -854,7 +854,7 @@ class GraphIndex:
         if isinstance(new_data, (list, tuple)):
             new_data = np.asarray(new_data)
         a, _info = check_matrix(new_data, "new_data")
-        check_pair(self._engine.data, a)
+        check_pair(self._engine.data, a, "new_data")
         a = as_host(a)
         dt = self.dtype
         if a.dtype != dt:
