@@ -56,6 +56,58 @@ def test_nearest_neighbors_equals_sklearn(rng):
         NearestNeighbors(method="kd_tree").fit(X)
 
 
+def _ball_sets(dist, ind, ref_dist, ref_ind, radius):
+    """Rows equal as sets of ids; boundary points (|d - radius| within rounding) may differ."""
+    for d1, i1, d2, i2 in zip(dist, ind, ref_dist, ref_ind):
+        a, b = dict(zip(i1.tolist(), d1.tolist())), dict(zip(i2.tolist(), d2.tolist()))
+        for j in set(a) ^ set(b):
+            assert abs(a.get(j, b.get(j)) - radius) < 1e-4 * max(1.0, radius), (j, a.get(j), b.get(j))
+        for j in set(a) & set(b):
+            assert abs(a[j] - b[j]) < 1e-4 * max(1.0, abs(b[j]))
+        assert np.all(np.diff(d1) >= 0)  # sorted
+
+
+@pytest.mark.parametrize("metric", ["minkowski", "sqeuclidean", "cosine"])
+@pytest.mark.parametrize("method", ["exact", "index"])
+def test_radius_neighbors_equals_sklearn(rng, metric, method):
+    """Exact whatever the method: balls from a few points to more than the first k (the k-doubling
+    rounds), with and without queries (each training sample leaves itself out), radius 0, and the
+    sparse graph."""
+    X, Q = _data(rng, n=600)
+    X = np.concatenate([X, X[:30]])  # exact duplicates: distance 0 from each other
+    scale = {"minkowski": 1.0, "sqeuclidean": 1.0, "cosine": 0.25}[metric]
+    ours = NearestNeighbors(n_neighbors=3, metric=metric, method=method, device="cpu", random_state=0).fit(X)
+    ref = skn.NearestNeighbors(metric=metric, algorithm="brute").fit(X)
+    for radius in (0.0, 2.0 * scale, 3.5 * scale, 5.0 * scale):
+        for args in ((Q,), (), (X[:40],)):
+            d1, i1 = ours.radius_neighbors(*args, radius=radius)
+            d2, i2 = ref.radius_neighbors(*args, radius=radius, sort_results=True)
+            assert len(d1) == len(d2) and d1.dtype == object and i1[0].dtype == np.int64
+            _ball_sets(d1, i1, d2, i2, radius)
+    sizes = [len(r) for r in ours.radius_neighbors(Q, radius=5.0 * scale, return_distance=False)]
+    assert max(sizes) > 64  # past several doublings of k (16 -> 32 -> 64 -> 128)
+    g1 = ours.radius_neighbors_graph(Q, radius=3.5 * scale, mode="distance")
+    g2 = ref.radius_neighbors_graph(Q, radius=3.5 * scale, mode="distance")
+    assert g1.shape == g2.shape and abs(g1.nnz - g2.nnz) <= 2
+    # the 30 duplicate pairs, both ways (cosine's 1 - cos of equal vectors rounds to ~1e-7)
+    assert ours.radius_neighbors_graph(radius=1e-5 if metric == "cosine" else 0.0).nnz == 60
+
+
+def test_radius_neighbors_refusals(rng):
+    X, Q = _data(rng, n=50)
+    nn = NearestNeighbors(device="cpu").fit(X)
+    for bad in (-1.0, np.inf, np.nan, "1", True):
+        with pytest.raises(ValueError, match="radius"):
+            nn.radius_neighbors(Q, radius=bad)
+    with pytest.raises(ValueError, match="inner_product"):
+        NearestNeighbors(metric="inner_product", device="cpu").fit(X).radius_neighbors(Q)
+    with pytest.raises(ValueError, match="mode"):
+        nn.radius_neighbors_graph(Q, mode="weights")
+    one = NearestNeighbors(device="cpu").fit(X[:1])
+    assert one.radius_neighbors(radius=10.0)[1][0].size == 0  # alone: nothing but itself
+    assert NearestNeighbors(radius=100.0, device="cpu").fit(X).radius_neighbors(Q[:2])[1][0].size == 50
+
+
 @pytest.mark.parametrize("method", ["graph", "index"])
 def test_approximate_methods_recall(rng, method):
     from knnkit.datasets import make_clustered

@@ -5,7 +5,8 @@
 fitted attributes ending in ``_``; ``kneighbors()`` without ``X`` leaves each training sample out
 of its own list; the transformer's distance graph holds ``n_neighbors + 1`` entries per row, the
 sample itself included, so that it chains into ``Isomap``, ``TSNE(metric="precomputed")``,
-``DBSCAN(metric="precomputed")`` and ``SpectralClustering(affinity="precomputed_nearest_neighbors")``).
+``DBSCAN(metric="precomputed")`` and ``SpectralClustering(affinity="precomputed_nearest_neighbors")``;
+``radius_neighbors`` and ``radius_neighbors_graph`` as scikit-learn's, always exact).
 The neighbours come from knnkit: exact search (GEMM or Sweet KNN) on the GPU when one is usable,
 or the approximate k-NN graph / graph index for large data (``method``).
 """
@@ -47,6 +48,8 @@ class NearestNeighbors(BaseEstimator):
     ----------
     n_neighbors : int, default 5
         Neighbours returned by :meth:`kneighbors` when its ``n_neighbors`` is not given.
+    radius : float, default 1.0
+        Radius of :meth:`radius_neighbors` when its ``radius`` is not given.
     metric : {"minkowski", "euclidean", "l2", "sqeuclidean", "cosine", "inner_product"}, default "minkowski"
         ``"minkowski"`` needs ``p=2`` (Euclidean, scikit-learn's default). Distances are those of
         scikit-learn for the same metric (Euclidean, not squared; ``cosine``: ``1 - cos``);
@@ -86,8 +89,10 @@ class NearestNeighbors(BaseEstimator):
     [[1, 2], [0, 2], [0, 1], [2, 1]]
     """
 
-    def __init__(self, n_neighbors=5, *, metric="minkowski", p=2, method="auto", device="auto", random_state=None):
+    def __init__(self, n_neighbors=5, *, radius=1.0, metric="minkowski", p=2, method="auto", device="auto",
+                 random_state=None):
         self.n_neighbors = n_neighbors
+        self.radius = radius
         self.metric = metric
         self.p = p
         self.method = method
@@ -186,6 +191,74 @@ class NearestNeighbors(BaseEstimator):
         indptr = np.arange(0, nq * k + 1, k)
         return sp.csr_matrix((data, i.ravel(), indptr), shape=(nq, self.n_samples_fit_))
 
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """Every fit point within ``radius`` of each query (boundary included), as scikit-learn's
+        ``radius_neighbors``; each training sample leaves itself out when ``X`` is None.
+
+        Always exact, whatever ``method``: exact k-NN with k doubled for the queries whose k-th
+        neighbour still lies within the radius, so a query costs about the size of its ball.
+        Distances as :meth:`kneighbors` computes them (knnkit's exact search). Results come
+        sorted by distance (ties by smaller index) whatever ``sort_results``.
+
+        Returns
+        -------
+        distances : ndarray of object (n_queries,), arrays of floats, only when ``return_distance``
+        indices : ndarray of object (n_queries,), arrays of int64
+        """
+        check_is_fitted(self)
+        radius = getattr(self, "radius", 1.0) if radius is None else radius
+        if isinstance(radius, bool) or not isinstance(radius, numbers.Real) or not np.isfinite(radius) or radius < 0:
+            raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
+        if self.effective_metric_ == "inner_product":
+            raise ValueError("radius_neighbors needs a distance; metric='inner_product' ranks by similarity")
+        if X is not None:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        data = self._fit_X
+        n_fit = self.n_samples_fit_
+        nq = n_fit if X is None else X.shape[0]
+        dtype = data.dtype if X is None else X.dtype
+        dist = np.empty(nq, dtype=object)
+        ind = np.empty(nq, dtype=object)
+        pending = np.arange(nq)
+        # X is None: each row asks for one more neighbour and drops itself; once a row's last
+        # neighbour lies outside the ball (or every point is listed) the ball is complete, so the
+        # row itself (distance 0) is among them even among more than k duplicates
+        extra = 1 if X is None else 0
+        k = min(n_fit - extra, max(int(self.n_neighbors), 16))
+        while pending.size:
+            kk = min(n_fit, k + extra)
+            Q = data[pending] if X is None else X[pending]
+            d, i = exact_arrays(data, Q, kk, metric=self.effective_metric_, device=self.device,
+                                random_state=self.random_state)
+            d, i = _host(d), _host(i).astype(np.int64)
+            done = (d[:, -1] > radius) | (kk >= n_fit)
+            for row in np.flatnonzero(done):
+                q = pending[row]
+                keep = d[row] <= radius
+                if X is None:
+                    keep &= i[row] != q
+                dist[q] = d[row][keep].astype(dtype, copy=False)
+                ind[q] = i[row][keep]
+            pending = pending[~done]
+            k = min(n_fit - extra, 2 * k)
+        return (dist, ind) if return_distance else ind
+
+    def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity", sort_results=False):
+        """Sparse (n_queries, n_samples_fit) CSR graph of :meth:`radius_neighbors`: ones
+        (``mode="connectivity"``) or distances (``mode="distance"``)."""
+        import scipy.sparse as sp
+
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f"mode must be 'connectivity' or 'distance', got {mode!r}")
+        d, i = self.radius_neighbors(X, radius=radius, return_distance=True)
+        counts = np.fromiter((len(r) for r in i), dtype=np.int64, count=len(i))
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        cols = np.concatenate(list(i)) if len(i) else np.zeros(0, np.int64)
+        vals = np.concatenate(list(d)) if len(d) else np.zeros(0)
+        if mode == "connectivity":
+            vals = np.ones(cols.shape[0], dtype=vals.dtype if vals.size else np.float64)
+        return sp.csr_matrix((vals, cols, indptr), shape=(len(i), self.n_samples_fit_))
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
@@ -218,8 +291,13 @@ class KNeighborsTransformer(TransformerMixin, NearestNeighbors):
 
     def __init__(self, *, mode="distance", n_neighbors=5, metric="minkowski", p=2, method="auto", device="auto",
                  random_state=None):
-        super().__init__(n_neighbors=n_neighbors, metric=metric, p=p, method=method, device=device,
-                         random_state=random_state)
+        # not NearestNeighbors.__init__: that would also set ``radius``, which is not a parameter here
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self.p = p
+        self.method = method
+        self.device = device
+        self.random_state = random_state
         self.mode = mode
 
     def fit(self, X, y=None):
