@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ..._core.backend import as_host, cupy_or_none
+from ..._core.backend import as_host, cupy_or_none, get_array_module
 from ..._core.config import get_memory_budget, logger
 from ..._core.metrics import internal_metric, prepare_vectors
 from ..._core.params import check_int
@@ -108,7 +108,7 @@ class HostIndex:
     placement = "host"
 
     def __init__(self, data, graph, entry, codebook, codes, *, metric, build_params, device="cpu", nn1_max=None,
-                 scale=1.0, rotation=None):
+                 scale=1.0, rotation=None, center=None):
         self.metric = metric
         self._imetric = internal_metric(metric)
         self._data = data
@@ -118,6 +118,9 @@ class HostIndex:
         self._codes = codes
         # OPQ's rotation of the padded space (None: plain PQ); queries are rotated before their tables
         self._rotation = None if rotation is None else np.ascontiguousarray(rotation, dtype=np.float32)
+        # the PQ is trained on and encodes the prepared vectors minus this mean (None: not centred,
+        # indexes saved before it); see pq_queries
+        self._center = None if center is None else np.ascontiguousarray(center, dtype=np.float32)
         self.build_params = dict(build_params)
         self.device = device
         self.scale = float(scale)
@@ -161,6 +164,20 @@ class HostIndex:
         return f"placement='host', compression='{self.compression}', pq_bytes={self.pq_bytes}"
 
     compression = property(lambda self: "pq" if self._rotation is None else "opq")
+
+    def pq_queries(self, Q):
+        """Prepared queries as the PQ tables take them. Data far from the origin (a common offset
+        large against the spread: coordinates, timestamps, all-positive features) made the tables'
+        expansion |q|^2 - 2 q.c + |c|^2 cancel in float32 (one coordinate shifted by 1e6 on unit
+        spread: walk recall 0.68, its build check 0.39-0.56), and the k-means and encoding with it.
+        So the PQ works on the vectors minus the training sample's mean: l2 distances do not
+        change; for inner products the queries stay as they are, which shifts each query's PQ
+        scores by the constant q.mean (its ranking unchanged)."""
+        if self._center is None or self._imetric == "ip":
+            return Q
+        xp = get_array_module(Q)
+        c = self._center if xp is np else self._gpu_cache("pq_center", lambda: xp.asarray(self._center))
+        return Q - c
 
     def rotation_on_device(self):
         """OPQ's rotation as a GPU array (kept by the index), or None for plain PQ."""
@@ -211,6 +228,8 @@ class HostIndex:
         rows = np.sort(np.random.default_rng([seed & 0xFFFFFFFF, 0x5A]).choice(n, min(n, TRAIN_SAMPLE),
                                                                              replace=False))
         sample = prepare_vectors(np.asarray(a[rows]), metric, scale)
+        center = sample.mean(axis=0, dtype=np.float64).astype(np.float32)  # see pq_queries
+        sample = sample - center
         opq = use_opq(compression, d, m)
         xp = cupy_or_none() if device == "gpu" else np
         if opq:
@@ -220,14 +239,14 @@ class HostIndex:
             rotation, codebook = None, as_host(train_pq(xp.asarray(sample), m, random_state=seed))
         timings["pq_train"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        codes = encode_all(a, codebook, metric, scale, device, rotation=rotation)
+        codes = encode_all(a, codebook, metric, scale, device, rotation=rotation, center=center)
         timings["pq_encode"] = time.perf_counter() - t2
         bp = dict(bp, placement="host", compression="opq" if opq else "pq", pq_bytes=int(m))
         logger.info("GraphIndex: host placement, PQ %d bytes/vector; build phases (s): %s", m,
                     {k: round(v, 3) for k, v in timings.items()})
         nn1 = None
         engine = cls(a, graph, entry, codebook, codes, metric=metric, build_params=bp, device=device, nn1_max=nn1,
-                     scale=scale, rotation=rotation)
+                     scale=scale, rotation=rotation, center=center)
         engine.build_timings = timings
         return engine
 
@@ -378,7 +397,7 @@ class HostIndex:
         I = np.empty((nq, k), np.int64)
         for s in range(0, nq, bs):
             qb = qh[s:s + bs]
-            T = pq_tables(qb, self._codebook, self._imetric, self._rotation)
+            T = pq_tables(self.pq_queries(qb), self._codebook, self._imetric, self._rotation)
             seeds = self._entry.seeds_for(qb, n_seeds)
             log_ids, log_d, _n = search_pq_cpu(self._graph, self._codes, T, seeds, L=L, max_iters=max_iters,
                                                width=width)
@@ -419,6 +438,8 @@ class HostIndex:
         }
         if self._rotation is not None:
             arrays["pq_rotation"] = self._rotation
+        if self._center is not None:
+            arrays["pq_center"] = self._center
         return meta, arrays
 
     @classmethod
@@ -440,28 +461,35 @@ class HostIndex:
                              f"expected ({dp}, {dp}) float32")
         if (meta.get("compression") == "opq") != (rotation is not None):
             raise ValueError("invalid knnkit host-placement index: compression and OPQ rotation disagree")
+        center = arrays.get("pq_center")  # absent in files saved before the PQ was centred
+        if center is not None and (center.shape != (arrays["data"].shape[1],) or center.dtype != np.float32):
+            raise ValueError(f"invalid knnkit host-placement index: PQ centre of shape {center.shape}, "
+                             f"expected ({arrays['data'].shape[1]},) float32")
         metric = meta["metric"]
         entry = EntryPoints(np.asarray(arrays["entry_centroids"]), np.asarray(arrays["entry_medoids"]),
                             meta.get("entry_metric", internal_metric(metric)))
         return cls(arrays["data"], arrays["graph"], entry, cb, codes, metric=metric,
                    build_params=meta.get("build_params", {}), device=device, nn1_max=meta.get("nn1_max"),
-                   scale=meta.get("scale", 1.0), rotation=None if rotation is None else np.asarray(rotation))
+                   scale=meta.get("scale", 1.0), rotation=None if rotation is None else np.asarray(rotation),
+                   center=None if center is None else np.asarray(center))
 
 
-def encode_all(a, codebook, metric, scale, device, rotation=None):
-    """PQ codes of every row of ``a`` (host array or memory map), prepared and encoded in batches
-    of :data:`ENCODE_BATCH` rows on ``device`` (``rotation``: OPQ's); host uint8 (n, m)."""
+def encode_all(a, codebook, metric, scale, device, rotation=None, center=None):
+    """PQ codes of every row of ``a`` (host array or memory map), prepared, minus ``center`` (the
+    PQ's mean, see :meth:`HostIndex.pq_queries`) and encoded in batches of :data:`ENCODE_BATCH`
+    rows on ``device`` (``rotation``: OPQ's); host uint8 (n, m)."""
     n = a.shape[0]
     out = np.empty((n, codebook.shape[0]), np.uint8)
     if device == "gpu":
         cp = cupy_or_none()
         cb = cp.asarray(codebook)
         rot = None if rotation is None else cp.asarray(rotation)
+        cd = None if center is None else cp.asarray(center)
         for s in range(0, n, ENCODE_BATCH):
             Xb = prepare_vectors(cp.asarray(np.asarray(a[s:s + ENCODE_BATCH])), metric, scale)
-            out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb, cb, rotation=rot))
+            out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb if cd is None else Xb - cd, cb, rotation=rot))
         return out
     for s in range(0, n, ENCODE_BATCH):
-        out[s:s + ENCODE_BATCH] = encode(prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale), codebook,
-                                         rotation=rotation)
+        Xb = prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale)
+        out[s:s + ENCODE_BATCH] = encode(Xb if center is None else Xb - center, codebook, rotation=rotation)
     return out
