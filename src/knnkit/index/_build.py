@@ -60,12 +60,12 @@ def _nn1_max_gpu(X, cand_dist, metric, xnorm_max=None, xn2=None):
     return float(cp.sqrt(cp.maximum(d1, 0).max())) if d1.size else float("inf")
 
 
-def exact_knn_cpu(X, Q, k, metric, *, exclude_self=False, block=None):
+def exact_knn_cpu(X, Q, k, metric, *, exclude_self=False):
     """Exact internal-metric k-NN of Q in X on the CPU: the exact engine (:func:`knnkit.exact.knn_lists`,
     rows by (distance, id), its rounding certificate).
 
     Returns ``(dist float32 (nq, k), idx int64 (nq, k))``. With ``exclude_self`` Q must be X and
-    each row omits itself. ``block`` is unused (the engine tiles by its own memory budget).
+    each row omits itself (the engine tiles by its own memory budget).
 
     This was a GEMM expansion |x|^2 - 2 q.x + |q|^2 of its own, with no certificate: data whose
     common offset is large against its spread (every coordinate of 3k x 16 Gaussian data shifted

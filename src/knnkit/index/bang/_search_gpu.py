@@ -46,6 +46,7 @@ import numpy as np
 from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
+from .._search_gpu import _pow2ceil
 from ._pq import _padded, pq_tables, table_bytes
 from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows, gather_walk
 
@@ -164,10 +165,6 @@ def rerank_plan(xp, log_ids, log_d, rerank, C):
     return xp.ascontiguousarray(cand), order
 
 
-def _pow2(x):
-    return 1 << max(0, (int(x) - 1).bit_length())
-
-
 def rerank_kernels_apply(log_d, C, rr):
     """Whether :func:`rerank_rows_gpu` / :func:`rerank_select_gpu` take this re-rank (else CuPy)."""
     return (_cfg["rerank_kernels"] and 1 <= C <= RERANK_KERNEL_MAX_COLS and 1 <= rr <= RERANK_KERNEL_MAX_COLS
@@ -182,7 +179,7 @@ def rerank_rows_gpu(cp, log_ids, log_d, C, rr, src=None, S=0, from_slots=False):
     1-element device array), queued on the current stream with no host wait."""
     nb = log_ids.shape[0]
     C, rr = int(C), int(rr)
-    Cp = _pow2(C)
+    Cp = _pow2ceil(C)
     cand = cp.empty((nb, rr), dtype=cp.int32)
     pos = cp.empty((nb, rr), dtype=cp.int64)
     missing = cp.empty((nb, rr), dtype=cp.bool_)
@@ -211,7 +208,7 @@ def rerank_select_gpu(cp, dist, cand, k):
     D = cp.empty((nq, int(k)), dtype=cp.float32)
     I = cp.empty((nq, int(k)), dtype=cp.int64)
     if nq:
-        Cp = _pow2(c)
+        Cp = _pow2ceil(c)
         _kernel("bang_rerank_select")((int(nq),), (int(min(256, max(32, Cp // 2))),),
                                       (dist, cand, np.int32(c), np.int32(Cp), np.int32(k), D, I), shared_mem=8 * Cp)
     return D, I
