@@ -1075,16 +1075,43 @@ def test_search_batch_merge_equals_sequential_inserts(rng):
             assert np.array_equal(x[:s1], y[:s2]), trial
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("placement", ["device", "host"])
-def test_index_on_data_far_from_the_origin(placement):
+def test_index_on_data_far_from_the_origin(placement, device):
     """A common offset large against the spread (every coordinate + 1e4 on unit Gaussian data):
     the exact candidate lists were a GEMM expansion of their own that cancelled in float32 (almost
     every list wrong, recall 0.64 at beam 64), and host placement's PQ tables cancelled the same
-    way (recall 0.03-0.19) until the PQ worked on centred vectors. Both as good as centred data."""
+    way (recall 0.03-0.19) until the PQ worked on centred vectors. On the GPU, the walk's float16
+    copy would round every coordinate to a multiple of 8; the walk reads float32 there. All as
+    good as centred data."""
     rng = np.random.default_rng(21)
     X = rng.standard_normal((3000, 16)).astype(np.float32) + np.float32(1e4)
     Q = rng.standard_normal((40, 16)).astype(np.float32) + np.float32(1e4)
-    index = GraphIndex.build(X, placement=placement, device="cpu", random_state=0)
-    d, _i = index.search(Q, k=10, beam=64)
+    index = GraphIndex.build(X, placement=placement, device=device, random_state=0)
     want, _ = knnkit.knn(X, Q, k=10, device="cpu")
-    assert np.mean(d <= want[:, -1:] * (1 + 1e-6) + 1e-6) >= 0.95
+    for beam in (32, 64):
+        d, _i = index.search(Q, k=10, beam=beam)
+        d = np.asarray(d.get() if hasattr(d, "get") else d)
+        assert np.mean(d <= want[:, -1:] * (1 + 1e-6) + 1e-6) >= 0.95, beam
+
+
+@pytest.mark.gpu
+@gpu
+def test_fp16_traversal_kept_where_it_resolves_the_distances():
+    """The float16 copy is used while its rounding is small against the data's spread (uint8-like
+    and unit Gaussian data) and dropped when a common offset dwarfs it; ``traversal="fp16"`` asked
+    for explicitly is still honoured there."""
+    import cupy as cp
+
+    from knnkit.index._engine import _fp16_resolves
+
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((5000, 32)).astype(np.float32)
+    u8 = rng.integers(0, 256, (5000, 128)).astype(np.float32)
+    assert _fp16_resolves(cp.asarray(g)) and _fp16_resolves(cp.asarray(u8))
+    assert not _fp16_resolves(cp.asarray(g + np.float32(1e4)))
+    index = GraphIndex.build(cp.asarray(g + np.float32(1e3)), random_state=0)
+    index.search(cp.asarray(g[:8] + np.float32(1e3)), k=5)
+    assert index._engine._x16_cache[1] is None
+    d, _ = index.search(cp.asarray(g[:8] + np.float32(1e3)), k=5, traversal="fp16")
+    assert d.shape == (8, 5)

@@ -67,16 +67,17 @@ def _ball_sets(dist, ind, ref_dist, ref_ind, radius):
         assert np.all(np.diff(d1) >= 0)  # sorted
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("metric", ["minkowski", "sqeuclidean", "cosine"])
 @pytest.mark.parametrize("method", ["exact", "index"])
-def test_radius_neighbors_equals_sklearn(rng, metric, method):
+def test_radius_neighbors_equals_sklearn(rng, metric, method, device):
     """Exact whatever the method: balls from a few points to more than the first k (the k-doubling
     rounds), with and without queries (each training sample leaves itself out), radius 0, and the
     sparse graph."""
     X, Q = _data(rng, n=600)
     X = np.concatenate([X, X[:30]])  # exact duplicates: distance 0 from each other
     scale = {"minkowski": 1.0, "sqeuclidean": 1.0, "cosine": 0.25}[metric]
-    ours = NearestNeighbors(n_neighbors=3, metric=metric, method=method, device="cpu", random_state=0).fit(X)
+    ours = NearestNeighbors(n_neighbors=3, metric=metric, method=method, device=device, random_state=0).fit(X)
     ref = skn.NearestNeighbors(metric=metric, algorithm="brute").fit(X)
     for radius in (0.0, 2.0 * scale, 3.5 * scale, 5.0 * scale):
         for args in ((Q,), (), (X[:40],)):

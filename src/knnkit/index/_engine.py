@@ -162,6 +162,28 @@ def _connect(X, g, entry, im):
     return g, entry, conn
 
 
+
+#: fp16 traversal is kept while the vectors' float16 rounding error is at most this fraction of
+#: their spread (SIFT-like uint8 data: 0.006; unit Gaussian data shifted by 1e4: ~5)
+FP16_ROUNDING_MAX = 2.0 ** -6
+
+
+def _fp16_resolves(X):
+    """Whether float16 copies of the rows of ``X`` (a device array) still tell their distances apart.
+
+    Rounding a component to float16 moves it by up to ``|x| * 2**-11``; summed over the dimensions
+    at each one's largest magnitude, that is the error a distance can carry. It is compared with the
+    data's own spread, ``sqrt(sum_d var_d)`` (the typical distance from a point to the mean).
+    """
+    cp = cupy_or_none()
+    n = X.shape[0]
+    rows = X if n <= 65536 else X[:: max(1, n // 65536)]
+    rows = rows.astype(cp.float32)
+    amax = cp.abs(rows).max(axis=0)
+    err = float(cp.sqrt(cp.sum((amax * 2.0 ** -11) ** 2)))
+    spread = float(cp.sqrt(cp.sum(rows.var(axis=0))))
+    return err <= FP16_ROUNDING_MAX * spread
+
 class _StageBar:
     """Steps of a progress bar over named build stages; the bar's postfix names the next stage."""
 
@@ -510,6 +532,13 @@ class SearchGraph:
         if float(cp.abs(X).max()) >= 60000.0:
             if required:
                 raise ValueError("traversal='fp16': vector components exceed the float16 range")
+            self._x16_cache = (X, None)
+            return None
+        if not required and not _fp16_resolves(X):
+            # far from the origin against their spread (every coordinate + 1e4 on unit data): fp16's
+            # ulp there is larger than the distances the walk must order, so the walk would steer by
+            # noise; the fp32 walk reads twice the bytes but keeps the recall per beam
+            logger.info("fp16 traversal off: the vectors' float16 rounding is large against their spread")
             self._x16_cache = (X, None)
             return None
         x16 = X.astype(cp.float16)

@@ -1,0 +1,86 @@
+"""When does the GPU walk's float16 copy stop telling distances apart? (issue 7/11, data far from
+the origin).
+
+For unit Gaussian data at several dimensions shifted by a common offset, uniform 2-D data at 1M
+points and uint8-like data, it builds one index and measures recall@10 and QPS at beams 16-128
+with ``traversal="fp16"`` and ``"fp32"``, next to two candidate guard ratios:
+
+* ``err/spread``: sqrt(sum_d (amax_d 2^-11)^2) / sqrt(sum_d var_d) (the guard in ``_engine``);
+* ``err/nbr``: the same error over the median distance from a point to its graph neighbours.
+
+Usage: ``PYTHONPATH=src python benchmarks/fp16_traversal_offsets.py --out DIR``
+"""
+import argparse
+import json
+import time
+
+import cupy as cp
+import numpy as np
+
+import knnkit
+from knnkit import GraphIndex
+
+
+def sets(n):
+    rng = np.random.default_rng(0)
+    for d in (2, 16, 128):
+        g = rng.standard_normal((n + 1000, d)).astype(np.float32)
+        for off in (0.0, 10.0, 100.0, 1e3, 1e4):
+            yield f"gauss_d{d}_off{off:g}", g + np.float32(off)
+    u = rng.random((1_000_000 + 1000, 2)).astype(np.float32)
+    yield "uniform2d_1M", u
+    yield "uniform2d_1M_off1", u + np.float32(1.0)
+    yield "uniform2d_1M_off10", u + np.float32(10.0)
+    yield "uint8_d128", rng.integers(0, 256, (n + 1000, 128)).astype(np.uint8)
+
+
+def ratios(X, index):
+    Xf = cp.asarray(X, dtype=cp.float32)
+    amax = cp.abs(Xf).max(axis=0)
+    err = float(cp.sqrt(cp.sum((amax * 2.0 ** -11) ** 2)))
+    spread = float(cp.sqrt(cp.sum(Xf.var(axis=0))))
+    g = cp.asarray(index.graph)[:1024]
+    rows = cp.arange(1024)[:, None]
+    nb = cp.sqrt(cp.sum((Xf[g] - Xf[rows][:, :, :]) ** 2, axis=2))
+    nbr = float(cp.median(nb[g >= 0]))
+    return err / spread, err / nbr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--n", type=int, default=200_000)
+    a = ap.parse_args()
+    rows = []
+    for name, A in sets(a.n):
+        X, Q = A[:-1000], A[-1000:]
+        Xg, Qg = cp.asarray(X), cp.asarray(Q)
+        t = time.perf_counter()
+        index = GraphIndex.build(Xg, random_state=0)
+        cp.cuda.Device().synchronize()
+        tb = time.perf_counter() - t
+        _, want = knnkit.knn(Xg, Qg, k=10)
+        wd, _ = knnkit.knn(Xg, Qg, k=10)
+        rs, rn = ratios(X, index)
+        rec = {"set": name, "n": X.shape[0], "d": X.shape[1], "build_s": round(tb, 3),
+               "err_spread": rs, "err_nbr": rn, "search_params": repr(getattr(index, "search_params", None))}
+        for trav in ("fp16", "fp32"):
+            for beam in (16, 32, 64, 128):
+                index.search(Qg, k=10, beam=beam, traversal=trav)
+                cp.cuda.Device().synchronize()
+                t = time.perf_counter()
+                d, _i = index.search(Qg, k=10, beam=beam, traversal=trav)
+                cp.cuda.Device().synchronize()
+                dt = time.perf_counter() - t
+                r = float(cp.mean(d <= wd[:, -1:] * (1 + 1e-6) + 1e-30))
+                rec[f"{trav}_b{beam}"] = [round(r, 4), round(Q.shape[0] / dt)]
+        auto_d, _ = index.search(Qg, k=10, beam=32)
+        rec["auto_fp16"] = index._engine._x16_cache is not None and index._engine._x16_cache[1] is not None
+        rows.append(rec)
+        print(json.dumps(rec), flush=True)
+    with open(f"{a.out}/fp16_offsets.json", "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
