@@ -1098,20 +1098,20 @@ def test_index_on_data_far_from_the_origin(placement, device):
 @pytest.mark.gpu
 @gpu
 def test_fp16_traversal_kept_where_it_resolves_the_distances():
-    """The float16 copy is used while its rounding is small against the data's spread (uint8-like
-    and unit Gaussian data) and dropped when a common offset dwarfs it; ``traversal="fp16"`` asked
-    for explicitly is still honoured there."""
+    """The float16 copy is walked while its rounding is small against the graph's edges (unit
+    Gaussian and uint8-like data) and not when a common offset dwarfs them; ``traversal="fp16"``
+    asked for explicitly is still honoured there, and a float32 walk gives the same recall."""
     import cupy as cp
-
-    from knnkit.index._engine import _fp16_resolves
 
     rng = np.random.default_rng(5)
     g = rng.standard_normal((5000, 32)).astype(np.float32)
     u8 = rng.integers(0, 256, (5000, 128)).astype(np.float32)
-    assert _fp16_resolves(cp.asarray(g)) and _fp16_resolves(cp.asarray(u8))
-    assert not _fp16_resolves(cp.asarray(g + np.float32(1e4)))
-    index = GraphIndex.build(cp.asarray(g + np.float32(1e3)), random_state=0)
-    index.search(cp.asarray(g[:8] + np.float32(1e3)), k=5)
-    assert index._engine._x16_cache[1] is None
-    d, _ = index.search(cp.asarray(g[:8] + np.float32(1e3)), k=5, traversal="fp16")
-    assert d.shape == (8, 5)
+    for X, walks_fp16 in ((g, True), (u8, True), (g + np.float32(1e3), False), (g + np.float32(1e4), False)):
+        index = GraphIndex.build(cp.asarray(X[:4800]), random_state=0)
+        Q = cp.asarray(X[4800:])
+        d, _ = index.search(Q, k=10, beam=64)
+        assert index._engine._x16_cache[2] is walks_fp16
+        want, _ = knnkit.knn(cp.asarray(X[:4800]), Q, k=10)
+        assert float(cp.mean(d <= want[:, -1:] * (1 + 1e-6) + 1e-6)) >= 0.95
+        d16, _ = index.search(Q, k=10, beam=64, traversal="fp16")
+        assert d16.shape == (200, 10)
