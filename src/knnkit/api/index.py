@@ -620,7 +620,9 @@ class GraphIndex:
             bytes per expansion) and re-ranks the final candidate list with exact float32
             distances (BANG section 4.9): returned distances are exact, the neighbour set can
             differ slightly from an fp32 walk. ``"auto"`` (default) uses fp16 when every
-            vector component fits float16's range; ``"fp32"`` never does.
+            vector component fits float16's range and float16's rounding stays below a tenth of
+            the graph's typical edge (not on data far from the origin against its spread, where
+            the fp16 walk would steer by rounding noise); ``"fp32"`` never does.
         filter : array-like, optional
             Only points that pass are returned; the forms of :func:`knnkit.knn`'s ``filter`` (a
             mask or bitset for all queries, or one per query). Where many points pass, the walk
