@@ -140,7 +140,7 @@ def test_fake_gpu_logs_and_counts_equal_the_cpu_twin(small, monkeypatch):
     L, W = 24, 4
     _fake_search(monkeypatch, index, Q, 5, L, W, pipeline_batch=len(Q))
     (b,) = e._bang_ws["batches"]
-    T = pq_tables(e.pq_queries(Q), e._codebook, e._imetric)
+    T = pq_tables(e.pq_queries(Q), e._codebook, e.pq_metric)
     li, ld, ne = search_pq_cpu(e._graph, e._codes, T, e._entry.seeds_for(Q, 4), L=L, max_iters=8 * L, width=W)
     np.testing.assert_array_equal(_host(b.log_ids), li)
     np.testing.assert_array_equal(_host(b.n_exp), ne)

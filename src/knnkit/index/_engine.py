@@ -172,16 +172,19 @@ def _connect(X, g, entry, im):
 FP16_ROUNDING_MAX = 0.1
 
 
-def _fp16_resolves(X, graph, sample=1024):
+def _fp16_resolves(X, graph, metric="l2", sample=1024):
     """Whether float16 copies of the rows of ``X`` (a device array) still order the distances the
     walk compares, judged on the search ``graph``'s edges.
 
     Rounding a component to float16 moves it by up to ``|x| * 2**-11``; the largest such move
-    seen in each dimension (on up to 65,536 rows), summed over the dimensions, is the error a
-    distance can carry. It is compared with the
-    median length of the graph's edges from ``sample`` rows spread over the index (the distances
-    the walk must tell apart), so data far from the origin, or dense low-dimensional data, keep
-    the float32 walk.
+    seen in each dimension (on up to 65,536 rows), summed over the dimensions, is the error ``e``
+    a vector can carry. For ``"l2"`` it is compared with the median length of the graph's edges
+    from ``sample`` rows spread over the index (the distances the walk must tell apart), so data
+    far from the origin, or dense low-dimensional data, keep the float32 walk. For ``"ip"`` the
+    walk compares scores ``-q.x``, which the error moves by ``|q| e``; it is compared with the
+    median score gap ``q.q - q.x`` from a row ``q`` to its graph neighbours. On unit vectors
+    (cosine) that gap is half the squared edge, so vectors sharing a main direction (cosine
+    similarities near 1) keep the float32 walk although their edges are long against ``e``.
     """
     cp = cupy_or_none()
     n = X.shape[0]
@@ -198,12 +201,18 @@ def _fp16_resolves(X, graph, sample=1024):
     ok = nbrs >= 0
     if not bool(ok.any()):
         return True
-    diff = X[cp.where(ok, nbrs, 0)].astype(cp.float32) - X[rows][:, None, :].astype(cp.float32)
-    edge = cp.sqrt(cp.sum(diff * diff, axis=2))[ok]
-    edge = edge[edge > 0]  # exact duplicates tell nothing about the scale
-    if edge.size == 0:
+    q = X[rows].astype(cp.float32)
+    nb = X[cp.where(ok, nbrs, 0)].astype(cp.float32)
+    if metric == "ip":
+        gap = cp.abs(cp.sum(q * q, axis=1)[:, None] - cp.einsum("id,ijd->ij", q, nb))[ok]
+        err = err * float(cp.median(cp.sqrt(cp.sum(q * q, axis=1))))
+    else:
+        diff = nb - q[:, None, :]
+        gap = cp.sqrt(cp.sum(diff * diff, axis=2))[ok]
+    gap = gap[gap > 0]  # exact duplicates tell nothing about the scale
+    if gap.size == 0:
         return True
-    return err <= FP16_ROUNDING_MAX * float(cp.median(edge))
+    return err <= FP16_ROUNDING_MAX * float(cp.median(gap))
 
 class _StageBar:
     """Steps of a progress bar over named build stages; the bar's postfix names the next stage."""
@@ -554,7 +563,7 @@ class SearchGraph:
             if float(cp.abs(X).max()) >= 60000.0:
                 cache = (X, None, False)
             else:
-                cache = (X, X.astype(cp.float16), _fp16_resolves(X, graph))
+                cache = (X, X.astype(cp.float16), _fp16_resolves(X, graph, self._imetric))
             self._x16_cache = cache
         _X, x16, resolves = cache
         if x16 is None:

@@ -755,7 +755,7 @@ def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R,
     for s0, nb in zip(starts, sizes):
         Qb = Q[s0:s0 + nb]
         e0 = prof.ev(cur) if prof.on else None
-        T = pq_tables(engine.pq_queries(Qb), codebook, engine._imetric, engine.rotation_on_device())
+        T = pq_tables(engine.pq_queries(Qb), codebook, engine.pq_metric, engine.rotation_on_device())
         e1 = prof.ev(cur) if prof.on else None
         seeds = entry.seeds_for(Qb, n_seeds)
         if prof.on:
@@ -785,7 +785,7 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
             with b.stream:
                 if prof.on:
                     b._tick()
-                _tables_into(cp, engine.pq_queries(Qb), codebook, cn, engine._imetric, b._T[:nb],
+                _tables_into(cp, engine.pq_queries(Qb), codebook, cn, engine.pq_metric, b._T[:nb],
                              engine.rotation_on_device())
                 if prof.on:
                     b._tick("tables")
