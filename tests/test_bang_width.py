@@ -128,7 +128,7 @@ def _small_index(seed, n=3000, d=8, nq=12, pq_bytes=4):
     X, Q = X[:n], X[n:]
     index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=seed, pq_bytes=pq_bytes)
     e = index._engine
-    T = pq_tables(Q, e._codebook, e.pq_metric)
+    T = pq_tables(e.pq_queries(Q), e._codebook, e.pq_metric)
     return index, np.asarray(e._graph), np.asarray(e._codes), T, e._entry.seeds_for(Q, 4)
 
 
@@ -180,7 +180,7 @@ def test_width_recall_and_iterations(make, seed):
     index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=seed)
     e = index._engine
     Qp = Q.astype(np.float32)
-    T = pq_tables(Qp, e._codebook, e.pq_metric)
+    T = pq_tables(e.pq_queries(Qp), e._codebook, e.pq_metric)
     seeds = e._entry.seeds_for(Qp, 4)
     L, k = 16, 10
     base = _recall(X, Q, index.search(Q, k=k, beam=L, params=knnkit.index.SearchParams(search_width=1))[1], k)
@@ -265,7 +265,7 @@ def test_gpu_width_logs_match_cpu_logs(rng):
     e = index._engine
     codes, codebook, entry = e._device_arrays()
     Qd = cp.asarray(Q)
-    T = pq_tables(Q, e._codebook, e.pq_metric)
+    T = pq_tables(e.pq_queries(Q), e._codebook, e.pq_metric)
     seeds = e._entry.seeds_for(Q, 4)
     L, mi = 32, 256
     captured = {}
