@@ -108,7 +108,7 @@ class HostIndex:
     placement = "host"
 
     def __init__(self, data, graph, entry, codebook, codes, *, metric, build_params, device="cpu", nn1_max=None,
-                 scale=1.0, rotation=None, center=None):
+                 scale=1.0, rotation=None, center=None, pq_metric=None):
         self.metric = metric
         self._imetric = internal_metric(metric)
         # The PQ walk scores cosine data (unit vectors) by squared L2, which ranks them as the inner
@@ -116,7 +116,10 @@ class HostIndex:
         # data's spread, while two neighbours' scores differ at second order when the vectors share a
         # main direction (1 - cos small): walk recall 0.03 at beam 32 on 24-d data with a common
         # direction and cosine similarities ~0.9999, 0.58 at ~0.99, against 0.99-1.0 by squared L2.
-        self.pq_metric = "l2" if metric == "cosine" else self._imetric
+        # Inner product on rows of one norm is scored so too (the build checks every row's norm).
+        if pq_metric not in (None, "l2", "ip"):
+            raise ValueError(f"invalid knnkit host-placement index: PQ metric {pq_metric!r}")
+        self.pq_metric = pq_metric or ("l2" if metric == "cosine" else self._imetric)
         self._data = data
         self._graph = graph
         self._entry = entry
@@ -245,14 +248,17 @@ class HostIndex:
             rotation, codebook = None, as_host(train_pq(xp.asarray(sample), m, random_state=seed))
         timings["pq_train"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        codes = encode_all(a, codebook, metric, scale, device, rotation=rotation, center=center)
+        norms = []
+        codes = encode_all(a, codebook, metric, scale, device, rotation=rotation, center=center, norms=norms)
         timings["pq_encode"] = time.perf_counter() - t2
         bp = dict(bp, placement="host", compression="opq" if opq else "pq", pq_bytes=int(m))
         logger.info("GraphIndex: host placement, PQ %d bytes/vector; build phases (s): %s", m,
                     {k: round(v, 3) for k, v in timings.items()})
         nn1 = None
+        # inner product on rows of one norm (the user normalised them): scored as cosine is
+        pq_metric = "l2" if metric == "cosine" or (metric == "inner_product" and equal_norms(*norms)) else None
         engine = cls(a, graph, entry, codebook, codes, metric=metric, build_params=bp, device=device, nn1_max=nn1,
-                     scale=scale, rotation=rotation, center=center)
+                     scale=scale, rotation=rotation, center=center, pq_metric=pq_metric)
         engine.build_timings = timings
         return engine
 
@@ -432,7 +438,7 @@ class HostIndex:
         meta = {"metric": self.metric, "dtype": self.dtype.name, "n": self.n, "dim": self.dim,
                 "graph_degree": self.graph_degree, "build_params": self.build_params,
                 "entry_metric": self._entry.metric, "scale": self.scale, "placement": "host",
-                "compression": self.compression, "pq_bytes": self.pq_bytes,
+                "compression": self.compression, "pq_bytes": self.pq_bytes, "pq_metric": self.pq_metric,
                 "nn1_max": self.nn1_max if np.isfinite(self.nn1_max) else None}
         arrays = {
             "data": np.asarray(self._data),
@@ -477,15 +483,17 @@ class HostIndex:
         return cls(arrays["data"], arrays["graph"], entry, cb, codes, metric=metric,
                    build_params=meta.get("build_params", {}), device=device, nn1_max=meta.get("nn1_max"),
                    scale=meta.get("scale", 1.0), rotation=None if rotation is None else np.asarray(rotation),
-                   center=None if center is None else np.asarray(center))
+                   center=None if center is None else np.asarray(center), pq_metric=meta.get("pq_metric"))
 
 
-def encode_all(a, codebook, metric, scale, device, rotation=None, center=None):
+def encode_all(a, codebook, metric, scale, device, rotation=None, center=None, norms=None):
     """PQ codes of every row of ``a`` (host array or memory map), prepared, minus ``center`` (the
     PQ's mean, see :meth:`HostIndex.pq_queries`) and encoded in batches of :data:`ENCODE_BATCH`
-    rows on ``device`` (``rotation``: OPQ's); host uint8 (n, m)."""
+    rows on ``device`` (``rotation``: OPQ's); host uint8 (n, m). ``norms``: a list that receives
+    the smallest and the largest norm of the prepared rows (see :func:`equal_norms`)."""
     n = a.shape[0]
     out = np.empty((n, codebook.shape[0]), np.uint8)
+    lo, hi = np.inf, 0.0
     if device == "gpu":
         cp = cupy_or_none()
         cb = cp.asarray(codebook)
@@ -493,9 +501,26 @@ def encode_all(a, codebook, metric, scale, device, rotation=None, center=None):
         cd = None if center is None else cp.asarray(center)
         for s in range(0, n, ENCODE_BATCH):
             Xb = prepare_vectors(cp.asarray(np.asarray(a[s:s + ENCODE_BATCH])), metric, scale)
+            if norms is not None:
+                nb = cp.sqrt(cp.sum(Xb.astype(cp.float64) ** 2, axis=1))
+                lo, hi = min(lo, float(nb.min())), max(hi, float(nb.max()))
             out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb if cd is None else Xb - cd, cb, rotation=rot))
-        return out
-    for s in range(0, n, ENCODE_BATCH):
-        Xb = prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale)
-        out[s:s + ENCODE_BATCH] = encode(Xb if center is None else Xb - center, codebook, rotation=rotation)
+    else:
+        for s in range(0, n, ENCODE_BATCH):
+            Xb = prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale)
+            if norms is not None:
+                nb = np.sqrt(np.einsum("ij,ij->i", Xb.astype(np.float64), Xb.astype(np.float64)))
+                lo, hi = min(lo, float(nb.min())), max(hi, float(nb.max()))
+            out[s:s + ENCODE_BATCH] = encode(Xb if center is None else Xb - center, codebook, rotation=rotation)
+    if norms is not None:
+        norms[:] = [lo, hi]
     return out
+
+
+#: Rows whose norms differ by at most this fraction count as of one norm (float32 normalisation
+#: leaves ~1e-7): their inner product ranks as their squared L2 (see HostIndex.pq_metric).
+EQUAL_NORMS_RTOL = 1e-4
+
+
+def equal_norms(lo, hi):
+    return bool(np.isfinite(lo) and hi > 0 and hi - lo <= EQUAL_NORMS_RTOL * hi)
