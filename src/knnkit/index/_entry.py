@@ -8,7 +8,7 @@ The code is array-module agnostic: numpy on the CPU, cupy on the GPU.
 
 import numpy as np
 
-from .._core.backend import get_array_module
+from .._core.backend import as_host, get_array_module
 
 __all__ = ["EntryPoints", "build_entry_points", "build_entry_cells"]
 
@@ -60,8 +60,22 @@ class EntryPoints:
         self.centroids = centroids
         self.medoids = medoids
         self.metric = metric
-        self._dev = None  # (source centroids, C, M int32, |C|^2) on the GPU, built on first GPU use
-        self._cells = None  # (source centroids, cells, offsets, C, M) on the CPU, built on first CPU use
+        self._dev = None  # (source centroids, C, M int32, |C|^2, shift) on the GPU, built on first GPU use
+        self._cells = None  # (source centroids, cells, offsets, C, M, shift) on the CPU, built on first CPU use
+
+    def _shift(self, C):
+        """The centroids' mean (float32, host) where squared L2 keys need it subtracted, else None.
+
+        The seed selection ranks centroids by ``|c|^2 - 2 q.c`` (a GEMM on the GPU) and the CPU's
+        cells come from a k-means with the same expansion: on data whose common offset is large
+        against its spread (4x the centroids' own spread or more) that cancels in float32, so
+        queries and centroids are then centred first (squared L2 is translation invariant)."""
+        if self.metric != "l2" or C.shape[0] == 0:
+            return None
+        C64 = C.astype(np.float64)
+        mu = C64.mean(axis=0)
+        spread2 = float(((C64 - mu) ** 2).sum(axis=1).mean())
+        return mu.astype(np.float32) if float(mu @ mu) > 16.0 * spread2 else None
 
     def __len__(self):
         return int(self.medoids.shape[0])
@@ -87,11 +101,16 @@ class EntryPoints:
         if xp is np:
             from ._search_cpu import select_seeds_cpu
 
-            cells, offs, C, M = self._cpu_cells()
+            cells, offs, C, M, mu = self._cpu_cells()
             probes = cells.shape[0] if exact else _CPU_PROBES
-            return select_seeds_cpu(queries, cells, offs, C, M, int(max(1, s)), self.metric, probes=probes)
+            q = queries if mu is None else np.asarray(queries, np.float32) - mu
+            return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, probes=probes)
         C = self.centroids if get_array_module(self.centroids) is xp else xp.asarray(self.centroids)
         M = self.medoids if get_array_module(self.medoids) is xp else xp.asarray(self.medoids)
+        mu = self._shift(as_host(C))
+        if mu is not None:
+            C = C - xp.asarray(mu)
+            queries = queries - xp.asarray(mu)
         nq = queries.shape[0]
         c = C.shape[0]
         s = int(max(1, s))
@@ -126,7 +145,10 @@ class EntryPoints:
         if self._cells is None or self._cells[0] is not self.centroids:
             C = self.centroids if isinstance(self.centroids, np.ndarray) else self.centroids.get()
             M = self.medoids if isinstance(self.medoids, np.ndarray) else self.medoids.get()
-            self._cells = (self.centroids,) + build_entry_cells(C, M)
+            mu = self._shift(C)
+            if mu is not None:
+                C = np.ascontiguousarray(C - mu, dtype=np.float32)
+            self._cells = (self.centroids,) + build_entry_cells(C, M) + (mu,)
         return self._cells[1:]
 
     def _seeds_gpu(self, queries, s):
@@ -138,9 +160,13 @@ class EntryPoints:
         if self._dev is None or self._dev[0] is not self.centroids:
             C = cp.ascontiguousarray(cp.asarray(self.centroids), dtype=cp.float32)
             M = cp.ascontiguousarray(cp.asarray(self.medoids), dtype=cp.int32)
-            self._dev = (self.centroids, C, M, (C * C).sum(axis=1))
-        _, C, M, cn = self._dev
-        q = cp.ascontiguousarray(queries, dtype=cp.float32)
+            mu = self._shift(as_host(C))
+            if mu is not None:
+                mu = cp.asarray(mu)
+                C = cp.ascontiguousarray(C - mu)
+            self._dev = (self.centroids, C, M, (C * C).sum(axis=1), mu)
+        _, C, M, cn, mu = self._dev
+        q = cp.ascontiguousarray(queries if mu is None else queries - mu, dtype=cp.float32)
         return select_seeds_gpu(q, C, M, int(max(1, s)), self.metric, cnorms=cn)
 
 
@@ -274,6 +300,12 @@ def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_stat
     m = int(min(n, sample or 64 * c))
     samp = np.sort(rng.choice(n, m, replace=False)) if m < n else np.arange(n)
     S = X[xp.asarray(samp)]
+    mu = None
+    if metric == "l2":
+        # the k-means keys |s|^2 - 2 s.c + |c|^2 cancel in float32 on data far from the origin
+        # against its spread: centred, they do not (squared L2 is translation invariant)
+        mu = S.astype(xp.float64).mean(axis=0).astype(xp.float32)
+        S = S - mu
     C = _seed_centroids(xp, S, c, rng)
     c = C.shape[0]
     for _ in range(n_iter):
@@ -302,4 +334,5 @@ def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_stat
     first[1:] = lab_sorted[1:] != lab_sorted[:-1]
     keep_lab = lab_sorted[first]
     med = xp.asarray(samp)[order[first]].astype(xp.int32)
-    return EntryPoints(C[keep_lab].astype(xp.float32), med, metric)
+    C = C[keep_lab] if mu is None else C[keep_lab] + mu
+    return EntryPoints(C.astype(xp.float32), med, metric)
