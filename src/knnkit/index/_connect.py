@@ -285,6 +285,8 @@ def _centroids(xp, X, labels, c):
 def _nearest_components(xp, C, L, block=2048):
     """(c, L) ids of the L nearest other centroids (squared l2, GEMM in row blocks)."""
     c = C.shape[0]
+    # centred: the expansion below cancels in float32 when a common offset dwarfs the spread
+    C = (C - C.astype(xp.float64).mean(axis=0).astype(C.dtype)) if c else C
     cn = (C * C).sum(axis=1)
     out = xp.empty((c, L), xp.int64)
     for s in range(0, c, block):
@@ -301,18 +303,19 @@ def _nearest_components(xp, C, L, block=2048):
 
 
 def _dist_rows(xp, A, B, metric):
-    """Row-wise internal distance between A (m, d) and B (m, d)."""
-    dots = (A * B).sum(axis=1)
+    """Row-wise internal distance between A (m, d) and B (m, d) (squared l2 from the differences:
+    the expansion cancels on data far from the origin)."""
     if metric == "ip":
-        return -dots
-    return (A * A).sum(axis=1) - 2 * dots + (B * B).sum(axis=1)
+        return -(A * B).sum(axis=1)
+    diff = A - B
+    return (diff * diff).sum(axis=1)
 
 
 def _dist_to(xp, A, b, metric):
-    dots = A @ b
     if metric == "ip":
-        return -dots
-    return (A * A).sum(axis=1) - 2 * dots + float((b * b).sum())
+        return -(A @ b)
+    diff = A - b
+    return (diff * diff).sum(axis=1)
 
 
 _HOST_COPY_MAX_BYTES = 2 << 30
@@ -436,11 +439,18 @@ def _nearest_members(xp, X, pairs, order_all, starts, metric, block=65536):
         members = order_all[starts[b]:starts[b + 1]]
         us = np.fromiter((pairs[i][2] for i in idx), np.int64, len(idx))
         U = X[xp.asarray(us)]                                  # (m, d)
+        # keys |a|^2 - 2 a.u relative to one of the targets: on data far from the origin the
+        # expansion would cancel in float32 (translation does not change the nearest member)
+        origin = U[0] if metric != "ip" else None
+        if origin is not None:
+            U = U - origin
         best = np.full(len(idx), np.inf)
         arg = np.zeros(len(idx), np.int64)
         for s in range(0, members.shape[0], block):
             mem = members[s:s + block]
             A = X[xp.asarray(mem)]
+            if origin is not None:
+                A = A - origin
             dots = A @ U.T                                     # (rows, m)
             dist = -dots if metric == "ip" else (A * A).sum(axis=1)[:, None] - 2 * dots
             j = xp.argmin(dist, axis=0)
