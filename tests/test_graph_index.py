@@ -1160,3 +1160,33 @@ def test_fp16_traversal_kept_where_it_resolves_the_distances():
         assert float(cp.mean(d <= want[:, -1:] * (1 + 1e-6) + 1e-6)) >= 0.95
         d16, _ = index.search(Q, k=10, beam=64, traversal="fp16")
         assert d16.shape == (200, 10)
+
+
+def test_two_hop_lists_are_the_nearest_of_the_neighbourhood():
+    """``two_hop_lists``: each row's K nearest among its first list, its graph neighbours and
+    theirs: no self, no repeats, -1 only where the neighbourhood is smaller than K, and the same
+    ids as a direct computation."""
+    from knnkit.index._prune_cpu import two_hop_lists
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((400, 6)).astype(np.float32)
+    graph = rng.integers(-1, 400, (400, 5)).astype(np.int32)
+    first = rng.integers(-1, 400, (400, 4)).astype(np.int64)
+    for metric in ("l2", "ip"):
+        out = two_hop_lists(X, graph, first, 12, metric)
+        for r in range(400):
+            pool = set(first[r][first[r] >= 0].tolist()) | set(graph[r][graph[r] >= 0].tolist())
+            for u in graph[r][graph[r] >= 0]:
+                pool |= set(graph[u][graph[u] >= 0].tolist())
+            pool.discard(r)
+            pool = np.array(sorted(pool), np.int64)
+            d = ((X[pool] - X[r]) ** 2).sum(1) if metric == "l2" else -(X[pool] @ X[r])
+            want = set(pool[np.argsort(d, kind="stable")[:12]].tolist())
+            got = out[r][out[r] >= 0]
+            assert len(got) == min(12, len(pool)) and len(set(got.tolist())) == len(got) and r not in got
+            if len(pool) > 12:  # ties at the 12th aside, the same set
+                kth = np.sort(d)[11]
+                gd = ((X[got] - X[r]) ** 2).sum(1) if metric == "l2" else -(X[got] @ X[r])
+                assert np.all(gd <= kth + 1e-5), r
+            else:
+                assert set(got.tolist()) == want

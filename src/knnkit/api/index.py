@@ -69,6 +69,10 @@ DENSER_BELOW = 0.985
 #: Beam of the walk that gives the denser tier its candidate lists on the CPU (each row's own
 #: neighbours in the low tier's graph; see ``GraphIndex._denser``).
 DENSER_SEARCH_BEAM = 128
+#: Where the denser tier's extra candidates come from on the CPU: ``"walk"`` (each row's own
+#: neighbours as the low tier's walk finds them) or ``"two_hop"`` (the nearest of each row's graph
+#: neighbours and their neighbours, :func:`knnkit.index._prune_cpu.two_hop_lists`).
+DENSER_CANDIDATES = "walk"
 _LOW_TIER_DEGREE = 32
 
 
@@ -362,11 +366,18 @@ class GraphIndex:
             # search-based candidates) instead of a second NN-Descent at K, joined with the first
             # build's own lists: a walk trapped in a cluster finds no other (tight clusters
             # without the repair: 0.80 at every beam from the walk alone)
-            b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM), "tau": float("inf")},
-                                              n_entry=len(first._entry))
-            walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
+            if DENSER_CANDIDATES == "two_hop":
+                from ..index._prune_cpu import two_hop_lists  # (Numba: not at import time)
+
+                X1, g1, _e1 = first._host_arrays()
+                walked = two_hop_lists(X1, g1, first.first_candidates, K, first._imetric)
+                bp2["candidates"] = {"method": "two_hop+first", "K": K}
+            else:
+                b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM),
+                                                          "tau": float("inf")}, n_entry=len(first._entry))
+                walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
+                bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
             cand = (merged_candidates(walked, first.first_candidates), None)
-            bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
             entry = first.first_entry  # the same k-means entry points (0.2-0.25 s at 100k)
         engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand,
                                    entry=entry)

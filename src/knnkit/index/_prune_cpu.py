@@ -24,7 +24,7 @@ from ..exact._sort_cpu import sort_pairs
 from ._search_cpu import _dist, kernel, njit
 
 __all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances", "sorted_rows",
-           "changed_without"]
+           "changed_without", "two_hop_lists"]
 
 
 @njit(inline="always")
@@ -512,3 +512,94 @@ def _place_sym(out, knn, src, z_of, k_nn, R):
             if not _contains(out[x], pos[x], c):
                 out[x, pos[x]] = c
                 pos[x] += 1
+
+
+@njit(inline="always")
+def _heap_push_max(hd, hi, size, K, dv, v):
+    """Keep the K smallest (dv, v) in a max-heap ``hd``/``hi`` of ``size`` entries; new size."""
+    if size < K:
+        j = size
+        size += 1
+        while j > 0:
+            p = (j - 1) >> 1
+            if hd[p] >= dv:
+                break
+            hd[j] = hd[p]
+            hi[j] = hi[p]
+            j = p
+        hd[j] = dv
+        hi[j] = v
+        return size
+    if dv >= hd[0]:
+        return size
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and hd[c + 1] > hd[c]:
+            c += 1
+        if hd[c] <= dv:
+            break
+        hd[j] = hd[c]
+        hi[j] = hi[c]
+        j = c
+    hd[j] = dv
+    hi[j] = v
+    return size
+
+
+@kernel(fastmath=True)
+def _two_hop_rows(X, graph, first, K, is_ip, out, lo, hi):
+    n = X.shape[0]
+    R = graph.shape[1]
+    stamp = np.empty(n, np.int32)  # stamp[v] == tag of row r: v already offered for it (per task)
+    for v in range(n):  # (a loop: a whole-array fill would become a parallel loop in a kernel)
+        stamp[v] = 0
+    hd = np.empty(K, np.float32)
+    hi_ = np.empty(K, np.int64)
+    for r in range(lo, hi):
+        tag = np.int32(r - lo + 1)
+        stamp[r] = tag
+        q = X[r]
+        size = 0
+        for j in range(first.shape[1]):
+            v = first[r, j]
+            if v >= 0 and stamp[v] != tag:
+                stamp[v] = tag
+                size = _heap_push_max(hd, hi_, size, K, _dist(q, X, v, is_ip), v)
+        for a in range(R):
+            u = graph[r, a]
+            if u < 0:
+                continue
+            if stamp[u] != tag:
+                stamp[u] = tag
+                size = _heap_push_max(hd, hi_, size, K, _dist(q, X, u, is_ip), u)
+            for b in range(R):
+                v = graph[u, b]
+                if v >= 0 and stamp[v] != tag:
+                    stamp[v] = tag
+                    size = _heap_push_max(hd, hi_, size, K, _dist(q, X, v, is_ip), v)
+        for j in range(size):
+            out[r, j] = hi_[j]
+        for j in range(size, K):
+            out[r, j] = -1
+
+
+def two_hop_lists(X, graph, first, K, metric):
+    """``(n, K)`` int64: each row's ``K`` nearest among its candidate list ``first``, its graph
+    neighbours and their graph neighbours (``-1`` where fewer), in no particular order.
+
+    The candidates of a denser graph built from this one (``GraphIndex._denser``): NN-Descent's
+    principle (a neighbour's neighbour is likely a neighbour) on the built graph, one exact distance
+    per distinct candidate, instead of a walk from the entry points for every row."""
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    graph = np.ascontiguousarray(graph, dtype=np.int32)
+    first = np.ascontiguousarray(first, dtype=np.int64)
+    n = X.shape[0]
+    out = np.empty((n, int(K)), np.int64)
+    parts = chunks(n, 4 * num_threads())
+    is_ip = metric == "ip"
+    parallel_for(lambda c: _two_hop_rows(X, graph, first, int(K), is_ip, out, parts[c][0], parts[c][1]),
+                 len(parts))
+    return out
