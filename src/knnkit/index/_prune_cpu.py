@@ -20,6 +20,7 @@ import numpy as np
 from numba import prange
 
 from .._core.jit import chunks, num_threads, parallel_for
+from ..exact._cpu import _offer_root
 from ..exact._sort_cpu import sort_pairs
 from ._search_cpu import _dist, kernel, njit
 
@@ -515,38 +516,10 @@ def _place_sym(out, knn, src, z_of, k_nn, R):
 
 
 @njit(inline="always")
-def _heap_push_max(hd, hi, size, K, dv, v):
-    """Keep the K smallest (dv, v) in a max-heap ``hd``/``hi`` of ``size`` entries; new size."""
-    if size < K:
-        j = size
-        size += 1
-        while j > 0:
-            p = (j - 1) >> 1
-            if hd[p] >= dv:
-                break
-            hd[j] = hd[p]
-            hi[j] = hi[p]
-            j = p
-        hd[j] = dv
-        hi[j] = v
-        return size
-    if dv >= hd[0]:
-        return size
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= size:
-            break
-        if c + 1 < size and hd[c + 1] > hd[c]:
-            c += 1
-        if hd[c] <= dv:
-            break
-        hd[j] = hd[c]
-        hi[j] = hi[c]
-        j = c
-    hd[j] = dv
-    hi[j] = v
-    return size
+def _offer(hd, hi, K, dv, v):
+    """Offer ``(dv, v)`` to the max-heap of the K smallest (pre-filled with ``(inf, -1)``)."""
+    if dv < hd[0]:
+        _offer_root(hd, hi, dv, v, K)
 
 
 @kernel(fastmath=True)
@@ -562,28 +535,28 @@ def _two_hop_rows(X, graph, first, K, is_ip, out, lo, hi):
         tag = np.int32(r - lo + 1)
         stamp[r] = tag
         q = X[r]
-        size = 0
+        for j in range(K):
+            hd[j] = np.inf
+            hi_[j] = -1
         for j in range(first.shape[1]):
             v = first[r, j]
             if v >= 0 and stamp[v] != tag:
                 stamp[v] = tag
-                size = _heap_push_max(hd, hi_, size, K, _dist(q, X, v, is_ip), v)
+                _offer(hd, hi_, K, _dist(q, X, v, is_ip), v)
         for a in range(R):
             u = graph[r, a]
             if u < 0:
                 continue
             if stamp[u] != tag:
                 stamp[u] = tag
-                size = _heap_push_max(hd, hi_, size, K, _dist(q, X, u, is_ip), u)
+                _offer(hd, hi_, K, _dist(q, X, u, is_ip), u)
             for b in range(R):
                 v = graph[u, b]
                 if v >= 0 and stamp[v] != tag:
                     stamp[v] = tag
-                    size = _heap_push_max(hd, hi_, size, K, _dist(q, X, v, is_ip), v)
-        for j in range(size):
+                    _offer(hd, hi_, K, _dist(q, X, v, is_ip), v)
+        for j in range(K):
             out[r, j] = hi_[j]
-        for j in range(size, K):
-            out[r, j] = -1
 
 
 def two_hop_lists(X, graph, first, K, metric):
