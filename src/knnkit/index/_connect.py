@@ -311,13 +311,6 @@ def _dist_rows(xp, A, B, metric):
     return (diff * diff).sum(axis=1)
 
 
-def _dist_to(xp, A, b, metric):
-    if metric == "ip":
-        return -(A @ b)
-    diff = A - b
-    return (diff * diff).sum(axis=1)
-
-
 _HOST_COPY_MAX_BYTES = 2 << 30
 #: Where a GPU graph's component rounds run. ``"hybrid"``: the passes over every point
 #: (centroids, nearest components, each component's node nearest another's centroid) on the GPU,

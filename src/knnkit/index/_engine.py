@@ -162,7 +162,6 @@ def _connect(X, g, entry, im):
     return g, entry, conn
 
 
-
 #: fp16 traversal is kept while the vectors' float16 rounding error is at most this fraction of the
 #: distance from a point to its graph neighbours. Measured (H200, 200k-1M points, recall@10 of the
 #: fp16 walk against the fp32 walk at beams 16-128, ``benchmarks/fp16_traversal_offsets.py``):
@@ -214,6 +213,7 @@ def _fp16_resolves(X, graph, metric="l2", sample=1024):
         return True
     return err <= FP16_ROUNDING_MAX * float(cp.median(gap))
 
+
 class _StageBar:
     """Steps of a progress bar over named build stages; the bar's postfix names the next stage."""
 
@@ -263,7 +263,7 @@ class SearchGraph:
         self._host = None  # host copies when a GPU index is searched on the CPU
         self._xnorm_max = None
         self._gpu = None  # device copies when a CPU index is searched on the GPU
-        self._x16_cache = None  # (prepared vectors, float16 copy or None on overflow, whether fp16 resolves them)
+        self._x16_cache = None  # [prepared vectors, fit float16, fp16 resolves them, float16 copy or None]
         self.nn1_max = float("inf") if nn1_max is None else float(nn1_max)
         self.deleted = None  # host bool (n,) tombstones, or None (see _delete.py)
         self.consolidated = True  # False while deleted points still carry links (bridges)
@@ -556,17 +556,14 @@ class SearchGraph:
     def _fp16_copy(self, X, graph, required):
         """Cached float16 copy of the prepared vectors for fp16 traversal, or None where the fp32
         walk is taken: the components exceed float16's range, or (unless ``required``) the float16
-        rounding is large against the data's spread (:func:`_fp16_resolves`)."""
+        rounding is large against the distances the walk compares (:func:`_fp16_resolves`)."""
         cache = self._x16_cache
         if cache is None or cache[0] is not X:
             cp = cupy_or_none()
-            if float(cp.abs(X).max()) >= 60000.0:
-                cache = (X, None, False)
-            else:
-                cache = (X, X.astype(cp.float16), _fp16_resolves(X, graph, self._imetric))
-            self._x16_cache = cache
-        _X, x16, resolves = cache
-        if x16 is None:
+            fits = float(cp.abs(X).max()) < 60000.0
+            cache = self._x16_cache = [X, fits, fits and _fp16_resolves(X, graph, self._imetric), None]
+        _X, fits, resolves, x16 = cache
+        if not fits:
             if required:
                 raise ValueError("traversal='fp16': vector components exceed the float16 range")
             return None
@@ -576,6 +573,8 @@ class SearchGraph:
             # noise; the fp32 walk reads twice the bytes but keeps the recall per beam
             logger.debug("fp16 traversal off: the vectors' float16 rounding is large against their spread")
             return None
+        if x16 is None:  # made on first use only (not where the walk reads float32)
+            x16 = cache[3] = X.astype(cupy_or_none().float16)
         return x16
 
     def _to_gpu_cache(self):
