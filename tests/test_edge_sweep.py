@@ -1,0 +1,83 @@
+"""Every public search path against float64 exact truth, on data shapes that break float32 and
+float16 shortcuts (the small CPU version of ``benchmarks/edge_sweep.py``): a common offset, cosine
+similarities near 1, unit vectors by inner product, huge and tiny magnitudes, skewed norms, a
+lattice with ties, dimensions of very different scales, int8, float16 storage, d = 1.
+
+Each shortcut that failed silently here once is named in the set's comment. Recall is counted by
+ids: a returned neighbour counts when its float64 distance is within 1e-5 (relative) of the true
+k-th."""
+
+import numpy as np
+import pytest
+
+import knnkit
+from knnkit import GraphIndex
+
+N, NQ, K = 1500, 30, 10
+
+
+def _sets():
+    rng = np.random.default_rng(2026)
+    b = rng.standard_normal(16)
+    m = N + NQ
+    unit = b + 1e-2 * rng.standard_normal((m, 16))
+    return {
+        # host PQ scored by inner product (0.03 at beam 32), GPU fp16 walk (0.05 at beam 16)
+        "cosine_shared_direction": ((b + 1e-2 * rng.standard_normal((m, 16))).astype(np.float32), "cosine"),
+        "inner_product_unit_rows": ((unit / np.linalg.norm(unit, axis=1, keepdims=True)).astype(np.float32),
+                                    "inner_product"),
+        "inner_product_skewed_norms": ((rng.standard_normal((m, 16)) * rng.lognormal(0, 2, (m, 1))).astype(np.float32),
+                                       "inner_product"),
+        # exact candidate lists, host PQ tables, entry k-means, seeds and repair expansions
+        "offset_1e4": ((1e4 + rng.standard_normal((m, 16))).astype(np.float32), "sqeuclidean"),
+        "tight_clusters_offset_1e3": (
+            (1e3 + rng.standard_normal((150, 16))[rng.integers(0, 150, m)] + 0.01 * rng.standard_normal((m, 16)))
+            .astype(np.float32), "euclidean"),
+        "tiny_1e-15": ((1e-15 * rng.standard_normal((m, 16))).astype(np.float32), "sqeuclidean"),
+        "huge_1e15": ((1e15 * rng.standard_normal((m, 16))).astype(np.float32), "sqeuclidean"),
+        "d1": (rng.standard_normal((m, 1)).astype(np.float32), "sqeuclidean"),
+        "lattice_ties": (rng.integers(0, 4, (m, 3)).astype(np.float32), "sqeuclidean"),
+        "mixed_scale_dims": ((rng.standard_normal((m, 16)) * np.logspace(-3, 3, 16)).astype(np.float32), "sqeuclidean"),
+        "int8": (rng.integers(-128, 128, (m, 16)).astype(np.int8), "sqeuclidean"),
+        "float16_offset_100": ((100 + rng.standard_normal((m, 16))).astype(np.float16), "sqeuclidean"),
+    }
+
+
+SETS = _sets()
+
+
+def _distances(X, Q, metric):
+    X64, Q64 = X.astype(np.float64), Q.astype(np.float64)
+    if metric == "cosine":
+        X64 = X64 / np.linalg.norm(X64, axis=1, keepdims=True)
+        Q64 = Q64 / np.linalg.norm(Q64, axis=1, keepdims=True)
+        return 1.0 - Q64 @ X64.T
+    if metric == "inner_product":
+        return -(Q64 @ X64.T)
+    D = np.stack([((q[None, :] - X64) ** 2).sum(axis=1) for q in Q64])
+    return np.sqrt(D) if metric == "euclidean" else D
+
+
+def _recall(ids, D, kth):
+    ids = np.asarray(ids)
+    d = np.where(ids >= 0, np.take_along_axis(D, np.maximum(ids, 0), axis=1), np.inf)
+    return float(np.mean(d <= kth + 1e-5 * np.abs(kth) + 1e-300))
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_every_path_against_float64_truth(name):
+    A, metric = SETS[name]
+    X, Q = A[:N], A[N:]
+    D = _distances(X, Q, metric)
+    kth = np.sort(D, axis=1)[:, K - 1:K]
+    _d, i = knnkit.knn(X, Q, k=K, metric=metric, device="cpu")
+    assert _recall(i, D, kth) == 1.0, "knn"
+    rows = np.arange(0, N, 15)
+    Ds = _distances(X, X[rows], metric)
+    Ds[np.arange(rows.size), rows] = np.inf
+    g = knnkit.knn_graph(X, k=K, metric=metric, device="cpu", method="nndescent", random_state=0)
+    assert _recall(np.asarray(g.indices)[rows], Ds, np.sort(Ds, axis=1)[:, K - 1:K]) >= 0.95, "knn_graph"
+    for placement in ("device", "host"):
+        index = GraphIndex.build(X, metric=metric, device="cpu", placement=placement, random_state=0)
+        _d, i = index.search(Q, k=K, beam=32)
+        assert _recall(i, D, kth) >= 0.95, placement
