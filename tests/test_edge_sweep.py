@@ -64,6 +64,7 @@ def _recall(ids, D, kth):
     return float(np.mean(d <= kth + 1e-5 * np.abs(kth) + 1e-300))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no false alarm either (the lattice's host check had one)
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_every_path_against_float64_truth(name):
     A, metric = SETS[name]
@@ -81,3 +82,27 @@ def test_every_path_against_float64_truth(name):
         index = GraphIndex.build(X, metric=metric, device="cpu", placement=placement, random_state=0)
         _d, i = index.search(Q, k=K, beam=32)
         assert _recall(i, D, kth) >= 0.95, placement
+
+
+def test_cosine_beyond_float32_resolution_warns():
+    """Rows sharing a direction with similarities ~0.99999: cosine (1 - x.y of rows normalised in
+    float32) cannot order their neighbours; knn, knn_graph and GraphIndex.search say so. Similarities
+    ~0.9999, exact copies and a query's own row do not warn."""
+    rng = np.random.default_rng(1)
+    b = rng.standard_normal(16)
+    close = (b + 1e-3 * rng.standard_normal((1500, 16))).astype(np.float32)
+    fine = (b + 1e-2 * rng.standard_normal((1500, 16))).astype(np.float32)
+    copies = np.concatenate([fine[:300], fine[:50]])
+    calls = (lambda X: knnkit.knn(X, X[:5], k=5, metric="cosine", device="cpu"),
+             lambda X: knnkit.knn_graph(X, k=5, metric="cosine", device="cpu", random_state=0),
+             lambda X: GraphIndex.build(X, metric="cosine", device="cpu", random_state=0).search(X[:5], k=5))
+    for call in calls:
+        with pytest.warns(RuntimeWarning, match="cannot order them"):
+            call(close)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for call in calls:
+            call(fine)
+            call(copies)

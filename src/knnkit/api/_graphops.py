@@ -14,7 +14,7 @@ from .._core.params import check_float, merge_params
 from .._core.prepare import device_scope
 from .._core.random import seed_from
 from .._core.stats import BuildStats
-from .._core.underflow import EXACT64_MAX_WORK, answer_in_float64, underflow_rows
+from .._core.underflow import EXACT64_MAX_WORK, answer_in_float64, underflow_rows, warn_unresolved_cosine
 from .._core.validation import check_k, check_matrix
 from ..graph import build_lists, choose_method
 from ..graph.nndescent import NNDescentParams
@@ -79,6 +79,7 @@ def build_graph(P, k, *, method="auto", random_state=None, init_graph=None, incl
         # rows with neighbours closer than float32 resolves (values spanning more than ~1e19):
         # answered again in float64 below, or refused (knnkit._core.underflow)
         tiny = underflow_rows(D, I, P.raw, P.raw, P.internal, P.scale)
+        warn_unresolved_cosine(D, I, P.raw, P.raw, P.metric, stacklevel=4)
         xp = np if isinstance(I, np.ndarray) else _cupy()
         itype = index_dtype_for(n)
         I = xp.ascontiguousarray(I.astype(itype, copy=False))

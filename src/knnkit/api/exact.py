@@ -13,7 +13,7 @@ from .._core.params import merge_params
 from .._core.prepare import prepare, prepare_queries, rescaled
 from .._core.registry import REGISTRY
 from .._core.types import ArrayLike, Device, Metric, NeighborPair, Params, Seed
-from .._core.underflow import EXACT64_MAX_WORK, answer_in_float64, underflow_rows
+from .._core.underflow import EXACT64_MAX_WORK, answer_in_float64, underflow_rows, warn_unresolved_cosine
 from .._core.validation import check_k
 from ..exact import ExactParams
 
@@ -363,6 +363,7 @@ def _finish(P, Q, k, d, i, stats, via_l2):
     # neighbours closer than float32 resolves (values spanning more than ~1e19): found from
     # the result, answered again in float64 below (or refused); an empty check otherwise
     tiny = underflow_rows(d, i, P.raw, P.raw if self_excluded else Q.raw, P.internal, P.scale)
+    warn_unresolved_cosine(d, i, P.raw, P.raw if self_excluded else Q.raw, P.metric, stacklevel=6)
     d = finalize_distances(d, P.metric, P.scale)
     if tiny.size:
         src = P.raw if self_excluded else Q.raw
