@@ -16,20 +16,12 @@ import numpy as np
 
 import knnkit
 from knnkit import GraphIndex
+from knnkit.evaluate import float64_distances
 
 
 def dmat(X, Q, metric):
-    X64, Q64 = X.astype(np.float64), Q.astype(np.float64)
-    if metric == "cosine":
-        X64 = X64 / np.linalg.norm(X64, axis=1, keepdims=True)
-        Q64 = Q64 / np.linalg.norm(Q64, axis=1, keepdims=True)
-        return 1.0 - Q64 @ X64.T
-    if metric == "inner_product":
-        return -(Q64 @ X64.T)
-    D = np.maximum((Q64 * Q64).sum(1)[:, None] - 2 * Q64 @ X64.T + (X64 * X64).sum(1)[None, :], 0)
-    if np.abs(X64).max() > 1e2 or np.abs(X64).max() < 1e-2:  # no cancellation in the truth itself
-        D = np.stack([((q[None, :] - X64) ** 2).sum(1) for q in Q64])
-    return np.sqrt(D) if metric == "euclidean" else D
+    D = float64_distances(X, Q, metric)
+    return -D if metric == "inner_product" else D  # smaller is nearer here
 
 
 def recall(i, D, kth):

@@ -12,6 +12,7 @@ import pytest
 
 import knnkit
 from knnkit import GraphIndex
+from knnkit.evaluate import float64_distances
 
 N, NQ, K = 1500, 30, 10
 
@@ -47,15 +48,8 @@ SETS = _sets()
 
 
 def _distances(X, Q, metric):
-    X64, Q64 = X.astype(np.float64), Q.astype(np.float64)
-    if metric == "cosine":
-        X64 = X64 / np.linalg.norm(X64, axis=1, keepdims=True)
-        Q64 = Q64 / np.linalg.norm(Q64, axis=1, keepdims=True)
-        return 1.0 - Q64 @ X64.T
-    if metric == "inner_product":
-        return -(Q64 @ X64.T)
-    D = np.stack([((q[None, :] - X64) ** 2).sum(axis=1) for q in Q64])
-    return np.sqrt(D) if metric == "euclidean" else D
+    D = float64_distances(X, Q, metric)
+    return -D if metric == "inner_product" else D  # smaller is nearer here
 
 
 def _recall(ids, D, kth):

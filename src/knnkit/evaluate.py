@@ -20,7 +20,7 @@ from ._core.config import logger
 from ._core.params import check_bool, check_float, check_int
 from ._core.types import ArrayLike, Device, HostArray, Metric, NeighborPair, Seed
 
-__all__ = ["recall", "graph_recall", "ground_truth", "Timer"]
+__all__ = ["recall", "graph_recall", "ground_truth", "float64_distances", "Timer"]
 
 
 def _host_ints(a, name):
@@ -287,6 +287,34 @@ def ground_truth(data: ArrayLike, queries: ArrayLike | None, k: int, *, metric: 
     from .api.exact import exact_arrays
 
     return exact_arrays(data, queries, k, metric=metric, device=device)
+
+
+def float64_distances(data: ArrayLike, queries: ArrayLike, metric: Metric = "sqeuclidean") -> HostArray:
+    """All ``(len(queries), len(data))`` distances in the user's metric as knnkit returns them, in
+    float64 on the host and independently of knnkit's engines: squared and plain Euclidean from
+    coordinate differences (no ``|x|^2 - 2 x.q + |q|^2`` cancellation), cosine from rows normalised
+    in float64, inner product as the dot product itself (larger is nearer, as ``knnkit.knn``
+    returns it). A reference for checking results on data that defeats float32 shortcuts; memory is
+    ``len(queries) * len(data)`` floats.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from knnkit.evaluate import float64_distances
+    >>> x = np.array([[1e4, 0.0], [1e4 + 1.0, 0.0]], np.float32)
+    >>> float64_distances(x, x[:1]).tolist()
+    [[0.0, 1.0]]
+    """
+    X = np.asarray(as_host(data), np.float64)
+    Q = np.asarray(as_host(queries), np.float64)
+    if metric == "cosine":
+        X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-300)
+        Q = Q / np.maximum(np.linalg.norm(Q, axis=1, keepdims=True), 1e-300)
+        return 1.0 - Q @ X.T
+    if metric == "inner_product":
+        return Q @ X.T
+    D = np.stack([((q[None, :] - X) ** 2).sum(axis=1) for q in Q]) if len(Q) else np.empty((0, len(X)))
+    return np.sqrt(D) if metric == "euclidean" else D
 
 
 def _synchronize():
