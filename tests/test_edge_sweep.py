@@ -83,12 +83,12 @@ def test_every_path_against_float64_truth(name):
 def test_cosine_beyond_float32_resolution_warns():
     """Rows sharing a direction with similarities ~0.99999: cosine (1 - x.y of rows normalised in
     float32) cannot order their neighbours; knn, knn_graph and GraphIndex.search say so. Similarities
-    ~0.9999, exact copies and a query's own row do not warn."""
+    ~0.9999, exact copies, multiples (parallel rows: ties at 0) and a query's own row do not warn."""
     rng = np.random.default_rng(1)
     b = rng.standard_normal(16)
     close = (b + 1e-3 * rng.standard_normal((1500, 16))).astype(np.float32)
     fine = (b + 1e-2 * rng.standard_normal((1500, 16))).astype(np.float32)
-    copies = np.concatenate([fine[:300], fine[:50]])
+    copies = np.concatenate([fine[:300], fine[:50], fine[50:80] * np.float32(3.0)])  # copies and multiples
     calls = (lambda X: knnkit.knn(X, X[:5], k=5, metric="cosine", device="cpu"),
              lambda X: knnkit.knn_graph(X, k=5, metric="cosine", device="cpu", random_state=0),
              lambda X: GraphIndex.build(X, metric="cosine", device="cpu", random_state=0).search(X[:5], k=5))

@@ -187,7 +187,8 @@ def warn_unresolved_cosine(d_internal, ids, raw_data, raw_queries, metric, *, st
     Cosine is computed as ``1 - x.y`` of rows normalised in float32, so similarities above
     ``1 - cosine_resolution(d)`` are not ordered among themselves (1,500 x 16 rows sharing a
     direction, similarities ~0.99999: exact recall 0.74 by float64 ids, RSFK 0.18 while its own
-    estimate read 0.98). Pairs of equal rows (a query's own row, exact copies) are no concern.
+    estimate read 0.98). Pairs of equal or parallel rows (a query's own row, exact copies,
+    multiples: ties at distance 0) are no concern.
     One comparison of the distances with the threshold in the ordinary case; returns the number
     of query rows concerned."""
     if metric != "cosine" or not d_internal.size:
@@ -201,7 +202,20 @@ def warn_unresolved_cosine(d_internal, ids, raw_data, raw_queries, metric, *, st
     if get_array_module(raw_data) is not xp or get_array_module(raw_queries) is not xp:
         q, nb, raw_data, raw_queries = as_host(q), as_host(nb), as_host(raw_data), as_host(raw_queries)
     differ = (raw_queries[q] != raw_data[nb]).any(axis=1)
-    rows = int(xp.unique(q[differ]).size) if bool(differ.any()) else 0
+    if not bool(differ.any()):
+        return 0
+    # rows that are parallel (one a multiple of the other) are at distance 0 in exact arithmetic:
+    # ties, whatever their order; the pairs whose float64 distance is not 0 are the concern
+    q, nb = as_host(q[differ]), as_host(nb[differ])
+    concern = np.zeros(q.size, bool)
+    xq, xd = get_array_module(raw_queries), get_array_module(raw_data)
+    for s in range(0, q.size, 1 << 16):
+        a = np.asarray(as_host(raw_queries[xq.asarray(q[s:s + (1 << 16)])]), np.float64)
+        b = np.asarray(as_host(raw_data[xd.asarray(nb[s:s + (1 << 16)])]), np.float64)
+        a /= np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-300)
+        b /= np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-300)
+        concern[s:s + (1 << 16)] = 0.5 * ((a - b) ** 2).sum(axis=1) > 2.0 ** -40
+    rows = int(np.unique(q[concern]).size)
     if rows:
         warnings.warn(f"{rows} query rows have neighbours at cosine distance below {thr:.1e} (similarities above "
                       f"{1 - thr:.7f}), where float32 cannot order them: cosine is 1 - x.y of rows normalised in "
