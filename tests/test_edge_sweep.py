@@ -52,35 +52,44 @@ def _distances(X, Q, metric):
     return -D if metric == "inner_product" else D  # smaller is nearer here
 
 
+def _host(a):
+    return np.asarray(a.get() if hasattr(a, "get") else a)
+
+
 def _recall(ids, D, kth):
-    ids = np.asarray(ids)
+    ids = _host(ids)
     d = np.where(ids >= 0, np.take_along_axis(D, np.maximum(ids, 0), axis=1), np.inf)
     return float(np.mean(d <= kth + 1e-5 * np.abs(kth) + 1e-300))
 
 
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # no false alarm either (the lattice's host check had one)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(SETS))
-def test_every_path_against_float64_truth(name):
+def test_every_path_against_float64_truth(name, device):
     A, metric = SETS[name]
     X, Q = A[:N], A[N:]
     D = _distances(X, Q, metric)
     kth = np.sort(D, axis=1)[:, K - 1:K]
-    _d, i = knnkit.knn(X, Q, k=K, metric=metric, device="cpu")
+    _d, i = knnkit.knn(X, Q, k=K, metric=metric, device=device)
     assert _recall(i, D, kth) == 1.0, "knn"
     rows = np.arange(0, N, 15)
     Ds = _distances(X, X[rows], metric)
     Ds[np.arange(rows.size), rows] = np.inf
-    g = knnkit.knn_graph(X, k=K, metric=metric, device="cpu", method="nndescent", random_state=0)
-    assert _recall(np.asarray(g.indices)[rows], Ds, np.sort(Ds, axis=1)[:, K - 1:K]) >= 0.95, "knn_graph"
+    g = knnkit.knn_graph(X, k=K, metric=metric, device=device, method="nndescent", random_state=0)
+    assert _recall(_host(g.indices)[rows], Ds, np.sort(Ds, axis=1)[:, K - 1:K]) >= 0.95, "knn_graph"
     for placement in ("device", "host"):
-        index = GraphIndex.build(X, metric=metric, device="cpu", placement=placement, random_state=0)
+        index = GraphIndex.build(X, metric=metric, device=device, placement=placement, random_state=0)
         _d, i = index.search(Q, k=K, beam=32)
         assert _recall(i, D, kth) >= 0.95, placement
         if placement == "host":  # the build's check ran (only rows with k exact copies are left out)
             assert index.build_params["host_check"]["rows"] > 0 or name == "lattice_ties"
 
 
-def test_cosine_beyond_float32_resolution_warns():
+@pytest.mark.parametrize("device", DEVICES)
+def test_cosine_beyond_float32_resolution_warns(device):
     """Rows sharing a direction with similarities ~0.99999: cosine (1 - x.y of rows normalised in
     float32) cannot order their neighbours; knn, knn_graph and GraphIndex.search say so. Similarities
     ~0.9999, exact copies, multiples (parallel rows: ties at 0) and a query's own row do not warn."""
@@ -89,9 +98,9 @@ def test_cosine_beyond_float32_resolution_warns():
     close = (b + 1e-3 * rng.standard_normal((1500, 16))).astype(np.float32)
     fine = (b + 1e-2 * rng.standard_normal((1500, 16))).astype(np.float32)
     copies = np.concatenate([fine[:300], fine[:50], fine[50:80] * np.float32(3.0)])  # copies and multiples
-    calls = (lambda X: knnkit.knn(X, X[:5], k=5, metric="cosine", device="cpu"),
-             lambda X: knnkit.knn_graph(X, k=5, metric="cosine", device="cpu", random_state=0),
-             lambda X: GraphIndex.build(X, metric="cosine", device="cpu", random_state=0).search(X[:5], k=5))
+    calls = (lambda X: knnkit.knn(X, X[:5], k=5, metric="cosine", device=device),
+             lambda X: knnkit.knn_graph(X, k=5, metric="cosine", device=device, random_state=0),
+             lambda X: GraphIndex.build(X, metric="cosine", device=device, random_state=0).search(X[:5], k=5))
     for call in calls:
         with pytest.warns(RuntimeWarning, match="cannot order them"):
             call(close)
