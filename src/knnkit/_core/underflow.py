@@ -92,14 +92,22 @@ def underflow_rows(d_internal, ids, raw_data, raw_queries, internal, scale=1.0):
         # many pairs this close (data with many exact copies: skin as float32, k = 100, had ~1.5 s
         # of row comparisons on a 0.56 s search): one pass over the rows proves them all copies
         return none
+    q, _nb = _pairs_of_differing_rows(q, c, ids, raw_data, raw_queries)
+    return np.unique(q).astype(np.int64)
+
+
+def _pairs_of_differing_rows(q, c, ids, raw_data, raw_queries):
+    """The pairs (query row ``q``, its neighbour ``ids[q, c]``) whose stored rows differ, as host
+    int64 arrays: a query's own row and exact copies are no concern of the resolution checks."""
+    xp = get_array_module(ids)
     nb = ids[q, c].astype(xp.int64)
     if get_array_module(raw_data) is not xp or get_array_module(raw_queries) is not xp:
         # (a search on another device than its stored rows: compared on the host, a rare path)
         q, nb, raw_data, raw_queries = as_host(q), as_host(nb), as_host(raw_data), as_host(raw_queries)
     differ = (raw_queries[q] != raw_data[nb]).any(axis=1)
     if not bool(differ.any()):
-        return none
-    return np.unique(as_host(q[differ])).astype(np.int64)
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return as_host(q[differ]).astype(np.int64), as_host(nb[differ]).astype(np.int64)
 
 
 def exact_rows_float64(raw_data, queries, k, metric, exclude=None):
@@ -198,15 +206,11 @@ def warn_unresolved_cosine(d_internal, ids, raw_data, raw_queries, metric, *, st
     if float(d_internal.min()) >= thr - 1.0:  # internal key -x.y: distance 1 + key
         return 0
     q, c = xp.nonzero((d_internal < thr - 1.0) & (ids >= 0))
-    nb = ids[q, c].astype(xp.int64)
-    if get_array_module(raw_data) is not xp or get_array_module(raw_queries) is not xp:
-        q, nb, raw_data, raw_queries = as_host(q), as_host(nb), as_host(raw_data), as_host(raw_queries)
-    differ = (raw_queries[q] != raw_data[nb]).any(axis=1)
-    if not bool(differ.any()):
+    q, nb = _pairs_of_differing_rows(q, c, ids, raw_data, raw_queries)
+    if not q.size:
         return 0
     # rows that are parallel (one a multiple of the other) are at distance 0 in exact arithmetic:
     # ties, whatever their order; the pairs whose float64 distance is not 0 are the concern
-    q, nb = as_host(q[differ]), as_host(nb[differ])
     concern = np.zeros(q.size, bool)
     xq, xd = get_array_module(raw_queries), get_array_module(raw_data)
     for s in range(0, q.size, 1 << 16):

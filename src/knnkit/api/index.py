@@ -453,11 +453,11 @@ class GraphIndex:
         # and cutting a row out of the graph also cuts the links its copies hang from (the build
         # links copies to one of them), so the walk could not reach the copies of a held-out row
         # while a query can (4^3 lattice, 1,500 points: 0.873 at every beam and a warning)
-        keep = (np.asarray(kth) > 0) if internal_metric(self.metric) == "l2" else np.ones(len(rows), bool)
+        keep = (kth > 0) if internal_metric(self.metric) == "l2" else np.ones(len(rows), bool)
         if not keep.any():
             self.build_params["host_check"] = {"k": k, "rows": 0, "skipped": "every sampled row has k exact copies"}
             return
-        rows, kth = rows[keep], np.asarray(kth)[keep]
+        rows, kth = rows[keep], kth[keep]
         q = np.ascontiguousarray(np.asarray(eng.data[rows]))
         extra = {f: getattr(self.search_params, f) for f in BANG_SEARCH_KEYS}
         base = max(self.search_params.beam or 64, k)

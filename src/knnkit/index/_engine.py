@@ -557,9 +557,9 @@ class SearchGraph:
         """Cached float16 copy of the prepared vectors for fp16 traversal, or None where the fp32
         walk is taken: the components exceed float16's range, or (unless ``required``) the float16
         rounding is large against the distances the walk compares (:func:`_fp16_resolves`)."""
+        cp = cupy_or_none()
         cache = self._x16_cache
         if cache is None or cache[0] is not X:
-            cp = cupy_or_none()
             fits = float(cp.abs(X).max()) < 60000.0
             cache = self._x16_cache = [X, fits, fits and _fp16_resolves(X, graph, self._imetric), None]
         _X, fits, resolves, x16 = cache
@@ -574,7 +574,7 @@ class SearchGraph:
             logger.debug("fp16 traversal off: the vectors' float16 rounding is large against their spread")
             return None
         if x16 is None:  # made on first use only (not where the walk reads float32)
-            x16 = cache[3] = X.astype(cupy_or_none().float16)
+            x16 = cache[3] = X.astype(cp.float16)
         return x16
 
     def _to_gpu_cache(self):

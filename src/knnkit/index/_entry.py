@@ -62,20 +62,25 @@ class EntryPoints:
         self.metric = metric
         self._dev = None  # (source centroids, C, M int32, |C|^2, shift) on the GPU, built on first GPU use
         self._cells = None  # (source centroids, cells, offsets, C, M, shift) on the CPU, built on first CPU use
+        self._mu = None  # (source centroids, shift) of _shift, made once
 
-    def _shift(self, C):
-        """The centroids' mean (float32, host) where squared L2 keys need it subtracted, else None.
+    def _shift(self):
+        """The centroids' mean (float32, host) where squared L2 keys need it subtracted, else None
+        (computed once per set of centroids).
 
         The seed selection ranks centroids by ``|c|^2 - 2 q.c`` (a GEMM on the GPU) and the CPU's
         cells come from a k-means with the same expansion: on data whose common offset is large
         against its spread (4x the centroids' own spread or more) that cancels in float32, so
         queries and centroids are then centred first (squared L2 is translation invariant)."""
-        if self.metric != "l2" or C.shape[0] == 0:
-            return None
-        C64 = C.astype(np.float64)
-        mu = C64.mean(axis=0)
-        spread2 = float(((C64 - mu) ** 2).sum(axis=1).mean())
-        return mu.astype(np.float32) if float(mu @ mu) > 16.0 * spread2 else None
+        if self._mu is None or self._mu[0] is not self.centroids:
+            mu = None
+            if self.metric == "l2" and self.centroids.shape[0] > 0:
+                C64 = np.asarray(as_host(self.centroids), np.float64)
+                m = C64.mean(axis=0)
+                spread2 = float(((C64 - m) ** 2).sum(axis=1).mean())
+                mu = m.astype(np.float32) if float(m @ m) > 16.0 * spread2 else None
+            self._mu = (self.centroids, mu)
+        return self._mu[1]
 
     def __len__(self):
         return int(self.medoids.shape[0])
@@ -107,7 +112,7 @@ class EntryPoints:
             return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, probes=probes)
         C = self.centroids if get_array_module(self.centroids) is xp else xp.asarray(self.centroids)
         M = self.medoids if get_array_module(self.medoids) is xp else xp.asarray(self.medoids)
-        mu = self._shift(as_host(C))
+        mu = self._shift()
         if mu is not None:
             C = C - xp.asarray(mu)
             queries = queries - xp.asarray(mu)
@@ -145,7 +150,7 @@ class EntryPoints:
         if self._cells is None or self._cells[0] is not self.centroids:
             C = self.centroids if isinstance(self.centroids, np.ndarray) else self.centroids.get()
             M = self.medoids if isinstance(self.medoids, np.ndarray) else self.medoids.get()
-            mu = self._shift(C)
+            mu = self._shift()
             if mu is not None:
                 C = np.ascontiguousarray(C - mu, dtype=np.float32)
             self._cells = (self.centroids,) + build_entry_cells(C, M) + (mu,)
@@ -160,7 +165,7 @@ class EntryPoints:
         if self._dev is None or self._dev[0] is not self.centroids:
             C = cp.ascontiguousarray(cp.asarray(self.centroids), dtype=cp.float32)
             M = cp.ascontiguousarray(cp.asarray(self.medoids), dtype=cp.int32)
-            mu = self._shift(as_host(C))
+            mu = self._shift()
             if mu is not None:
                 mu = cp.asarray(mu)
                 C = cp.ascontiguousarray(C - mu)

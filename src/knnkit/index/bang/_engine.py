@@ -494,6 +494,13 @@ def encode_all(a, codebook, metric, scale, device, rotation=None, center=None, n
     n = a.shape[0]
     out = np.empty((n, codebook.shape[0]), np.uint8)
     lo, hi = np.inf, 0.0
+
+    def norm_range(xp, Xb, lo, hi):
+        if norms is None:
+            return lo, hi
+        nb = xp.sqrt(xp.sum(Xb.astype(xp.float64) ** 2, axis=1))
+        return min(lo, float(nb.min())), max(hi, float(nb.max()))
+
     if device == "gpu":
         cp = cupy_or_none()
         cb = cp.asarray(codebook)
@@ -501,16 +508,12 @@ def encode_all(a, codebook, metric, scale, device, rotation=None, center=None, n
         cd = None if center is None else cp.asarray(center)
         for s in range(0, n, ENCODE_BATCH):
             Xb = prepare_vectors(cp.asarray(np.asarray(a[s:s + ENCODE_BATCH])), metric, scale)
-            if norms is not None:
-                nb = cp.sqrt(cp.sum(Xb.astype(cp.float64) ** 2, axis=1))
-                lo, hi = min(lo, float(nb.min())), max(hi, float(nb.max()))
+            lo, hi = norm_range(cp, Xb, lo, hi)
             out[s:s + ENCODE_BATCH] = cp.asnumpy(encode(Xb if cd is None else Xb - cd, cb, rotation=rot))
     else:
         for s in range(0, n, ENCODE_BATCH):
             Xb = prepare_vectors(np.asarray(a[s:s + ENCODE_BATCH]), metric, scale)
-            if norms is not None:
-                nb = np.sqrt(np.einsum("ij,ij->i", Xb.astype(np.float64), Xb.astype(np.float64)))
-                lo, hi = min(lo, float(nb.min())), max(hi, float(nb.max()))
+            lo, hi = norm_range(np, Xb, lo, hi)
             out[s:s + ENCODE_BATCH] = encode(Xb if center is None else Xb - center, codebook, rotation=rotation)
     if norms is not None:
         norms[:] = [lo, hi]
