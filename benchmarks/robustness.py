@@ -434,7 +434,7 @@ def main(argv=None):
                 # where other sets had compiled them)
                 from knnkit.datasets.suite import make_tight_clusters
 
-                Xt, _ = make_tight_clusters(20_000, X.shape[1], 400, random_state=args.seed)
+                Xt = make_tight_clusters(20_000, X.shape[1], 400, random_state=args.seed)
                 knnkit.GraphIndex.build(cp.asarray(Xt.astype(np.float32)), metric=metric, device="gpu",
                                         random_state=args.seed)
                 warmed_repair.add(metric)

@@ -255,18 +255,21 @@ extern "C" __global__ void topk_pair_distances(
         }
         const float* q = Q + r * dim;
         const float* x = X + (long long)j * dim;
-        float acc = 0.f;
+        // float64 accumulation, as the CPU twin's refinement: products of float32 values are
+        // exact in double, so neighbours whose float32 sums would round together (cosine
+        // similarities near 1: -cos carries float32's absolute resolution) keep their order
+        double acc = 0.0;
         if (use_l2) {
             for (int c = lane; c < dim; c += 32) {
-                float diff = __ldg(q + c) - __ldg(x + c);
-                acc = fmaf(diff, diff, acc);
+                double diff = (double)__ldg(q + c) - (double)__ldg(x + c);
+                acc = fma(diff, diff, acc);
             }
         } else {
-            for (int c = lane; c < dim; c += 32) acc = fmaf(__ldg(q + c), __ldg(x + c), acc);
+            for (int c = lane; c < dim; c += 32) acc = fma((double)__ldg(q + c), (double)__ldg(x + c), acc);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) out[p] = use_l2 ? acc : -acc;
+        if (lane == 0) out[p] = (float)(use_l2 ? acc : -acc);
     }
 }
 
