@@ -240,8 +240,9 @@ def _truth_recall(X, Q, ids, k, exclude_self):
     return float(np.mean(np.take_along_axis(D, ids, axis=1) <= kth * (1 + 1e-6)))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("all_points", [True, False])
-def test_cpu_certificate_on_heavy_tails(all_points, monkeypatch):
+def test_certificate_on_heavy_tails(all_points, device, monkeypatch):
     """Heavy-tailed rows (Cauchy): the squared-L2 certificate bounds the key error by the points
     within the k-th's reach, not by the largest norm (an outlier's), so rows certify instead of
     falling back to float64 (before: 98 % of rows recomputed); the answer stays exact. Outliers
@@ -251,18 +252,32 @@ def test_cpu_certificate_on_heavy_tails(all_points, monkeypatch):
     X[:40] = (5e3 + 1e-3 * rng.standard_normal((40, 16))).astype(np.float32)  # a tight cluster far out
     Q = X if all_points else np.concatenate([X[:60], rng.standard_cauchy((200, 16)).astype(np.float32)])
     seen = {}
-    certify = _cpu._certify
+    if device == "cpu":
+        certify = _cpu._certify
 
-    def counting(*args):
-        ok = certify(*args)
-        seen["failed"] = seen.get("failed", 0) + int((~ok).sum())
-        return ok
+        def counting(*args):
+            ok = certify(*args)
+            seen["failed"] = seen.get("failed", 0) + int((~ok).sum())
+            return ok
 
-    monkeypatch.setattr(_cpu, "_certify", counting)
+        monkeypatch.setattr(_cpu, "_certify", counting)
+    else:
+        from knnkit.exact import _gpu
+
+        certify = _gpu.certify
+
+        def counting(*args, **kw):
+            ok, bad = certify(*args, **kw)
+            assert bad == 0  # the self-check never sees the bound violated
+            seen["failed"] = seen.get("failed", 0) + int((~ok).sum())
+            return ok, bad
+
+        monkeypatch.setattr(_gpu, "certify", counting)
     k = 20
-    d, i = knnkit.knn(X, None if all_points else Q, k=k, method="gemm")
+    d, i = knnkit.knn(X, None if all_points else Q, k=k, method="gemm", device=device)
     assert seen["failed"] < 40 + 0.05 * Q.shape[0]  # the far cluster's rows cannot certify (spread 1e-3 at 5e3)
-    assert _truth_recall(X, Q, np.asarray(i), k, all_points) == 1.0
+    i = i.get() if hasattr(i, "get") else np.asarray(i)
+    assert _truth_recall(X, Q, i, k, all_points) == 1.0
 
 
 def test_bad_k_zero():
