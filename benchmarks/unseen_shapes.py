@@ -14,7 +14,8 @@ Recall is counted by ids: a returned neighbour counts when its float64 distance 
 own generator, not held out of the data (so the calibration, which holds out data rows, is tested
 on queries it did not see).
 
-Usage: ``PYTHONPATH=src python benchmarks/unseen_shapes.py --device cpu|gpu [--n 20000] [--out DIR]``
+Usage: ``PYTHONPATH=src python benchmarks/unseen_shapes.py --device cpu|gpu [--n 20000] [--out DIR]``;
+``--table FILE.json`` prints a saved run as a Markdown table.
 """
 import argparse
 import json
@@ -88,6 +89,25 @@ def hnswlib_row(X, Q, metric, D):
     return out
 
 
+def markdown(doc):
+    """A saved run (the JSON this script writes) as a Markdown table."""
+    peers = any(r.get("hnswlib") for r in doc["sets"])
+    head = ["set", "n x d", "metric", "knn", "graph", "graph s", "index s", "default beam",
+            "calibrated", "recall @ default", "beam 32 / 64 / 128 / 512"]
+    if peers:
+        head += ["hnswlib build s", "hnswlib ef 32 / 64 / 128 / 512"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in doc["sets"]:
+        cells = [r["name"], f"{r['n']} x {r['d']} {r['dtype']}", r["metric"], r["knn"], r["graph"], r["graph_s"],
+                 r["index_s"], r["default_beam"], r["calibrated_at_default"], r["index_default"],
+                 " / ".join(str(r[f"beam{b}"]) for b in BEAMS)]
+        if peers:
+            h = r.get("hnswlib") or {}
+            cells += [h.get("build_s"), " / ".join(str(h.get(f"ef{b}")) for b in BEAMS)]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -96,7 +116,12 @@ def main():
     ap.add_argument("--sets", default=None, help="comma-separated names (default: all)")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--table", default=None, help="print a saved run's JSON as a Markdown table and exit")
     a = ap.parse_args()
+    if a.table:
+        with open(a.table) as f:
+            print(markdown(json.load(f)))
+        return
     warnings.simplefilter("ignore")
     rng = np.random.default_rng(2026)
     want = None if a.sets is None else set(a.sets.split(","))
