@@ -128,7 +128,9 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
         True: gather the results to the client. False: return dask arrays whose blocks are
         futures on the workers (one block per query block; nothing moves to the client until
         they are computed). Default: dask arrays when the queries (without queries: the data)
-        are a dask array, else gathered.
+        are a dask array, else gathered. A gathered cosine result is checked as
+        :func:`knnkit.knn` checks it (a ``RuntimeWarning`` for neighbours closer than float32
+        orders); dask arrays are not.
 
     Returns
     -------
@@ -173,6 +175,7 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
         Q, kind_q = _host_queries(queries, dim)
         hosts = sorted(set(where))
         qblocks, kq = _send_blocks(client, Q, query_block, lambda b: hosts), k
+        queries = Q  # (host rows for the cosine check below)
         del Q
     results = []
     for qo, _qr, copies in qblocks:
@@ -193,11 +196,40 @@ def knn(data, queries=None, k=10, *, metric="sqeuclidean", device="auto", client
     del results, prepared
     D = np.concatenate([o[0] for o in out]) if len(out) > 1 else out[0][0]
     I = np.concatenate([o[1] for o in out]) if len(out) > 1 else out[0][1]
+    _warn_unresolved_cosine(client, parts, dim, D, I, None if all_points else queries, metric)
     return _output(D, kind_q), _output(I, kind_q)
 
 
 #: Rows whose exact neighbours estimate a distributed graph's recall (as knnkit.knn_graph's probe).
 ESTIMATE_ROWS = 1000
+
+
+def _warn_unresolved_cosine(client, parts, dim, D, I, queries, metric, stacklevel=4):
+    """:func:`knnkit._core.underflow.warn_unresolved_cosine` for a result gathered on the client: the
+    same threshold and the same float64 test of the pairs concerned, with only those pairs' rows
+    fetched from the partitions (none in the ordinary case: one comparison of the distances).
+    ``D`` cosine distances, ``I`` global ids (host arrays) of ``dim``-dimensional rows; ``queries``:
+    the query rows (host or Dask array), or None for all points (the queries are the data's rows)."""
+    from .._core.underflow import cosine_resolution, warn_unresolved_cosine
+
+    if metric != "cosine" or not D.size:
+        return 0
+    low = (D < cosine_resolution(dim)) & (I >= 0)
+    if not low.any():
+        return 0
+    rows = np.unique(np.nonzero(low)[0])
+    ids = np.asarray(I[rows][low[rows]], np.int64)
+    need = np.unique(ids if queries is not None else np.concatenate([ids, rows.astype(np.int64)]))
+    X = _probe(client, parts, need)
+    Isub = np.where(low[rows], np.searchsorted(need, np.maximum(I[rows], 0)), -1)
+    if queries is None:
+        Qsub = X[np.searchsorted(need, rows)]
+    elif _is_dask_array(queries):
+        Qsub = np.asarray(queries[rows].compute(), np.float32)
+    else:
+        Qsub = np.asarray(queries[rows], np.float32)
+    return warn_unresolved_cosine(np.asarray(D[rows], np.float32) - np.float32(1.0), Isub, X, Qsub, metric,
+                                  stacklevel=stacklevel)
 
 
 def _estimate_rows(n, seed):
@@ -635,7 +667,9 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
         from the pieces of the leaves that hold its rows (moved between workers, never through
         the client). The short-list check and the recall estimate run without gathering them (a
         count per block, the 1,000 sampled rows). Default: False when ``data`` is a dask array,
-        else True. The lists are the same either way (same seed).
+        else True. The lists are the same either way (same seed). Gathered cosine lists are
+        checked as :func:`knnkit.knn_graph` checks them (a ``RuntimeWarning`` for neighbours
+        closer than float32 orders); lists left on the workers are not.
 
     Returns
     -------
@@ -833,6 +867,7 @@ def knn_graph(data, k=10, *, metric="sqeuclidean", device="auto", client=None, n
                              (np.int32, np.float32), prefix="knnkit-graph", fields=result.fields)
         return KnnGraph(I, D, metric=metric, stats=BuildStats.from_dict(stats))
     I, D = result
+    _warn_unresolved_cosine(client, parts, shape[1], np.asarray(D), np.asarray(I), None, metric)
     return KnnGraph(_output(I, kind), _output(D, kind), metric=metric, stats=BuildStats.from_dict(stats))
 
 
