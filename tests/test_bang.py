@@ -106,6 +106,26 @@ def test_host_placement_recall(kind, rng, tiny_budget):
     assert _recall(X, Q, i, k) >= _recall(X, Q, i_off, k) - 0.01
 
 
+def test_host_build_check_leaves_out_rows_with_copies(rng):
+    """Rows with an exact copy are not held out for the build's check (cutting one also cuts the
+    links its copies hang from); the check counts the others, or says it was skipped when every
+    sampled row has a copy. ``kth_distances(copies=True)`` flags exactly those rows."""
+    seed = int(rng.integers(1 << 30))
+    base = np.random.default_rng(seed).standard_normal((2000, 8)).astype(np.float32)
+    X = np.concatenate([base, base[:1000]])  # rows 0..999 and 2000..2999 have one copy each
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=seed)
+    rows = np.sort(np.random.default_rng([knnkit._core.random.seed_from(seed), 11]).choice(3000, 200, replace=False))
+    unique = (rows >= 1000) & (rows < 2000)
+    _kth, has_copy = index._engine.kth_distances(rows, 10, device="cpu", exclude=rows, copies=True)
+    partner_out = np.isin(np.where(rows < 1000, rows + 2000, rows - 2000), rows)  # its copy is held out too
+    np.testing.assert_array_equal(has_copy, ~unique & ~partner_out)
+    chk = index.build_params["host_check"]
+    assert chk["rows"] == int((~has_copy).sum()) < 200 and chk["recall"][-1] >= 0.95
+    many = knnkit.GraphIndex.build(np.repeat(base[:30], 100, axis=0), placement="host", device="cpu",
+                                   random_state=seed)  # 30 rows, 100 copies of each
+    assert many.build_params["host_check"]["skipped"] == "every sampled row has an exact copy"
+
+
 def test_host_build_checks_its_walk(rng):
     """A host index's build measures its walk on data rows held out of the graph (no calibration):
     recall against exact distances to the other points at the default beam, more beams while

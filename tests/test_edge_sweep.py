@@ -92,7 +92,7 @@ def test_every_path_against_float64_truth(name, device):
         index = GraphIndex.build(X, metric=metric, device=device, placement=placement, random_state=0)
         _d, i = index.search(Q, k=K, beam=32)
         assert _recall(i, D, kth, metric, X.shape[1]) >= 0.95, placement
-        if placement == "host":  # the build's check ran (only rows with k exact copies are left out)
+        if placement == "host":  # the build's check ran (rows with an exact copy are left out)
             assert index.build_params["host_check"]["rows"] > 0 or name == "lattice_ties"
 
 

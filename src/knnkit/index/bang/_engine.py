@@ -315,11 +315,13 @@ class HostIndex:
         self._bang_upload = None
         self._gpu_extra.pop("data", None)
 
-    def kth_distances(self, rows, k, *, device, chunk=None, exclude=None):
+    def kth_distances(self, rows, k, *, device, chunk=None, exclude=None, copies=False):
         """Exact INTERNAL distance (float64) from each data row ``rows[j]`` to its ``k``-th nearest
         OTHER row (one copy of itself left out), streamed over the stored vectors in chunks on
         ``device``: the reference of the build's recall check of host indexes. ``exclude``: row ids
         that are never answers (then nothing else is left out: the k-th nearest of the rest).
+        ``copies`` (squared L2): also return, per row, whether its nearest answer is an exact copy
+        (distance 0 up to the float64 expansion's rounding).
         ``chunk``: stored rows per step; default from a quarter of the memory budget (float64
         distances and rows: ``8 (len(rows) + d)`` bytes per stored row, twice over), at most 2^18."""
         if chunk is None:
@@ -347,7 +349,12 @@ class HostIndex:
             D = xp.concatenate([best, D], axis=1)
             kk = min(want, D.shape[1])
             best = xp.partition(D, kk - 1, axis=1)[:, :kk] if D.shape[1] > kk else D
-        return as_host(xp.sort(best, axis=1)[:, want - 1])
+        best = xp.sort(best, axis=1)
+        if not copies:
+            return as_host(best[:, want - 1])
+        # a copy's float64 distance is |x|^2 + |x|^2 - 2 x.x, exact but for the sums' rounding
+        first = best[:, want - k]
+        return as_host(best[:, want - 1]), as_host(first <= 64 * 2.0 ** -52 * Q.shape[1] * qn)
 
     def hold_out(self, rows):
         """Cut ``rows`` out of the graph for a measurement (their lists and every link into them;
