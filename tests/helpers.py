@@ -3,7 +3,7 @@ recall. Import them as ``from helpers import ...`` (pytest puts this folder on `
 
 import numpy as np
 
-__all__ = ["gaussian_clusters", "exact_neighbours", "recall_at"]
+__all__ = ["gaussian_clusters", "exact_neighbours", "recall_at", "check_cosine_resolution_warning"]
 
 
 def gaussian_clusters(n, d, seed=0, centres=20):
@@ -43,3 +43,26 @@ def recall_at(found, truth):
     """Mean fraction of each row's true ids found (rows of equal count; -1 never counts)."""
     found, truth = np.asarray(found), np.asarray(truth)
     return float(np.mean([len(set(a[a >= 0].tolist()) & set(b.tolist())) / len(b) for a, b in zip(found, truth)]))
+
+
+def check_cosine_resolution_warning(calls, seed=1):
+    """Each of ``calls`` (functions of one data array that search it by cosine) raises the cosine
+    resolution RuntimeWarning on rows sharing a direction with similarities ~0.99999, and no
+    RuntimeWarning at ~0.9999 nor on exact copies and multiples (parallel rows: ties at 0)."""
+    import warnings
+
+    import pytest
+
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(16)
+    close = (b + 1e-3 * rng.standard_normal((1500, 16))).astype(np.float32)
+    fine = (b + 1e-2 * rng.standard_normal((1500, 16))).astype(np.float32)
+    copies = np.concatenate([fine[:300], fine[:50], fine[50:80] * np.float32(3.0)])  # copies and multiples
+    for call in calls:
+        with pytest.warns(RuntimeWarning, match="cannot order them"):
+            call(close)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for call in calls:
+            call(fine)
+            call(copies)

@@ -679,24 +679,12 @@ def test_cosine_beyond_float32_resolution_warns_on_the_client(client):
     distances float32 cannot order (rows sharing a direction, similarities ~0.99999) raise the
     RuntimeWarning; similarities ~0.9999, copies and multiples do not. Dask queries too, when the
     result is computed (a lazy result is not checked)."""
-    import warnings
+    from helpers import check_cosine_resolution_warning
 
-    rng = np.random.default_rng(1)
-    b = rng.standard_normal(16)
-    close = (b + 1e-3 * rng.standard_normal((1500, 16))).astype(np.float32)
-    fine = (b + 1e-2 * rng.standard_normal((1500, 16))).astype(np.float32)
-    copies = np.concatenate([fine[:300], fine[:50], fine[50:80] * np.float32(3.0)])
-    calls = (lambda X: knnkit.dask.knn(X, X[:5], k=5, metric="cosine", client=client, device="cpu", n_parts=2),
-             lambda X: knnkit.dask.knn(X, da.from_array(X[:5], chunks=3), k=5, metric="cosine", client=client,
-                                       device="cpu", n_parts=2, compute=True),
-             lambda X: knnkit.dask.knn(X, k=5, metric="cosine", client=client, device="cpu", n_parts=2),
-             lambda X: knnkit.dask.knn_graph(X, k=5, metric="cosine", client=client, device="cpu", n_parts=2,
-                                             random_state=0))
-    for call in calls:
-        with pytest.warns(RuntimeWarning, match="cannot order them"):
-            call(close)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        for call in calls:
-            call(fine)
-            call(copies)
+    check_cosine_resolution_warning((
+        lambda X: knnkit.dask.knn(X, X[:5], k=5, metric="cosine", client=client, device="cpu", n_parts=2),
+        lambda X: knnkit.dask.knn(X, da.from_array(X[:5], chunks=3), k=5, metric="cosine", client=client,
+                                  device="cpu", n_parts=2, compute=True),
+        lambda X: knnkit.dask.knn(X, k=5, metric="cosine", client=client, device="cpu", n_parts=2),
+        lambda X: knnkit.dask.knn_graph(X, k=5, metric="cosine", client=client, device="cpu", n_parts=2,
+                                        random_state=0)))

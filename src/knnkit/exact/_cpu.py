@@ -25,6 +25,7 @@ from .._core.config import logger, progress
 from .._core.metrics import top_direction
 from .._core.jit import Family, chunks, num_threads, parallel_for
 from ._sort_cpu import sort_pairs
+from ._reach import reach_bound
 
 # one announcement line for the family's first cold compile (seconds: measured on two cores)
 _family = Family("exact", "exact k-NN", seconds=1.5)
@@ -420,21 +421,8 @@ def _certify(approx, cand_d, Qc, Xc, k, use_l2):
     a_last = approx[:, 1].astype(np.float64)
     finite = np.isfinite(cand_d[:, k - 1])
     if use_l2:
-        # norms summed in float32: relative error below (d + 2) u, taken with a 4x margin
-        rel = 4 * (dim + 2) * u
-        q_hi, q_lo = qn * (1 + rel), qn * (1 - rel)
-        dk = np.sqrt(np.where(finite, cand_d[:, k - 1], 0).astype(np.float64) * (1 + 2.0 ** -20))
-        # |x - q| >= |x_c| - |q_c| up to the centring's rounding (u |x_c| + u |q_c|): beyond this
-        # reach a point is strictly farther than the k-th
-        reach = (dk + q_hi * (1 + 4 * u)) * (1 + 1e-6) + 1e-30
-        xb = np.minimum(xmax * (1 + rel), reach)
-        dot_err = (dim + 2) * 4 * u * q_hi * xb
-        key_round = 4 * u * (xb ** 2 + 2 * q_hi * xb)
-        eps = 1.05 * (2 * dot_err + (dim + 2) * u * xb ** 2 + key_round) + 1e-30
-        # the k-th's key |x_c|^2 - 2 q_c.x_c = |x_c - q_c|^2 - |q_c|^2, its distance in the centred
-        # operands within the centring's rounding of the exact one
-        r = dk * (1 + 1e-6) + 4 * u * (q_hi + xb)
-        upper = r * r - q_lo * q_lo
+        # (norms summed in float32: relative error below (d + 2) u, taken with a 4x margin)
+        eps, upper = reach_bound(np, qn, 4 * (dim + 2) * u, cand_d[:, k - 1], xmax, dim)
         return (a_last - eps > upper) & finite
     dot_err = (dim + 2) * 4 * u * qn * xmax
     key_round = 4 * u * (xmax ** 2 + 2 * qn * xmax)

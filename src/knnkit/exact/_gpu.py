@@ -22,6 +22,7 @@ import numpy as np
 
 from .._core.config import logger, get_memory_budget, progress
 from .._core.cuda import get_kernel, kernel_path, retry_on_oom
+from ._reach import reach_bound
 
 _KERNEL = kernel_path(__file__, "topk.cu")
 _FUSED_KERNEL = kernel_path(__file__, "fused_topk.cu")
@@ -693,34 +694,13 @@ def _knn_rows(Xd, prep, Qd, self_ids, k, kc, metric, mode, nt, certify_rows=True
             shift = Qd.astype(cp.float64) @ prep.mu.astype(cp.float64)
         reach = None
         if mode == "exact" and metric == "l2" and kc < avail:
-            reach = _reach_bound(prep, qinfo[0], out_d[:, k - 1], dim)
+            reach = reach_bound(cp, cp.asarray(qinfo[0], dtype=cp.float64), 4 * (dim + 2) * 2.0 ** -24,
+                                out_d[:, k - 1], prep.xmax, dim)
         ok, n_bad = certify(cp, best_d, exact_d, eps, shift, k, dim, kc >= avail, reach=reach)
         if n_bad:
             logger.warning("%s: the rounding bound was violated on %d rows (recomputed exactly); "
                            "please report this", mode, n_bad)
     return out_d, out_i, ok
-
-
-def _reach_bound(prep, qn, kth, dim):
-    """Exact mode, squared L2: ``(eps within reach, upper bound of the k-th's key)`` per query row
-    (cupy float64), the CPU twin's argument (``exact/_cpu._certify``).
-
-    A point farther from the centre than ``|q| + d_k`` (``d_k`` the k-th candidate's exact
-    distance; margins for the norms' float32 sums and the centring's rounding) lies strictly
-    beyond the k-th, so the key error that matters is bounded with the smaller of that reach and
-    the largest norm, which on heavy-tailed data is an outlier's (Cauchy 1M x 32 on the H200: every
-    row went to the float64 fallback, 18x the Gaussian call)."""
-    import cupy as cp
-
-    u = 2.0 ** -24
-    q = cp.asarray(qn, dtype=cp.float64) * (1 + 1e-9)
-    dk = cp.sqrt(cp.where(cp.isfinite(kth), kth, 0).astype(cp.float64) * (1 + 2.0 ** -20))
-    reach = (dk + q * (1 + 4 * u)) * (1 + 1e-6) + 1e-30
-    xb = cp.minimum(prep.xmax * (1 + 4 * (dim + 2) * u), reach)
-    acc = (dim + 2) * 2.0 ** -22
-    eps = 1.05 * (2 * acc * q * xb + (dim + 2) * u * xb ** 2 + 4 * u * (xb ** 2 + 2 * q * xb)) + 1e-30
-    r = dk * (1 + 1e-6) + 4 * u * (q + xb)
-    return eps, cp.where(cp.isfinite(kth), r * r - (q * (1 - 2e-9)) ** 2, cp.inf)
 
 
 def certify(xp, approx, exact, eps, shift, k, dim, all_candidates, reach=None):
@@ -731,7 +711,7 @@ def certify(xp, approx, exact, eps, shift, k, dim, all_candidates, reach=None):
     distance + shift. A row is certified when ``approx[k'] - approx[k] > 2 eps`` (or when the
     candidates are all the points) *and* the bound is seen to hold on its candidates (a
     self-check: a violated bound means a bug, and the row is recomputed). ``reach``: from
-    :func:`_reach_bound` (exact mode, squared L2), the gap test is then ``approx[k'] - eps_reach >
+    :func:`knnkit.exact._reach.reach_bound` (exact mode, squared L2), the gap test is then ``approx[k'] - eps_reach >
     upper key of the k-th`` (the self-check keeps ``eps``). Returns ``(ok (m,) bool, number of
     rows that violated the bound)``.
     """
