@@ -425,12 +425,18 @@ def test_intrinsic_dim_estimate_and_auto_degree():
         recomputed.append(len(rows))
         return within(X, Q, rows, *a, **kw)
 
+    # tight clusters: gaps between neighbours below the keys' rounding bound, so the certificate
+    # rejects rows (the skewed norms above no longer make it: its bound counts only the points
+    # within the k-th's reach since the twenty-sixth session)
+    from knnkit.datasets.suite import make_tight_clusters
+
+    T = make_tight_clusters(6000, 32, 60, 0.01, random_state=3)
     exact_cpu._rows_within64 = spy
     try:
-        d_slow, i_slow, _ = orig(S, S[:200], 11, metric="l2", exclude_self=False)
+        d_slow, i_slow, _ = orig(T, T[:200], 11, metric="l2", exclude_self=False)
         assert recomputed and recomputed[0] > 0  # this data has rows the certificate rejects
         recomputed.clear()
-        d_fast, i_fast, _ = orig(S, S[:200], 11, metric="l2", exclude_self=False, certify=False)
+        d_fast, i_fast, _ = orig(T, T[:200], 11, metric="l2", exclude_self=False, certify=False)
         assert not recomputed  # ... which certify=False leaves in float32
     finally:
         exact_cpu._rows_within64 = within

@@ -132,10 +132,12 @@ def _dist(X, a, b, metric):
 @njit(cache=True, fastmath=_FM)
 def _dist2(X, a, b0, b1, metric):
     """``(_dist(X, a, b0, metric), _dist(X, a, b1, metric))`` in one pass: ``a``'s row is loaded once
-    for both and the two sums overlap. Each sum is vectorised as :func:`_dist`'s is (LLVM keeps the
-    vector width and interleave of one reduction for two), so the values are bit-identical to
-    ``_dist``'s; ``tests/test_nndescent_cpu_join.py`` checks it. (Four at once were 1.2x, but LLVM
-    lowered the interleave and the sums differed in the last bit.)"""
+    for both and the two sums overlap. The values equal ``_dist``'s up to the order of the sum
+    (``reassoc``: LLVM picks the vector width and interleave): bit-identical where it vectorises one
+    reduction and two alike (the AVX-512 machines of earlier sessions), a few ulps apart where it
+    does not (AMD EPYC without AVX-512, twenty-sixth session); each sum does not depend on the other
+    pair. ``tests/test_nndescent_cpu_join.py`` checks both. (Four at once were 1.2x, but LLVM
+    lowered the interleave there too.)"""
     d = X.shape[1]
     c0 = np.float32(0.0)
     c1 = np.float32(0.0)
