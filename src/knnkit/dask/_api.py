@@ -16,6 +16,7 @@ import numpy as np
 
 from .._core.config import logger
 from .._core.random import seed_from
+from .._core.underflow import cosine_resolution, warn_unresolved_cosine
 from .._core.validation import METRICS, check_k, check_metric
 from ..graph import GRAPH_METRICS, STALL_LID
 from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, exact_part, exact_prepared,
@@ -210,8 +211,6 @@ def _warn_unresolved_cosine(client, parts, dim, D, I, queries, metric, stackleve
     fetched from the partitions (none in the ordinary case: one comparison of the distances).
     ``D`` cosine distances, ``I`` global ids (host arrays) of ``dim``-dimensional rows; ``queries``:
     the query rows (host or Dask array), or None for all points (the queries are the data's rows)."""
-    from .._core.underflow import cosine_resolution, warn_unresolved_cosine
-
     if metric != "cosine" or not D.size:
         return 0
     low = (D < cosine_resolution(dim)) & (I >= 0)

@@ -419,16 +419,15 @@ def _certify(approx, cand_d, Qc, Xc, k, use_l2):
     qn = np.sqrt(np.einsum("ij,ij->i", Qc, Qc).astype(np.float64))
     u = 2.0 ** -24
     a_last = approx[:, 1].astype(np.float64)
-    finite = np.isfinite(cand_d[:, k - 1])
     if use_l2:
         # (norms summed in float32: relative error below (d + 2) u, taken with a 4x margin)
         eps, upper = reach_bound(np, qn, 4 * (dim + 2) * u, cand_d[:, k - 1], xmax, dim)
-        return (a_last - eps > upper) & finite
+        return a_last - eps > upper  # (upper is inf where the row has no k-th)
     dot_err = (dim + 2) * 4 * u * qn * xmax
     key_round = 4 * u * (xmax ** 2 + 2 * qn * xmax)
     eps = 1.05 * (dot_err + key_round) + 1e-30
     a_k = approx[:, 0].astype(np.float64)
-    return (a_last - a_k > 2 * eps) & finite
+    return (a_last - a_k > 2 * eps) & np.isfinite(cand_d[:, k - 1])
 
 
 #: list slots per row of :func:`_rows_within64` (2k if larger); rows whose lists overflow go to

@@ -255,9 +255,8 @@ extern "C" __global__ void topk_pair_distances(
         }
         const float* q = Q + r * dim;
         const float* x = X + (long long)j * dim;
-        // float64 accumulation, as the CPU twin's refinement: products of float32 values are
-        // exact in double, so neighbours whose float32 sums would round together (cosine
-        // similarities near 1: -cos carries float32's absolute resolution) keep their order
+        // float64 accumulation, as the CPU twin's refinement (products of float32 values are exact
+        // in double), so both devices re-rank by the same sums; the output is float32
         double acc = 0.0;
         if (use_l2) {
             for (int c = lane; c < dim; c += 32) {
