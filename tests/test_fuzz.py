@@ -395,6 +395,25 @@ def test_sklearn_values_beyond_float32():
         nn.kneighbors(X[:2] * 1e300)
 
 
+@pytest.mark.parametrize("scale", [1e-39, 1e-44, 1e-300])
+def test_float64_values_below_float32_normal_range_refused(scale):
+    # converted to float32 they become subnormals or zeros: 1e-44 x Gaussian rows returned 10 % of
+    # the ids wrong against float64 with no warning
+    X = np.random.default_rng(0).standard_normal((300, 4))
+    with pytest.raises(ValueError, match="below float32's normal range"):
+        knnkit.knn(X * scale, X[:3] * scale, k=5, device="cpu")
+    # the same values as float32 input are exact and searched at a power-of-two scale; float64 data
+    # whose largest value is normal may hold tiny ones (they round as float32 does), and all zeros
+    # lose nothing
+    Xs = (X * 1e-39).astype(np.float32)
+    assert knnkit.knn(Xs, Xs[:3], k=5, device="cpu")[1].shape == (3, 5)
+    Xm = X.copy()
+    Xm[:, 0] = 1.0
+    Xm[:, 1:] *= 1e-45
+    knnkit.knn(Xm, Xm[:3], k=5, device="cpu")
+    knnkit.knn(np.zeros((10, 3)), np.zeros((2, 3)), k=2, device="cpu")
+
+
 # --- neighbours closer than float32 resolves (knnkit._core.underflow) --------------------------
 
 def _truth64(X, Q, k, exclude_self):

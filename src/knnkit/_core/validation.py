@@ -51,6 +51,14 @@ def check_matrix(x, name="data", allow_float64=True, check_finite=True, integer=
             if big > float(np.finfo(np.float32).max):
                 raise ValueError(f"{name} has values up to {big:.3g}, beyond the float32 range (3.4e38) that "
                                  f"knnkit computes in; rescale the data")
+            if 0.0 < big < float(np.finfo(np.float32).tiny):
+                # every value would become a float32 subnormal (or 0), which keeps fewer than 24 bits:
+                # the conversion alone would reorder neighbours (1e-44 x Gaussian rows: 10 % of the
+                # ids wrong against float64, no warning). Float32 input is exact and is searched at a
+                # power-of-two scale (metrics.safe_scale), so only this conversion loses them.
+                raise ValueError(f"{name} has values only up to {big:.3g}, below float32's normal range "
+                                 f"(1.2e-38) that knnkit computes in: converting them would lose their "
+                                 f"precision; rescale the data (e.g. multiply by a power of two)")
         a = a.astype(np.float32)
         dt = np.dtype(np.float32)
     if dt.type not in SUPPORTED_DTYPES:
