@@ -122,12 +122,17 @@ def test_cpu_k_equals_n_minus_1_all_points():
     assert_knn_ok(d, i, X, None, 63, "sqeuclidean", exclude_self=True)
 
 
-@pytest.mark.parametrize("sym_block", [2048, 64])
-def test_cpu_duplicates_and_tie_order(sym_block, monkeypatch):
+@pytest.mark.parametrize("sym_block, tiles", [(2048, None), (64, None), (2048, (7, 97))])
+def test_cpu_duplicates_and_tie_order(sym_block, tiles, monkeypatch):
     # small-integer data: distances are exact in float32, so ties are exact and the order
     # must be (distance, smaller index) exactly as a stable sort of the float64 reference;
-    # sym_block=64 runs the all-points graph through the symmetric (block pair) path
+    # sym_block=64 runs the all-points graph through the symmetric (block pair) path (at any d);
+    # tiles: the fused GEMM-and-select path in tiles of 7 query rows x 97 data rows
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", sym_block)
+    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)
+    if tiles is not None:
+        monkeypatch.setattr(_cpu, "_TILE_ROWS", tiles[0])
+        monkeypatch.setattr(_cpu, "_TILE_COLS", tiles[1])
     rng = np.random.default_rng(1)
     base = rng.integers(0, 3, size=(40, 4)).astype(np.float32)
     X = base[rng.integers(0, 40, size=600)]
@@ -163,9 +168,14 @@ def test_cpu_blocks_with_remainders(monkeypatch):
     monkeypatch.setattr(_cpu, "_BLOCK_BYTES", 4 * 97 * 300)
     monkeypatch.setattr(_cpu, "_QUERY_BLOCK", 97)
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 97)
+    monkeypatch.setattr(_cpu, "_TILE_ROWS", 13)   # fused tiles: none full at the end either
+    monkeypatch.setattr(_cpu, "_TILE_COLS", 101)
     X, Q = rand((2345, 10)), rand((301, 10))
     d, i = knnkit.knn(X, Q, k=11, device="cpu")
     assert_knn_ok(d, i, X, Q, 11, "sqeuclidean")
+    d, i = knnkit.knn(X[:777], k=11, device="cpu")
+    assert_knn_ok(d, i, X[:777], None, 11, "sqeuclidean", exclude_self=True)
+    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)  # the symmetric path's block pairs at d = 10
     d, i = knnkit.knn(X[:777], k=11, device="cpu")
     assert_knn_ok(d, i, X[:777], None, 11, "sqeuclidean", exclude_self=True)
 
@@ -218,6 +228,7 @@ def test_select_rows_cpu():
 def test_knn_cpu_symmetric_equals_plain(metric, monkeypatch):
     X = rand((1000, 6), seed=3)
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 128)
+    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)
     d1, i1 = knnkit.exact._cpu.knn_cpu(X, X, 7, metric, True)
     monkeypatch.setattr(_cpu, "_SYMMETRIC_HEAP_BYTES", 0)  # plain query-block path
     d2, i2 = knnkit.exact._cpu.knn_cpu(X, X, 7, metric, True)

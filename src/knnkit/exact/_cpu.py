@@ -44,6 +44,12 @@ _SYM_BLOCK = 2048
 #: columns of G one task of the transposed selection walks down together (8 cache lines per row)
 _TRANSPOSED_STRIP = 128
 _SYMMETRIC_HEAP_BYTES = 1 << 30
+#: the all-points graph takes the symmetric path (half the GEMM flops, but its transposed selection
+#: is slower and runs after each block's GEMM) from this dimension on; below it the fused tiles of
+#: :func:`_gemm_select` win, where the selection outweighs the GEMM (2 cores, 50k points, K 32-96:
+#: d 16 4.4-4.8 -> 3.7-4.2 s, d 32 6.3 -> 5.1 s, d 64 equal, d 96-128 and 960 the symmetric
+#: path faster by 5-30 %)
+_SYMMETRIC_MIN_D = 64
 
 
 @njit(inline="always")
@@ -74,12 +80,26 @@ def _select_block(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self):
                                         parts[c][1]), len(parts))
 
 
+#: columns of a row that :func:`_select_rows` screens at a time before offering any of them
+_SCREEN = 128
+
+
 @kernel(fastmath=False)
 def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
     """Rows ``lo .. hi - 1`` of :func:`_select_block`. The metric test sits outside the inner loop
-    (one loop per metric): inside it, this loop ran 1.5x slower than the same code in a prange body."""
+    (one loop per metric): inside it, this loop ran 1.5x slower than the same code in a prange body.
+
+    Each row is screened ``_SCREEN`` columns at a time: a count of the keys at or below the heap's
+    root, a loop without a branch that LLVM vectorises, and only a run holding one is offered key by
+    key. Why: once a heap is full almost no key enters it, and the offer loop (a compare and branch
+    per key, the root reloaded after each insert) cost 2.4 ns per key on one core (AMD EPYC, AVX2),
+    as much as the GEMM that made the key. The screen computes the key in float32 and counts
+    ``<=`` the float32 root: the offer's float64 test ``v < top`` implies it (rounding to float32
+    is monotone and the root is a float32), so no run holding an entrant is skipped; a NaN key
+    passes neither test."""
     nb = G.shape[1]
     k = heap_d.shape[1]
+    two = np.float32(2.0)
     for r in range(lo, hi):
         hd = heap_d[r]
         hx = heap_i[r]
@@ -87,29 +107,44 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
         self_col = (q0 + r - col0) if exclude_self else -1
         top = hd[0]
         topi = hx[0]
-        if use_l2:
-            for j in range(nb):
-                v = xn[col0 + j] - 2.0 * g[j]
-                # strict '<' is enough for the tie rule because indices only grow along a row
-                if v < top or (v == top and col0 + j < topi):
-                    if j == self_col:
-                        continue
-                    hd[0] = v
-                    hx[0] = col0 + j
-                    _sift_down(hd, hx, 0, k)
-                    top = hd[0]
-                    topi = hx[0]
-        else:
-            for j in range(nb):
-                v = -g[j]
-                if v < top or (v == top and col0 + j < topi):
-                    if j == self_col:
-                        continue
-                    hd[0] = v
-                    hx[0] = col0 + j
-                    _sift_down(hd, hx, 0, k)
-                    top = hd[0]
-                    topi = hx[0]
+        for s0 in range(0, nb, _SCREEN):
+            s1 = min(nb, s0 + _SCREEN)
+            # slices and a loop from 0: with the offsets in the index LLVM left this loop scalar
+            # (1.2 ns per key instead of 0.4)
+            gs = g[s0:s1]
+            hits = 0
+            if use_l2:
+                xs = xn[col0 + s0:col0 + s1]
+                for j in range(gs.shape[0]):
+                    hits += np.int32(xs[j] - two * gs[j] <= top)
+            else:
+                for j in range(gs.shape[0]):
+                    hits += np.int32(-gs[j] <= top)
+            if hits == 0:
+                continue
+            if use_l2:
+                for j in range(s0, s1):
+                    v = xn[col0 + j] - 2.0 * g[j]
+                    # strict '<' is enough for the tie rule because indices only grow along a row
+                    if v < top or (v == top and col0 + j < topi):
+                        if j == self_col:
+                            continue
+                        hd[0] = v
+                        hx[0] = col0 + j
+                        _sift_down(hd, hx, 0, k)
+                        top = hd[0]
+                        topi = hx[0]
+            else:
+                for j in range(s0, s1):
+                    v = -g[j]
+                    if v < top or (v == top and col0 + j < topi):
+                        if j == self_col:
+                            continue
+                        hd[0] = v
+                        hx[0] = col0 + j
+                        _sift_down(hd, hx, 0, k)
+                        top = hd[0]
+                        topi = hx[0]
 
 
 def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
@@ -137,9 +172,22 @@ def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
         tops = np.empty(W, np.float32)
         for t in range(w):
             tops[t] = heap_d[c0 + t, 0]
+        two = np.float32(2.0)
         for i in range(mi):
             g = G[i]
             xi = xn[col0 + i]
+            # screened first, as in _select_rows: a branch-free count over the strip (vectorised),
+            # then the offers only where some key reaches its heap's root
+            gs = g[c0:c0 + w]
+            hits = 0
+            if use_l2:
+                for t in range(w):
+                    hits += np.int32(xi - two * gs[t] <= tops[t])
+            else:
+                for t in range(w):
+                    hits += np.int32(-gs[t] <= tops[t])
+            if hits == 0:
+                continue
             if use_l2:   # the metric test outside the inner loop, as in _select_rows
                 for t in range(w):
                     v = xi - np.float32(2.0) * g[c0 + t]
@@ -277,6 +325,62 @@ def _blas_one_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+#: rows of A below which one BLAS call computes the whole block (a split costs a task hand-off)
+_GEMM_SPLIT_MIN_ROWS = 256
+
+
+def _gemm_rows(A, B, out):
+    """``out = A @ B.T`` with the rows of ``A`` split over Numba's thread count, each part one
+    single-threaded BLAS call on its own Python thread (NumPy releases the GIL in BLAS).
+
+    Why: the selection runs on Numba's threads with BLAS held to one thread (:func:`_blas_one_thread`:
+    OpenBLAS's own workers keep spinning after each GEMM and halved the selection's speed), which
+    left the GEMM, most of the flops, on one core. Split by rows, every core multiplies and no
+    BLAS worker spins. Each output element is the same dot product of the same rows, so the keys
+    do not depend on the split (and the refine step recomputes the selected distances anyway)."""
+    m = A.shape[0]
+    parts = num_threads()
+    if parts < 2 or m < _GEMM_SPLIT_MIN_ROWS:
+        np.matmul(A, B.T, out=out)
+        return
+    rows = chunks(m, parts)
+    # out[lo:hi] of a C-contiguous block is contiguous: matmul stays in BLAS (a strided out leaves it)
+    parallel_for(lambda c: np.matmul(A[rows[c][0]:rows[c][1]], B.T, out=out[rows[c][0]:rows[c][1]]), len(rows))
+
+
+#: rows x columns of the key tiles :func:`_gemm_select` makes and screens in turn (1 MiB of float32)
+_TILE_ROWS = 256
+_TILE_COLS = 1024
+
+
+def _gemm_select(Qb, Xc, xn, q0, heap_d, heap_i, use_l2, exclude_self):
+    """Offer the keys of every data row to the heaps of the queries ``Qb`` (rows ``q0 ..`` of the
+    query set): tasks of up to ``_TILE_ROWS`` query rows on Numba's thread count, each walking the
+    data in ``_TILE_COLS``-row steps, a single-threaded BLAS GEMM into its own tile followed at once
+    by :func:`_select_rows` on that tile.
+
+    Why: with one GEMM of the whole query block (2048 x 4096 keys, 32 MiB) and then a selection
+    over it, the GEMM ran on one core (BLAS held to one thread, see :func:`_blas_one_thread`) and
+    the selection read the keys back from memory. Per task, every core multiplies, and a 1 MiB tile
+    is still in the core's cache when it is screened. The data tiles are visited in increasing
+    order for every row, which the tie rule of :func:`_select_rows` relies on."""
+    m, n = Qb.shape[0], Xc.shape[0]
+    rows = chunks(m, max(num_threads(), -(-m // _TILE_ROWS)))
+    cols = min(n, _TILE_COLS)
+
+    def task(c):
+        lo, hi = rows[c]
+        tile = np.empty((hi - lo) * cols, np.float32)
+        for c0 in range(0, n, cols):
+            c1 = min(n, c0 + cols)
+            # a contiguous view: numpy's matmul leaves BLAS (and gets far slower) for a strided out
+            g = tile[: (hi - lo) * (c1 - c0)].reshape(hi - lo, c1 - c0)
+            np.matmul(Qb[lo:hi], Xc[c0:c1].T, out=g)
+            _select_rows(g, xn, c0, q0 + lo, heap_d[lo:hi], heap_i[lo:hi], use_l2, exclude_self, 0, hi - lo)
+
+    parallel_for(task, len(rows))
+
+
 def knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None, certify=True):
     """Exact k-NN of the rows of ``Q`` among the rows of ``X`` (internal minimised distances).
 
@@ -343,23 +447,17 @@ def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None, certify=Tr
     cand_d = np.empty((m, kc), np.float32)
     cand_i = np.empty((m, kc), np.int64)
     approx = np.empty((m, 2), np.float32)  # per row: the k-th and the last (kc-th) approximate key
-    if exclude_self and same and n * kc * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None:
+    if (exclude_self and same and n * kc * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None
+            and X.shape[1] >= _SYMMETRIC_MIN_D):
         _knn_cpu_symmetric(Xc, X, xn, kc, use_l2, cand_d, cand_i, approx, k)
     else:
-        qb, nb = _blocks(n, m, kc, batch_size)
-        G = np.empty(qb * nb, np.float32)
+        qb, _nb = _blocks(n, m, kc, batch_size)
         bar = progress(total=m, desc="exact k-NN (CPU)", unit="query")
         for q0 in range(0, m, qb):
             q1 = min(m, q0 + qb)
             heap_d = np.full((q1 - q0, kc), np.inf, np.float32)
             heap_i = np.full((q1 - q0, kc), -1, np.int64)
-            Qb = Qc[q0:q1]
-            for c0 in range(0, n, nb):
-                c1 = min(n, c0 + nb)
-                # a contiguous view: numpy's matmul leaves BLAS (and gets far slower) for a strided out
-                g = G[: (q1 - q0) * (c1 - c0)].reshape(q1 - q0, c1 - c0)
-                np.matmul(Qb, Xc[c0:c1].T, out=g)
-                _select_block(g, xn, c0, q0, heap_d, heap_i, use_l2, bool(exclude_self))
+            _gemm_select(Qc[q0:q1], Xc, xn, q0, heap_d, heap_i, use_l2, bool(exclude_self))
             _approx_bounds(heap_d, k, approx[q0:q1])
             _refine_and_sort(X, Q, q0, heap_d, heap_i, use_l2, cand_d, cand_i)
             bar.update(q1 - q0)
@@ -616,7 +714,7 @@ def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
         for j0 in range(i0, n, B):
             j1 = min(n, j0 + B)
             g = G[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
-            np.matmul(Xc[i0:i1], Xc[j0:j1].T, out=g)
+            _gemm_rows(Xc[i0:i1], Xc[j0:j1], g)
             _select_block(g, xn, j0, i0, heap_d[i0:i1], heap_i[i0:i1], use_l2, True)
             if j0 > i0:
                 _select_block_transposed(g, xn, i0, heap_d[j0:j1], heap_i[j0:j1], use_l2)
