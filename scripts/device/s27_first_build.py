@@ -26,7 +26,13 @@ for fn_name in [n for n in dir(_cc) if "compile" in n and callable(getattr(_cc, 
         finally:
             _depth[0] -= 1
             if _depth[0] == 0:  # outermost call only
-                log.append((_n, time.perf_counter() - t, str(a[0])[:160].replace("\n", " ")))
+                import re
+                names = re.findall(r"__global__\s+void\s+(\w+)", str(a[0]))
+                import traceback
+                site = [f"{fr.filename.split('knnkit/')[-1]}:{fr.lineno}" for fr in traceback.extract_stack()
+                        if "/knnkit/" in fr.filename][-2:]
+                log.append((_n, time.perf_counter() - t,
+                            " ".join(names)[:200] + " @ " + " <- ".join(reversed(site))))
     setattr(_cc, fn_name, wrapped)
 
 (name, X, Q, metric), = robustness_sets("full", names=["tight_c1000"], real=False)
@@ -54,6 +60,7 @@ for rep in range(3):
     print(f"build {rep}: {dt:.2f} s", {k: round(v, 3) for k, v in idx.build_timings.items()},
           "components", idx.build_params["connectivity"]["components_before"], flush=True)
     print(f"  compiles during build {rep}: {len(log)}, {sum(t for _, t, _ in log):.2f} s")
+    import traceback  # noqa: F401
     for n_, t_, src in sorted(log, key=lambda r: -r[1])[:12]:
         print(f"   {t_:.3f} s {n_} {src}")
     print("  pool used/total GB", round(cp.get_default_memory_pool().used_bytes() / 1e9, 2),
