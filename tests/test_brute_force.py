@@ -165,7 +165,6 @@ def test_cpu_d1():
 
 def test_cpu_blocks_with_remainders(monkeypatch):
     # force many data blocks and query blocks, none of them full at the end
-    monkeypatch.setattr(_cpu, "_BLOCK_BYTES", 4 * 97 * 300)
     monkeypatch.setattr(_cpu, "_QUERY_BLOCK", 97)
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 97)
     monkeypatch.setattr(_cpu, "_TILE_ROWS", 13)   # fused tiles: none full at the end either

@@ -1,11 +1,13 @@
 """Exact k-NN on the CPU: blocked BLAS GEMM for the dot products, Numba for the selection.
 
-For a block of queries ``Qb`` and a block of data ``Xb`` the dot products ``G = Qb @ Xb.T``
-come from the BLAS that NumPy links (the only part that needs high FLOP rates). A Numba
-kernel, parallel over query rows, then streams each row of ``G`` once: it forms the key
+For a tile of queries ``Qb`` and a tile of data ``Xb`` the dot products ``G = Qb @ Xb.T``
+come from the BLAS that NumPy links (the only part that needs high FLOP rates), one
+single-threaded GEMM per task on each of Numba's threads (:func:`_gemm_select`). A Numba
+kernel then streams each row of the tile once, while it is cached: it forms the key
 ``||x||^2 - 2 q.x`` (squared L2 less the row constant ``||q||^2``) or ``-q.x`` and offers it
-to a bounded max-heap of the k best seen so far. Keys that do not beat the heap's root (the
-current k-th best) cost one compare, so the selection is close to a single memory pass.
+to a bounded max-heap of the k best seen so far. Runs of keys are screened first by a vectorised
+count of those at or below the heap's root (the current k-th best), so a run with no entrant
+costs a fraction of a nanosecond per key.
 Data blocks are visited in index order, which makes "ties go to the smaller index" fall out
 of a strict comparison; the heap still compares ``(key, index)`` pairs so that the order does
 not depend on that.
@@ -15,7 +17,8 @@ After selection the k winners of each row get their distance recomputed directly
 cancellation error of the GEMM expansion from the reported distances (an exact duplicate of a
 query reads exactly 0), and each row is sorted by ``(distance, index)``.
 
-Memory stays bounded: one ``G`` block (``_BLOCK_BYTES``) plus the heaps of one query block.
+Memory stays bounded: one key tile per task (``_TILE_ROWS x _TILE_COLS``; the all-points graph's
+symmetric path one ``_SYM_BLOCK`` square block) plus the heaps of one query block.
 """
 
 import numpy as np
@@ -34,9 +37,6 @@ kernel = _family.kernel
 
 __all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 
-# Bytes of one G block: big enough for BLAS efficiency, small enough to stay in L2/L3-ish
-# territory and to keep memory flat for any n.
-_BLOCK_BYTES = 32 << 20
 _QUERY_BLOCK = 2048
 # all-points graph: square blocks computed once for both sides while the heaps of every point
 # fit this many bytes
@@ -293,12 +293,9 @@ def _sort_heaps(heap_d, heap_i):
         heap_i[r] = ix
 
 
-def _blocks(n, m, k, query_block=None):
-    """Query-block and data-block sizes keeping one G block under _BLOCK_BYTES."""
-    qb = min(m, query_block or _QUERY_BLOCK)
-    nb = max(256, _BLOCK_BYTES // (4 * qb))
-    nb = min(n, max(nb, k))
-    return qb, nb
+def _query_block(m, query_block=None):
+    """Queries per block (their heaps are allocated together)."""
+    return min(m, query_block or _QUERY_BLOCK)
 
 
 def knn(X, Q, k, metric, exclude_self, *, precision="exact", batch_size=None, certify=True, candidates=None):
@@ -451,7 +448,7 @@ def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None, certify=Tr
             and X.shape[1] >= _SYMMETRIC_MIN_D):
         _knn_cpu_symmetric(Xc, X, xn, kc, use_l2, cand_d, cand_i, approx, k)
     else:
-        qb, _nb = _blocks(n, m, kc, batch_size)
+        qb = _query_block(m, batch_size)
         bar = progress(total=m, desc="exact k-NN (CPU)", unit="query")
         for q0 in range(0, m, qb):
             q1 = min(m, q0 + qb)
