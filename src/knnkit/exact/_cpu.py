@@ -86,8 +86,8 @@ _SCREEN = 128
 
 @kernel(fastmath=False)
 def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
-    """Rows ``lo .. hi - 1`` of :func:`_select_block`. The metric test sits outside the inner loop
-    (one loop per metric): inside it, this loop ran 1.5x slower than the same code in a prange body.
+    """Rows ``lo .. hi - 1`` of :func:`_select_block`. ``xn``: the data rows' squared norms for
+    ``use_l2``, zeros for the inner product.
 
     Each row is screened ``_SCREEN`` columns at a time: a count of the keys at or below the heap's
     root, a loop without a branch that LLVM vectorises, and only a run holding one is offered key by
@@ -99,7 +99,10 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
     passes neither test."""
     nb = G.shape[1]
     k = heap_d.shape[1]
-    two = np.float32(2.0)
+    # one formula for both metrics, no metric test in the loops: key = xn - c g, with xn all zeros
+    # for 'ip' (the caller's), c = 2 for 'l2' and 1 for 'ip' (0 - g is -g exactly)
+    c64 = 2.0 if use_l2 else 1.0
+    c32 = np.float32(c64)
     for r in range(lo, hi):
         hd = heap_d[r]
         hx = heap_i[r]
@@ -112,39 +115,21 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
             # slices and a loop from 0: with the offsets in the index LLVM left this loop scalar
             # (1.2 ns per key instead of 0.4)
             gs = g[s0:s1]
+            xs = xn[col0 + s0:col0 + s1]
             hits = 0
-            if use_l2:
-                xs = xn[col0 + s0:col0 + s1]
-                for j in range(gs.shape[0]):
-                    hits += np.int32(xs[j] - two * gs[j] <= top)
-            else:
-                for j in range(gs.shape[0]):
-                    hits += np.int32(-gs[j] <= top)
+            for j in range(gs.shape[0]):
+                hits += np.int32(xs[j] - c32 * gs[j] <= top)
             if hits == 0:
                 continue
-            if use_l2:
-                for j in range(s0, s1):
-                    v = xn[col0 + j] - 2.0 * g[j]
-                    # strict '<' is enough for the tie rule because indices only grow along a row
-                    if v < top or (v == top and col0 + j < topi):
-                        if j == self_col:
-                            continue
-                        hd[0] = v
-                        hx[0] = col0 + j
-                        _sift_down(hd, hx, 0, k)
-                        top = hd[0]
-                        topi = hx[0]
-            else:
-                for j in range(s0, s1):
-                    v = -g[j]
-                    if v < top or (v == top and col0 + j < topi):
-                        if j == self_col:
-                            continue
-                        hd[0] = v
-                        hx[0] = col0 + j
-                        _sift_down(hd, hx, 0, k)
-                        top = hd[0]
-                        topi = hx[0]
+            for j in range(s0, s1):
+                v = xn[col0 + j] - c64 * g[j]
+                # strict '<' is enough for the tie rule because indices only grow along a row
+                if v < top or (v == top and col0 + j < topi):
+                    if j == self_col:
+                        continue
+                    _offer_root(hd, hx, v, col0 + j, k)
+                    top = hd[0]
+                    topi = hx[0]
 
 
 def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
@@ -166,13 +151,13 @@ def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
     mi, mc = G.shape
     k = heap_d.shape[1]
     W = _TRANSPOSED_STRIP
+    c = np.float32(2.0 if use_l2 else 1.0)  # key = xn - c g; xn all zeros for 'ip' (see _select_rows)
     for grp in range(g0, g1):
         c0 = grp * W
         w = min(W, mc - c0)
         tops = np.empty(W, np.float32)
         for t in range(w):
             tops[t] = heap_d[c0 + t, 0]
-        two = np.float32(2.0)
         for i in range(mi):
             g = G[i]
             xi = xn[col0 + i]
@@ -180,26 +165,15 @@ def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
             # then the offers only where some key reaches its heap's root
             gs = g[c0:c0 + w]
             hits = 0
-            if use_l2:
-                for t in range(w):
-                    hits += np.int32(xi - two * gs[t] <= tops[t])
-            else:
-                for t in range(w):
-                    hits += np.int32(-gs[t] <= tops[t])
+            for t in range(w):
+                hits += np.int32(xi - c * gs[t] <= tops[t])
             if hits == 0:
                 continue
-            if use_l2:   # the metric test outside the inner loop, as in _select_rows
-                for t in range(w):
-                    v = xi - np.float32(2.0) * g[c0 + t]
-                    if v < tops[t]:
-                        _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, col0 + i, k)
-                        tops[t] = heap_d[c0 + t, 0]
-            else:
-                for t in range(w):
-                    v = -g[c0 + t]
-                    if v < tops[t]:
-                        _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, col0 + i, k)
-                        tops[t] = heap_d[c0 + t, 0]
+            for t in range(w):
+                v = xi - c * gs[t]
+                if v < tops[t]:
+                    _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, col0 + i, k)
+                    tops[t] = heap_d[c0 + t, 0]
 
 
 @njit(inline="always")
