@@ -479,6 +479,29 @@ def test_auto_build_params_on_clusters_of_few_points():
     assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
 
 
+def test_clusters_of_few_points_take_exact_candidates_on_the_cpu(monkeypatch):
+    """The clusters-of-few-points tier builds exact candidate lists on the CPU up to
+    CPU_SCALE_GAP_EXACT_MAX_N points (NN-Descent converges slowly there); other tiers keep the
+    descent. The exact-below-20k rule is lowered here so that the tier rule is what decides."""
+    from knnkit.datasets.suite import make_tight_clusters
+    from knnkit.index import _build, _engine
+
+    monkeypatch.setattr(_build, "INDEX_BRUTE_MAX_N", {"cpu": 4096, "gpu": 4096})
+    X, Q = make_tight_clusters(6000, 64, 700, spread=0.01, n_queries=200, random_state=5)
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    bp = index.build_params
+    assert bp["intrinsic_dim"] < 0.5 * bp["intrinsic_dim_5nn"], bp  # the tier
+    assert bp["candidates"]["method"] == "brute", bp["candidates"]
+    _d, i = index.search(Q, k=10)
+    assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
+    monkeypatch.setattr(_engine, "CPU_SCALE_GAP_EXACT_MAX_N", 0)
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    assert index.build_params["candidates"]["method"] != "brute", index.build_params["candidates"]
+    # another tier at the same size keeps the descent
+    Xu = np.random.default_rng(0).random((6000, 16), dtype=np.float32)
+    assert GraphIndex.build(Xu, device="cpu", random_state=0).build_params["candidates"]["method"] != "brute"
+
+
 # ---------------------------------------------------------------- GPU
 gpu = pytest.mark.skipif(not knnkit.gpu_available(), reason="needs an NVIDIA GPU and CuPy")
 

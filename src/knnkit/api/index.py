@@ -239,7 +239,10 @@ class GraphIndex:
             1.0 above (1.0 gave +0.03-0.05 recall at equal beam on LID ~45 data; 1.1 is
             marginally better on low-LID data).
         build_algo : {"nndescent", "brute"}
-            How the k-NN graph is built (NN-Descent, or exact; small inputs are always exact).
+            How the k-NN graph is built (NN-Descent, or exact). Small inputs are always exact, and
+            so, on the CPU, are inputs of up to 150,000 points made of clusters of fewer points
+            than the graph's degree (detected from the intrinsic-dimension estimate), where the
+            descent converges slowly and exact lists cost less.
         diversify : {"prune", "ggnn"}
             ``"prune"`` (default): RobustPrune plus reverse edges, pruned on the GPU when the index
             is built there; ``"ggnn"``: GGNN's R/2 nearest plus up to R/2 symmetric links (CPU).

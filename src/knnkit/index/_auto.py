@@ -21,7 +21,7 @@ import numpy as np
 
 from ..graph._estimate import estimate_intrinsic_dim
 
-__all__ = ["estimate_intrinsic_dim", "auto_build_params"]
+__all__ = ["estimate_intrinsic_dim", "auto_build_params", "scale_gap", "CPU_SCALE_GAP_EXACT_MAX_N"]
 
 #: the estimate at 20 neighbours below this fraction of the one at 5 means the data is clustered
 #: at a scale finer than the graph's neighbourhoods (clusters of a few points)
@@ -41,6 +41,24 @@ CPU_MIDDLE_TIER_CANDIDATES = 64
 #: skin 4.4-4.7 -> 3.5-3.7 s, duplicates 4.7-4.8 -> 3.8-4.0 s; tight_c1000 4.6-5.0 -> 5.4-5.5 s (the
 #: descent takes longer to settle at 48 there) (`benchmarks/results/cpu/cpu_low_tier_k48_2026-11-29*.json`).
 CPU_LOW_TIER_CANDIDATES = 48
+
+#: The clusters-of-few-points tier's candidate lists are exact on the CPU up to this many points.
+#: NN-Descent converges slowly there (its lists must find the nearest clusters, a high-dimensional
+#: problem: 12 iterations at K 96), and the exact engine (GEMM tiles on every core, screened heap
+#: offers) costs n^2: tight_c10000, 100k x 64, K 96, 2 cores: exact 26.4 s against NN-Descent 39.1 s,
+#: whose lists held 0.73 of the exact 96 (0.976 of the first 10). On the other tiers NN-Descent was
+#: the faster (100k: broad clusters K 64 12.6 s against 22.6 s exact, uniform 32-d K 48 10.7 against
+#: 15.5 s, manifold K 48 5.0 against 26.4 s). The exact cost grows as n^2 against the descent's
+#: ~n, so the crossover (~150k from the 100k pair) is where the rule stops.
+CPU_SCALE_GAP_EXACT_MAX_N = 150_000
+
+
+def scale_gap(lid, lid_small):
+    """True when the intrinsic-dimension estimate collapses between 5 and 20 neighbours (clusters of
+    fewer points than the graph's degree; see :func:`auto_build_params`)."""
+    return (lid_small is not None and lid is not None and np.isfinite(lid_small) and np.isfinite(lid)
+            and lid < _SCALE_GAP * lid_small)
+
 
 # The clusters-of-few-points tier keeps 96 on the CPU too: 64 built tight_c10000 100k in 14.7 s
 # instead of 27.2 s and its generated queries still got 1.0, but the calibration's held-out data
@@ -74,7 +92,7 @@ def auto_build_params(lid, lid_small=None, device="gpu", top_tier=True):
     clusters' centres is a high-dimensional problem: degree 32 / alpha 1.1 reached recall@10 0.904
     at beam 64 and 0.867 at any beam on the GPU (100k), degree 64 / alpha 1.0 0.986 (30k x 64,
     3,000 clusters, CPU), so those get the high-dimensional parameters."""
-    if lid_small is not None and np.isfinite(lid_small) and np.isfinite(lid) and lid < _SCALE_GAP * lid_small:
+    if scale_gap(lid, lid_small):
         return 64, 96, 1.0
     if not np.isfinite(lid) or lid < 28:
         return 32, CPU_LOW_TIER_CANDIDATES if device == "cpu" else 64, 1.1
