@@ -47,9 +47,10 @@ _SYMMETRIC_HEAP_BYTES = 1 << 30
 #: the all-points graph takes the symmetric path (half the GEMM flops, but its transposed selection
 #: is slower and runs after each block's GEMM) from this dimension on; below it the fused tiles of
 #: :func:`_gemm_select` win, where the selection outweighs the GEMM (2 cores, 50k points, K 32-96:
-#: d 16 4.4-4.8 -> 3.7-4.2 s, d 32 6.3 -> 5.1 s, d 64 equal, d 96-128 and 960 the symmetric
-#: path faster by 5-30 %)
-_SYMMETRIC_MIN_D = 64
+#: d 16 4.4-4.8 -> 3.7-4.2 s, d 32 6.3 -> 5.1 s, d 64 7.9-8.6 -> 7.2-7.9 s and tight clusters of
+#: 10 at 100k x 64, K 96, 25.5 -> 22.8 s; d 96 about equal, d 128 and 960 the symmetric path faster
+#: by 5-30 %)
+_SYMMETRIC_MIN_D = 96
 
 
 @njit(inline="always")
@@ -103,6 +104,7 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
     # for 'ip' (the caller's), c = 2 for 'l2' and 1 for 'ip' (0 - g is -g exactly)
     c64 = 2.0 if use_l2 else 1.0
     c32 = np.float32(c64)
+    run = np.empty(_SCREEN, np.float32)  # the screened run's float32 keys
     for r in range(lo, hi):
         hd = heap_d[r]
         hx = heap_i[r]
@@ -118,16 +120,22 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
             xs = xn[col0 + s0:col0 + s1]
             hits = 0
             for j in range(gs.shape[0]):
-                hits += np.int32(xs[j] - c32 * gs[j] <= top)
+                run[j] = xs[j] - c32 * gs[j]
+                hits += np.int32(run[j] <= top)
             if hits == 0:
                 continue
-            for j in range(s0, s1):
-                v = xn[col0 + j] - c64 * g[j]
+            for j in range(gs.shape[0]):
+                # the float32 key first (implied by the exact test below, as in the screen; `top`
+                # only falls), so most keys of a run cost one float32 compare
+                if run[j] > top:
+                    continue
+                c = col0 + s0 + j
+                v = xs[j] - c64 * gs[j]
                 # strict '<' is enough for the tie rule because indices only grow along a row
-                if v < top or (v == top and col0 + j < topi):
-                    if j == self_col:
+                if v < top or (v == top and c < topi):
+                    if s0 + j == self_col:
                         continue
-                    _offer_root(hd, hx, v, col0 + j, k)
+                    _offer_root(hd, hx, v, c, k)
                     top = hd[0]
                     topi = hx[0]
 
