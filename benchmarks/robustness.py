@@ -424,7 +424,6 @@ def main(argv=None):
 
         t0 = time.perf_counter()
         seen = set()
-        warmed_repair = set()
         for _name, X, _Q, metric in sets:
             # kernels are compiled per padded dimension too: one warm-up per (metric, dtype, d)
             # (keyed by metric and dtype only, the first 1M set of a new d read knn_graph uniform
@@ -441,27 +440,9 @@ def main(argv=None):
             # this siftsmall's index build read 5.5 s of compilation (twenty-fourth session)
             for beam in (16, 256, 2048):
                 index.search(Xw[:100], k=K, beam=beam)
-            if metric not in warmed_repair:
-                # a graph of many components, so the repair's kernels compile too: a 150k slice of
-                # most sets is one component (twenty-fifth session: tight_c1000 1M, the first set
-                # measured, read entry points 3.0 s and repair 4.6 s against 0.04 / 1.2 s in a run
-                # where other sets had compiled them)
-                from knnkit.datasets.suite import make_tight_clusters
-
-                # 200k rows: the entry k-means then samples (m = 64 c < n), as at full scale; a 20k set
-                # took the unsampled branch and left its CuPy kernels to compile in the first timed
-                # build (twenty-sixth session: tight_c1000 read 7.6 s after knn_graph, 2.6-2.8 s warm)
-                # The 200k set alone came out as one component (twenty-seventh session: tight_c1000
-                # then read connectivity 3.9 s, 0.8-1.0 s warm), so a 20k set of 400 clusters, which
-                # keeps many components, warms the repair's kernels.
-                for n_warm, n_clusters in ((200_000, 2000), (20_000, 400)):
-                    Xt = make_tight_clusters(n_warm, X.shape[1], n_clusters, random_state=args.seed)
-                    warm = knnkit.GraphIndex.build(cp.asarray(Xt.astype(np.float32)), metric=metric,
-                                                   device="gpu", random_state=args.seed)
-                    conn = warm.build_params.get("connectivity", {})
-                    print(f"warm-up {n_warm} rows: components before repair "
-                          f"{conn.get('components_before', '?')}", flush=True)
-                warmed_repair.add(metric)
+            # no warm-up of the index build's size-specialised kernels (the repair's and the entry
+            # k-means' CuPy reductions: a 150k slice, 200k and 20k sets all missed some): the GPU
+            # index build is timed twice instead (run_knnkit), the first time reported beside it
         doc["warmup_s"] = round(time.perf_counter() - t0, 1)
         print(f"warm-up (kernel compilation) {doc['warmup_s']} s", flush=True)
     for name, X, Q, metric in sets:

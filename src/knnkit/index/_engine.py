@@ -38,11 +38,12 @@ def _default_intermediate_degree(R):
 def _resolve_auto_params(X, bp, random_state, top_tier=True):
     """Fill ``graph_degree``, ``intermediate_degree`` and ``alpha`` left as None (in place) from
     the estimated intrinsic dimension of ``X`` (see ``_auto.py``; ``top_tier``: the GPU's densest
-    tier is allowed)."""
+    tier is allowed). Returns True when the estimate shows clusters of few points
+    (:func:`._auto.scale_gap`, on the unrounded estimates), else False (also when none was made)."""
     if bp["graph_degree"] is not None and bp["alpha"] is not None:
         if bp["intermediate_degree"] is None:
             bp["intermediate_degree"] = _default_intermediate_degree(bp["graph_degree"])
-        return
+        return False
     lid_small, lid = estimate_intrinsic_dim(X, random_state=random_state, scales=(5, 20))
     R, K, alpha = auto_build_params(lid, lid_small, device="cpu" if get_array_module(X) is np else "gpu",
                                     top_tier=top_tier)
@@ -59,6 +60,7 @@ def _resolve_auto_params(X, bp, random_state, top_tier=True):
         bp["alpha"] = alpha
     logger.info("GraphIndex: estimated intrinsic dimension %.1f -> graph_degree=%d, intermediate_degree=%d, "
                 "alpha=%.2f", lid, bp["graph_degree"], bp["intermediate_degree"], bp["alpha"])
+    return bool(scale_gap(lid, lid_small))
 
 
 def merged_candidates(*lists):
@@ -341,13 +343,12 @@ class SearchGraph:
         n = a.shape[0]
         if top_tier and dev == "gpu" and bp["graph_degree"] is None:
             top_tier = _top_tier_fits(a)
-        _resolve_auto_params(X, bp, random_state, top_tier=top_tier)
+        few_point_clusters = _resolve_auto_params(X, bp, random_state, top_tier=top_tier)
         timings = {"prepare_auto": time.perf_counter() - t_start}
         R = min(bp["graph_degree"], n - 1)
         K = min(bp["intermediate_degree"], n - 1)
         algo = bp["build_algo"] if n > 4096 else "brute"
-        if (algo == "nndescent" and dev == "cpu" and n <= CPU_SCALE_GAP_EXACT_MAX_N
-                and scale_gap(bp.get("intrinsic_dim"), bp.get("intrinsic_dim_5nn"))):
+        if algo == "nndescent" and dev == "cpu" and n <= CPU_SCALE_GAP_EXACT_MAX_N and few_point_clusters:
             # clusters of few points: exact lists cost less than the slow descent there (_auto.py)
             algo = "brute"
         logger.info("GraphIndex: %s candidate graph (n=%d, K=%d) on %s", algo, n, K, dev)
