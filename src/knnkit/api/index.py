@@ -67,8 +67,14 @@ def filter_thresholds(device: str) -> tuple[int, float, int]:
 DENSER = (48, 96, 1.0)
 DENSER_BELOW = 0.985
 #: Beam of the walk that gives the denser tier its candidate lists on the CPU (each row's own
-#: neighbours in the low tier's graph; see ``GraphIndex._denser``).
-DENSER_SEARCH_BEAM = 128
+#: neighbours in the low tier's graph; see ``GraphIndex._denser``): the least that returns the K
+#: candidates and the row. Measured against 128 (100k, 2 cores, same run): uniform 32-d walk 12.9 ->
+#: 9.5 s, calibrated recall at beam 64 0.974 -> 0.976; SIFT-like 0.9948 at beam 64 both, the same
+#: curve to beam 128. Fewer candidates (64) cost SIFT-like 0.9948 -> 0.990 at beam 64 and 0.99 went
+#: from beam ~17 to ~60; walks seeded at the row itself found nearly exact lists (overlap 0.99) and
+#: read 0.961 there: a walk from the entry points lists what a search passes on its way, which is
+#: what makes the row reachable (`benchmarks/results/cpu/denser_walk_2026-11-30_s28.txt`).
+DENSER_SEARCH_BEAM = 97
 #: Where the denser tier's extra candidates come from on the CPU: ``"walk"`` (each row's own
 #: neighbours as the low tier's walk finds them) or ``"two_hop"`` (the nearest of each row's graph
 #: neighbours and their neighbours, :func:`knnkit.index._prune_cpu.two_hop_lists`).
