@@ -450,6 +450,47 @@ def test_bloom_large_beam_k1024_where_hash_does_not_fit():
     _check_rows(cp, X, Q, dist, idx, "l2")
 
 
+def test_list_in_global_memory_walks_as_in_shared_memory():
+    """list_memory="global" (the list's buffers in a per-block slab of global memory) gives the
+    same ids and distances as the shared-memory list, fp32 and fp16 traversal, both metrics; a beam
+    whose list does not fit in shared memory (16384) runs there on its own (it raised before) and
+    its recall keeps rising (>= the largest shared-memory beam's)."""
+    from knnkit.index._search_gpu import search_gpu
+
+    cp = _cp()
+    rng = np.random.default_rng(33)
+    for metric in ("l2", "ip"):
+        Xh, Qh = _data("clustered", 5000, 24, rng, 300)
+        X, Q = cp.asarray(Xh), cp.asarray(Qh)
+        g = _search_graph(cp, X, metric)
+        seeds = _seeds(cp, X, Q, metric, rng)
+        for fp16 in (False, True):
+            kw = dict(seeds=seeds, beam=256, tau=None, max_iters=None, metric=metric,
+                      X_fp16=X.astype(cp.float16) if fp16 else None)
+            d0, i0, s0 = search_gpu(X, g, Q, 10, list_memory="shared", return_stats=True, **kw)
+            d1, i1, s1 = search_gpu(X, g, Q, 10, list_memory="global", return_stats=True, **kw)
+            assert np.array_equal(cp_get(i0), cp_get(i1)) and np.array_equal(cp_get(d0), cp_get(d1)), (metric, fp16)
+            assert np.array_equal(cp_get(s0), cp_get(s1))
+    with pytest.raises(ValueError, match="list_memory"):
+        search_gpu(X, g, Q, 10, seeds=seeds, beam=16, tau=None, max_iters=None, metric="l2", list_memory="host")
+    # beam 16384 on 20k uniform points: past shared memory (4 * 16384 words of list alone)
+    Xh, Qh = _data("uniform", 20000, 32, rng, 64)
+    X, Q = cp.asarray(Xh), cp.asarray(Qh)
+    g = _search_graph(cp, X, "l2", K=32, R=16)
+    seeds = _seeds(cp, X, Q, "l2", rng, s=2)
+    truth = _exact(cp, X, Q, 100, "l2")
+    X16 = X.astype(cp.float16)
+    rec = {}
+    for beam in (8192, 16384):
+        for rerank in ("fused", "split"):
+            dist, idx = search_gpu(X, g, Q, 100, seeds=seeds, beam=beam, tau=None, max_iters=None, metric="l2",
+                                   X_fp16=X16, rerank=rerank)
+            _check_rows(cp, X, Q, dist, idx, "l2")
+            rec[beam, rerank] = _recall(idx, truth)
+    assert rec[16384, "fused"] == rec[16384, "split"]  # (split is fused past shared memory)
+    assert rec[16384, "fused"] >= max(0.999, rec[8192, "fused"]), rec
+
+
 # ------------------------------------------------------------------------------ seed selection kernel
 @pytest.mark.parametrize("metric,d,c,s,nq", [("l2", 128, 1000, 4, 3), ("l2", 30, 37, 8, 700), ("ip", 64, 4096, 16, 50),
                                              ("ip", 5, 20, 32, 300), ("l2", 16, 1, 3, 10)])

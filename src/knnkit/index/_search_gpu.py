@@ -24,6 +24,13 @@ _SMALL_BATCH = 256  # up to this many queries per call, 256 threads per block (l
 _BLOOM_LOAD = 16  # Bloom filter refilled after bits / 16 insertions (false-positive rate ~1 %)
 
 
+#: Beams whose search state does not fit in shared memory keep their list in global memory (when
+#: the beam is above this; below it such a state is a caller's width or degree: ValueError).
+GLOBAL_LIST_FROM = 4096
+#: Blocks per SM of a global-list search (each owns a slab of 4 * beam words; one block per SM
+#: is resident at these shared-memory sizes anyway, the second hides a block's tail).
+GLOBAL_LIST_BLOCKS_PER_SM = 2
+
 #: Nodes expanded per step when the caller gives no ``width`` (None: :func:`default_width`).
 #: A module knob for the benchmarks (``benchmarks/search_width_gpu.py``).
 DEFAULT_WIDTH = None
@@ -94,7 +101,7 @@ def search_config(d, *, fp16=False, team=None, block=None):
 
 def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_fp16=None, width=None,
                xnorm_max=None, nn1_max=None, hash_size=None, team=None, block=None, min_blocks=None,
-               rerank="fused", return_stats=False, visited="auto", bloom_bits=None):
+               rerank="fused", return_stats=False, visited="auto", bloom_bits=None, list_memory="auto"):
     """Search ``graph`` for the ``k`` nearest neighbours of every query (internal metric).
 
     Best-first search with backtracking: from the ``seeds`` of each query, repeatedly expand the
@@ -118,7 +125,11 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
     seeds : cupy.ndarray, int32 (nq, s) or (s,)
         Start nodes per query (-1 = none); a 1-D array is shared by all queries.
     beam : int
-        Candidate list size (``>= k``), up to a few thousand (shared memory bound).
+        Candidate list size (``>= k``). Up to 8192 (at degree 128, less with wide steps) the list
+        lives in shared memory; past that it moves to global memory (4 * beam words per resident
+        block, the grid capped at :data:`GLOBAL_LIST_BLOCKS_PER_SM` blocks per SM), slower per
+        step but without a limit but memory: what lets a hard data set's recall keep rising past
+        the largest shared-memory list (``NOTES_search.md``).
     tau : float or None
         GGNN slack factor; None or ``inf`` disables the slack test (plain beam search).
     max_iters : int or None
@@ -152,6 +163,10 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
     bloom_bits : int, optional
         Bloom filter size in bits (rounded up to a power of two, at least 1024; default
         ``max(65536, 32 * (beam + width * R))``, refilled after 1/16 as many insertions).
+    list_memory : {"auto", "shared", "global"}
+        Where the candidate list lives: ``"auto"`` in shared memory while the search state fits
+        there, else (beam past :data:`GLOBAL_LIST_FROM`) in global memory; the others force one
+        (the same walk and results either way; "global" for tests and measurements).
     return_stats : bool
         Also return an int32 (nq, 2) array: expansion steps and distances computed per query.
 
@@ -226,6 +241,7 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         min_blocks = (1536 if maxch <= 4 else 1024) // block
     Lp = _pow2ceil(L)
     dpad = (d + 3) // 4 * 4
+    width0 = width
     while True:
         cmax = max(32, width * R)
         vis, vis_words, vis_cap = _visited_config(visited, L, cmax, hash_size, bloom_bits)
@@ -233,6 +249,29 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         if smem <= _MAX_SMEM or not auto_width or width == 1:
             break
         width //= 2  # a width the caller did not ask for never costs a beam that fits with less
+    if list_memory not in ("auto", "shared", "global"):
+        raise ValueError(f"list_memory must be 'auto', 'shared' or 'global', got {list_memory!r}")
+    glist = list_memory == "global" or (list_memory == "auto" and smem > _MAX_SMEM and L > GLOBAL_LIST_FROM)
+    if glist:
+        # the list in global memory: shared memory keeps the query, the step's candidates and the
+        # visited set, so the asked (or default) width is back
+        width = width0
+        while True:
+            cmax = max(32, width * R)
+            vis, vis_words, vis_cap = _visited_config(visited, L, cmax, hash_size, bloom_bits)
+            base = 4 * (dpad + 5 * cmax + width)
+            if vis == 1 and bloom_bits is None and base + 4 * vis_words > _MAX_SMEM:
+                # a smaller filter than the default's: refilled more often (its load factor kept),
+                # never fewer than L + cmax insertions between refills (the refill re-inserts the list)
+                vis_words = 1 << int(math.floor(math.log2(max(32, (_MAX_SMEM - base) // 4))))
+                vis_cap = max(vis_words * 32 // _BLOOM_LOAD, L + cmax)
+            smem = base + 4 * vis_words
+            if smem <= _MAX_SMEM or not auto_width or width == 1:
+                break
+            width //= 2
+        if rerank == "split":
+            # the split re-rank sorts the whole list in shared memory: fused re-ranks it in place
+            rerank = "fused"
     if smem > _MAX_SMEM:
         raise ValueError(f"search state needs {smem} bytes of shared memory per query (> {_MAX_SMEM}); "
                          f"lower beam ({L}), width ({width}) or the graph degree ({R})")
@@ -251,7 +290,7 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
     mode = 0 if not fp16 else (1 if rerank == "fused" else 2)
     T = "__half" if fp16 else "float"
     mcode = 0 if metric == "l2" else 1
-    name = f"graph_search<{T},{epc},{team},{maxch},{mcode},{block},{mode},{int(min_blocks)},{vis}>"
+    name = f"graph_search<{T},{epc},{team},{maxch},{mcode},{block},{mode},{int(min_blocks)},{vis},{int(glist)}>"
     kern = _kernel(name)
     if smem > 48 * 1024:
         kern.max_dynamic_shared_size_bytes = smem
@@ -259,11 +298,18 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
                  width, name, smem, "bloom" if vis else "hash", vis_words)
     out_list = cp.empty((nq, L), dtype=cp.int32) if mode == 2 else stats
     grid = int(min(nq, 1 << 30))
+    if glist:
+        # one slab of 4 * Lp words per block; the blocks stride over the queries
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        grid = int(min(nq, GLOBAL_LIST_BLOCKS_PER_SM * sms))
+        slabs = cp.empty(grid * 4 * Lp, dtype=cp.float32)
+    else:
+        slabs = out_d  # not read (GL = 0): any float pointer
     kern((grid,), (block,),
          (X_fp16 if fp16 else X, X, np.int32(n), np.int32(d), graph, np.int32(R), queries, qshift, np.int32(nq), seeds,
           np.int32(S), np.int32(k), np.int32(L), np.int32(Lp), np.int32(width), np.int32(cmax),
           np.int32(vis_words), np.int32(vis_cap), np.float32(tau), np.float32(nn1),
-          np.int32(min(int(max_iters), 2**31 - 1)), out_d, out_i, stats, out_list), shared_mem=smem)
+          np.int32(min(int(max_iters), 2**31 - 1)), out_d, out_i, stats, out_list, slabs), shared_mem=smem)
     if mode == 2:
         rteam = 32 if d >= 64 else min(32, _pow2ceil(d))
         rname = f"rerank_topk<{rteam},{mcode},128>"

@@ -216,24 +216,32 @@ enum { C_NCAND = 0, C_NVALID = 1, C_NPAR = 2, C_NCTRL = 4 };
 // MODE: 0 = write the list's first k entries; 1 = re-score the whole list in fp32 and sort it here
 // (fp16 traversal, fused); 2 = write the list's indices to out_list for rerank_topk (split: the
 // traversal kernel then needs fewer registers).
-template <typename T, int EPC, int TEAM, int MAXCH, int METRIC, int NT, int MODE, int MINB, int VIS>
+// GL: 0 = the two list buffers bd[2][Lp] / bi[2][Lp] in shared memory (as above); 1 = in global
+// memory, 4 * Lp words per block at glist + blockIdx.x * 4 * Lp (the grid is then capped so that
+// the slabs stay few), for beams whose list does not fit in shared memory (beam > 8192 at R = 128).
+// The algorithm is the same; __syncthreads orders a block's global writes for its own threads as it
+// does its shared ones. A template parameter, not a runtime test: a pointer that may be either
+// space makes every list access a generic load in the shared-memory kernel too.
+template <typename T, int EPC, int TEAM, int MAXCH, int METRIC, int NT, int MODE, int MINB, int VIS, int GL>
 __global__ void __launch_bounds__(NT, MINB) graph_search(
     const T* __restrict__ X, const float* __restrict__ Xf, int n, int d,
     const int* __restrict__ graph, int R,
     const float* __restrict__ Q, const float* __restrict__ qshift, int nq, const int* __restrict__ seeds, int S,
     int k, int L, int Lp, int width, int cmax, int vis_words, int vis_cap, float tau, float nn1, int max_iters,
-    float* __restrict__ out_d, long long* __restrict__ out_i, int* __restrict__ stats, int* __restrict__ out_list) {
+    float* __restrict__ out_d, long long* __restrict__ out_i, int* __restrict__ stats, int* __restrict__ out_list,
+    float* glist) {
     using namespace kk;
     extern __shared__ float4 smem_raw[];
     __shared__ int ctrl[C_NCTRL];
 
     const int dpad = (d + 3) & ~3;
     float* qs = reinterpret_cast<float*>(smem_raw);
-    float* bdA = qs + dpad;
+    // the list buffers: shared memory after the query, or this block's slab of glist (GL = 1)
+    float* bdA = GL ? glist + (long long)blockIdx.x * 4 * Lp : qs + dpad;
     float* bdB = bdA + Lp;
     int* biA = reinterpret_cast<int*>(bdB + Lp);
     int* biB = biA + Lp;
-    int* cidx = biB + Lp;
+    int* cidx = GL ? reinterpret_cast<int*>(qs + dpad) : biB + Lp;
     float* cdist = reinterpret_cast<float*>(cidx + cmax);
     float* sd = cdist + cmax;
     int* si = reinterpret_cast<int*>(sd + cmax);
