@@ -30,6 +30,8 @@ GLOBAL_LIST_FROM = 4096
 #: Blocks per SM of a global-list search (each owns a slab of 4 * beam words; one block per SM
 #: is resident at these shared-memory sizes anyway, the second hides a block's tail).
 GLOBAL_LIST_BLOCKS_PER_SM = 2
+#: ... and fewer blocks where the slabs would take more than this (a beam near n of a large index)
+GLOBAL_LIST_MAX_BYTES = 1 << 30
 
 #: Nodes expanded per step when the caller gives no ``width`` (None: :func:`default_width`).
 #: A module knob for the benchmarks (``benchmarks/search_width_gpu.py``).
@@ -208,6 +210,9 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         raise ValueError(f"k must be >= 1, got {k}")
     if L < k:
         raise ValueError(f"beam ({L}) must be >= k ({k})")
+    # a list longer than the data is never full: the walk at n is the walk at any larger beam, and
+    # the state (a global list's slabs) stays bounded by the data
+    L = max(k, min(L, n))
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
     seeds = cp.asarray(seeds, dtype=cp.int32)
@@ -301,7 +306,7 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
     if glist:
         # one slab of 4 * Lp words per block; the blocks stride over the queries
         sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        grid = int(min(nq, GLOBAL_LIST_BLOCKS_PER_SM * sms))
+        grid = int(max(1, min(nq, GLOBAL_LIST_BLOCKS_PER_SM * sms, GLOBAL_LIST_MAX_BYTES // (16 * Lp))))
         slabs = cp.empty(grid * 4 * Lp, dtype=cp.float32)
     else:
         slabs = out_d  # not read (GL = 0): any float pointer
