@@ -75,6 +75,37 @@ def recall(found, gt_d, X, Q, k):
     return float(ok[:, :k].mean())
 
 
+def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
+    """cuVS IVF-PQ (codes of ``pq_bytes``) + host refine over the same data and queries: rows appended to res."""
+    import cupy as cp
+
+    try:
+        from cuvs.neighbors import ivf_pq, refine
+
+        t = time.perf_counter()
+        n_lists = int(min(65536, max(1024, 4 * np.sqrt(a.n))))
+        bp = ivf_pq.IndexParams(n_lists=n_lists, pq_dim=pq_bytes, pq_bits=8, metric="sqeuclidean")
+        train = cp.asarray(X[np.sort(np.random.default_rng(0).choice(a.n, min(a.n, 1 << 20), replace=False))])
+        cv = ivf_pq.build(bp, train)
+        del train
+        for s in range(0, a.n, 1 << 20):  # the rest added in batches (the data may not fit)
+            cv = ivf_pq.extend(cv, cp.asarray(X[s:s + (1 << 20)]), cp.arange(s, min(a.n, s + (1 << 20)), dtype=cp.int64))
+        res["stages"]["cuvs_build_s"] = time.perf_counter() - t
+        ivf_pq.search(ivf_pq.SearchParams(n_probes=8), cv, Qd, 4 * a.k)  # warm-up at full size
+        cp.cuda.Device().synchronize()
+        for n_probes in [int(p) for p in a.cuvs_probes.split(",")]:
+            t = time.perf_counter()
+            _d, cand = ivf_pq.search(ivf_pq.SearchParams(n_probes=n_probes), cv, Qd, 4 * a.k)
+            _d, i = refine(X, Q, cp.asnumpy(cp.asarray(cand)), k=a.k)  # host refine: vectors stay on the host
+            cp.cuda.Device().synchronize()
+            dt = time.perf_counter() - t
+            res["rows"].append({"method": "cuvs-ivfpq+refine", "n_probes": n_probes, "qps": a.queries / dt,
+                                "recall": recall(np.asarray(i), gt_d, X, Q, a.k)})
+            dump()
+    except Exception as e:  # noqa: BLE001
+        res["cuvs_error"] = f"{type(e).__name__}: {e}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000_000)
@@ -109,6 +140,8 @@ def main():
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
     ap.add_argument("--no-cuvs", action="store_true")
+    ap.add_argument("--no-knnkit", action="store_true",
+                    help="the peer only (same data, queries and ground truth; codes of --pq-bytes, default ceil(d / 2))")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_bench.json"))
     a = ap.parse_args()
 
@@ -146,6 +179,10 @@ def main():
     res["stages"]["ground_truth_s"] = time.perf_counter() - t
     dump()
 
+    if a.no_knnkit:
+        run_cuvs(a, X, Q, cp.asarray(Q), gt_d, a.pq_bytes or -(-a.d // 2), res, dump)
+        dump()
+        return
     if a.build_budget_mb is not None:
         knnkit.set_memory_budget(int(a.build_budget_mb * 2 ** 20))
     t = time.perf_counter()
@@ -249,31 +286,7 @@ def main():
             res["device_peer_error"] = f"{type(e).__name__}: {e}"
         pool.free_all_blocks()
     if not a.no_cuvs:
-        try:
-            from cuvs.neighbors import ivf_pq, refine
-
-            t = time.perf_counter()
-            n_lists = int(min(65536, max(1024, 4 * np.sqrt(a.n))))
-            bp = ivf_pq.IndexParams(n_lists=n_lists, pq_dim=eng.pq_bytes, pq_bits=8, metric="sqeuclidean")
-            train = cp.asarray(X[np.sort(np.random.default_rng(0).choice(a.n, min(a.n, 1 << 20), replace=False))])
-            cv = ivf_pq.build(bp, train)
-            del train
-            for s in range(0, a.n, 1 << 20):  # the rest added in batches (the data may not fit)
-                cv = ivf_pq.extend(cv, cp.asarray(X[s:s + (1 << 20)]), cp.arange(s, min(a.n, s + (1 << 20)), dtype=cp.int64))
-            res["stages"]["cuvs_build_s"] = time.perf_counter() - t
-            ivf_pq.search(ivf_pq.SearchParams(n_probes=8), cv, Qd, 4 * a.k)  # warm-up at full size
-            cp.cuda.Device().synchronize()
-            for n_probes in [int(p) for p in a.cuvs_probes.split(",")]:
-                t = time.perf_counter()
-                _d, cand = ivf_pq.search(ivf_pq.SearchParams(n_probes=n_probes), cv, Qd, 4 * a.k)
-                _d, i = refine(X, Q, cp.asnumpy(cp.asarray(cand)), k=a.k)  # host refine: vectors stay on the host
-                cp.cuda.Device().synchronize()
-                dt = time.perf_counter() - t
-                res["rows"].append({"method": "cuvs-ivfpq+refine", "n_probes": n_probes, "qps": a.queries / dt,
-                                    "recall": recall(np.asarray(i), gt_d, X, Q, a.k)})
-                dump()
-        except Exception as e:  # noqa: BLE001
-            res["cuvs_error"] = f"{type(e).__name__}: {e}"
+        run_cuvs(a, X, Q, Qd, gt_d, eng.pq_bytes, res, dump)
     dump()
     print(json.dumps({k: v for k, v in res.items() if k != "rows"}, indent=1, default=str))
 
