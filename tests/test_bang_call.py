@@ -197,6 +197,36 @@ def test_fake_gpu_workspace_reuse(small, monkeypatch):
     assert e._bang_ws is None
 
 
+def test_fake_gpu_calls_bounded_by_the_memory_budget(small, monkeypatch):
+    """Under a budget that leaves room for few queries' search state beside the codes, the walk
+    takes the queries in several consecutive calls (last_stats()["calls"]) with the same answers as
+    one call; without a budget (the fake has no GPU: 0) it is one call."""
+    index, Q = small
+    e = index._engine
+    monkeypatch.setattr(type(e), "_rerank_data_gpu", lambda self: None)  # (the vectors stay on the host)
+    d0, i0 = _fake_search(monkeypatch, index, Q, W=4, pipeline_batch=3)
+    assert sg.last_stats()["calls"] == 1
+    monkeypatch.setattr(sg, "MIN_CALL_QUERIES", 7)
+    try:
+        knnkit.set_memory_budget(int(e._codes.nbytes + e._codebook.nbytes) + 1000)  # less than one query's state
+        d1, i1 = _fake_search(monkeypatch, index, Q, W=4, pipeline_batch=3)
+        assert sg.last_stats()["calls"] == -(-len(Q) // 7)
+        np.testing.assert_array_equal(i1, i0)
+        np.testing.assert_array_equal(d1, d0)
+        per = sg.batch_bytes_per_query(L=24, R=e._graph.shape[1], W=4, max_iters=8 * 24, s=4, m=e._codes.shape[1],
+                                       ksub=e._codebook.shape[1], S=sg.stash_slots(24, 4, 24, 8 * 24),
+                                       d=e._data.shape[1], itemsize=e._data.dtype.itemsize)
+        # the estimate is what a batch allocates on the device
+        b = e._bang_ws["batches"][0]
+        assert b.nbytes == b.cap * per
+        knnkit.set_memory_budget(int(e._codes.nbytes + e._codebook.nbytes) + 20 * (per + 24 * (16 * 8 + 12)))
+        d2, i2 = _fake_search(monkeypatch, index, Q, W=4, pipeline_batch=3)
+        assert sg.last_stats()["calls"] == -(-len(Q) // 20)
+        np.testing.assert_array_equal(i2, i0)
+    finally:
+        knnkit.set_memory_budget(None)
+
+
 @pytest.mark.parametrize("legacy", [False, True])
 def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
     index, Q = small

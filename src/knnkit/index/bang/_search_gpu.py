@@ -574,17 +574,90 @@ def _upload_buffers(engine, cp, data):
 
 
 # ------------------------------------------------------------------------------ the search
+def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=0):
+    """GPU bytes one query takes in a :class:`_Batch` (its arrays, per query row; ``S``, ``d``,
+    ``itemsize``: the stash's slots and rows, 0 without a stash)."""
+    bw = bloom_words_for(max_iters, R, s)
+    nc = max(W * R, s)
+    b = 9 * L + 4 * bw + 9 * nc + 4 + 4 * W + 8 * max_iters + 4 + 4 * W * R + 4 * m * ksub + 4 * s
+    if S:
+        b += (S + W) * d * itemsize + 4 * W
+    return int(b)
+
+
+#: The fewest queries a budget-bounded call walks at once (when even these exceed the budget's
+#: room, the call goes ahead with them and logs it).
+MIN_CALL_QUERIES = 256
+
+
+def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, d, itemsize):
+    """How many queries one walk takes so that its batches (two pipelined halves), the re-rank's
+    rows and the resident codes fit the memory budget (:func:`knnkit.set_memory_budget`; the
+    automatic budget is a fraction of the free memory, which already leaves out the resident
+    arrays, and the index's idle cached batches are reusable room). ``None``: no bound (no budget)."""
+    from ..._core import config
+
+    budget = config.get_memory_budget()
+    if not budget:
+        return None
+    xdev = engine._rerank_data_gpu()  # (made here if it fits: the room below leaves it out)
+    S = 0 if xdev is not None else stash_slots(L, W, rerank, max_iters)
+    m, ksub = int(codes.shape[1]), int(codebook.shape[1])
+    per = batch_bytes_per_query(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, S=S, d=d,
+                                itemsize=itemsize)
+    per += rerank * (d * (itemsize + 4) + 12)  # the re-rank's rows, prepared rows, distances and ids
+    if config._globals["memory_budget"] is not None:
+        room = budget - int(codes.nbytes) - int(codebook.nbytes) - (0 if xdev is None else int(xdev.nbytes))
+    else:
+        ws = getattr(engine, "_bang_ws", None)
+        room = budget + (sum(b.nbytes for b in ws["batches"]) if ws is not None and not ws["busy"] else 0)
+    fit = room // per
+    if fit < MIN_CALL_QUERIES:
+        logger.info("GraphIndex (host placement): %d bytes of the memory budget left beside the codes hold %d "
+                    "queries' search state; walking %d at a time", max(0, room), max(0, fit), MIN_CALL_QUERIES)
+        fit = MIN_CALL_QUERIES
+    return int(fit)
+
+
 def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds, rerank, prefetch,
                     pipeline_batch=None, width=1, legacy=None, profile=None):
     """Search prepared cupy queries ``Q`` over a :class:`HostIndex` (host graph, GPU ``codes``);
     INTERNAL distances (nq, k) float32 and int64 ids, cupy. ``width``: the search width W (work-list
     entries expanded per query per iteration, <= :data:`MAX_WIDTH`). ``legacy`` / ``profile``:
-    this call's :func:`configure` switches (None: the process-wide ones)."""
+    this call's :func:`configure` switches (None: the process-wide ones).
+
+    The queries are walked in consecutive calls of at most :func:`queries_per_call` (each with its
+    pipelined batches) so that the search state stays within the memory budget; ``last_stats()``
+    then describes the last of them, with ``calls`` their number."""
     import cupy as cp
 
     W = int(width)
     if not 1 <= W <= MAX_WIDTH:
         raise ValueError(f"search_width must be in [1, {MAX_WIDTH}] on the GPU, got {W}")
+    nq = Q.shape[0]
+    data = engine._data
+    cap = queries_per_call(engine, codes=codes, codebook=codebook, L=L, R=int(engine._graph.shape[1]), W=W,
+                           max_iters=max_iters, s=n_seeds, rerank=int(rerank), d=int(data.shape[1]),
+                           itemsize=np.dtype(data.dtype).itemsize)
+    if cap is not None and nq > cap:
+        parts = [_search_call(engine, Q[s0:s0 + cap], k, codes=codes, codebook=codebook, entry=entry, L=L,
+                              max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
+                              pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
+                 for s0 in range(0, nq, cap)]
+        _stats["calls"] = len(parts)
+        return cp.concatenate([p[0] for p in parts]), cp.concatenate([p[1] for p in parts])
+    out = _search_call(engine, Q, k, codes=codes, codebook=codebook, entry=entry, L=L, max_iters=max_iters,
+                       n_seeds=n_seeds, rerank=rerank, prefetch=prefetch, pipeline_batch=pipeline_batch, W=W,
+                       legacy=legacy, profile=profile)
+    _stats["calls"] = 1
+    return out
+
+
+def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds, rerank, prefetch, pipeline_batch,
+                 W, legacy, profile):
+    """One walk of all of ``Q`` (the body of :func:`search_host_gpu`)."""
+    import cupy as cp
+
     legacy = _cfg["legacy"] if legacy is None else bool(legacy)
     profile = _cfg["profile"] if profile is None else bool(profile)
     prof = _Prof(cp, profile)
