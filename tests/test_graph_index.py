@@ -915,10 +915,29 @@ def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
     assert rec["from"][0] == 32 and len(rec["recall_at_64"]) == 2
     assert index.graph_degree == (48 if rec["kept"] else 32)
     assert rec["kept"] == (rec["recall_at_64"][1] > rec["recall_at_64"][0])
-    # on the CPU the denser graph's candidates are the low tier's walk for every row joined with
-    # the first build's lists (no copies here)
+    # on the CPU the denser graph's candidates are the low tier's own, pruned to the denser degree,
+    # or (when that pruning gains too little) the low tier's walk for every row joined with them
     if rec["kept"]:
-        assert index.build_params["candidates"]["method"] == "search+first"
+        method = index.build_params["candidates"]["method"]
+        assert method == {"reprune": "first", "walk": "search+first"}[rec["step"]]
+    assert rec["progress_32_64"] <= 1.0  # the low tier's gain from beam 32 to 64 (the step's reason)
+    # a re-prune that closes no gap leads to the walk, recorded with the re-prune's recall
+    monkeypatch.setattr(api_index, "WALK_FIRST_BELOW", -1.0)
+    monkeypatch.setattr(api_index, "REPRUNE_ENOUGH", 2.0)
+    walked = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    rw = walked.build_params["denser"]
+    assert rw["step"] == "walk" and "reprune_recall_at_64" in rw
+    if rw["kept"]:
+        assert walked.build_params["candidates"]["method"] == "search+first"
+    # a low tier whose walk gains little from more beam walks at once (no re-prune)
+    monkeypatch.setattr(api_index, "WALK_FIRST_BELOW", 2.0)
+    direct = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    rd = direct.build_params["denser"]
+    assert rd["step"] == "walk" and "reprune_recall_at_64" not in rd
+    assert direct.graph_degree == walked.graph_degree
+    np.testing.assert_array_equal(direct.graph, walked.graph)  # the same walk, the same graph
+    monkeypatch.setattr(api_index, "REPRUNE_ENOUGH", 0.5)
+    monkeypatch.setattr(api_index, "WALK_FIRST_BELOW", 0.25)
     Q = rng.random((200, 12), dtype=np.float32)
     _d, i = index.search(Q, k=10)
     assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95

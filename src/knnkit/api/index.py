@@ -79,6 +79,14 @@ DENSER_SEARCH_BEAM = 97
 #: neighbours as the low tier's walk finds them) or ``"two_hop"`` (the nearest of each row's graph
 #: neighbours and their neighbours, :func:`knnkit.index._prune_cpu.two_hop_lists`).
 DENSER_CANDIDATES = "walk"
+#: The denser tier's first step (the low tier's candidates pruned again at the denser degree) is
+#: kept when its calibrated recall at beam 64 closes at least this fraction of the gap between the
+#: low tier's and DENSER_BELOW (see ``GraphIndex._denser``: 0.70-1.23 where the degree was short,
+#: 0.0 on SIFT-like data where the walk was).
+REPRUNE_ENOUGH = 0.5
+#: ... and tried only when the low tier's calibrated walk gained at least this fraction of its miss
+#: at beam 32 by beam 64 (below it the walk, not the degree, is short: step 2 at once).
+WALK_FIRST_BELOW = 0.25
 _LOW_TIER_DEGREE = 32
 
 
@@ -343,7 +351,7 @@ class GraphIndex:
                 bar.update()
                 if auto and _too_sparse(index):
                     index = cls._denser(index, P, build_params, sp, random_state)
-            engine.first_candidates = engine.first_entry = None  # (kept for _denser only)
+            engine.first_candidates = engine.first_candidate_dist = engine.first_entry = None  # (for _denser only)
         return index
 
     @classmethod
@@ -356,25 +364,61 @@ class GraphIndex:
         32 and reaches 0.999 with degree 48 from 96 candidates; uniform 32-d, LID 24, QPS at 0.99
         2.1x), while Fashion-MNIST (LID 16, 0.998 at beam 64) keeps its cheaper graph.
 
-        On the CPU the denser graph's candidate lists are each row's :data:`DENSER`-K nearest
-        other rows as the low tier's walk finds them (beam :data:`DENSER_SEARCH_BEAM`; Vamana's
-        search-based candidates) joined with the low tier's own candidate lists, instead of a
-        second NN-Descent at that K (18-19 s of a 20-23 s rebuild at 100k): SIFT-like 32.8 ->
-        18.7 s, uniform 32-d 31.0 -> 20.5 s with the CPU's 48-candidate low tier. Data whose copies
-        the build merged (a walk would list a row's copies) and GPU builds run NN-Descent again."""
+        On the CPU it goes in two steps:
+
+        1. The low tier's own candidate lists pruned again at the denser degree and alpha (no new
+           candidates: 4.4-5.6 s at 100k), unless the low tier's walk gained less than
+           :data:`WALK_FIRST_BELOW` of its miss between beams 32 and 64 (a walk that more beam does
+           not help is short of reachable paths, not of edges: SIFT-like 0.15, where the
+           re-prune gained nothing; 0.44-0.69 where it gained). Kept when its recall at beam 64 reaches
+           :data:`DENSER_BELOW` or closes at least :data:`REPRUNE_ENOUGH` of the gap to it. Where
+           the low tier was short of edges, this is the cure: 100k, 2 cores, recall at beam 64
+           low tier -> re-pruned -> walked (step 2): uniform 32-d 0.881 -> 0.968 -> 0.976 (walk 16 s
+           against 4.6 s), Gaussian 32-d 0.833 -> 0.948 -> 0.951, uniform 24-d 0.957 -> 0.991 ->
+           0.994, broad clusters 32-d 0.932 -> 0.969 -> 0.972
+           (`benchmarks/results/cpu/denser_reprune_2026-11-30_s28.txt`).
+        2. Otherwise the candidate lists are each row's :data:`DENSER`-K nearest other rows as the
+           low tier's walk finds them (beam :data:`DENSER_SEARCH_BEAM`; Vamana's search-based
+           candidates) joined with the low tier's lists. Where the walk, not the degree, was short
+           (SIFT-like: 0.9406 at beam 64 re-pruned as before it, 0.9948 walked), the rows a walk
+           passes on its way are the links that make them reachable.
+
+        Data whose copies the build merged (a walk would list a row's copies) and GPU builds run
+        NN-Descent again at the denser K."""
         R, K, alpha = DENSER
-        bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
         before = _recall_at(index.calibration, 64)
         logger.info("GraphIndex: calibrated recall %.3f at beam 64 with graph_degree=%d: building again with "
                     "graph_degree=%d, intermediate_degree=%d, alpha=%.2f", before, index.graph_degree, R, K, alpha)
         t0 = time.perf_counter()
         first = index._engine
+        frm = [index.graph_degree, index.build_params.get("intermediate_degree"), index.build_params.get("alpha")]
         cand = entry = None
+        reprune_r = None
+        r32 = _recall_at(index.calibration, 32)
+        progress = (before - r32) / (1.0 - r32) if r32 is not None and r32 < 1.0 else 1.0
         if first.first_candidates is not None:  # a CPU build without merged copies
-            # the K candidates come from walking the low tier's graph for every row (Vamana's
+            entry = first.first_entry  # the same k-means entry points (0.2-0.25 s at 100k)
+        if first.first_candidates is not None and progress >= WALK_FIRST_BELOW:
+            # step 1: the low tier's candidates, pruned to the denser degree and alpha
+            K1 = int(first.first_candidates.shape[1])
+            bp1 = dict(build_params, graph_degree=R, intermediate_degree=K1, alpha=alpha)
+            bp1["candidates"] = {"method": "first", "K": K1}
+            engine = SearchGraph.build(P.raw, P.metric, bp1, random_state, scale=P.scale, holdout=True,
+                                       candidates=(first.first_candidates, first.first_candidate_dist), entry=entry)
+            repruned = cls(engine, sp)
+            repruned._calibrate()
+            reprune_r = _recall_at(repruned.calibration, 64)
+            if reprune_r is not None and (reprune_r >= DENSER_BELOW
+                                          or reprune_r - before >= REPRUNE_ENOUGH * (DENSER_BELOW - before)):
+                return cls._denser_kept(index, repruned, frm, before, reprune_r, t0, "reprune", None, progress)
+            logger.info("GraphIndex: the low tier's candidates pruned to graph_degree=%d read %.3f at beam 64: "
+                        "candidates from the low tier's walk", R, reprune_r)
+        if first.first_candidates is not None:
+            # step 2: the K candidates come from walking the low tier's graph for every row (Vamana's
             # search-based candidates) instead of a second NN-Descent at K, joined with the first
             # build's own lists: a walk trapped in a cluster finds no other (tight clusters
             # without the repair: 0.80 at every beam from the walk alone)
+            bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
             if DENSER_CANDIDATES == "two_hop":
                 from ..index._prune_cpu import two_hop_lists  # (Numba: not at import time)
 
@@ -387,16 +431,29 @@ class GraphIndex:
                 walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
                 bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
             cand = (merged_candidates(walked, first.first_candidates), None)
-            entry = first.first_entry  # the same k-means entry points (0.2-0.25 s at 100k)
+        else:
+            bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
         engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand,
                                    entry=entry)
         denser = cls(engine, sp)
         denser._calibrate()
         after = _recall_at(denser.calibration, 64)
-        record = {"from": [index.graph_degree, index.build_params.get("intermediate_degree"),
-                           index.build_params.get("alpha")], "recall_at_64": [before, after],
-                  "kept": bool(after > before), "seconds": round(time.perf_counter() - t0, 3)}
-        kept = denser if after > before else index
+        return cls._denser_kept(index, denser, frm, before, after, t0, "walk" if cand is not None else "rebuild",
+                                reprune_r, progress)
+
+    @staticmethod
+    def _denser_kept(index, denser, frm, before, after, t0, step, reprune_r=None, progress=None):
+        """The better of ``index`` and ``denser`` by calibrated recall at beam 64, with the
+        ``build_params["denser"]`` record (``step``: "reprune", "walk" or "rebuild"; the re-prune's
+        recall when a walk followed it; ``progress``: the low tier's gain from beam 32 to 64 over
+        its miss at 32) and the phase time."""
+        record = {"from": frm, "recall_at_64": [before, after], "kept": bool(after is not None and after > before),
+                  "step": step, "seconds": round(time.perf_counter() - t0, 3)}
+        if progress is not None:
+            record["progress_32_64"] = round(float(progress), 4)
+        if reprune_r is not None:
+            record["reprune_recall_at_64"] = reprune_r
+        kept = denser if record["kept"] else index
         kept.build_params["denser"] = record
         if isinstance(getattr(kept._engine, "build_timings", None), dict):
             kept._engine.build_timings["denser"] = record["seconds"]

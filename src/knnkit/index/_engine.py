@@ -274,6 +274,7 @@ class SearchGraph:
         # denser rebuild (GraphIndex._denser) until the build is done
         self.merged_copies = False
         self.first_candidates = None
+        self.first_candidate_dist = None
         self.first_entry = None
         if device == "cpu" and isinstance(entry, EntryPoints):
             entry._cpu_cells()  # the seed cells now, not in the first search (0.01-0.15 s)
@@ -320,8 +321,9 @@ class SearchGraph:
         parameters (None entries chosen from the data, in place). Returns the engine; its
         ``build_timings`` holds seconds per phase. ``bar`` (a :func:`knnkit._core.config.progress`
         bar) gets this build's stages added to its total and one step per finished stage.
-        ``candidates``: precomputed candidate lists ``(ids (n, K), None)`` on the host (the
-        out-of-core graph of a host-placed index); ``a`` must then be host data.
+        ``candidates``: precomputed candidate lists ``(ids (n, K), distances (n, K) or None)`` on the
+        host (the out-of-core graph of a host-placed index, a CPU denser rebuild; None: computed
+        here); ``a`` must then be host data.
         ``holdout``: also build the calibration's hold-out graph (CPU, RobustPrune; see
         :func:`._calibrate.holdout_graph`), kept on the engine as ``_holdout`` until calibrated.
         ``top_tier``: automatic parameters may take the GPU's densest tier (False for a host-placed
@@ -380,7 +382,8 @@ class SearchGraph:
         else:
             if candidates is not None:
                 cand = np.ascontiguousarray(candidates[0], dtype=np.int64)
-                cand_dist = pair_distances(np.ascontiguousarray(X), cand, im)
+                cand_dist = (pair_distances(np.ascontiguousarray(X), cand, im) if candidates[1] is None
+                             else np.ascontiguousarray(candidates[1], dtype=np.float32))
                 if not _rows_sorted(cand_dist, cand):
                     # by (distance, id) once here, as RobustPrune would for each call: the hold-out
                     # graph's rows (changed_without keeps their order) then need no second sort
@@ -451,6 +454,7 @@ class SearchGraph:
         engine.merged_copies = dev == "cpu" and candidates is None and cycle is not None
         engine.first_candidates = (cand if keep_candidates and dev == "cpu" and candidates is None and cycle is None
                                    else None)
+        engine.first_candidate_dist = cand_dist if engine.first_candidates is not None else None
         engine.first_entry = first_entry if engine.first_candidates is not None else None
         if held is not None:
             from ._calibrate import holdout_graph
