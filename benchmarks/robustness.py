@@ -393,6 +393,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(HERE, "results", "robustness"))
     ap.add_argument("--plot", action="store_true")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--skip-peers", default="", help="CPU peers left out (comma-separated, e.g. pynndescent)")
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-graph", action="store_true", help="skip the knn_graph columns (index only)")
     ap.add_argument("--seed", type=int, default=0)
@@ -464,6 +465,8 @@ def main(argv=None):
             if args.device == "cpu":
                 for peer, fn in (("hnswlib", lambda: run_hnswlib(X, Q, metric, TI, TD, args.seed)),
                                  ("pynndescent", lambda: run_pynndescent(X, metric, args.seed))):
+                    if peer in args.skip_peers.split(","):
+                        continue
                     try:
                         entry[peer] = fn()
                     except Exception as e:
