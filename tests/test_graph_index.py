@@ -492,11 +492,16 @@ def test_clusters_of_few_points_take_exact_candidates_on_the_cpu(monkeypatch):
     bp = index.build_params
     assert bp["intrinsic_dim"] < 0.5 * bp["intrinsic_dim_5nn"], bp  # the tier
     assert bp["candidates"]["method"] == "brute", bp["candidates"]
+    assert bp["intermediate_degree"] == _engine.CPU_SCALE_GAP_EXACT_K == 64  # exact lists: 64, not 96
     _d, i = index.search(Q, k=10)
     assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
+    # a given intermediate degree is kept
+    given = GraphIndex.build(X, device="cpu", random_state=0, intermediate_degree=80)
+    assert given.build_params["intermediate_degree"] == 80
     monkeypatch.setattr(_engine, "CPU_SCALE_GAP_EXACT_MAX_N", 0)
     index = GraphIndex.build(X, device="cpu", random_state=0)
     assert index.build_params["candidates"]["method"] != "brute", index.build_params["candidates"]
+    assert index.build_params["intermediate_degree"] == 96  # NN-Descent's lists keep the tier's 96
     # another tier at the same size keeps the descent
     Xu = np.random.default_rng(0).random((6000, 16), dtype=np.float32)
     assert GraphIndex.build(Xu, device="cpu", random_state=0).build_params["candidates"]["method"] != "brute"

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..graph._estimate import estimate_intrinsic_dim
 
-__all__ = ["estimate_intrinsic_dim", "auto_build_params", "scale_gap", "CPU_SCALE_GAP_EXACT_MAX_N"]
+__all__ = ["estimate_intrinsic_dim", "auto_build_params", "scale_gap", "CPU_SCALE_GAP_EXACT_MAX_N",
+           "CPU_SCALE_GAP_EXACT_K"]
 
 #: the estimate at 20 neighbours below this fraction of the one at 5 means the data is clustered
 #: at a scale finer than the graph's neighbourhoods (clusters of a few points)
@@ -51,6 +52,13 @@ CPU_LOW_TIER_CANDIDATES = 48
 #: 15.5 s, manifold K 48 5.0 against 26.4 s). The exact cost grows as n^2 against the descent's
 #: ~n, so the crossover (~150k from the 100k pair) is where the rule stops.
 CPU_SCALE_GAP_EXACT_MAX_N = 150_000
+
+#: ... and those exact lists hold this many candidates (the tier's 96 were for NN-Descent's lists,
+#: which held 0.73 of the exact 96). tight_c10000 100k x 64, 2 cores, exact lists of 96 / 64 / 48:
+#: candidates 23.6 / 20.2 / 19.1 s, calibrated recall at beam 64 1.0 / 0.998 / 0.998, the suite's
+#: queries 1.0 at beams 16-64 for all three (`benchmarks/results/cpu/scale_gap_exact_k_2026-11-30_s28.txt`).
+#: 64 keeps the tier's degree 64 possible.
+CPU_SCALE_GAP_EXACT_K = 64
 
 
 def scale_gap(lid, lid_small):

@@ -14,7 +14,7 @@ from .._core.config import get_memory_budget, logger
 from .._core.backend import as_host, cupy_or_none, get_array_module, twin
 from .._core.metrics import internal_metric, prepare_vectors
 from ..graph.nndescent import default_update
-from ._auto import CPU_SCALE_GAP_EXACT_MAX_N, GPU_TOP_TIER, auto_build_params, estimate_intrinsic_dim, scale_gap
+from ._auto import CPU_SCALE_GAP_EXACT_K, CPU_SCALE_GAP_EXACT_MAX_N, GPU_TOP_TIER, auto_build_params, estimate_intrinsic_dim, scale_gap
 from ._build import _without, candidate_graph, diversify, diversify_without, exact_knn_cpu, nn1_max
 from ._entry import EntryPoints, build_entry_points
 from ._prune_cpu import _rows_sorted, add_reverse_edges, pair_distances, prune_cpu, sorted_rows
@@ -345,14 +345,18 @@ class SearchGraph:
         n = a.shape[0]
         if top_tier and dev == "gpu" and bp["graph_degree"] is None:
             top_tier = _top_tier_fits(a)
+        k_auto = bp["graph_degree"] is None and bp["intermediate_degree"] is None
         few_point_clusters = _resolve_auto_params(X, bp, random_state, top_tier=top_tier)
         timings = {"prepare_auto": time.perf_counter() - t_start}
-        R = min(bp["graph_degree"], n - 1)
-        K = min(bp["intermediate_degree"], n - 1)
         algo = bp["build_algo"] if n > 4096 else "brute"
         if algo == "nndescent" and dev == "cpu" and n <= CPU_SCALE_GAP_EXACT_MAX_N and few_point_clusters:
-            # clusters of few points: exact lists cost less than the slow descent there (_auto.py)
+            # clusters of few points: exact lists cost less than the slow descent there (_auto.py),
+            # and being exact, fewer of them do
             algo = "brute"
+            if k_auto:
+                bp["intermediate_degree"] = max(bp["graph_degree"], CPU_SCALE_GAP_EXACT_K)
+        R = min(bp["graph_degree"], n - 1)
+        K = min(bp["intermediate_degree"], n - 1)
         logger.info("GraphIndex: %s candidate graph (n=%d, K=%d) on %s", algo, n, K, dev)
         if candidates is not None:
             if dev != "cpu":
