@@ -34,8 +34,14 @@ def _nearest_centroid(xp, A, C, metric, block=65536):
     for s in range(0, A.shape[0], block):
         a = A[s:s + block]
         dots = a @ C.T
-        d = -dots if metric == "ip" else cn[None, :] - 2 * dots
-        out[s:s + block] = xp.argmin(d, axis=1)
+        if metric == "ip":
+            out[s:s + block] = xp.argmax(dots, axis=1)  # (the first largest: argmin of -dots)
+        else:
+            # in place, the same values as cn - 2 dots (-2 is exact, a + (-b) is a - b), without
+            # two temporaries of the block's size
+            dots *= -2
+            dots += cn[None, :]
+            out[s:s + block] = xp.argmin(dots, axis=1)
     return out
 
 
@@ -317,7 +323,12 @@ def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_stat
         lab = _nearest_centroid(xp, S, C, metric)
         sums = xp.zeros_like(C)
         if xp is np:
-            np.add.at(sums, lab, S)
+            # per-cluster sums over the rows sorted by label (np.add.at took 0.11 of 0.17 s at
+            # 10k x 128 and most of 0.8 s at 100k x 64: a ufunc.at is a scalar loop)
+            order = np.argsort(lab, kind="stable")
+            ls = lab[order]
+            starts = np.flatnonzero(np.concatenate(([True], ls[1:] != ls[:-1])))
+            sums[ls[starts]] = np.add.reduceat(S[order], starts, axis=0)
         else:
             import cupyx
 
