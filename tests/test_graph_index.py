@@ -969,6 +969,26 @@ def test_own_neighbour_lists_and_copies(rng, monkeypatch):
     assert not (ids == np.arange(3000)[:, None]).any()
     assert recall(ids, truth(X, X, 21, "sqeuclidean")[:, 1:]) >= 0.95
     assert eng.first_candidates is None  # kept during the build for the denser rebuild only
+    ids2, dist2 = eng.own_neighbour_lists(20, beam=64, tau=float("inf"), max_iters=10_000, n_seeds=4,
+                                          with_distances=True)
+    np.testing.assert_array_equal(ids2, ids)
+    from knnkit.index._prune_cpu import joined_lists, pair_distances
+
+    np.testing.assert_allclose(dist2, pair_distances(X, ids, "l2"), rtol=1e-6, atol=1e-7)
+    # joined with another list and its distances: each id once, b's distance kept, rows sorted by
+    # (distance, id), the rest -1 / inf
+    other = np.asarray(truth(X, X, 9, "sqeuclidean")[:, 1:], np.int64)
+    other[::7, -3:] = -1
+    od = np.where(other >= 0, pair_distances(X, np.maximum(other, 0), "l2") + np.float32(1e-3), np.inf)
+    ji, jd = joined_lists(ids2, dist2, other, od.astype(np.float32))
+    assert ji.shape == (3000, 28)
+    for r in (0, 7, 1234, 2999):
+        want = {int(v): float(d) for v, d in zip(ids2[r], dist2[r])}
+        want.update({int(v): float(d) for v, d in zip(other[r], od[r]) if v >= 0})
+        got = [(int(v), float(d)) for v, d in zip(ji[r], jd[r]) if v >= 0]
+        assert dict(got) == pytest.approx(want) and len(got) == len(want)
+        assert got == sorted(got, key=lambda t: (t[1], t[0]))
+        assert (ji[r, len(got):] == -1).all() and np.isinf(jd[r, len(got):]).all()
     # the walk's lists joined with the first build's: each id once per row, -1 for the rest
     from knnkit.index._engine import merged_candidates
 

@@ -428,9 +428,15 @@ class GraphIndex:
             else:
                 b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM),
                                                           "tau": float("inf")}, n_entry=len(first._entry))
-                walked = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds)
+                walked, walked_d = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds,
+                                                             with_distances=True)
                 bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
-            cand = (merged_candidates(walked, first.first_candidates), None)
+                if first.first_candidate_dist is not None:
+                    from ..index._prune_cpu import joined_lists  # (Numba: not at import time)
+
+                    # with their distances: the rebuild computes none again and sorts no row
+                    walked = joined_lists(walked, walked_d, first.first_candidates, first.first_candidate_dist)
+            cand = (walked if isinstance(walked, tuple) else (merged_candidates(walked, first.first_candidates), None))
         else:
             bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
         engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand,

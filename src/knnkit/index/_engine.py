@@ -468,15 +468,17 @@ class SearchGraph:
         engine.build_timings = timings  # seconds per phase of this build (not saved with the index)
         return engine
 
-    def own_neighbour_lists(self, K, *, beam, tau, max_iters, n_seeds, batch=65536):
+    def own_neighbour_lists(self, K, *, beam, tau, max_iters, n_seeds, batch=65536, with_distances=False):
         """``(n, K)`` int64 ids: each data row's ``K`` nearest other rows as this graph's CPU walk
         finds them (``-1`` where fewer come back), for candidate lists of a denser graph built
         from this one (Vamana's search-based candidates; see :func:`merged_candidates`). A row's
         list is the walk's ``K + 1`` results in their order, less the row itself (put in its place:
         the last result) or less the last result when the row is not among them. Not for data
-        whose copies were merged (``merged_copies``): the lists would be full of a row's copies."""
+        whose copies were merged (``merged_copies``): the lists would be full of a row's copies.
+        ``with_distances``: also the walk's internal distances of those ids, float32 ``(n, K)``."""
         n = self.n
         ids = np.empty((n, K), np.int64)
+        dists = np.empty((n, K), np.float32) if with_distances else None
         # rows walked grouped by their nearest entry centroid: consecutive walks then read nearby
         # graph rows and vectors (each walk's result is independent of the order; 100k x 32 uniform,
         # beam 128: 6.5 -> 6.2 s)
@@ -489,15 +491,20 @@ class SearchGraph:
             order = np.arange(n, dtype=np.int64)
         for s in range(0, n, batch):
             rows = order[s:s + batch]
-            _d, i = self.search(self._data[rows], K + 1, beam=beam, tau=tau, max_iters=max_iters,
-                                n_seeds=n_seeds, device="cpu")
+            d, i = self.search(self._data[rows], K + 1, beam=beam, tau=tau, max_iters=max_iters,
+                               n_seeds=n_seeds, device="cpu")
             i = as_host(i)
             # the row itself out (it may be missing or not first: equal distances); the other K kept
             out = i[:, :K].copy()
             r, c = np.nonzero(out == rows[:, None])
             out[r, c] = i[r, K]
             ids[rows] = out
-        return ids
+            if with_distances:
+                d = np.asarray(as_host(d), np.float32)
+                od = d[:, :K].copy()
+                od[r, c] = d[r, K]
+                dists[rows] = od
+        return (ids, dists) if with_distances else ids
 
     # ------------------------------------------------------------------ search
     def _host_arrays(self):

@@ -25,7 +25,7 @@ from ..exact._sort_cpu import sort_pairs
 from ._search_cpu import _dist, kernel, njit
 
 __all__ = ["prune_cpu", "add_reverse_edges", "ggnn_diversify", "pair_distances", "sorted_rows",
-           "changed_without", "two_hop_lists"]
+           "changed_without", "two_hop_lists", "joined_lists"]
 
 
 @njit(inline="always")
@@ -216,6 +216,54 @@ def _hit_rows_chunk(cand, gone, hit, lo, hi):
             v = cand[r, j]
             h |= v >= 0 and (g or gone[v])
         hit[r] = h
+
+
+def joined_lists(a_ids, a_dist, b_ids, b_dist):
+    """Row-wise union of two candidate lists with their distances (int64 / float32, ``(n, Ka)``
+    and ``(n, Kb)``, ``-1`` / ``+inf`` = none, each free of repeats): ``(ids (n, Ka + Kb), dists)``,
+    each id once per row (``b``'s distance where both hold it), sorted by (distance, id), the rest
+    ``-1`` / ``+inf``; row-parallel. The denser tier's walked lists joined with the low tier's:
+    their distances are known, so the rebuild need not compute them again (1.3-1.5 s for 100k x 144
+    candidates at d 128) nor sort the rows."""
+    n = a_ids.shape[0]
+    out_i = np.empty((n, a_ids.shape[1] + b_ids.shape[1]), np.int64)
+    out_d = np.empty(out_i.shape, np.float32)
+    args = (np.ascontiguousarray(a_ids, np.int64), np.ascontiguousarray(a_dist, np.float32),
+            np.ascontiguousarray(b_ids, np.int64), np.ascontiguousarray(b_dist, np.float32))
+    parts = chunks(n, 4 * num_threads())
+    parallel_for(lambda c: _joined_rows(*args, out_i, out_d, parts[c][0], parts[c][1]), len(parts))
+    return out_i, out_d
+
+
+@kernel()
+def _joined_rows(a_ids, a_dist, b_ids, b_dist, out_i, out_d, lo, hi):
+    Ka = a_ids.shape[1]
+    Kb = b_ids.shape[1]
+    C = Ka + Kb
+    key = np.empty(C, np.float32)
+    val = np.empty(C, np.int64)
+    for r in range(lo, hi):
+        m = 0
+        for j in range(Kb):
+            v = b_ids[r, j]
+            if v >= 0:
+                val[m] = v
+                key[m] = b_dist[r, j]
+                m += 1
+        mb = m
+        for j in range(Ka):
+            v = a_ids[r, j]
+            if v >= 0 and not _contains(val, mb, v):
+                val[m] = v
+                key[m] = a_dist[r, j]
+                m += 1
+        for t in range(m, C):
+            val[t] = -1
+            key[t] = np.inf
+        sort_pairs(key[:m], val[:m])
+        for t in range(C):
+            out_i[r, t] = val[t]
+            out_d[r, t] = key[t]
 
 
 def _shift(X, metric):
