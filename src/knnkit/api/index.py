@@ -413,32 +413,29 @@ class GraphIndex:
                 return cls._denser_kept(index, repruned, frm, before, reprune_r, t0, "reprune", None, progress)
             logger.info("GraphIndex: the low tier's candidates pruned to graph_degree=%d read %.3f at beam 64: "
                         "candidates from the low tier's walk", R, reprune_r)
+        bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
         if first.first_candidates is not None:
             # step 2: the K candidates come from walking the low tier's graph for every row (Vamana's
             # search-based candidates) instead of a second NN-Descent at K, joined with the first
             # build's own lists: a walk trapped in a cluster finds no other (tight clusters
             # without the repair: 0.80 at every beam from the walk alone)
-            bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
             if DENSER_CANDIDATES == "two_hop":
                 from ..index._prune_cpu import two_hop_lists  # (Numba: not at import time)
 
                 X1, g1, _e1 = first._host_arrays()
                 walked = two_hop_lists(X1, g1, first.first_candidates, K, first._imetric)
                 bp2["candidates"] = {"method": "two_hop+first", "K": K}
+                cand = (merged_candidates(walked, first.first_candidates), None)
             else:
+                from ..index._prune_cpu import joined_lists  # (Numba: not at import time)
+
                 b, tau, iters, seeds = sp.resolve(K + 1, {"beam": max(K + 1, DENSER_SEARCH_BEAM),
                                                           "tau": float("inf")}, n_entry=len(first._entry))
                 walked, walked_d = first.own_neighbour_lists(K, beam=b, tau=tau, max_iters=iters, n_seeds=seeds,
                                                              with_distances=True)
                 bp2["candidates"] = {"method": "search+first", "K": K, "beam": b}
-                if first.first_candidate_dist is not None:
-                    from ..index._prune_cpu import joined_lists  # (Numba: not at import time)
-
-                    # with their distances: the rebuild computes none again and sorts no row
-                    walked = joined_lists(walked, walked_d, first.first_candidates, first.first_candidate_dist)
-            cand = (walked if isinstance(walked, tuple) else (merged_candidates(walked, first.first_candidates), None))
-        else:
-            bp2 = dict(build_params, graph_degree=R, intermediate_degree=K, alpha=alpha)
+                # with their distances: the rebuild computes none again and sorts no row
+                cand = joined_lists(walked, walked_d, first.first_candidates, first.first_candidate_dist)
         engine = SearchGraph.build(P.raw, P.metric, bp2, random_state, scale=P.scale, holdout=True, candidates=cand,
                                    entry=entry)
         denser = cls(engine, sp)

@@ -129,9 +129,9 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
     beam : int
         Candidate list size (``>= k``). Up to 8192 (at degree 128, less with wide steps) the list
         lives in shared memory; past that it moves to global memory (4 * beam words per resident
-        block, the grid capped at :data:`GLOBAL_LIST_BLOCKS_PER_SM` blocks per SM), slower per
-        step but without a limit but memory: what lets a hard data set's recall keep rising past
-        the largest shared-memory list (``NOTES_search.md``).
+        block, the grid capped at :data:`GLOBAL_LIST_BLOCKS_PER_SM` blocks per SM): slower per
+        step and limited only by memory, so a hard data set's recall keeps rising past the
+        largest shared-memory list (``NOTES_search.md``).
     tau : float or None
         GGNN slack factor; None or ``inf`` disables the slack test (plain beam search).
     max_iters : int or None
