@@ -246,34 +246,17 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         min_blocks = (1536 if maxch <= 4 else 1024) // block
     Lp = _pow2ceil(L)
     dpad = (d + 3) // 4 * 4
-    width0 = width
-    while True:
-        cmax = max(32, width * R)
-        vis, vis_words, vis_cap = _visited_config(visited, L, cmax, hash_size, bloom_bits)
-        smem = 4 * (dpad + 4 * Lp + 5 * cmax + vis_words + width)
-        if smem <= _MAX_SMEM or not auto_width or width == 1:
-            break
-        width //= 2  # a width the caller did not ask for never costs a beam that fits with less
     if list_memory not in ("auto", "shared", "global"):
         raise ValueError(f"list_memory must be 'auto', 'shared' or 'global', got {list_memory!r}")
-    glist = list_memory == "global" or (list_memory == "auto" and smem > _MAX_SMEM and L > GLOBAL_LIST_FROM)
-    if glist:
+    cfg = (L, Lp, R, dpad, auto_width, visited, hash_size, bloom_bits)
+    state = _search_state(*cfg, width, glist=list_memory == "global")
+    glist = list_memory == "global" or (list_memory == "auto" and state[-1] > _MAX_SMEM and L > GLOBAL_LIST_FROM)
+    if glist and list_memory == "auto":
         # the list in global memory: shared memory keeps the query, the step's candidates and the
         # visited set, so the asked (or default) width is back
-        width = width0
-        while True:
-            cmax = max(32, width * R)
-            vis, vis_words, vis_cap = _visited_config(visited, L, cmax, hash_size, bloom_bits)
-            base = 4 * (dpad + 5 * cmax + width)
-            if vis == 1 and bloom_bits is None and base + 4 * vis_words > _MAX_SMEM:
-                # a smaller filter than the default's: refilled more often (its load factor kept),
-                # never fewer than L + cmax insertions between refills (the refill re-inserts the list)
-                vis_words = 1 << int(math.floor(math.log2(max(32, (_MAX_SMEM - base) // 4))))
-                vis_cap = max(vis_words * 32 // _BLOOM_LOAD, L + cmax)
-            smem = base + 4 * vis_words
-            if smem <= _MAX_SMEM or not auto_width or width == 1:
-                break
-            width //= 2
+        state = _search_state(*cfg, width, glist=True)
+    width, cmax, vis, vis_words, vis_cap, smem = state
+    if glist:
         if rerank == "split":
             # the split re-rank sorts the whole list in shared memory: fused re-ranks it in place
             rerank = "fused"
@@ -325,6 +308,26 @@ def search_gpu(X, graph, queries, k, *, seeds, beam, tau, max_iters, metric, X_f
         rk((grid,), (128,), (X, np.int32(d), queries, out_list, np.int32(nq), np.int32(L), np.int32(Lp), np.int32(k),
                              out_d, out_i), shared_mem=rsmem)
     return (out_d, out_i, stats) if return_stats else (out_d, out_i)
+
+
+def _search_state(L, Lp, R, dpad, auto_width, visited, hash_size, bloom_bits, width, *, glist):
+    """``(width, cmax, vis, vis_words, vis_cap, smem)`` of one search: shared-memory bytes per block
+    for the query, the list (``4 Lp`` words, none when ``glist``: global memory), the step's
+    candidates and the visited set, the width halved (when not the caller's) until it fits. A
+    global-list search whose default Bloom filter would not fit gets a smaller one: refilled more
+    often (its load factor kept), never fewer than ``L + cmax`` insertions between refills (the
+    refill re-inserts the list)."""
+    while True:
+        cmax = max(32, width * R)
+        vis, vis_words, vis_cap = _visited_config(visited, L, cmax, hash_size, bloom_bits)
+        base = 4 * (dpad + (0 if glist else 4 * Lp) + 5 * cmax + width)
+        if glist and vis == 1 and bloom_bits is None and base + 4 * vis_words > _MAX_SMEM:
+            vis_words = 1 << int(math.floor(math.log2(max(32, (_MAX_SMEM - base) // 4))))
+            vis_cap = max(vis_words * 32 // _BLOOM_LOAD, L + cmax)
+        smem = base + 4 * vis_words
+        if smem <= _MAX_SMEM or not auto_width or width == 1:
+            return width, cmax, vis, vis_words, vis_cap, smem
+        width //= 2  # a width the caller did not ask for never costs a beam that fits with less
 
 
 def _visited_config(visited, L, cmax, hash_size, bloom_bits):

@@ -643,18 +643,15 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
     cap = queries_per_call(engine, codes=codes, codebook=codebook, L=L, R=int(engine._graph.shape[1]), W=W,
                            max_iters=max_iters, s=n_seeds, rerank=int(rerank), d=int(data.shape[1]),
                            itemsize=np.dtype(data.dtype).itemsize)
-    if cap is not None and nq > cap:
-        parts = [_search_call(engine, Q[s0:s0 + cap], k, codes=codes, codebook=codebook, entry=entry, L=L,
-                              max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
-                              pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
-                 for s0 in range(0, nq, cap)]
-        _stats["calls"] = len(parts)
-        return cp.concatenate([p[0] for p in parts]), cp.concatenate([p[1] for p in parts])
-    out = _search_call(engine, Q, k, codes=codes, codebook=codebook, entry=entry, L=L, max_iters=max_iters,
-                       n_seeds=n_seeds, rerank=rerank, prefetch=prefetch, pipeline_batch=pipeline_batch, W=W,
-                       legacy=legacy, profile=profile)
-    _stats["calls"] = 1
-    return out
+    step = nq if cap is None or nq <= cap else cap
+    parts = [_search_call(engine, Q[s0:s0 + step], k, codes=codes, codebook=codebook, entry=entry, L=L,
+                          max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
+                          pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
+             for s0 in range(0, max(nq, 1), max(step, 1))]
+    _stats["calls"] = len(parts)
+    if len(parts) == 1:
+        return parts[0]
+    return cp.concatenate([p[0] for p in parts]), cp.concatenate([p[1] for p in parts])
 
 
 def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds, rerank, prefetch, pipeline_batch,
