@@ -18,7 +18,9 @@ IVF-PQ with refinement (when ``cuvs`` imports). Rows are written to JSON as they
 allocations, CuPy table expression, host re-rank after the walk), ``new`` the current one under the
 benchmark's memory budget (vectors do not fit: re-rank rows stashed during the walk), ``new-host``
 the same with the re-rank rows gathered after the walk (pinned chunks), ``new-gpuvec`` the current
-one with the budget lifted for the call (the vectors fit: re-rank from a device copy). Every
+one with the budget lifted for the call (the vectors fit: re-rank from a device copy),
+``new-onecall`` the current one with every query in one walk (``MIN_CALL_QUERIES`` set to the
+query count: the search as it was before it kept to the memory budget per call). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -133,7 +135,7 @@ def main():
                     help="search under a memory budget of (graph + vectors) / this")
     ap.add_argument("--build-budget-mb", type=float, default=None,
                     help="memory budget during the build (small: candidate lists out of core)")
-    ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-cupy "
+    ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-onecall, new-cupy "
                          "(the re-rank by ~35 CuPy calls instead of its two kernels)")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
@@ -214,6 +216,7 @@ def main():
     reranks = [r.strip() for r in a.rerank.split(",")]
     paths = [p.strip() for p in a.paths.split(",")]
     n_batches = [int(x) for x in a.pipeline_batches.split(",")]
+    min_call = _search_gpu.MIN_CALL_QUERIES
     for beam, nb in [(int(b), nb) for b in a.beams.split(",") for nb in n_batches]:
         for width in widths:
             for prefetch in prefetches:
@@ -223,6 +226,8 @@ def main():
                                               rerank_mode="host" if path == "new-host" else None,
                                               rerank_kernels=path != "new-cupy")
                         knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
+                        # new-onecall: every query in one walk, as before the per-call memory bound
+                        _search_gpu.MIN_CALL_QUERIES = a.queries if path == "new-onecall" else min_call
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width, pipeline_batch=-(-a.queries // nb))
                         # warm-up at full size: compilation, and the buffers the new path keeps
@@ -264,6 +269,7 @@ def main():
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
     _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True)
+    _search_gpu.MIN_CALL_QUERIES = min_call
     knnkit.set_memory_budget(budget)
     index._engine.release_gpu_buffers()
     if a.device_peer:

@@ -1,6 +1,6 @@
 """CPU seed selection (``select_seeds_cpu``, ``build_entry_cells``, ``EntryPoints.seeds_for``): the
-two-level scan over cells of entry centroids, its exact mode, and an index whose entries are
-numerous enough to use it."""
+two-level scan over cells of entry centroids, exact with the cells' radii (the triangle-inequality
+bound) and approximate without, and an index whose entries are numerous enough to use it."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from knnkit.datasets.suite import make_tight_clusters
 from knnkit.evaluate import recall
 from knnkit.index import _entry
 from knnkit.index._entry import EntryPoints, build_entry_cells
-from knnkit.index._search_cpu import select_seeds_cpu
+from knnkit.index._search_cpu import cell_radii, select_seeds_cpu
 
 
 def _brute(Q, C, M, s, metric):
@@ -102,23 +102,79 @@ def test_entry_points_seeds_for_cpu(entries):
 
 
 def test_index_with_many_entries_keeps_recall():
-    """300 tight clusters: more than _CPU_CELLS_MIN entries, so the default search takes the
-    two-level seeds; its recall at the default beam and at beam k matches the exact scan's."""
+    """300 tight clusters: more than _CPU_CELLS_MIN entries, so the seeds are chosen through the
+    cells; the default search reaches 0.95, and the approximate scan (past the exact scan's size)
+    keeps the exact scan's recall at the default beam and at beam k."""
     X, Q = make_tight_clusters(9000, 32, 300, n_queries=300, random_state=1)
     _, T = knnkit.knn(X, Q, k=10, device="cpu")
     index = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
     entry = index._engine._entry
     assert len(entry) >= _entry._CPU_CELLS_MIN and entry._cpu_cells()[0].shape[0] > 1
     got = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
-    old = _entry._CPU_PROBES
+    old = _entry._CPU_EXACT_SEEDS_MAX_COORDS
     try:
-        _entry._CPU_PROBES = 10 ** 6  # every cell: the exact scan
-        exact = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
+        _entry._CPU_EXACT_SEEDS_MAX_COORDS = 0  # the approximate scan
+        approx = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
     finally:
-        _entry._CPU_PROBES = old
+        _entry._CPU_EXACT_SEEDS_MAX_COORDS = old
     assert got[None] >= 0.95
     for b in got:
-        assert got[b] >= exact[b] - 0.002
+        assert approx[b] >= got[b] - 0.002
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("shape", [(16, 1200, 0.3, 0.1), (64, 3000, 1.0, 3.0), (32, 600, 0.5, 5.0), (2, 900, 0.05, 0.5)])
+def test_bounded_scan_is_exact(metric, shape):
+    """With the cells' radii the two-level scan returns the exact s nearest entries (by key; ties
+    may swap ids), also for queries far from every entry and in high dimension, where the bounds
+    prune little."""
+    d, c, spread, qfar = shape
+    rng = np.random.default_rng(d + c)
+    centres = rng.standard_normal((c // 4, d)).astype(np.float32) * 4
+    C = (centres[rng.integers(0, c // 4, c)] + spread * rng.standard_normal((c, d))).astype(np.float32)
+    M = rng.permutation(10 * c)[:c].astype(np.int32)
+    Q = (C[rng.integers(0, c, 500)] + qfar * rng.standard_normal((500, d))).astype(np.float32)
+    cells, offs, C2, M2 = build_entry_cells(C, M, random_state=0)
+    assert cells.shape[0] > 1
+    got = select_seeds_cpu(Q, cells, offs, C2, M2, 6, metric, radii=cell_radii(cells, offs, C2))
+    pos = {int(v): i for i, v in enumerate(M)}
+    Q64, C64 = Q.astype(np.float64), C.astype(np.float64)
+
+    def keys(ids):
+        rows = C64[np.vectorize(pos.get)(ids)]
+        return -(Q64[:, None, :] * rows).sum(-1) if metric == "ip" else ((Q64[:, None, :] - rows) ** 2).sum(-1)
+
+    want = keys(_brute(Q, C, M, 6, metric))
+    np.testing.assert_allclose(keys(got), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_cell_radii_cover_their_entries(entries):
+    C, M, _ = entries
+    cells, offs, C2, _ = build_entry_cells(C, M, random_state=0)
+    r = cell_radii(cells, offs, C2)
+    own = np.repeat(np.arange(cells.shape[0]), np.diff(offs))
+    dist = np.sqrt(((C2.astype(np.float64) - cells[own]) ** 2).sum(1))
+    assert (dist <= r[own]).all() and (r >= 0).all()
+    with pytest.raises(ValueError, match="radii"):
+        select_seeds_cpu(C[:2], cells, offs, C2, M, 2, "l2", radii=r[:-1])
+
+
+def test_small_entry_sets_get_exact_seeds():
+    """Up to _CPU_EXACT_SEEDS_MAX_COORDS entry coordinates EntryPoints.seeds_for is exact through
+    the cells (the GPU's seeds); Zipf-sized clusters, where the approximate scan missed entries."""
+    rng = np.random.default_rng(5)
+    w = 1.0 / np.arange(1, 601) ** 1.2
+    lab = rng.choice(600, 3000, p=w / w.sum())
+    C = (rng.standard_normal((600, 32)) * 5)[lab] + rng.lognormal(-2, 1, 600)[lab, None] * rng.standard_normal((3000, 32))
+    C = np.ascontiguousarray(C[:700], np.float32)
+    M = np.arange(700, dtype=np.int32)
+    Q = (C[rng.integers(0, 700, 400)] + rng.standard_normal((400, 32))).astype(np.float32)
+    ep = EntryPoints(C, M, "l2")
+    assert C.size <= _entry._CPU_EXACT_SEEDS_MAX_COORDS and ep._cpu_cells()[0].shape[0] > 1
+    got = ep.seeds_for(Q, 4)
+    Q64 = Q.astype(np.float64)
+    dist = lambda ids: ((Q64[:, None, :] - C[ids].astype(np.float64)) ** 2).sum(-1)  # noqa: E731
+    np.testing.assert_allclose(dist(got), dist(_brute(Q, C, M, 4, "l2")), rtol=1e-4)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])

@@ -16,10 +16,21 @@ __all__ = ["EntryPoints", "build_entry_points", "build_entry_cells"]
 # (GEMM + argmin rounds), kept for the benchmark's before/after comparison.
 _GPU_SEED_KERNEL = True
 # CPU seed selection (``select_seeds_cpu``): from this many entries on, they are grouped into about
-# sqrt(c) cells and a query scans only the entries of its nearest cells (at least _CPU_PROBES of
-# them); below it, every entry (one cell). Scanning all ~1,300 entries of 100k x 64 tight clusters
-# cost 5x the graph walk at beam 10 (NOTES_search.md, "CPU seeds").
+# sqrt(c) cells and a query visits the cells nearest to it first; below it, every entry (one cell).
+# Scanning all ~1,300 entries of 100k x 64 tight clusters cost 5x the graph walk at beam 10
+# (NOTES_search.md, "CPU seeds").
 _CPU_CELLS_MIN = 256
+#: Up to this many entry coordinates (entries x d) the CPU's seeds are exact: the cells only order
+#: the scan, and a cell whose triangle-inequality bound cannot beat the s-th nearest entry seen is
+#: skipped (where the cells are loose, as in high dimension, every entry is scanned). The
+#: approximate rule (from _CPU_PROBES cells on while the next centre is nearer than the nearest
+#: entry seen) missed nearest entries and capped the walk: 100k suite sets, 316 entries, recall at
+#: beam 64 / 128, approximate -> exact: SIFT-like uint8 0.993 / 0.996 -> 1.000 / 1.000; Zipf-sized
+#: clusters (606 entries, 32-d) 0.975 / 0.986 -> 0.987 / 0.992; QPS within 5-15 %. Past it the
+#: exact scan cost the walk's time several times over without a recall change (tight clusters,
+#: 64-d: 1,289 entries 2x, 10,281 entries 8x the QPS at beam 10, recall equal):
+#: NOTES_search.md, "Exact CPU seeds".
+_CPU_EXACT_SEEDS_MAX_COORDS = 1 << 16
 _CPU_PROBES = 2
 
 
@@ -103,8 +114,10 @@ class EntryPoints:
         """(nq, s) int32 medoid ids of the ``s`` nearest centroids of each query (-1 padded).
 
         On the GPU every centroid is scanned. On the CPU the entries are grouped into cells
-        (:func:`build_entry_cells`) and a query scans those of its nearest cells only (sub-linear in
-        the number of entries); ``exact=True`` scans them all there too.
+        (:func:`build_entry_cells`). Up to ``_CPU_EXACT_SEEDS_MAX_COORDS`` entry coordinates, or
+        with ``exact=True``, a query skips only the cells whose bound shows they cannot hold one of
+        its ``s`` nearest: the GPU's seeds (up to rounding ties). Past it a query scans the cells
+        nearest to it only (approximate, sub-linear in the number of entries).
         """
         xp = get_array_module(queries)
         if xp is not np and _GPU_SEED_KERNEL and self.centroids.shape[0] > 0:
@@ -112,10 +125,11 @@ class EntryPoints:
         if xp is np:
             from ._search_cpu import select_seeds_cpu
 
-            cells, offs, C, M, mu = self._cpu_cells()
-            probes = cells.shape[0] if exact else _CPU_PROBES
+            cells, offs, C, M, mu, radii = self._cpu_cells()
             q = queries if mu is None else np.asarray(queries, np.float32) - mu
-            return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, probes=probes)
+            if exact or C.shape[0] * C.shape[1] <= _CPU_EXACT_SEEDS_MAX_COORDS:
+                return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, radii=radii)
+            return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, probes=_CPU_PROBES)
         C = self.centroids if get_array_module(self.centroids) is xp else xp.asarray(self.centroids)
         M = self.medoids if get_array_module(self.medoids) is xp else xp.asarray(self.medoids)
         mu = self._shift()
@@ -152,14 +166,18 @@ class EntryPoints:
         return out
 
     def _cpu_cells(self):
-        """``(cells, offsets, centroids, medoids)`` of :func:`build_entry_cells`, cached."""
+        """``(cells, offsets, centroids, medoids, shift, radii)`` of :func:`build_entry_cells`
+        (and :func:`._search_cpu.cell_radii`), cached."""
         if self._cells is None or self._cells[0] is not self.centroids:
+            from ._search_cpu import cell_radii
+
             C = self.centroids if isinstance(self.centroids, np.ndarray) else self.centroids.get()
             M = self.medoids if isinstance(self.medoids, np.ndarray) else self.medoids.get()
             mu = self._shift()
             if mu is not None:
                 C = np.ascontiguousarray(C - mu, dtype=np.float32)
-            self._cells = (self.centroids,) + build_entry_cells(C, M) + (mu,)
+            cells = build_entry_cells(C, M)
+            self._cells = (self.centroids,) + cells + (mu, cell_radii(cells[0], cells[1], cells[2]))
         return self._cells[1:]
 
     def _seeds_gpu(self, queries, s):

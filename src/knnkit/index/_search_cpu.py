@@ -38,7 +38,7 @@ _family = Family("index", "the graph index", seconds=3)
 njit = _family.njit
 kernel = _family.kernel
 
-__all__ = ["search_cpu", "select_seeds_cpu"]
+__all__ = ["search_cpu", "select_seeds_cpu", "cell_radii"]
 
 
 _prefetch = None
@@ -286,15 +286,20 @@ def _search_chunk(X, graph, Q, seeds, k, beam, tau, max_iters, is_ip, xnorm_max,
     return epoch
 
 
-def _seeds_kernel(Q, cells, offs, C, M, s, probes, min_scan, is_ip, n_chunks, out):
+def _seeds_kernel(Q, cells, radii, offs, C, M, s, probes, min_scan, bounded, is_ip, n_chunks, out):
     """All queries of :func:`select_seeds_cpu`, ``n_chunks`` contiguous ranges on the thread pool."""
     ranges = chunks(Q.shape[0], n_chunks)
-    parallel_for(lambda c: _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, *ranges[c], out),
-                 len(ranges))
+    parallel_for(lambda c: _seeds_chunk(Q, cells, radii, offs, C, M, s, probes, min_scan, bounded, is_ip,
+                                        *ranges[c], out), len(ranges))
+
+
+#: relative slack of the cells' lower bounds: the kernel sums in float32 with fastmath, so a bound
+#: is lowered by this much before it may skip a cell (a few ulps of a 1,000-term sum)
+_BOUND_SLACK = np.float32(1e-4)
 
 
 @kernel(fastmath=True)
-def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
+def _seeds_chunk(Q, cells, radii, offs, C, M, s, probes, min_scan, bounded, is_ip, lo, hi, out):
     """Queries ``lo .. hi - 1`` of :func:`select_seeds_cpu`."""
     m = cells.shape[0]
     dcell = np.empty(m, np.float32)
@@ -303,8 +308,23 @@ def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
     bi = np.empty(s, np.int32)
     for qi in range(lo, hi):
         q = Q[qi]
+        qn = np.float32(0.0)
+        if bounded and is_ip:
+            for t in range(q.shape[0]):
+                qn += q[t] * q[t]
+            qn = np.sqrt(qn)
         for j in range(m):
-            dcell[j] = _dist(q, cells, j, is_ip)
+            dv = _dist(q, cells, j, is_ip)
+            if bounded:
+                # the least key any entry of cell j can have (triangle inequality; Cauchy-Schwarz
+                # for the inner product), lowered by the rounding slack
+                if is_ip:
+                    dv = dv - qn * radii[j]
+                    dv -= _BOUND_SLACK * abs(dv) + _BOUND_SLACK * qn * radii[j]
+                else:
+                    gap = np.sqrt(max(dv, np.float32(0.0))) - radii[j]
+                    dv = gap * gap * (np.float32(1.0) - _BOUND_SLACK) if gap > 0 else np.float32(0.0)
+            dcell[j] = dv
             done[j] = 0
         size = 0
         probed = 0
@@ -315,7 +335,11 @@ def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
             for j in range(m):
                 if done[j] == 0 and (b < 0 or dcell[j] < dcell[b]):
                     b = j
-            if probed >= probes and scanned >= min_scan and not (size > 0 and bd[0] > dcell[b]):
+            if bounded:
+                # every cell left bounds its entries below the s-th nearest seen: exact
+                if size == s and not dcell[b] < bd[s - 1]:
+                    break
+            elif probed >= probes and scanned >= min_scan and not (size > 0 and bd[0] > dcell[b]):
                 break
             done[b] = 1
             probed += 1
@@ -342,17 +366,40 @@ def _seeds_chunk(Q, cells, offs, C, M, s, probes, min_scan, is_ip, lo, hi, out):
             out[qi, j] = -1
 
 
-def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, probes=2, min_scan=None):
-    """Medoid ids of (approximately) the ``s`` nearest entry centroids of each query, two-level.
+def cell_radii(cells, offsets, centroids):
+    """float32 (m,): the largest Euclidean distance from each cell centre to its entries (the
+    bound of :func:`select_seeds_cpu`'s exact mode), rounded up."""
+    cells = np.asarray(cells, np.float64)
+    C = np.asarray(centroids, np.float64)
+    offsets = np.asarray(offsets, np.int64)
+    out = np.zeros(cells.shape[0], np.float32)
+    for j in range(cells.shape[0]):
+        a, b = int(offsets[j]), int(offsets[j + 1])
+        if b > a:
+            r = float(np.sqrt(((C[a:b] - cells[j]) ** 2).sum(axis=1).max()))
+            out[j] = np.nextafter(np.float32(r * (1 + 1e-6)), np.float32(np.inf))
+    return out
+
+
+def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, radii=None, probes=2,
+                     min_scan=None):
+    """Medoid ids of the ``s`` nearest entry centroids of each query, two-level.
 
     The entry centroids are grouped into cells (``offsets``: cell ``j`` holds rows
-    ``offsets[j] .. offsets[j + 1] - 1`` of ``centroids``); a query scans the cells nearest to it
-    (by its distance to the cell's centre, the internal metric) until it has probed ``probes`` cells
-    and seen ``min_scan`` entries, and then goes on while the next cell's centre is nearer than
-    the nearest entry seen (a query far from every entry -- its cluster has none -- is not left
-    with a far one from the first cells); it keeps the ``s`` nearest entries seen, nearest first.
-    One cell holding every entry is the exact scan. The CPU counterpart of
-    :func:`._search_gpu.select_seeds_gpu` (which scans every centroid: a GEMM is cheap there).
+    ``offsets[j] .. offsets[j + 1] - 1`` of ``centroids``).
+
+    With ``radii`` (each cell's largest distance from its centre to an entry, :func:`cell_radii`)
+    the scan is exact: a query visits the cells in the order of the least key any of their entries
+    can have (the triangle inequality for squared L2, Cauchy-Schwarz for the inner product, lowered
+    by a rounding slack) and stops when that bound reaches its ``s``-th nearest entry so far. The
+    result is then that of scanning every entry, as the GPU does
+    (:func:`._search_gpu.select_seeds_gpu`), where the bounds prune nothing at worst.
+
+    Without ``radii`` (the approximate scan of earlier versions, kept for comparison): cells in the
+    order of their centres' keys until ``probes`` cells and ``min_scan`` entries were seen, then
+    on while the next centre is nearer than the nearest entry seen. It missed the nearest entries of
+    queries in clusters without an entry of their own (Zipf-sized clusters, 100k x 32: recall at
+    beam 64 0.975 against 0.987 with exact seeds, 8 of 500 queries at recall 0).
 
     Parameters
     ----------
@@ -370,10 +417,12 @@ def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, 
         Seeds per query (``>= 1``).
     metric : {"l2", "ip"}
         Internal metric.
+    radii : ndarray, float32 (m,), optional
+        Cell radii: the exact scan.
     probes : int
-        Cells probed at least (``>= 1``).
+        Without ``radii``: cells probed at least (``>= 1``).
     min_scan : int, optional
-        Entries scanned at least (default ``4 * s``).
+        Without ``radii``: entries scanned at least (default ``4 * s``).
 
     Returns
     -------
@@ -388,6 +437,10 @@ def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, 
     >>> select_seeds_cpu(np.array([[9, 8]], np.float32), cells, np.array([0, 2, 4]), C,
     ...                  np.array([10, 11, 12, 13], np.int32), 2, "l2", probes=1, min_scan=1).tolist()
     [[12, 13]]
+    >>> offs = np.array([0, 2, 4])
+    >>> select_seeds_cpu(np.array([[3, 1]], np.float32), cells, offs, C, np.array([10, 11, 12, 13], np.int32), 3,
+    ...                  "l2", radii=cell_radii(cells, offs, C)).tolist()
+    [[11, 10, 12]]
     """
     s = int(s)
     probes = int(probes)
@@ -403,6 +456,10 @@ def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, 
     medoids = np.ascontiguousarray(medoids, dtype=np.int32)
     if offsets.shape[0] != cells.shape[0] + 1 or offsets[0] != 0 or offsets[-1] != centroids.shape[0]:
         raise ValueError("offsets must hold m + 1 cell boundaries from 0 to the number of centroids")
+    bounded = radii is not None
+    radii = (np.ascontiguousarray(radii, dtype=np.float32) if bounded else np.zeros(cells.shape[0], np.float32))
+    if radii.shape != (cells.shape[0],) or not (radii >= 0).all():
+        raise ValueError(f"radii must hold one non-negative radius per cell ({cells.shape[0]}), got shape {radii.shape}")
     nq = queries.shape[0]
     out = np.empty((nq, s), np.int32)
     if nq == 0:
@@ -411,7 +468,8 @@ def select_seeds_cpu(queries, cells, offsets, centroids, medoids, s, metric, *, 
         out.fill(-1)
         return out
     n_chunks = max(1, min(nq, numba.get_num_threads() * 4, (nq + 63) // 64))
-    _seeds_kernel(queries, cells, offsets, centroids, medoids, s, probes, min_scan, metric == "ip", n_chunks, out)
+    _seeds_kernel(queries, cells, radii, offsets, centroids, medoids, s, probes, min_scan, bounded, metric == "ip",
+                  n_chunks, out)
     return out
 
 
