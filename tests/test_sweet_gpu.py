@@ -72,7 +72,19 @@ def gpu_vs_gemm(X, Q, k, params=None, seed=0):
     np.testing.assert_allclose(d, dc, rtol=1e-5, atol=1e-7 * float(np.abs(X).max() + 1) ** 2)
     same = d == dc
     exact_rows = same.all(axis=1)
-    np.testing.assert_array_equal(i[exact_rows], ic[exact_rows])
+    # ids where the float32 distance is not shared with a neighbour of the row or the next point
+    # outside it: the twin ranks by float64 distances, so two points whose float32 distances tie
+    # (queries 1000 away: distances ~3e6, float32 steps of 0.25) may come in either order
+    m = X.shape[0] - (1 if all_points else 0)
+    if k + 1 <= m:
+        dn, _in, _ = sweet_knn(X, Qh, k + 1, metric="l2", exclude_self=all_points, params=params, seed=seed)
+        tied = np.zeros_like(same)
+        tied[:, 1:] |= dn[:, 1:k] == dn[:, :k - 1]
+        tied |= dn[:, 1:k + 1] == dn[:, :k]
+        check = exact_rows[:, None] & ~tied
+    else:
+        check = np.broadcast_to(exact_rows[:, None], same.shape)
+    np.testing.assert_array_equal(i[check], ic[check])
     if all_points:
         assert not (i == np.arange(X.shape[0])[:, None]).any()
     return stats
