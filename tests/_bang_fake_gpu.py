@@ -259,6 +259,10 @@ KERNELS = {"bang_distances": _distances, "bang_merge": _merge, "bang_tables": _t
            "bang_rerank_rows": _rerank_rows, "bang_rerank_select": _rerank_select}
 
 
+class FakeOutOfMemory(Exception):
+    """The fake's ``cupy.cuda.memory.OutOfMemoryError``."""
+
+
 def _fake_module():
     cp = types.ModuleType("cupy")
     for name in ("int32", "int64", "uint8", "uint32", "float32", "float64", "bool_", "inf", "take_along_axis",
@@ -283,7 +287,9 @@ def _fake_module():
     cp.cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, Device=_Device,
                                     get_current_stream=lambda: _Stream(),
                                     get_elapsed_time=lambda a, b: 0.0,
-                                    runtime=types.SimpleNamespace(memcpyAsync=_memcpy))
+                                    runtime=types.SimpleNamespace(memcpyAsync=_memcpy),
+                                    memory=types.SimpleNamespace(OutOfMemoryError=FakeOutOfMemory))
+    cp.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
     return cp
 
 

@@ -227,6 +227,38 @@ def test_fake_gpu_calls_bounded_by_the_memory_budget(small, monkeypatch):
         knnkit.set_memory_budget(None)
 
 
+def test_fake_gpu_out_of_memory_retries_smaller(small, monkeypatch):
+    """A CUDA out-of-memory in a call gives back the kept buffers and walks again with half as many
+    queries per call (same answers); one that persists down to one query raises MemoryError."""
+    from _bang_fake_gpu import FakeOutOfMemory
+
+    index, Q = small
+    e = index._engine
+    d0, i0 = _fake_search(monkeypatch, index, Q, W=4)
+    real = sg._search_call
+    sizes, released = [], []
+    monkeypatch.setattr(type(e), "release_gpu_buffers", lambda self: released.append(1))
+
+    def tight(engine, q, *a, **kw):
+        sizes.append(q.shape[0])
+        if q.shape[0] > len(Q) // 4:
+            raise FakeOutOfMemory("out of memory")
+        return real(engine, q, *a, **kw)
+
+    monkeypatch.setattr(sg, "_search_call", tight)
+    d1, i1 = _fake_search(monkeypatch, index, Q, W=4)
+    assert sizes[0] == len(Q) and max(sizes[-sg.last_stats()["calls"]:]) <= len(Q) // 4 and released
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(d1, d0)
+
+    def never(engine, q, *a, **kw):
+        raise FakeOutOfMemory("out of memory")
+
+    monkeypatch.setattr(sg, "_search_call", never)
+    with pytest.raises(MemoryError, match="host-placed search"):
+        _fake_search(monkeypatch, index, Q, W=4)
+
+
 @pytest.mark.parametrize("legacy", [False, True])
 def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
     index, Q = small

@@ -632,7 +632,9 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
 
     The queries are walked in consecutive calls of at most :func:`queries_per_call` (each with its
     pipelined batches) so that the search state stays within the memory budget; ``last_stats()``
-    then describes the last of them, with ``calls`` their number."""
+    then describes the last of them, with ``calls`` their number. A CUDA out-of-memory gives back
+    the kept buffers and walks again with half as many queries per call, down to one query, then
+    raises MemoryError."""
     import cupy as cp
 
     W = int(width)
@@ -643,11 +645,23 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
     cap = queries_per_call(engine, codes=codes, codebook=codebook, L=L, R=int(engine._graph.shape[1]), W=W,
                            max_iters=max_iters, s=n_seeds, rerank=int(rerank), d=int(data.shape[1]),
                            itemsize=np.dtype(data.dtype).itemsize)
+    from ..._core.cuda import OutOfMemory, retry_on_oom
+
+    def walk(step):
+        try:
+            return [_search_call(engine, Q[s0:s0 + step], k, codes=codes, codebook=codebook, entry=entry, L=L,
+                                 max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
+                                 pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
+                    for s0 in range(0, max(nq, 1), step)]
+        except OutOfMemory():
+            # the buffers kept between calls hold device memory the pool cannot free; the retry
+            # (half as many queries per call) makes smaller ones
+            engine.release_gpu_buffers()
+            raise
+
     step = nq if cap is None or nq <= cap else cap
-    parts = [_search_call(engine, Q[s0:s0 + step], k, codes=codes, codebook=codebook, entry=entry, L=L,
-                          max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
-                          pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
-             for s0 in range(0, max(nq, 1), max(step, 1))]
+    parts = retry_on_oom(walk, max(step, 1), what="the host-placed search",
+                         hint="lower the beam or search_width, search fewer queries per call")
     _stats["calls"] = len(parts)
     if len(parts) == 1:
         return parts[0]
