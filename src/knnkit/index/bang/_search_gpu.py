@@ -648,14 +648,10 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
     from ..._core.cuda import OutOfMemory, retry_on_oom
 
     def walk(step):
-        # a call of fewer queries than asked keeps at least two pipelined batches: a pipeline_batch
-        # sized for the whole query set (half of it) would make each call one batch, and the host
-        # then waits on every step's kernels (3M bench, 3 calls: 0.58-0.73x of one call's QPS)
-        pb = pipeline_batch if not pipeline_batch or step >= nq else min(int(pipeline_batch), -(-step // 2))
         try:
             return [_search_call(engine, Q[s0:s0 + step], k, codes=codes, codebook=codebook, entry=entry, L=L,
                                  max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
-                                 pipeline_batch=pb, W=W, legacy=legacy, profile=profile)
+                                 pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
                     for s0 in range(0, max(nq, 1), step)]
         except OutOfMemory():
             # the buffers kept between calls hold device memory the pool cannot free; the retry
