@@ -115,7 +115,8 @@ def main():
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--beams", default="16,32,48,64,96,128,192")
-    ap.add_argument("--widths", default="1", help="search widths W to sweep (SearchParams.search_width)")
+    ap.add_argument("--widths", default="4", help="search widths W to sweep (SearchParams.search_width; default the "
+                    "library's 4: it was 1 until the twenty-ninth session, so the twenty-eighth session's 20M run walked at W = 1)")
     ap.add_argument("--prefetch", default="on,off", help="prefetch settings to sweep")
     ap.add_argument("--pipeline-batches", default="2",
                     help="numbers of pipelined query batches to sweep (SearchParams.pipeline_batch = "
