@@ -184,7 +184,7 @@ def test_knn_graph_second_stage_runs_on_both_workers(client, partition, n, d):
     g0 = knnkit.knn_graph(X, k=10, device="cpu", random_state=3)
     st = g.stats.extra
     assert st["second_stage"] == "search" and st["cross_searches"] == 2
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
     assert _second_stage_workers(ts.data, "cross_search") == set(workers)
     assert _second_stage_workers(ts.data, "merge_leaf") == set(workers)
     assert not _second_stage_workers(ts.data, "pair_merge")  # no GGM merge
@@ -324,7 +324,7 @@ def test_sharded_search_resident_queries(client, rng):
     X, Q = make_tight_clusters(4000, 12, 40, n_queries=300, random_state=4)
     ix = knnkit.dask.ShardedIndex.build(X, shards=1, replicas=2, client=client, device="cpu", random_state=0)
     d0, i0 = ix.search(Q, k=8)
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
     blocks = [client.scatter(Q[lo:lo + 100], workers=[workers[b % 2]]) for b, lo in enumerate(range(0, 300, 100))]
     dQ = da.concatenate([da.from_delayed(f, (100, 12), dtype=Q.dtype) for f in blocks])
     d, i = ix.search(dQ, k=8, compute=False)
@@ -356,7 +356,7 @@ def test_sharded_search_balances_unevenly_placed_blocks(client):
     X, Q = make_tight_clusters(3000, 8, 30, n_queries=800, random_state=5)
     ix = knnkit.dask.ShardedIndex.build(X, shards=1, replicas=2, client=client, device="cpu", random_state=0)
     d0, i0 = ix.search(Q, k=5)
-    one = sorted(client.scheduler_info()["workers"])[0]
+    one = sorted(client.nthreads())[0]
     blocks = [client.scatter(Q[lo:lo + 100], workers=[one]) for lo in range(0, 800, 100)]
     dQ = da.concatenate([da.from_delayed(f, (100, 8), dtype=Q.dtype) for f in blocks])
     with get_task_stream(client=client) as ts:
@@ -396,7 +396,7 @@ def _lose_a_worker(cluster, client):
     name = sorted(cluster.workers)[0]
     cluster.sync(cluster.workers[name].close)
     t0 = time.time()
-    while len(client.scheduler_info()["workers"]) > 1 and time.time() - t0 < 10:
+    while len(client.nthreads()) > 1 and time.time() - t0 < 10:
         time.sleep(0.05)
 
 

@@ -25,8 +25,8 @@ from ._tasks import (absmax_of, as_leaf, assemble, cross_search, distances_at, e
                      sample_rows, scale_rows, short_rows, single_graph, slab_samples, select_leaf, select_slab, size_of,
                      slab_for_leaf, take, tree_nodes, unscale_lists, nccl_id, descent_lists, gpu_peer_ready,
                      abort_descent, recall_from, DataRangeError)
-from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, partitions, result_arrays,
-                      scatter_to, tree_reduce, worker_addresses)
+from ._common import (_is_dask_array, check_compute, check_parts, get_client, homes, live_workers, partitions,
+                      result_arrays, scatter_to, tree_reduce, worker_addresses)
 
 __all__ = ["knn", "knn_graph"]
 
@@ -981,7 +981,7 @@ def _watch_ranks(client, futs, workers, key):
                 return
         except TimeoutError:
             bad = [f for f in futs if f.status == "error"]
-        alive = set(client.scheduler_info()["workers"])
+        alive = set(live_workers(client))
         lost = [(r, w) for r, w in enumerate(workers) if w not in alive]
         if not bad and not lost:
             continue

@@ -33,8 +33,18 @@ def get_client(client):
                          "(distributed.Client(), or dask_cuda.LocalCUDACluster() for one worker per GPU)") from None
 
 
+def live_workers(client):
+    """Sorted addresses of the scheduler's workers, asked of the scheduler now.
+
+    Not ``client.scheduler_info()["workers"]``: from distributed 2026.8 the client's periodic
+    refresh caches the identity without its workers, and it can land between the call's own fetch
+    and its return, so the call read an empty cluster now and then (a CI run: "the Dask cluster has
+    no workers" on a healthy two-worker cluster; 2 of 53,435 calls in a loop on an idle one)."""
+    return sorted(client.nthreads())
+
+
 def worker_addresses(client):
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = live_workers(client)
     if not workers:
         raise RuntimeError("the Dask cluster has no workers")
     return workers

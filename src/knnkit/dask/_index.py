@@ -10,7 +10,7 @@ from .._core.backend import as_host
 from .._core.config import logger
 from ._tasks import build_shard, load_shard, merge_topk, save_shard, search_shard, shard_info
 from ._api import _check_device, _host_queries, _output, _send_blocks
-from ._common import check_parts, get_client, partitions, tree_reduce, worker_addresses
+from ._common import check_parts, get_client, live_workers, partitions, tree_reduce, worker_addresses
 
 __all__ = ["ShardedIndex"]
 
@@ -142,7 +142,7 @@ class ShardedIndex:
             # would send every block to the remaining holder and run at one worker's speed; copy
             # the shard again (a 2 x H100 run that searched all 20 blocks on one worker suggested
             # it, but there both workers still held the shard: that cause is still open)
-            n_workers = len(self._client.scheduler_info()["workers"])
+            n_workers = len(live_workers(self._client))
             if any(len(out[s]) < min(self.replicas, n_workers) for s in short):
                 logger.warning("ShardedIndex: shard(s) %s held by fewer than %d workers (%s): replicating again",
                                short, self.replicas, [out[s] for s in short])
