@@ -232,7 +232,7 @@ def main():
                       memory_limit=0) as cluster, Client(cluster) as c:
         c.run(patch)
         patch()
-        workers = sorted(c.scheduler_info()["workers"])
+        workers = sorted(c.nthreads())
         clock = ClientClock(c)
         if "search" in benches:
             Xs = rng.standard_normal((args.index_n, args.d), dtype=np.float32)

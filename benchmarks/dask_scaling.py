@@ -290,7 +290,7 @@ def main():
                 ix.search(Q[:20_000], k=10, beam=beam0, query_block=10_000)  # warm every replica
                 numpy_search("before")
             if args.resident_queries:
-                workers = sorted(c.scheduler_info()["workers"])
+                workers = sorted(c.nthreads())
                 qb = args.query_block
                 futs = [c.scatter(Q[lo:lo + qb], workers=[workers[b % w]])
                         for b, lo in enumerate(range(0, args.queries, qb))]
