@@ -715,6 +715,27 @@ def test_calibration_stops_where_walking_costs_more_than_the_scan(monkeypatch):
     assert len(cal["beams"]) < len(full["beams"])
 
 
+def test_cpu_calibration_stops_once_saturated(monkeypatch):
+    """A CPU sweep stops after two beams in a row read recall 1.0 from beam 64 on (saturated_at):
+    the default beam and the beams below it are measured, larger ones would give the same curve,
+    and search(target_recall=) still finds its beam on the shorter curve."""
+    from knnkit.datasets.suite import make_tight_clusters
+    from knnkit.index import _calibrate
+
+    X, Q = make_tight_clusters(6000, 16, 60, 0.01, n_queries=50, random_state=2)
+    index = GraphIndex.build(X, device="cpu", random_state=0)
+    cal = index.calibration
+    assert min(cal["recall"][-2:]) == 1.0 and cal["saturated_at"] == cal["beams"][-1] >= 64
+    assert cal["beams"][-1] < max(_calibrate.BEAMS) and "stopped_at" not in cal
+    assert index.beam_for(0.999) <= cal["beams"][-1] and index.reaches(0.999)
+    _, T = knnkit.knn(X, Q, k=10, device="cpu")
+    assert recall(index.search(Q, k=10, target_recall=0.99)[1], T) >= 0.99
+    monkeypatch.setattr(_calibrate, "SATURATED", 2.0)  # never: the whole sweep
+    full = GraphIndex.build(X, device="cpu", random_state=0).calibration
+    assert full["beams"][-1] == max(_calibrate.BEAMS) and "saturated_at" not in full
+    assert full["beams"][:len(cal["beams"])] == cal["beams"] and full["recall"][:len(cal["recall"])] == cal["recall"]
+
+
 def test_candidate_fallback_budget_is_knn_graphs():
     """Stalled NN-Descent candidates are rebuilt exactly up to knn_graph's own CPU budget: the CPU
     index had its own 2e11 (15k x 960 was past it, 50k x 960 uniform kept candidates of recall@10
