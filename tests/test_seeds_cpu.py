@@ -111,12 +111,12 @@ def test_index_with_many_entries_keeps_recall():
     entry = index._engine._entry
     assert len(entry) >= _entry._CPU_CELLS_MIN and entry._cpu_cells()[0].shape[0] > 1
     got = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
-    old = _entry._CPU_EXACT_SEEDS_MAX_COORDS
+    old = _entry._CPU_EXACT_SEEDS_MAX
     try:
-        _entry._CPU_EXACT_SEEDS_MAX_COORDS = 0  # the approximate scan
+        _entry._CPU_EXACT_SEEDS_MAX = 0  # the approximate scan
         approx = {b: recall(index.search(Q, k=10, beam=b)[1], T) for b in (None, 10)}
     finally:
-        _entry._CPU_EXACT_SEEDS_MAX_COORDS = old
+        _entry._CPU_EXACT_SEEDS_MAX = old
     assert got[None] >= 0.95
     for b in got:
         assert approx[b] >= got[b] - 0.002
@@ -160,7 +160,7 @@ def test_cell_radii_cover_their_entries(entries):
 
 
 def test_small_entry_sets_get_exact_seeds():
-    """Up to _CPU_EXACT_SEEDS_MAX_COORDS entry coordinates EntryPoints.seeds_for is exact through
+    """Up to _CPU_EXACT_SEEDS_MAX entry points EntryPoints.seeds_for is exact through
     the cells (the GPU's seeds); Zipf-sized clusters, where the approximate scan missed entries."""
     rng = np.random.default_rng(5)
     w = 1.0 / np.arange(1, 601) ** 1.2
@@ -170,7 +170,7 @@ def test_small_entry_sets_get_exact_seeds():
     M = np.arange(700, dtype=np.int32)
     Q = (C[rng.integers(0, 700, 400)] + rng.standard_normal((400, 32))).astype(np.float32)
     ep = EntryPoints(C, M, "l2")
-    assert C.size <= _entry._CPU_EXACT_SEEDS_MAX_COORDS and ep._cpu_cells()[0].shape[0] > 1
+    assert C.shape[0] <= _entry._CPU_EXACT_SEEDS_MAX and ep._cpu_cells()[0].shape[0] > 1
     got = ep.seeds_for(Q, 4)
     Q64 = Q.astype(np.float64)
     dist = lambda ids: ((Q64[:, None, :] - C[ids].astype(np.float64)) ** 2).sum(-1)  # noqa: E731

@@ -20,17 +20,18 @@ _GPU_SEED_KERNEL = True
 # Scanning all ~1,300 entries of 100k x 64 tight clusters cost 5x the graph walk at beam 10
 # (NOTES_search.md, "CPU seeds").
 _CPU_CELLS_MIN = 256
-#: Up to this many entry coordinates (entries x d) the CPU's seeds are exact: the cells only order
-#: the scan, and a cell whose triangle-inequality bound cannot beat the s-th nearest entry seen is
-#: skipped (where the cells are loose, as in high dimension, every entry is scanned). The
-#: approximate rule (from _CPU_PROBES cells on while the next centre is nearer than the nearest
-#: entry seen) missed nearest entries and capped the walk: 100k suite sets, 316 entries, recall at
-#: beam 64 / 128, approximate -> exact: SIFT-like uint8 0.993 / 0.996 -> 1.000 / 1.000; Zipf-sized
-#: clusters (606 entries, 32-d) 0.975 / 0.986 -> 0.987 / 0.992; QPS within 5-15 %. Past it the
-#: exact scan cost the walk's time several times over without a recall change (tight clusters,
-#: 64-d: 1,289 entries 2x, 10,281 entries 8x the QPS at beam 10, recall equal):
-#: NOTES_search.md, "Exact CPU seeds".
-_CPU_EXACT_SEEDS_MAX_COORDS = 1 << 16
+#: Up to this many entry points the CPU's seeds are exact: the cells only order the scan, and a
+#: cell whose triangle-inequality bound cannot beat the s-th nearest entry seen is skipped (where the
+#: cells are loose, as in high dimension, every entry is scanned). A count of entries, not of their
+#: coordinates: the scan and the walk both grow with d, so their ratio is the entries' against the
+#: walk's distances. The approximate rule (from _CPU_PROBES cells on while the next centre is nearer
+#: than the nearest entry seen) missed nearest entries and capped the walk. Recall at beam 64 / 128,
+#: approximate -> exact, QPS within 0-15 %: SIFT-like uint8 100k (316 entries) 0.993 / 0.996 ->
+#: 1.000 / 1.000, 300k (548 entries) 0.995 / 0.998 -> 0.998 / 1.000; Zipf-sized clusters (606
+#: entries, 32-d) 0.975 / 0.986 -> 0.987 / 0.992. Past it the exact scan cost the walk's time
+#: several times over without a recall change (tight clusters, 64-d: 1,289 entries 2x, 10,281
+#: entries 8x the QPS at beam 10): NOTES_search.md, "Exact CPU seeds".
+_CPU_EXACT_SEEDS_MAX = 1024
 _CPU_PROBES = 2
 
 
@@ -114,7 +115,7 @@ class EntryPoints:
         """(nq, s) int32 medoid ids of the ``s`` nearest centroids of each query (-1 padded).
 
         On the GPU every centroid is scanned. On the CPU the entries are grouped into cells
-        (:func:`build_entry_cells`). Up to ``_CPU_EXACT_SEEDS_MAX_COORDS`` entry coordinates, or
+        (:func:`build_entry_cells`). Up to ``_CPU_EXACT_SEEDS_MAX`` entry points, or
         with ``exact=True``, a query skips only the cells whose bound shows they cannot hold one of
         its ``s`` nearest: the GPU's seeds (up to rounding ties). Past it a query scans the cells
         nearest to it only (approximate, sub-linear in the number of entries).
@@ -127,7 +128,7 @@ class EntryPoints:
 
             cells, offs, C, M, mu, radii = self._cpu_cells()
             q = queries if mu is None else np.asarray(queries, np.float32) - mu
-            if exact or C.shape[0] * C.shape[1] <= _CPU_EXACT_SEEDS_MAX_COORDS:
+            if exact or C.shape[0] <= _CPU_EXACT_SEEDS_MAX:
                 return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, radii=radii)
             return select_seeds_cpu(q, cells, offs, C, M, int(max(1, s)), self.metric, probes=_CPU_PROBES)
         C = self.centroids if get_array_module(self.centroids) is xp else xp.asarray(self.centroids)
