@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import knnkit
+from knnkit.evaluate import float64_distances
 
 
 def glove_like(n, d=50, seed=1):
@@ -92,18 +93,9 @@ def f16_emb(n, d=96, seed=10):
 
 
 def dist64(B, Q, metric):
-    B = B.astype(np.float64)
-    Q = Q.astype(np.float64)
-    if metric in ("sqeuclidean", "euclidean"):
-        D = ((Q[:, None, :] - B[None, :, :]) ** 2).sum(-1) if B.shape[1] < 4 else (Q**2).sum(1)[:, None] - 2 * Q @ B.T + (B**2).sum(1)[None]
-        if B.shape[1] >= 4:
-            D = np.maximum(D, 0)
-        return D
-    if metric == "inner_product":
-        return -(Q @ B.T)
-    Bn = B / np.maximum(np.linalg.norm(B, axis=1, keepdims=True), 1e-300)
-    Qn = Q / np.maximum(np.linalg.norm(Q, axis=1, keepdims=True), 1e-300)
-    return 1 - Qn @ Bn.T
+    """float64 keys, smaller is nearer (knnkit.evaluate.float64_distances; inner product negated)."""
+    D = float64_distances(B, Q, metric)
+    return -D if metric == "inner_product" else D
 
 
 def tie_recall(B, Q, I, metric, exclude=None, k=10):
