@@ -129,7 +129,6 @@ def test_cpu_duplicates_and_tie_order(sym_block, tiles, monkeypatch):
     # sym_block=64 runs the all-points graph through the symmetric (block pair) path (at any d);
     # tiles: the fused GEMM-and-select path in tiles of 7 query rows x 97 data rows
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", sym_block)
-    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)
     if tiles is not None:
         monkeypatch.setattr(_cpu, "_TILE_ROWS", tiles[0])
         monkeypatch.setattr(_cpu, "_TILE_COLS", tiles[1])
@@ -174,7 +173,6 @@ def test_cpu_blocks_with_remainders(monkeypatch):
     assert_knn_ok(d, i, X, Q, 11, "sqeuclidean")
     d, i = knnkit.knn(X[:777], k=11, device="cpu")
     assert_knn_ok(d, i, X[:777], None, 11, "sqeuclidean", exclude_self=True)
-    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)  # the symmetric path's block pairs at d = 10
     d, i = knnkit.knn(X[:777], k=11, device="cpu")
     assert_knn_ok(d, i, X[:777], None, 11, "sqeuclidean", exclude_self=True)
 
@@ -223,11 +221,24 @@ def test_select_rows_cpu():
     np.testing.assert_array_equal(v, np.take_along_axis(D, ref, 1))
 
 
+def test_knn_cpu_symmetric_task_error_is_raised(monkeypatch):
+    # a failing block-pair task must surface as its own exception, not hang the other workers
+    # that wait for its blocks
+    monkeypatch.setattr(_cpu, "_SYM_BLOCK", 100)
+
+    def boom(*args):
+        raise RuntimeError("pair task failed")
+
+    monkeypatch.setattr(_cpu, "_pair_cols", boom)
+    X = rand((1000, 6), seed=4)
+    with pytest.raises(RuntimeError, match="pair task failed"):
+        _cpu.knn_cpu(X, X, 5, "l2", True)
+
+
 @pytest.mark.parametrize("metric", ["l2", "ip"])
 def test_knn_cpu_symmetric_equals_plain(metric, monkeypatch):
     X = rand((1000, 6), seed=3)
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 128)
-    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)
     d1, i1 = knnkit.exact._cpu.knn_cpu(X, X, 7, metric, True)
     monkeypatch.setattr(_cpu, "_SYMMETRIC_HEAP_BYTES", 0)  # plain query-block path
     d2, i2 = knnkit.exact._cpu.knn_cpu(X, X, 7, metric, True)

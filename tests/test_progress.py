@@ -75,7 +75,6 @@ def test_exact_graph_cpu_symmetric_bar(bars, monkeypatch):
     from knnkit.exact import _cpu
 
     monkeypatch.setattr(_cpu, "_SYM_BLOCK", 256)  # the block-pair path at a small n
-    monkeypatch.setattr(_cpu, "_SYMMETRIC_MIN_D", 0)  # and a small d
     X = _data(1000)
     knnkit.knn_graph(X, 5, method="brute", device="cpu")
     (bar,) = _named(bars, "exact k-NN graph (CPU)")

@@ -8,17 +8,19 @@ kernel then streams each row of the tile once, while it is cached: it forms the 
 to a bounded max-heap of the k best seen so far. Runs of keys are screened first by a vectorised
 count of those at or below the heap's root (the current k-th best), so a run with no entrant
 costs a fraction of a nanosecond per key.
-Data blocks are visited in index order, which makes "ties go to the smaller index" fall out
-of a strict comparison; the heap still compares ``(key, index)`` pairs so that the order does
-not depend on that.
+The heaps compare ``(key, index)`` pairs, so the order in which data rows reach a heap does not
+matter: the query-block path visits them in index order; the all-points graph's symmetric path
+(:func:`_knn_cpu_symmetric`) computes each pair of blocks once for both of its sides, in a
+locality order that fills the heaps early.
 
 After selection the k winners of each row get their distance recomputed directly
 (``sum((q - x)^2)`` or ``-sum(q * x)``, accumulated in float64), which removes the
 cancellation error of the GEMM expansion from the reported distances (an exact duplicate of a
 query reads exactly 0), and each row is sorted by ``(distance, index)``.
 
-Memory stays bounded: one key tile per task (``_TILE_ROWS x _TILE_COLS``; the all-points graph's
-symmetric path one ``_SYM_BLOCK`` square block) plus the heaps of one query block.
+Memory stays bounded: one key tile per task (``_TILE_ROWS x _TILE_COLS``; the symmetric path's
+``_PAIR_TILE_ROWS x _PAIR_TILE_COLS``) plus the heaps of one query block (the symmetric path: of
+every point, up to ``_SYMMETRIC_HEAP_BYTES``).
 """
 
 import numpy as np
@@ -38,19 +40,14 @@ kernel = _family.kernel
 __all__ = ["knn", "knn_cpu", "select_rows_cpu"]
 
 _QUERY_BLOCK = 2048
-# all-points graph: square blocks computed once for both sides while the heaps of every point
-# fit this many bytes
+#: rows per block of the symmetric path (one task is a pair of blocks)
 _SYM_BLOCK = 2048
-#: columns of G one task of the transposed selection walks down together (8 cache lines per row)
+#: columns of a key tile that :func:`_pair_cols` walks down together (8 cache lines per row)
 _TRANSPOSED_STRIP = 128
+#: the all-points graph takes the symmetric path (:func:`_knn_cpu_symmetric`) while the heaps of
+#: every point fit this many bytes; it beat the query-block path at every d measured (2 cores,
+#: 2026-11-30: 50k x 3 / 16 / 32, 100k x 64 tight and broad clusters, 100k x 128, 20k x 128)
 _SYMMETRIC_HEAP_BYTES = 1 << 30
-#: the all-points graph takes the symmetric path (half the GEMM flops, but its transposed selection
-#: is slower and runs after each block's GEMM) from this dimension on; below it the fused tiles of
-#: :func:`_gemm_select` win, where the selection outweighs the GEMM (2 cores, 50k points, K 32-96:
-#: d 16 4.4-4.8 -> 3.7-4.2 s, d 32 6.3 -> 5.1 s, d 64 7.9-8.6 -> 7.2-7.9 s and tight clusters of
-#: 10 at 100k x 64, K 96, 25.5 -> 22.8 s; d 96 about equal, d 128 and 960 the symmetric path faster
-#: by 5-30 %)
-_SYMMETRIC_MIN_D = 96
 
 
 @njit(inline="always")
@@ -74,20 +71,13 @@ def _sift_down(hd, hi, pos, k):
     hi[pos] = ix
 
 
-def _select_block(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self):
-    """Offer every key of the block ``G`` (rows = queries q0.., cols = data col0..) to the heaps."""
-    parts = chunks(G.shape[0], 4 * num_threads())
-    parallel_for(lambda c: _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, parts[c][0],
-                                        parts[c][1]), len(parts))
-
-
 #: columns of a row that :func:`_select_rows` screens at a time before offering any of them
 _SCREEN = 128
 
 
 @kernel(fastmath=False)
 def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
-    """Rows ``lo .. hi - 1`` of :func:`_select_block`. ``xn``: the data rows' squared norms for
+    """Rows ``lo .. hi - 1`` of a key tile ``G`` (:func:`_gemm_select`). ``xn``: the data rows' squared norms for
     ``use_l2``, zeros for the inner product.
 
     Each row is screened ``_SCREEN`` columns at a time: a count of the keys at or below the heap's
@@ -140,48 +130,87 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
                     topi = hx[0]
 
 
-def _select_block_transposed(G, xn, col0, heap_d, heap_i, use_l2):
-    """Offer the keys of ``G.T`` to the heaps: heap row c gets column ``col0 + i`` with key
-    ``xn[col0 + i] - 2 G[i, c]`` (the all-points graph computes each block pair once and uses
-    it for both sides). Each task walks ``_TRANSPOSED_STRIP`` adjacent columns: down a column strip
-    every G row access jumps a whole row, and 16 columns (one cache line) per jump left the walk
-    bound by the misses (2048 x 2048 blocks: 22.5 ms against 13.5 ms with 128 columns, 2 cores)."""
-    W = _TRANSPOSED_STRIP
-    ngroups = (G.shape[1] + W - 1) // W
-    parts = chunks(ngroups, 4 * num_threads())
-    parallel_for(lambda c: _select_columns(G, xn, col0, heap_d, heap_i, use_l2, parts[c][0], parts[c][1]),
-                 len(parts))
+@kernel(fastmath=False)
+def _pair_rows(G, xn_b, id_b, id_a, heap_d, heap_i, use_l2):
+    """The rows of a key tile ``G`` (data rows ``id_a`` x data rows ``id_b``, original ids) offered to
+    the heaps of ``id_a``: key ``xn_b[j] - c G[r, j]`` for candidate ``id_b[j]``, a row's own id
+    skipped. Screened as :func:`_select_rows`; the offer compares ``(key, id)`` pairs, because the
+    symmetric path visits the columns of a row in no particular order."""
+    nb = G.shape[1]
+    k = heap_d.shape[1]
+    c64 = 2.0 if use_l2 else 1.0
+    c32 = np.float32(c64)
+    run = np.empty(_SCREEN, np.float32)
+    for r in range(G.shape[0]):
+        own = id_a[r]
+        hd = heap_d[r]
+        hx = heap_i[r]
+        g = G[r]
+        top = hd[0]
+        topi = hx[0]
+        for s0 in range(0, nb, _SCREEN):
+            s1 = min(nb, s0 + _SCREEN)
+            gs = g[s0:s1]
+            xs = xn_b[s0:s1]
+            hits = 0
+            for j in range(gs.shape[0]):
+                run[j] = xs[j] - c32 * gs[j]
+                hits += np.int32(run[j] <= top)
+            if hits == 0:
+                continue
+            ids = id_b[s0:s1]
+            for j in range(gs.shape[0]):
+                if run[j] > top:
+                    continue
+                v = xs[j] - c64 * gs[j]
+                c = ids[j]
+                if v < top or (v == top and c < topi):
+                    if c == own:
+                        continue
+                    _offer_root(hd, hx, v, c, k)
+                    top = hd[0]
+                    topi = hx[0]
 
 
-@kernel()
-def _select_columns(G, xn, col0, heap_d, heap_i, use_l2, g0, g1):
-    """Column groups ``g0 .. g1 - 1`` of :func:`_select_block_transposed`."""
+@kernel(fastmath=False)
+def _pair_cols(G, xn_a, id_a, id_b, heap_d, heap_i, use_l2):
+    """The columns of a key tile ``G`` offered to the heaps of ``id_b``: heap ``id_b[t]`` gets
+    candidate ``id_a[i]`` with key ``xn_a[i] - c G[i, t]`` (the symmetric path computes each tile
+    once for both of its sides). The tile walks down in strips of ``_TRANSPOSED_STRIP`` columns,
+    each step a branch-free count of the strip's keys at or below their heaps' roots (vectorised),
+    then offers only where one is. The tile is small enough to stay in the core's cache, so the
+    column walk costs about what the row walk does."""
     mi, mc = G.shape
     k = heap_d.shape[1]
     W = _TRANSPOSED_STRIP
-    c = np.float32(2.0 if use_l2 else 1.0)  # key = xn - c g; xn all zeros for 'ip' (see _select_rows)
-    for grp in range(g0, g1):
-        c0 = grp * W
+    c64 = 2.0 if use_l2 else 1.0
+    c32 = np.float32(c64)
+    tops = np.empty(W, np.float32)
+    topi = np.empty(W, np.int64)
+    for c0 in range(0, mc, W):
         w = min(W, mc - c0)
-        tops = np.empty(W, np.float32)
         for t in range(w):
             tops[t] = heap_d[c0 + t, 0]
+            topi[t] = heap_i[c0 + t, 0]
         for i in range(mi):
-            g = G[i]
-            xi = xn[col0 + i]
-            # screened first, as in _select_rows: a branch-free count over the strip (vectorised),
-            # then the offers only where some key reaches its heap's root
-            gs = g[c0:c0 + w]
+            gs = G[i, c0:c0 + w]
+            x32 = xn_a[i]
             hits = 0
             for t in range(w):
-                hits += np.int32(xi - c * gs[t] <= tops[t])
+                hits += np.int32(x32 - c32 * gs[t] <= tops[t])
             if hits == 0:
                 continue
+            c = id_a[i]
             for t in range(w):
-                v = xi - c * gs[t]
-                if v < tops[t]:
-                    _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, col0 + i, k)
+                if x32 - c32 * gs[t] > tops[t]:
+                    continue
+                v = x32 - c64 * gs[t]
+                if v < tops[t] or (v == tops[t] and c < topi[t]):
+                    if id_b[c0 + t] == c:
+                        continue
+                    _offer_root(heap_d[c0 + t], heap_i[c0 + t], v, c, k)
                     tops[t] = heap_d[c0 + t, 0]
+                    topi[t] = heap_i[c0 + t, 0]
 
 
 @njit(inline="always")
@@ -304,29 +333,6 @@ def _blas_one_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-#: rows of A below which one BLAS call computes the whole block (a split costs a task hand-off)
-_GEMM_SPLIT_MIN_ROWS = 256
-
-
-def _gemm_rows(A, B, out):
-    """``out = A @ B.T`` with the rows of ``A`` split over Numba's thread count, each part one
-    single-threaded BLAS call on its own Python thread (NumPy releases the GIL in BLAS).
-
-    Why: the selection runs on Numba's threads with BLAS held to one thread (:func:`_blas_one_thread`:
-    OpenBLAS's own workers keep spinning after each GEMM and halved the selection's speed), which
-    left the GEMM, most of the flops, on one core. Split by rows, every core multiplies and no
-    BLAS worker spins. Each output element is the same dot product of the same rows, so the keys
-    do not depend on the split (and the refine step recomputes the selected distances anyway)."""
-    m = A.shape[0]
-    parts = num_threads()
-    if parts < 2 or m < _GEMM_SPLIT_MIN_ROWS:
-        np.matmul(A, B.T, out=out)
-        return
-    rows = chunks(m, parts)
-    # out[lo:hi] of a C-contiguous block is contiguous: matmul stays in BLAS (a strided out leaves it)
-    parallel_for(lambda c: np.matmul(A[rows[c][0]:rows[c][1]], B.T, out=out[rows[c][0]:rows[c][1]]), len(rows))
-
-
 #: rows x columns of the key tiles :func:`_gemm_select` makes and screens in turn (1 MiB of float32)
 _TILE_ROWS = 256
 _TILE_COLS = 1024
@@ -426,8 +432,7 @@ def _knn_cpu(X, Q, k, metric_internal, exclude_self, batch_size=None, certify=Tr
     cand_d = np.empty((m, kc), np.float32)
     cand_i = np.empty((m, kc), np.int64)
     approx = np.empty((m, 2), np.float32)  # per row: the k-th and the last (kc-th) approximate key
-    if (exclude_self and same and n * kc * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None
-            and X.shape[1] >= _SYMMETRIC_MIN_D):
+    if exclude_self and same and n * kc * 12 <= _SYMMETRIC_HEAP_BYTES and n > _SYM_BLOCK and batch_size is None:
         _knn_cpu_symmetric(Xc, X, xn, kc, use_l2, cand_d, cand_i, approx, k)
     else:
         qb = _query_block(m, batch_size)
@@ -674,31 +679,150 @@ def _select_rows64(G, qn, xn, col0, self_ids, heap_d, heap_i, use_l2, lo, hi, ro
                 topi = hx[0]
 
 
+#: rows x columns of a key tile of the symmetric path (512 KiB of float32: it stays in a core's L2
+#: while both of its sides are selected)
+_PAIR_TILE_ROWS = 256
+_PAIR_TILE_COLS = 512
+#: Lloyd iterations of the symmetric path's locality order (on a sample of at most this many rows)
+_ORDER_ITERS = 6
+_ORDER_SAMPLE = 20_000
+
+
+def _locality_order(Xc, groups):
+    """A permutation of the rows of ``Xc`` that puts near rows together: rows sorted by their cell
+    of a coarse k-means (``groups`` centroids, a few Lloyd iterations on a sample, fixed seed).
+
+    Why: the symmetric path's heaps fill fastest when a row meets its near rows first. In index
+    order a row's heap takes ~k ln(n / k) inserts, each a run re-screened key by key and a sift
+    down; block pairs of near cells first leave the later blocks almost nothing to insert (100k x
+    64, k 80: inserts were 4.6 of 14.4 s). The order changes no result: the heaps compare (key,
+    original id) pairs and the final lists are re-ranked exactly."""
+    n = Xc.shape[0]
+    if groups < 2 or n < 2 * groups:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(0x5EED)
+    S = Xc[np.sort(rng.choice(n, min(n, _ORDER_SAMPLE), replace=False))]
+    C = S[rng.choice(S.shape[0], groups, replace=False)].astype(np.float32)
+    for _ in range(_ORDER_ITERS):
+        lab = _nearest_centroid(S, C)
+        order = np.argsort(lab, kind="stable")
+        cnt = np.bincount(lab, minlength=groups)
+        starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+        keep = cnt > 0
+        sums = np.add.reduceat(S[order].astype(np.float64), starts[keep], axis=0)
+        C[keep] = (sums / cnt[keep, None]).astype(np.float32)
+    return np.argsort(_nearest_centroid(Xc, C), kind="stable").astype(np.int64)
+
+
+def _nearest_centroid(P, C, chunk=65536):
+    """Index of the nearest row of ``C`` (squared L2) for every row of ``P``, in row chunks."""
+    cn = np.einsum("ij,ij->i", C, C)
+    out = np.empty(P.shape[0], np.int64)
+    for r0 in range(0, P.shape[0], chunk):
+        G = P[r0:r0 + chunk] @ C.T
+        out[r0:r0 + chunk] = np.argmin(cn[None, :] - 2 * G, axis=1)
+    return out
+
+
+def _pair_schedule(Xp, S):
+    """Block pairs ``(I, J)``, ``I <= J``, of the permuted data in blocks of ``S`` rows: every block
+    with itself first, then pairs by the squared distance between their block means (near blocks
+    first, see :func:`_locality_order`)."""
+    n = Xp.shape[0]
+    nb = -(-n // S)
+    means = np.stack([Xp[b * S:min(n, b * S + S)].mean(axis=0, dtype=np.float64) for b in range(nb)])
+    sq = (means * means).sum(1)
+    dist = sq[:, None] + sq[None, :] - 2 * means @ means.T
+    iu, ju = np.triu_indices(nb, 1)
+    order = np.argsort(dist[iu, ju], kind="stable")
+    return [(b, b) for b in range(nb)] + [(int(iu[t]), int(ju[t])) for t in order]
+
+
+def _run_pairs(pairs, fn, bar):
+    """``fn(I, J)`` for every pair, on Numba's thread count, never two pairs sharing a block at once
+    (each writes the heaps of its two blocks): a worker takes the first pair in order whose blocks
+    are free, and waits when none is."""
+    import threading
+
+    pending = list(pairs)
+    busy = set()
+    cond = threading.Condition()
+    failed = []
+
+    def worker(_):
+        while True:
+            with cond:
+                while True:
+                    if failed or not pending:
+                        return
+                    pick = next((t for t, (a, b) in enumerate(pending) if a not in busy and b not in busy), None)
+                    if pick is not None:
+                        a, b = pending.pop(pick)
+                        busy.update((a, b))
+                        break
+                    cond.wait()
+            try:
+                fn(a, b)
+            except BaseException as e:
+                failed.append(e)
+                raise
+            finally:
+                with cond:
+                    busy.difference_update((a, b))
+                    bar.update()
+                    cond.notify_all()
+
+    parallel_for(worker, max(1, min(num_threads(), len(pairs))))
+
+
 def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
-    """All-points graph computing each pair of square blocks once: ``G = X_I X_J^T`` for J >= I
-    serves the rows of I directly and the rows of J through its transpose (half the GEMM flops).
-    Candidates still reach every row in increasing index order (blocks I < J via transposes
-    first, then J' >= J directly), so the strict comparison keeps the smaller-index tie rule.
-    Keys come from the centred ``Xc``, exact distances from ``X``."""
+    """All-points graph computing each pair of blocks once: a key tile of blocks I x J serves the
+    heaps of I through its rows and those of J through its columns (half the GEMM flops of the
+    query-block path). The data are visited in a locality order (:func:`_locality_order`) and the
+    block pairs near first (:func:`_pair_schedule`); each task is one block pair, run in cache-sized
+    tiles (a single-threaded BLAS GEMM, then both selections), and tasks sharing a block never run
+    at once (:func:`_run_pairs`). Heaps compare ``(key, id)`` pairs, so the visiting order does not
+    matter. Keys come from the centred ``Xc``, exact distances from ``X``."""
     n = X.shape[0]
-    B = _SYM_BLOCK
+    S = _SYM_BLOCK
+    perm = _locality_order(Xc, -(-n // S))
+    Xp = np.ascontiguousarray(Xc[perm])
+    xnp = np.ascontiguousarray(xn[perm])
     heap_d = np.full((n, k), np.inf, np.float32)
     heap_i = np.full((n, k), -1, np.int64)
-    G = np.empty(B * B, np.float32)
-    nblk = -(-n // B)
-    # one step per block pair (i0 <= j0): the pairs of a row block shrink along the way
-    bar = progress(total=nblk * (nblk + 1) // 2, desc="exact k-NN graph (CPU)", unit="block")
-    for i0 in range(0, n, B):
-        i1 = min(n, i0 + B)
-        for j0 in range(i0, n, B):
-            j1 = min(n, j0 + B)
-            g = G[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
-            _gemm_rows(Xc[i0:i1], Xc[j0:j1], g)
-            _select_block(g, xn, j0, i0, heap_d[i0:i1], heap_i[i0:i1], use_l2, True)
-            if j0 > i0:
-                _select_block_transposed(g, xn, i0, heap_d[j0:j1], heap_i[j0:j1], use_l2)
-            bar.update()
-    bar.close()
+    pairs = _pair_schedule(Xp, S)
+    TR, TC = _PAIR_TILE_ROWS, _PAIR_TILE_COLS
+    import threading
+
+    local = threading.local()
+
+    def pair(I, J):
+        tile = getattr(local, "tile", None)
+        if tile is None:
+            tile = local.tile = np.empty(TR * TC, np.float32)
+        i0, i1 = I * S, min(n, I * S + S)
+        j0, j1 = J * S, min(n, J * S + S)
+        for a0 in range(i0, i1, TR):
+            a1 = min(i1, a0 + TR)
+            for b0 in range(j0, j1, TC):
+                b1 = min(j1, b0 + TC)
+                # a contiguous view: numpy's matmul leaves BLAS for a strided out
+                g = tile[:(a1 - a0) * (b1 - b0)].reshape(a1 - a0, b1 - b0)
+                np.matmul(Xp[a0:a1], Xp[b0:b1].T, out=g)
+                _pair_rows(g, xnp[b0:b1], perm[b0:b1], perm[a0:a1], heap_d[a0:a1], heap_i[a0:a1], use_l2)
+                if I != J:  # a block with itself: every tile of it is made, rows side only
+                    _pair_cols(g, xnp[a0:a1], perm[a0:a1], perm[b0:b1], heap_d[b0:b1], heap_i[b0:b1], use_l2)
+
+    bar = progress(total=len(pairs), desc="exact k-NN graph (CPU)", unit="block")
+    try:
+        _run_pairs(pairs, pair, bar)
+    finally:
+        bar.close()
+    # the heaps' rows back in the data's order (their ids are the data's already)
+    inv = np.empty(n, np.int64)
+    inv[perm] = np.arange(n, dtype=np.int64)
+    heap_d = heap_d[inv]
+    heap_i = heap_i[inv]
     _approx_bounds(heap_d, k_final, approx)
     _refine_and_sort(X, X, 0, heap_d, heap_i, use_l2, out_d, out_i)
     return out_d, out_i
