@@ -683,6 +683,8 @@ def _select_rows64(G, qn, xn, col0, self_ids, heap_d, heap_i, use_l2, lo, hi, ro
 #: while both of its sides are selected)
 _PAIR_TILE_ROWS = 256
 _PAIR_TILE_COLS = 512
+#: smallest block of the symmetric path on many threads (see :func:`_knn_cpu_symmetric`)
+_PAIR_MIN_BLOCK = 256
 #: Lloyd iterations of the symmetric path's locality order (on a sample of at most this many rows)
 _ORDER_ITERS = 6
 _ORDER_SAMPLE = 20_000
@@ -784,7 +786,9 @@ def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
     at once (:func:`_run_pairs`). Heaps compare ``(key, id)`` pairs, so the visiting order does not
     matter. Keys come from the centred ``Xc``, exact distances from ``X``."""
     n = X.shape[0]
-    S = _SYM_BLOCK
+    # blocks of _SYM_BLOCK rows, smaller where that leaves fewer than ~4 blocks per thread: pairs
+    # sharing a block wait for each other, so nb blocks keep at most nb / 2 threads busy
+    S = min(_SYM_BLOCK, max(_PAIR_MIN_BLOCK, -(-n // (4 * num_threads()))))
     perm = _locality_order(Xc, -(-n // S))
     Xp = np.ascontiguousarray(Xc[perm])
     xnp = np.ascontiguousarray(xn[perm])
