@@ -186,6 +186,10 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
                                             with_stats=True, stall_below=CANDIDATE_EXACT_BELOW,
                                             intrinsic_dim=intrinsic_dim)
             idx = None if idx is None else _host_array(idx, np.int64)  # None: stall foreseen, no descent
+            if idx is not None and idx.shape == (n, K) and st.get("method") == "brute":
+                # exact lists (below INDEX_BRUTE_MAX_N): nothing for a recall estimate to decide
+                stats["method"] = "brute"
+                return idx, _host_array(dist, np.float32)
             est, stalled = _stall_verdict(np.asarray(X, dtype=np.float32), idx, metric, st, random_state)
             if est is not None:
                 stats["recall_estimate"] = round(est, 4)
