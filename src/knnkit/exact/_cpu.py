@@ -71,14 +71,16 @@ def _sift_down(hd, hi, pos, k):
     hi[pos] = ix
 
 
-#: columns of a row that :func:`_select_rows` screens at a time before offering any of them
+#: columns of a row that :func:`_tile_rows` screens at a time before offering any of them
 _SCREEN = 128
 
 
 @kernel(fastmath=False)
-def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
-    """Rows ``lo .. hi - 1`` of a key tile ``G`` (:func:`_gemm_select`). ``xn``: the data rows' squared norms for
-    ``use_l2``, zeros for the inner product.
+def _tile_rows(G, xn_b, id_b, id_a, heap_d, heap_i, use_l2):
+    """The rows of a key tile ``G`` offered to their heaps (``heap_d[r]``, ``heap_i[r]``): candidate
+    ``id_b[j]`` with key ``xn_b[j] - c G[r, j]`` (``xn_b``: the columns' squared norms for ``use_l2``,
+    zeros for the inner product), a row's own id ``id_a[r]`` skipped (-1: none). The offer compares
+    ``(key, id)`` pairs, so the order in which columns reach a row does not matter.
 
     Each row is screened ``_SCREEN`` columns at a time: a count of the keys at or below the heap's
     root, a loop without a branch that LLVM vectorises, and only a run holding one is offered key by
@@ -87,55 +89,8 @@ def _select_rows(G, xn, col0, q0, heap_d, heap_i, use_l2, exclude_self, lo, hi):
     as much as the GEMM that made the key. The screen computes the key in float32 and counts
     ``<=`` the float32 root: the offer's float64 test ``v < top`` implies it (rounding to float32
     is monotone and the root is a float32), so no run holding an entrant is skipped; a NaN key
-    passes neither test."""
-    nb = G.shape[1]
-    k = heap_d.shape[1]
-    # one formula for both metrics, no metric test in the loops: key = xn - c g, with xn all zeros
-    # for 'ip' (the caller's), c = 2 for 'l2' and 1 for 'ip' (0 - g is -g exactly)
-    c64 = 2.0 if use_l2 else 1.0
-    c32 = np.float32(c64)
-    run = np.empty(_SCREEN, np.float32)  # the screened run's float32 keys
-    for r in range(lo, hi):
-        hd = heap_d[r]
-        hx = heap_i[r]
-        g = G[r]
-        self_col = (q0 + r - col0) if exclude_self else -1
-        top = hd[0]
-        topi = hx[0]
-        for s0 in range(0, nb, _SCREEN):
-            s1 = min(nb, s0 + _SCREEN)
-            # slices and a loop from 0: with the offsets in the index LLVM left this loop scalar
-            # (1.2 ns per key instead of 0.4)
-            gs = g[s0:s1]
-            xs = xn[col0 + s0:col0 + s1]
-            hits = 0
-            for j in range(gs.shape[0]):
-                run[j] = xs[j] - c32 * gs[j]
-                hits += np.int32(run[j] <= top)
-            if hits == 0:
-                continue
-            for j in range(gs.shape[0]):
-                # the float32 key first (implied by the exact test below, as in the screen; `top`
-                # only falls), so most keys of a run cost one float32 compare
-                if run[j] > top:
-                    continue
-                c = col0 + s0 + j
-                v = xs[j] - c64 * gs[j]
-                # strict '<' is enough for the tie rule because indices only grow along a row
-                if v < top or (v == top and c < topi):
-                    if s0 + j == self_col:
-                        continue
-                    _offer_root(hd, hx, v, c, k)
-                    top = hd[0]
-                    topi = hx[0]
-
-
-@kernel(fastmath=False)
-def _pair_rows(G, xn_b, id_b, id_a, heap_d, heap_i, use_l2):
-    """The rows of a key tile ``G`` (data rows ``id_a`` x data rows ``id_b``, original ids) offered to
-    the heaps of ``id_a``: key ``xn_b[j] - c G[r, j]`` for candidate ``id_b[j]``, a row's own id
-    skipped. Screened as :func:`_select_rows`; the offer compares ``(key, id)`` pairs, because the
-    symmetric path visits the columns of a row in no particular order."""
+    passes neither test. The run's float32 keys are kept, so the offer pass computes the float64
+    key only for those that pass."""
     nb = G.shape[1]
     k = heap_d.shape[1]
     c64 = 2.0 if use_l2 else 1.0
@@ -371,16 +326,18 @@ def _gemm_select(Qb, Xc, xn, q0, heap_d, heap_i, use_l2, exclude_self):
     """Offer the keys of every data row to the heaps of the queries ``Qb`` (rows ``q0 ..`` of the
     query set): tasks of up to ``_TILE_ROWS`` query rows on Numba's thread count, each walking the
     data in ``_TILE_COLS``-row steps, a single-threaded BLAS GEMM into its own tile followed at once
-    by :func:`_select_rows` on that tile.
+    by :func:`_tile_rows` on that tile.
 
     Why: with one GEMM of the whole query block (2048 x 4096 keys, 32 MiB) and then a selection
     over it, the GEMM ran on one core (BLAS held to one thread, see :func:`_blas_one_thread`) and
     the selection read the keys back from memory. Per task, every core multiplies, and a 1 MiB tile
-    is still in the core's cache when it is screened. The data tiles are visited in increasing
-    order for every row, which the tie rule of :func:`_select_rows` relies on."""
+    is still in the core's cache when it is screened."""
     m, n = Qb.shape[0], Xc.shape[0]
     rows = chunks(m, max(num_threads(), -(-m // _TILE_ROWS)))
     cols = min(n, _TILE_COLS)
+    ids = np.arange(n, dtype=np.int64)
+    # a query's own data row (all-points graph), never listed; -1: none
+    own = np.arange(q0, q0 + m, dtype=np.int64) if exclude_self else np.full(m, -1, np.int64)
 
     def task(c):
         lo, hi = rows[c]
@@ -390,7 +347,7 @@ def _gemm_select(Qb, Xc, xn, q0, heap_d, heap_i, use_l2, exclude_self):
             # a contiguous view: numpy's matmul leaves BLAS (and gets far slower) for a strided out
             g = tile[: (hi - lo) * (c1 - c0)].reshape(hi - lo, c1 - c0)
             np.matmul(Qb[lo:hi], Xc[c0:c1].T, out=g)
-            _select_rows(g, xn, c0, q0 + lo, heap_d[lo:hi], heap_i[lo:hi], use_l2, exclude_self, 0, hi - lo)
+            _tile_rows(g, xn[c0:c1], ids[c0:c1], own[lo:hi], heap_d[lo:hi], heap_i[lo:hi], use_l2)
 
     parallel_for(task, len(rows))
 
@@ -842,7 +799,7 @@ def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
                 # a contiguous view: numpy's matmul leaves BLAS for a strided out
                 g = tile[:(a1 - a0) * (b1 - b0)].reshape(a1 - a0, b1 - b0)
                 np.matmul(Xp[a0:a1], Xp[b0:b1].T, out=g)
-                _pair_rows(g, xnp[b0:b1], perm[b0:b1], perm[a0:a1], heap_d[a0:a1], heap_i[a0:a1], use_l2)
+                _tile_rows(g, xnp[b0:b1], perm[b0:b1], perm[a0:a1], heap_d[a0:a1], heap_i[a0:a1], use_l2)
                 if I != J:  # a block with itself: every tile of it is made, rows side only
                     _pair_cols(g, xnp[a0:a1], perm[a0:a1], perm[b0:b1], heap_d[b0:b1], heap_i[b0:b1], use_l2)
 
