@@ -93,9 +93,11 @@ def _tile_rows(G, xn_b, id_b, id_a, heap_d, heap_i, use_l2):
     key only for those that pass."""
     nb = G.shape[1]
     k = heap_d.shape[1]
+    # one formula for both metrics, no metric test in the loops: key = xn - c g, with xn all zeros
+    # for 'ip' (the caller's), c = 2 for 'l2' and 1 for 'ip' (0 - g is -g exactly)
     c64 = 2.0 if use_l2 else 1.0
     c32 = np.float32(c64)
-    run = np.empty(_SCREEN, np.float32)
+    run = np.empty(_SCREEN, np.float32)  # the screened run's float32 keys
     for r in range(G.shape[0]):
         own = id_a[r]
         hd = heap_d[r]
@@ -105,6 +107,8 @@ def _tile_rows(G, xn_b, id_b, id_a, heap_d, heap_i, use_l2):
         topi = hx[0]
         for s0 in range(0, nb, _SCREEN):
             s1 = min(nb, s0 + _SCREEN)
+            # slices and a loop from 0: with the offsets in the index LLVM left this loop scalar
+            # (1.2 ns per key instead of 0.4)
             gs = g[s0:s1]
             xs = xn_b[s0:s1]
             hits = 0
@@ -115,6 +119,8 @@ def _tile_rows(G, xn_b, id_b, id_a, heap_d, heap_i, use_l2):
                 continue
             ids = id_b[s0:s1]
             for j in range(gs.shape[0]):
+                # the float32 key first (implied by the exact test below, as in the screen; `top`
+                # only falls), so most keys of a run cost one float32 compare
                 if run[j] > top:
                     continue
                 v = xs[j] - c64 * gs[j]
@@ -220,7 +226,7 @@ def _refine_rows(X, Q, q0, heap_d, heap_i, use_l2, out_d, out_i, lo, hi):
             ti[t] = heap_i[r, t]
         t = 0
         while t < k:
-            # the next four real candidates' slots (a missing one, id -1, is +inf at once)
+            # the next four slots (past the end, or id -1: row 0 is read and the slot set to +inf)
             j0 = ti[t]
             j1 = ti[t + 1] if t + 1 < k else -1
             j2 = ti[t + 2] if t + 2 < k else -1
