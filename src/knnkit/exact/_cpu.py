@@ -23,12 +23,15 @@ Memory stays bounded: one key tile per task (``_TILE_ROWS x _TILE_COLS``; the sy
 every point, up to ``_SYMMETRIC_HEAP_BYTES``).
 """
 
+import threading
+
 import numpy as np
 from numba import prange
 
 from .._core.config import logger, progress
 from .._core.metrics import top_direction
 from .._core.jit import Family, chunks, num_threads, parallel_for
+from .._core.kmeans import lloyd, nearest_centroid
 from ._sort_cpu import sort_pairs
 from ._reach import reach_bound
 
@@ -702,25 +705,8 @@ def _locality_order(Xc, groups):
     rng = np.random.default_rng(0x5EED)
     S = Xc[np.sort(rng.choice(n, min(n, _ORDER_SAMPLE), replace=False))]
     C = S[rng.choice(S.shape[0], groups, replace=False)].astype(np.float32)
-    for _ in range(_ORDER_ITERS if n >= _ORDER_FULL_FROM else _ORDER_ITERS_SMALL):
-        lab = _nearest_centroid(S, C)
-        order = np.argsort(lab, kind="stable")
-        cnt = np.bincount(lab, minlength=groups)
-        starts = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-        keep = cnt > 0
-        sums = np.add.reduceat(S[order].astype(np.float64), starts[keep], axis=0)
-        C[keep] = (sums / cnt[keep, None]).astype(np.float32)
-    return np.argsort(_nearest_centroid(Xc, C), kind="stable").astype(np.int64)
-
-
-def _nearest_centroid(P, C, chunk=65536):
-    """Index of the nearest row of ``C`` (squared L2) for every row of ``P``, in row chunks."""
-    cn = np.einsum("ij,ij->i", C, C)
-    out = np.empty(P.shape[0], np.int64)
-    for r0 in range(0, P.shape[0], chunk):
-        G = P[r0:r0 + chunk] @ C.T
-        out[r0:r0 + chunk] = np.argmin(cn[None, :] - 2 * G, axis=1)
-    return out
+    C = lloyd(np, S, C, _ORDER_ITERS if n >= _ORDER_FULL_FROM else _ORDER_ITERS_SMALL, "l2")
+    return np.argsort(nearest_centroid(np, Xc, C, "l2"), kind="stable").astype(np.int64)
 
 
 def _pair_schedule(Xp, S):
@@ -741,8 +727,6 @@ def _run_pairs(pairs, fn, bar):
     """``fn(I, J)`` for every pair, on Numba's thread count, never two pairs sharing a block at once
     (each writes the heaps of its two blocks): a worker takes the first pair in order whose blocks
     are free, and waits when none is."""
-    import threading
-
     pending = list(pairs)
     busy = set()
     cond = threading.Condition()
@@ -793,8 +777,6 @@ def _knn_cpu_symmetric(Xc, X, xn, k, use_l2, out_d, out_i, approx, k_final):
     heap_i = np.full((n, k), -1, np.int64)
     pairs = _pair_schedule(Xp, S)
     TR, TC = _PAIR_TILE_ROWS, _PAIR_TILE_COLS
-    import threading
-
     local = threading.local()
 
     def pair(I, J):

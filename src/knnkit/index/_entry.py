@@ -9,6 +9,7 @@ The code is array-module agnostic: numpy on the CPU, cupy on the GPU.
 import numpy as np
 
 from .._core.backend import as_host, get_array_module
+from .._core.kmeans import lloyd, nearest_centroid as _nearest_centroid, sqnorms as _sqnorms
 
 __all__ = ["EntryPoints", "build_entry_points", "build_entry_cells"]
 
@@ -33,28 +34,6 @@ _CPU_CELLS_MIN = 256
 #: entries 8x the QPS at beam 10): NOTES_search.md, "Exact CPU seeds".
 _CPU_EXACT_SEEDS_MAX = 1024
 _CPU_PROBES = 2
-
-
-def _sqnorms(xp, A):
-    return (A * A).sum(axis=1)
-
-
-def _nearest_centroid(xp, A, C, metric, block=65536):
-    """Index of the nearest centroid (internal metric) for each row of A, blocked."""
-    out = xp.empty(A.shape[0], dtype=xp.int64)
-    cn = _sqnorms(xp, C)
-    for s in range(0, A.shape[0], block):
-        a = A[s:s + block]
-        dots = a @ C.T
-        if metric == "ip":
-            out[s:s + block] = xp.argmax(dots, axis=1)  # (the first largest: argmin of -dots)
-        else:
-            # in place, the same values as cn - 2 dots (-2 is exact, a + (-b) is a - b), without
-            # two temporaries of the block's size
-            dots *= -2
-            dots += cn[None, :]
-            out[s:s + block] = xp.argmin(dots, axis=1)
-    return out
 
 
 class EntryPoints:
@@ -338,27 +317,7 @@ def build_entry_points(X, n_entry, metric, *, n_iter=8, sample=None, random_stat
         S = S - mu
     C = _seed_centroids(xp, S, c, rng)
     c = C.shape[0]
-    for _ in range(n_iter):
-        lab = _nearest_centroid(xp, S, C, metric)
-        sums = xp.zeros_like(C)
-        if xp is np:
-            # per-cluster sums over the rows sorted by label (np.add.at took 0.11 of 0.17 s at
-            # 10k x 128 and most of 0.8 s at 100k x 64: a ufunc.at is a scalar loop)
-            order = np.argsort(lab, kind="stable")
-            ls = lab[order]
-            starts = np.flatnonzero(np.concatenate(([True], ls[1:] != ls[:-1])))
-            sums[ls[starts]] = np.add.reduceat(S[order], starts, axis=0)
-        else:
-            import cupyx
-
-            cupyx.scatter_add(sums, lab, S)
-        cnt = xp.bincount(lab, minlength=c).astype(xp.float32)
-        nonempty = cnt > 0
-        C = xp.where(nonempty[:, None], sums / xp.maximum(cnt, 1)[:, None], C).astype(xp.float32)
-        if metric == "ip":
-            # spherical k-means: directions matter for inner products
-            nrm = xp.sqrt(_sqnorms(xp, C))[:, None]
-            C = (C / xp.where(nrm > 0, nrm, 1)).astype(xp.float32)
+    C = lloyd(xp, S, C, n_iter, metric)
     # medoid: the sample point nearest (in l2) to each centroid -- a data point inside the
     # cluster; the sample keeps this O(64 c^2 d) instead of O(n c d)
     lab = _nearest_centroid(xp, S, C, "l2")
