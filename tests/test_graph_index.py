@@ -949,6 +949,7 @@ def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
     assert rec["progress_32_64"] <= 1.0  # the low tier's gain from beam 32 to 64 (the step's reason)
     # a re-prune that closes no gap leads to the walk, recorded with the re-prune's recall
     monkeypatch.setattr(api_index, "WALK_FIRST_BELOW", -1.0)
+    monkeypatch.setattr(api_index, "REPRUNE_MIN_MISS16", -1.0)
     monkeypatch.setattr(api_index, "REPRUNE_ENOUGH", 2.0)
     walked = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
     rw = walked.build_params["denser"]
@@ -962,8 +963,15 @@ def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
     assert rd["step"] == "walk" and "reprune_recall_at_64" not in rd
     assert direct.graph_degree == walked.graph_degree
     np.testing.assert_array_equal(direct.graph, walked.graph)  # the same walk, the same graph
+    # ... and so does one whose walk misses little at beam 16 (a high, flat curve), whatever it gains
+    monkeypatch.setattr(api_index, "WALK_FIRST_BELOW", -1.0)
+    monkeypatch.setattr(api_index, "REPRUNE_MIN_MISS16", 2.0)
+    flat = knnkit.GraphIndex.build(X, device="cpu", random_state=0)
+    assert flat.build_params["denser"]["step"] == "walk" and "reprune_recall_at_64" not in flat.build_params["denser"]
+    np.testing.assert_array_equal(flat.graph, walked.graph)
     monkeypatch.setattr(api_index, "REPRUNE_ENOUGH", 0.5)
     monkeypatch.setattr(api_index, "WALK_FIRST_BELOW", 0.25)
+    monkeypatch.setattr(api_index, "REPRUNE_MIN_MISS16", 0.15)
     Q = rng.random((200, 12), dtype=np.float32)
     _d, i = index.search(Q, k=10)
     assert recall(i, truth(X, Q, 10, "sqeuclidean")) >= 0.95
@@ -973,6 +981,45 @@ def test_denser_tier_when_the_low_tier_walk_stays_short(rng, monkeypatch):
     assert index.graph_degree == 32 and index.build_params["denser"]["kept"] is False
     given = knnkit.GraphIndex.build(X, graph_degree=32, device="cpu", random_state=0)
     assert "denser" not in given.build_params
+    # the kept low tier's calibration stopped at beam 64 for the decision and was measured to its
+    # end after it: the curve of an uninterrupted sweep of the same graph
+    from knnkit.index._calibrate import calibrate
+
+    cal = index.calibration
+    assert cal["held_out"] == "cut"  # (the low tier's alpha 1.1: the same sweep again below)
+    full = calibrate(index._engine, index.search_params)
+    assert "paused" not in cal and cal["beams"] == full["beams"] and cal["recall"] == full["recall"]
+    assert cal["beams"][-1] >= 64
+
+
+def test_calibration_pause_and_resume(rng, monkeypatch):
+    """A sweep paused below a recall at a beam holds the curve up to that beam; resume() measures
+    the rest: the same beams and recall as one sweep (the hold-out graph kept for it)."""
+    from knnkit.index._calibrate import calibrate, resume
+
+    X = rng.random((6000, 24), dtype=np.float32)
+    # the build makes its hold-out graph (alpha <= 1) but does not calibrate: the sweeps below do
+    monkeypatch.setattr(knnkit.GraphIndex, "_calibrate", lambda self, pause=False: None)
+    for alpha, how in ((1.0, "holdout"), (1.2, "cut")):
+        index = knnkit.GraphIndex.build(X, graph_degree=16, intermediate_degree=24, alpha=alpha, device="cpu",
+                                        random_state=0)
+        eng = index._engine
+        held = eng._holdout
+        assert (held is not None) == (how == "holdout")
+        full = calibrate(eng, index.search_params)
+        assert full["held_out"] == how and full["beams"][-1] > 64
+        eng._holdout = held  # (a sweep uses it once)
+        paused = calibrate(eng, index.search_params, pause=(64, 1.01))
+        assert paused["paused"] and paused["beams"][-1] == 64 and paused["held_out"] == how
+        assert (eng._holdout is not None) == (how == "holdout")  # kept for resume()
+        assert paused["recall"] == full["recall"][:len(paused["recall"])]
+        done = resume(eng, index.search_params, paused)
+        assert "paused" not in done and done["beams"] == full["beams"] and done["recall"] == full["recall"]
+        assert resume(eng, index.search_params, done) is done
+        assert eng._holdout is None
+        eng._holdout = held
+        kept = calibrate(eng, index.search_params, pause=(64, 0.0))  # recall above the bar: no pause
+        assert "paused" not in kept and kept["beams"] == full["beams"] and kept["recall"] == full["recall"]
 
 
 def test_own_neighbour_lists_and_copies(rng, monkeypatch):

@@ -27,7 +27,8 @@ from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
 from ..index.bang import BANG_SEARCH_KEYS, HostIndex, host_bytes
 from ..index._engine import merged_candidates
 from ..index import _calibrate as _calibration
-from ..index._calibrate import beam_for, calibrate, exact_is_faster, extend, first_beam_reaching, raised_default_beam
+from ..index._calibrate import (beam_for, calibrate, exact_is_faster, extend, first_beam_reaching, raised_default_beam,
+                                resume)
 
 __all__ = ["GraphIndex"]
 
@@ -87,6 +88,13 @@ REPRUNE_ENOUGH = 0.5
 #: ... and tried only when the low tier's calibrated walk gained at least this fraction of its miss
 #: at beam 32 by beam 64 (below it the walk, not the degree, is short: step 2 at once).
 WALK_FIRST_BELOW = 0.25
+#: ... and only when the low tier's walk misses at least this much at beam 16: a walk that finds
+#: 0.9 of the neighbours at beam 16 and little more by 64 is trapped, not short of edges. The gain
+#: alone is noisy near WALK_FIRST_BELOW: SIFT-like 100k over six seeds read 0.10-0.40 (twice above
+#: 0.25, where the re-prune gained nothing and cost ~5 s), with misses at beam 16 of 0.058-0.104;
+#: where the re-prune closed the gap (uniform 24-d / 32-d, Gaussian 32-d, broad clusters 32-d) they
+#: were 0.26-0.43 (`benchmarks/results/cpu/low_tier_seeds_2026-11-30_s31.txt`).
+REPRUNE_MIN_MISS16 = 0.15
 _LOW_TIER_DEGREE = 32
 
 
@@ -97,6 +105,11 @@ def _recall_at(calibration, beam):
         return None
     beams, rec = calibration["beams"], calibration["recall"]
     return float(np.interp(beam, beams, rec))
+
+
+def _may_be_too_sparse(index):
+    """An automatic low-tier graph that :func:`_too_sparse` may send to the denser tier."""
+    return index.graph_degree == _LOW_TIER_DEGREE and index.n >= 10_000
 
 
 def _too_sparse(index):
@@ -345,12 +358,16 @@ class GraphIndex:
             index = cls(engine, sp)
             if calibrate:
                 t_cal = time.perf_counter()
-                index._calibrate()
+                # a low-tier graph's sweep stops at beam 64 when that already asks for the denser
+                # tier (the rest is measured only if the low tier is kept: _denser_kept)
+                index._calibrate(pause=auto and _may_be_too_sparse(index))
                 if isinstance(getattr(engine, "build_timings", None), dict):
                     engine.build_timings["calibration"] = time.perf_counter() - t_cal
                 bar.update()
                 if auto and _too_sparse(index):
                     index = cls._denser(index, P, build_params, sp, random_state)
+                if (index.calibration or {}).get("paused"):  # (never left so: _denser_kept resumes it)
+                    index._resume_calibration()
             engine.first_candidates = engine.first_candidate_dist = engine.first_entry = None  # (for _denser only)
         return index
 
@@ -370,7 +387,8 @@ class GraphIndex:
            candidates: 4.4-5.6 s at 100k), unless the low tier's walk gained less than
            :data:`WALK_FIRST_BELOW` of its miss between beams 32 and 64 (a walk that more beam does
            not help is short of reachable paths, not of edges: SIFT-like 0.15, where the
-           re-prune gained nothing; 0.44-0.69 where it gained). Kept when its recall at beam 64 reaches
+           re-prune gained nothing; 0.44-0.69 where it gained) or missed less than
+           :data:`REPRUNE_MIN_MISS16` at beam 16 (a high, flat curve: SIFT-like). Kept when its recall at beam 64 reaches
            :data:`DENSER_BELOW` or closes at least :data:`REPRUNE_ENOUGH` of the gap to it. Where
            the low tier was short of edges, this is the cure: 100k, 2 cores, recall at beam 64
            low tier -> re-pruned -> walked (step 2): uniform 32-d 0.881 -> 0.968 -> 0.976 (walk 16 s
@@ -396,9 +414,11 @@ class GraphIndex:
         reprune_r = None
         r32 = _recall_at(index.calibration, 32)
         progress = (before - r32) / (1.0 - r32) if r32 is not None and r32 < 1.0 else 1.0
+        r16 = _recall_at(index.calibration, 16)
+        miss16 = 1.0 - r16 if r16 is not None else 1.0
         if first.first_candidates is not None:  # a CPU build without merged copies
             entry = first.first_entry  # the same k-means entry points (0.2-0.25 s at 100k)
-        if first.first_candidates is not None and progress >= WALK_FIRST_BELOW:
+        if first.first_candidates is not None and progress >= WALK_FIRST_BELOW and miss16 >= REPRUNE_MIN_MISS16:
             # step 1: the low tier's candidates, pruned to the denser degree and alpha
             K1 = int(first.first_candidates.shape[1])
             bp1 = dict(build_params, graph_degree=R, intermediate_degree=K1, alpha=alpha)
@@ -457,6 +477,12 @@ class GraphIndex:
         if reprune_r is not None:
             record["reprune_recall_at_64"] = reprune_r
         kept = denser if record["kept"] else index
+        if not record["kept"] and (index.calibration or {}).get("paused"):
+            t_res = time.perf_counter()
+            index._resume_calibration()
+            record["seconds"] = round(time.perf_counter() - t0, 3)
+            logger.info("GraphIndex: the low tier kept: its calibration measured to the end in %.3f s",
+                        time.perf_counter() - t_res)
         kept.build_params["denser"] = record
         if isinstance(getattr(kept._engine, "build_timings", None), dict):
             kept._engine.build_timings["denser"] = record["seconds"]
@@ -589,12 +615,28 @@ class GraphIndex:
         return {"n": int(self.n), "n_extended": int(self.build_params.get("n_extended", 0)),
                 "n_deleted": int(self._engine.n_deleted)}
 
-    def _calibrate(self):
-        cal = calibrate(self._engine, self.search_params, defer=_calibration.DEFER_AT_BUILD)
+    def _calibrate(self, pause=False):
+        """Measure the calibration (``pause``: the sweep may stop at beam 64 below
+        :data:`DENSER_BELOW`, see :func:`knnkit.index._calibrate.calibrate`; the default beam is
+        then settled by :meth:`_resume_calibration`)."""
+        cal = calibrate(self._engine, self.search_params, defer=_calibration.DEFER_AT_BUILD,
+                        pause=(64, DENSER_BELOW) if pause else None)
+        self._set_calibration(cal)
+
+    def _resume_calibration(self):
+        """A paused calibration (:meth:`_calibrate`) measured to its end (kept as it was, without
+        the pause mark, if that fails)."""
+        cal = self.calibration
+        more = resume(self._engine, self.search_params, cal)
+        if not more:
+            more = {key: v for key, v in cal.items() if key not in ("paused", "at")}
+        self._set_calibration(more)
+
+    def _set_calibration(self, cal):
         if cal:
             cal["at"] = self._changes()
         self.build_params["calibration"] = cal
-        if cal:
+        if cal and not cal.get("paused"):
             better = raised_default_beam(cal, self.search_params.beam or 64)
             if better:
                 self.search_params = self.search_params.replace(beam=better)

@@ -32,7 +32,7 @@ from .._core.backend import as_host, get_array_module
 from .._core.config import logger
 from .._core.params import check_float
 
-__all__ = ["calibrate", "extend", "beam_for", "first_beam_reaching", "raised_default_beam", "exact_is_faster",
+__all__ = ["calibrate", "extend", "resume", "beam_for", "first_beam_reaching", "raised_default_beam", "exact_is_faster",
            "holdout_rows", "holdout_graph", "BEAMS", "SAMPLE"]
 
 BEAMS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -148,7 +148,7 @@ def holdout_graph(graph, before, without, rows):
     return g
 
 
-def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS, defer=False):
+def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS, defer=False, pause=None):
     """``{"k", "beams", "recall", "queries"}`` of ``engine`` (a SearchGraph) on held-out rows, or
     None when it cannot be measured (logged: calibration refines defaults, its failure must not
     cost the index). The walk uses the engine's hold-out graph when the build made one
@@ -156,8 +156,23 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
     during the sweep and restored exactly). ``extra_beams`` are tried in order only while the
     recall of the last beam is below ``EXTEND_UNTIL`` (hard data; the sweep costs nothing more
     elsewhere). ``defer``: a GPU sweep leaves its beams past ``beams`` for later (``"deferred"`` in
-    the result, measured by :func:`extend`) once its curve reaches the default's target."""
-    return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None)
+    the result, measured by :func:`extend`) once its curve reaches the default's target.
+    ``pause``: ``(beam, below)``: the sweep stops after ``beam`` when its recall is below ``below``
+    (``"paused": True`` in the result; the engine keeps its hold-out graph): the caller decides from
+    that much whether to build a denser graph, and :func:`resume` measures the rest of the same
+    sweep if it keeps this one (the curve is then the one an uninterrupted sweep measures)."""
+    return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None, pause=pause)
+
+
+def resume(engine, search_params, calibration, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS):
+    """A calibration that :func:`calibrate` paused (``pause=``), measured to its end: the sweep goes
+    on from its last beam with the same stopping rules (the same held-out rows; their exact
+    neighbours computed again; the first exact timing kept for the rule that compares walks with
+    the scan). The same dict back when it was not paused."""
+    if not calibration or not calibration.get("paused"):
+        return calibration
+    return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), False, grow=None,
+                    start=calibration)
 
 
 def extend(engine, search_params, calibration, *, target_recall=None, sample=SAMPLE):
@@ -191,11 +206,12 @@ def extend(engine, search_params, calibration, *, target_recall=None, sample=SAM
     return out
 
 
-def _measure(engine, search_params, sample, beams, extra_beams, defer, grow):
-    """The body of :func:`calibrate` and :func:`extend`: held-out rows, the graph they walk, the sweep."""
+def _measure(engine, search_params, sample, beams, extra_beams, defer, grow, pause=None, start=None):
+    """The body of :func:`calibrate`, :func:`extend` and :func:`resume`: held-out rows, the graph
+    they walk, the sweep (``pause``, ``start``: see :func:`_sweep`)."""
     n = engine.n
     held = getattr(engine, "_holdout", None)
-    engine._holdout = None  # used once; its memory goes with it
+    engine._holdout = None  # used once (kept by a paused sweep); its memory goes with it
     # deleted points (a recalibration after deletes and compaction): never a query, never an answer
     dead = getattr(engine, "deleted", None)
     dead = None if dead is None or not dead.any() else np.asarray(dead, dtype=bool)
@@ -223,13 +239,17 @@ def _measure(engine, search_params, sample, beams, extra_beams, defer, grow):
         if held is not None and xp is np and np.array_equal(held[0], rows_h) and held[1].shape == G.shape:
             engine._graph = held[1]
             try:
-                return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout", pool, defer,
-                              grow)
+                out = _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "holdout", pool, defer,
+                             grow, pause, start)
             finally:
                 engine._graph = G
+            if out is not None and out.get("paused"):
+                engine._holdout = held  # walked again by resume()
+            return out
         restore = cut_rows(G, rows, hidden)
         try:
-            return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut", pool, defer, grow)
+            return _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, "cut", pool, defer, grow, pause,
+                          start)
         finally:
             restore()
     finally:
@@ -289,10 +309,13 @@ def _deferrable(engine):
     return EXTRA_BEAMS + GPU_EXTRA_BEAMS if engine.device == "gpu" else ()
 
 
-def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None, defer=False, grow=None):
+def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool=None, defer=False, grow=None,
+           pause=None, start=None):
     """The beam sweep of :func:`calibrate` over the engine's (hold-out or cut) graph; ``pool``: the
     live ids when the index has deleted points; ``grow`` (the deferred beams of :func:`extend`):
-    ``beams`` are measured in order until the recall reaches ``grow``, the rest deferred again."""
+    ``beams`` are measured in order until the recall reaches ``grow``, the rest deferred again.
+    ``pause``: ``(beam, below)``, stop after ``beam`` if its recall is below ``below``;
+    ``start``: a paused sweep's result, continued from its last beam."""
     timed = engine.device == "cpu"  # (a GPU walk would need a synchronisation per beam)
     try:
         t0 = time.perf_counter()
@@ -302,13 +325,23 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
             return None
         q = engine.data[rows]
         used, curve, secs = [], [], []
+        if start is not None:
+            if start["k"] != k or start["held_out"] != how or start["queries"] != int(ok.sum()):
+                raise RuntimeError("the paused calibration does not match this index")
+            used, curve = [int(b) for b in start["beams"]], [float(r) for r in start["recall"]]
+            secs = list(start.get("seconds", ()))
+            exact_s = float(start.get("exact_seconds", exact_s))
         out_stop = saturated = None
+        paused = False
         deferrable = _deferrable(engine) if extra_beams else ()
         extra = tuple(extra_beams) + tuple(b for b in deferrable if b not in extra_beams)
         deferred = []
         for beam in tuple(beams) + extra:
-            if beam < k or beam > engine.n:
+            if beam < k or beam > engine.n or (used and start is not None and beam <= used[-1]):
                 continue
+            if pause is not None and used and used[-1] >= pause[0] and curve[-1] < pause[1]:
+                paused = True  # the caller decides from this much (resume() goes on from here)
+                break
             if grow is not None and used and curve[-1] >= grow:
                 deferred.append(int(beam))  # extend(): the target is reached, the rest wait
                 continue
@@ -339,6 +372,8 @@ def _sweep(engine, search_params, rows, hidden, k, beams, extra_beams, how, pool
             used.append(int(beam))
             curve.append(round(_recall(engine._X, rows, i, hidden, kth, ok, k, engine._imetric), 4))
         out = {"k": k, "beams": used, "recall": curve, "queries": int(ok.sum()), "held_out": how}
+        if paused:
+            out["paused"] = True
         if deferred:
             out["deferred"] = deferred
         if timed:
