@@ -1180,9 +1180,18 @@ def test_changed_without_matches_without(rng):
     order = np.lexsort((cand, dist), axis=1)  # sorted rows stay sorted
     cs, ds = np.take_along_axis(cand, order, axis=1), np.take_along_axis(dist, order, axis=1)
     _c, h3, d3 = changed_without(cs, ds, rows)
-    from knnkit.index._prune_cpu import _rows_sorted
+    from knnkit.index._prune_cpu import _rows_sorted, mark_row_differences
 
     assert _rows_sorted(d3, h3)
+    # the points whose in-links change between two sets of lists: ids in exactly one row of a pair
+    a = rng.integers(-1, 300, (50, 12))
+    b = np.where(rng.random((50, 12)) < 0.3, rng.integers(-1, 300, (50, 12)), a[:, ::-1])
+    mark = np.zeros(300, dtype=bool)
+    mark_row_differences(a, b, mark)
+    want = np.zeros(300, dtype=bool)
+    for ra, rb in zip(a, b):
+        want[sorted(set(ra[ra >= 0]) ^ set(rb[rb >= 0]))] = True
+    assert np.array_equal(mark, want) and want.any()
 
 
 def test_search_batch_merge_equals_sequential_inserts(rng):

@@ -163,6 +163,22 @@ def _sorted_rows_chunk(idx, dist, out_i, out_d, lo, hi):
             out_i[r, j] = val[j]
 
 
+@njit(cache=True)
+def mark_row_differences(a, b, mark):
+    """``mark[v] = True`` for every id ``v >= 0`` in exactly one of the rows ``a[r]`` and ``b[r]``
+    (int arrays of one shape), for each ``r``: the points whose in-links change when lists ``a``
+    become ``b``. Rows are a few dozen ids: a scan per id is fastest."""
+    m, R = a.shape
+    for r in range(m):
+        for j in range(R):
+            v = a[r, j]
+            if v >= 0 and not _contains(b[r], R, v):
+                mark[v] = True
+            w = b[r, j]
+            if w >= 0 and not _contains(a[r], R, w):
+                mark[w] = True
+
+
 def changed_without(cand, cand_dist, rows):
     """The rows of the candidate lists ``(cand, cand_dist)`` (int64 / float32 ``(n, C)``) that change
     when the points ``rows`` are taken out (their own lists emptied, every entry naming one of
