@@ -627,7 +627,7 @@ class GraphIndex:
         """A paused calibration (:meth:`_calibrate`) measured to its end (kept as it was, without
         the pause mark, if that fails)."""
         cal = self.calibration
-        more = resume(self._engine, self.search_params, cal)
+        more = resume(self._engine, self.search_params, cal, defer=_calibration.DEFER_AT_BUILD)
         if not more:
             more = {key: v for key, v in cal.items() if key not in ("paused", "at")}
         self._set_calibration(more)

@@ -164,14 +164,14 @@ def calibrate(engine, search_params, *, sample=SAMPLE, beams=BEAMS, extra_beams=
     return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None, pause=pause)
 
 
-def resume(engine, search_params, calibration, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS):
+def resume(engine, search_params, calibration, *, sample=SAMPLE, beams=BEAMS, extra_beams=EXTRA_BEAMS, defer=False):
     """A calibration that :func:`calibrate` paused (``pause=``), measured to its end: the sweep goes
     on from its last beam with the same stopping rules (the same held-out rows; their exact
     neighbours computed again; the first exact timing kept for the rule that compares walks with
-    the scan). The same dict back when it was not paused."""
+    the scan; ``defer`` as the paused call had it). The same dict back when it was not paused."""
     if not calibration or not calibration.get("paused"):
         return calibration
-    return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), False, grow=None,
+    return _measure(engine, search_params, sample, tuple(beams), tuple(extra_beams), defer, grow=None,
                     start=calibration)
 
 
