@@ -530,6 +530,27 @@ def test_gpu_build_and_search_match_cpu(clu, metric):
 
 @pytest.mark.gpu
 @gpu
+def test_gpu_low_tier_kept_after_a_paused_calibration(monkeypatch):
+    """A GPU build's low tier pauses its calibration at beam 64 for the denser-tier decision; kept,
+    its curve is measured to the end with the same deferral of the largest beams as one sweep."""
+    import cupy as cp
+
+    import knnkit.api.index as api_index
+    from knnkit.index._calibrate import calibrate
+
+    X = cp.asarray(np.random.default_rng(3).random((12_000, 12), dtype=np.float32))
+    monkeypatch.setattr(api_index, "DENSER_BELOW", 1.01)  # every low tier is "short" ...
+    monkeypatch.setattr(api_index, "DENSER", (12, 24, 1.1))  # ... and the "denser" one is worse
+    index = GraphIndex.build(X, random_state=0)
+    assert index.graph_degree == 32 and index.build_params["denser"]["kept"] is False
+    cal = index.calibration
+    full = calibrate(index._engine, index.search_params, defer=True)
+    assert "paused" not in cal and cal["beams"] == full["beams"] and cal["recall"] == full["recall"]
+    assert cal.get("deferred") == full.get("deferred")
+
+
+@pytest.mark.gpu
+@gpu
 def test_gpu_saved_index_loads_on_cpu(tmp_path, clu):
     import cupy as cp
 
