@@ -635,6 +635,22 @@ def test_gpu_tensor_core_all_points():
     np.testing.assert_allclose(np.asarray(dl), np.asarray(de), rtol=1e-5, atol=1e-5)
 
 
+def test_topk_rows_validates_its_column_offset():
+    """The columns come back as int32: an offset that would wrap them is refused at the entry point
+    (before any GPU work), as are a negative or non-integer offset and k."""
+    from knnkit.exact import topk_rows
+
+    D = np.zeros((2, 10), np.float32)
+    with pytest.raises(ValueError, match="col_offset"):
+        topk_rows(D, 3, col_offset=2**31 - 5)
+    with pytest.raises(ValueError, match="col_offset"):
+        topk_rows(D, 3, col_offset=-1)
+    with pytest.raises(TypeError, match="col_offset"):
+        topk_rows(D, 3, col_offset=1.5)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        topk_rows(D, "3")
+
+
 @pytest.mark.gpu
 @gpu
 def test_gpu_topk_rows():

@@ -414,6 +414,23 @@ def test_float64_values_below_float32_normal_range_refused(scale):
     knnkit.knn(np.zeros((10, 3)), np.zeros((2, 3)), k=2, device="cpu")
 
 
+def test_more_points_than_int32_ids_refused_before_any_copy():
+    """Graphs, indexes and the GPU kernels hold point ids as int32: 2**31 rows are refused at the
+    entry point, naming the limit, before anything is copied (the broadcast view below would be
+    an 8 GiB copy); the exact CPU search (int64 ids) is not held to it."""
+    from knnkit._core.prepare import MAX_POINTS, prepare
+
+    X = np.broadcast_to(np.zeros((1, 1), np.float32), (MAX_POINTS + 1, 1))
+    with pytest.raises(ValueError, match=r"int32 ids.*2\*\*31 - 2"):
+        knnkit.knn_graph(X, k=5, device="cpu")
+    with pytest.raises(ValueError, match="int32 ids"):
+        knnkit.GraphIndex.build(X, device="cpu")
+    with pytest.raises(ValueError, match="int32 ids"):
+        prepare(X, device="cpu")
+    small = np.broadcast_to(np.zeros((1, 2), np.float32), (100, 2))
+    assert prepare(small, device="cpu").raw.shape == (100, 2)
+
+
 # --- neighbours closer than float32 resolves (knnkit._core.underflow) --------------------------
 
 def _truth64(X, Q, k, exclude_self):
@@ -512,6 +529,25 @@ def test_many_copies_proved_by_one_pass(rng, monkeypatch):
     with pytest.warns(RuntimeWarning, match="closer than float32 resolves"):
         knnkit.knn(Y, k=5, device="cpu", method="gemm")
     assert calls and not real(Y, 1.0)
+
+
+@pytest.mark.gpu
+def test_gpu_exact_search_refuses_more_points_than_int32_ids():
+    """The exact CPU search keeps int64 ids, the GPU's top-k kernels int32 column ids: 2**31 - 1 GPU
+    rows (8 GiB) are refused by name, not searched with wrapped ids."""
+    if not knnkit.gpu_available():
+        pytest.skip("needs an NVIDIA GPU and CuPy")
+    import cupy as cp
+
+    from knnkit._core.prepare import MAX_POINTS
+
+    X = cp.zeros((MAX_POINTS + 1, 1), cp.float32)
+    try:
+        with pytest.raises(ValueError, match="GPU kernels index points with int32 ids"):
+            knnkit.knn(X, X[:2], k=1)
+    finally:
+        del X
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 @pytest.mark.gpu

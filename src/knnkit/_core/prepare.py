@@ -11,7 +11,19 @@ from .backend import ArrayInfo, as_device, as_host, resolve_device
 from .metrics import internal_metric, prepare_vectors, scale_for_max, scaled_absmax
 from .validation import check_matrix, check_metric, check_pair, METRICS
 
-__all__ = ["Prepared", "prepare", "prepare_queries", "rescaled", "device_scope"]
+__all__ = ["Prepared", "prepare", "prepare_queries", "rescaled", "device_scope", "MAX_POINTS", "check_point_count"]
+
+#: Point ids are int32 in the GPU kernels and in the graphs (k-NN graphs, search graphs, their
+#: builders on both devices): at most this many points (one id value stays free for "none").
+MAX_POINTS = 2**31 - 2
+
+
+def check_point_count(n, name, why="knnkit's graphs and GPU kernels"):
+    """ValueError when ``n`` rows exceed :data:`MAX_POINTS` (``why``: what holds int32 ids)."""
+    if n > MAX_POINTS:
+        raise ValueError(f"{name} has {n} points: {why} index points with int32 ids, so at most "
+                         f"{MAX_POINTS} (2**31 - 2) points; split the data (e.g. knnkit.dask) or use knnkit.knn on "
+                         f"the CPU, whose ids are int64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +84,20 @@ def _place(a, device, device_id):
         return as_device(a)
 
 
-def prepare(data, *, metric="sqeuclidean", device="auto", name="data", metrics=METRICS, check_finite=True):
+def prepare(data, *, metric="sqeuclidean", device="auto", name="data", metrics=METRICS, check_finite=True,
+            int32_ids=True):
     """Validate ``data`` (2-D, supported dtype, finite), resolve the device, move it there and
-    apply the metric transform. Returns a :class:`Prepared`."""
+    apply the metric transform. Returns a :class:`Prepared`. ``int32_ids``: the caller stores
+    point ids as int32 (graphs, indexes): more than :data:`MAX_POINTS` rows are refused before any
+    copy; GPU data is held to it in any case (the kernels' ids)."""
     metric = check_metric(metric, metrics)
+    shape = getattr(data, "shape", None)
+    if int32_ids and shape is not None and len(shape) >= 1:
+        check_point_count(int(shape[0]), name, "knnkit's graphs and GPU kernels")
     a, info = check_matrix(data, name, check_finite=check_finite)
     kind, dev_id = resolve_device(device, info)
+    if kind == "gpu":
+        check_point_count(int(a.shape[0]), name, "the GPU kernels")
     with device_scope(kind, dev_id):
         raw = _place(a, kind, dev_id)
         absmax = scaled_absmax(raw)

@@ -157,7 +157,7 @@ def _filtered(data, queries, k, filt, *, metric, method, device, params, shortcu
 
     if queries is None:
         raise ValueError("filter needs queries (give the points themselves as queries for an all-points search)")
-    P = prepare(data, metric=metric, device=device)
+    P = prepare(data, metric=metric, device=device, int32_ids=False)  # (int64 ids on the CPU)
     Q = prepare_queries(queries, P)
     P = rescaled(P, Q.scale)
     k = check_k(k, P.n)
@@ -196,7 +196,7 @@ def group_filter_rows(rows):
 def exact_arrays(data, queries, k, *, metric="sqeuclidean", method="auto", device="auto", params=None,
                  shortcuts=None, random_state=None):
     """What :func:`knn` does, for the library's own facades (evaluate, the CLI)."""
-    P = prepare(data, metric=metric, device=device)
+    P = prepare(data, metric=metric, device=device, int32_ids=False)  # (int64 ids on the CPU)
     Q = None
     if queries is not None:
         Q = prepare_queries(queries, P)  # its scale covers both magnitudes

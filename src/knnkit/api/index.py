@@ -20,7 +20,7 @@ from .._core.underflow import answer_in_float64, underflow_rows, warn_unresolved
 from .._core.params import check_int, merge_params
 from .._core.persist import read_container, sniff, write_container
 from .._core.persist_checks import read_legacy_index, validate_index
-from .._core.prepare import device_scope, prepare
+from .._core.prepare import check_point_count, device_scope, prepare
 from .._core.types import Array, ArrayLike, Device, HostArray, Metric, NeighborPair, PathLike, Seed
 from .._core.validation import check_k, check_matrix, check_pair
 from ..index import IndexParams, SearchGraph, SearchParams, default_n_entry
@@ -1180,6 +1180,9 @@ def _resolve_placement(data, device, placement, compression, pq_bytes, *, graph_
         if compression is not None or pq_bytes is not None:
             raise ValueError("compression / pq_bytes apply to placement='host' (or 'auto') only")
         return None
+    shape = getattr(data, "shape", None)
+    if shape is not None and len(shape) >= 1:
+        check_point_count(int(shape[0]), "data")  # (before check_matrix's scan and any copy)
     a, info = check_matrix(data, "data")
     if pq_bytes is not None and pq_bytes > a.shape[1]:
         raise ValueError(f"pq_bytes={pq_bytes} exceeds the dimension d={a.shape[1]}")

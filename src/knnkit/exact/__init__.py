@@ -66,6 +66,11 @@ def topk_rows(D, k, *, col_offset=0, self_ids=None):
     Returns ``(values float32 (m, k), columns int32 (m, k))`` sorted by (value, column); see
     :func:`._gpu.topk_rows`.
     """
+    from .._core.params import check_int
     from ._gpu import topk_rows as _impl
 
+    width = int(D.shape[1]) if getattr(D, "ndim", 0) == 2 else 0
+    # the columns come back as int32: the last one, col_offset + width - 1, must fit
+    col_offset = check_int(col_offset, "col_offset", minimum=0, maximum=max(0, 2**31 - 1 - width))
+    k = check_int(k, "k", minimum=1)
     return _impl(D, k, col_offset=col_offset, self_ids=self_ids)
