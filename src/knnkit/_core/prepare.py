@@ -22,8 +22,8 @@ def check_point_count(n, name, why="knnkit's graphs and GPU kernels"):
     """ValueError when ``n`` rows exceed :data:`MAX_POINTS` (``why``: what holds int32 ids)."""
     if n > MAX_POINTS:
         raise ValueError(f"{name} has {n} points: {why} index points with int32 ids, so at most "
-                         f"{MAX_POINTS} (2**31 - 2) points; split the data (e.g. knnkit.dask) or use knnkit.knn on "
-                         f"the CPU, whose ids are int64")
+                         f"{MAX_POINTS} (2**31 - 2) points; index it in parts, or search it with knnkit.knn on the "
+                         f"CPU, whose ids are int64")
 
 
 @dataclasses.dataclass(frozen=True)
