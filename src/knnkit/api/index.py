@@ -115,7 +115,7 @@ def _may_be_too_sparse(index):
 def _too_sparse(index):
     """An automatic low-tier graph whose calibrated walk stays short at beam 64."""
     r = _recall_at(index.calibration, 64)
-    return index.graph_degree == _LOW_TIER_DEGREE and r is not None and r < DENSER_BELOW and index.n >= 10_000
+    return _may_be_too_sparse(index) and r is not None and r < DENSER_BELOW
 
 
 #: The search parameters of a call that gives none (the defaults: built and validated once, not per call).
