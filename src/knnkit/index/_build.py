@@ -178,12 +178,13 @@ def candidate_graph(X, K, metric, *, build_algo="nndescent", device="cpu", rando
             # refine_hubs=False: the hub refinement returns exact inner-product lists made of hubs
             # only, which would cut the search graph's links to everyone else
             # target_recall=None: RobustPrune keeps a few of K candidates; a 0.99 graph costs rounds for nothing
-            # delta=0.01 (as candidate_graph_gpu) instead of 0.001: the rounds past it refine list
+            # delta=0.01 (as candidate_graph_gpu; 0.04 on the CPU) instead of 0.001: the rounds past it refine list
             # tails that RobustPrune drops (100k x 64, 1,000 tight clusters, K 64: the third round
             # joined 65M pairs, ~40 % of the descent, for 6 inserts)
             idx, dist, st = candidate_lists(X, K, user, random_state,
                                             NNDescentParams(n_neighbors_internal=K, refine_hubs=False,
-                                                            target_recall=None, delta=INDEX_DELTA),
+                                                            target_recall=None,
+                                                            delta=INDEX_DELTA_CPU if device == "cpu" else INDEX_DELTA),
                                             with_stats=True, stall_below=CANDIDATE_EXACT_BELOW,
                                             intrinsic_dim=intrinsic_dim)
             idx = None if idx is None else _host_array(idx, np.int64)  # None: stall foreseen, no descent
@@ -336,8 +337,17 @@ def _stall_verdict(X, idx, metric, st, random_state):
 
 
 #: NN-Descent's stop rule for the search graph's candidates (fewer than ``delta * n * K`` updates
-#: in a round), both devices: coarser than knn_graph's 0.001 (see candidate_graph)
+#: in a round): coarser than knn_graph's 0.001 (see candidate_graph). The GPU's rounds are cheap.
 INDEX_DELTA = 0.01
+#: ... on the CPU, where a round of the descent costs 0.7-2 s at 100k on two cores: the last round
+#: before 0.04 updated 0.2-1.2 % of the list entries. Paired in one process (10 NN-Descent suite
+#: sets, 100k, `benchmarks/cpu_index_delta_ab.py`): one round fewer on SIFT-like (21.5 -> 19.7 s),
+#: Fashion-MNIST (18.4 -> 16.8 s), tight_c1000 (8.9 -> 7.1 s), two on uniform 32-d (19.2 -> 17.5 s),
+#: the others equal; recall@10 of the suite's queries at beam 64 within 0.0006 except SIFT-like
+#: (0.9999 -> 0.9979; its calibrated curve unchanged, 0.9946). Unseen generators at 100k (glove-like
+#: cosine, bag-of-words, Zipf clusters, Student-t, Poisson, row scales, offset): default-beam recall
+#: within 0.0023 (300 queries each) (`benchmarks/results/cpu/index_delta_ab_2026-11-30_s31.txt`).
+INDEX_DELTA_CPU = 0.04
 
 #: The search graph's candidates are exact up to these sizes (cheap there, and exact candidates
 #: make better search graphs than NN-Descent's; measured before knn_graph's own limit moved).
