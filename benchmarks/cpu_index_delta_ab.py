@@ -84,10 +84,7 @@ def unseen(n, names, deltas):
     for name, gen, metric in up.SETS + up.SETS2:
         if name not in names:
             continue
-        X = gen(n + 300)
-        perm = np.random.default_rng(0).permutation(len(X))
-        Q = X[perm[:300]]
-        B = np.ascontiguousarray(X[np.sort(perm[300:])])
+        B, Q = up.held_out_split(gen(n + 300))
         for delta in deltas:
             _build.INDEX_DELTA_CPU = delta
             t = time.perf_counter()

@@ -201,6 +201,12 @@ SETS2 = [("student_t2", student_t, "sqeuclidean"), ("subspace_cl", subspace_clus
          ("walk_windows", walk_windows, "sqeuclidean"), ("transformer_ip", transformer_like, "inner_product")]
 
 
+def held_out_split(X, n_queries=300):
+    """(data, queries): ``n_queries`` seeded random rows of ``X`` held out as queries."""
+    perm = np.random.default_rng(0).permutation(len(X))
+    return np.ascontiguousarray(X[np.sort(perm[n_queries:])]), X[perm[:n_queries]]
+
+
 def main(argv):
     n = int(argv[1]) if len(argv) > 1 else 20000
     device = argv[2] if len(argv) > 2 else "cpu"
@@ -208,11 +214,7 @@ def main(argv):
     for name, gen, metric in SETS + SETS2:
         if only and name not in only:
             continue
-        X = gen(n + 300)
-        rng = np.random.default_rng(0)
-        perm = rng.permutation(len(X))
-        Q = X[perm[:300]]
-        B = np.ascontiguousarray(X[np.sort(perm[300:])])
+        B, Q = held_out_split(gen(n + 300))
         try:
             t = time.perf_counter()
             g = knnkit.knn_graph(B, 10, metric=metric, random_state=0, device=device)

@@ -18,8 +18,14 @@ __all__ = ["Prepared", "prepare", "prepare_queries", "rescaled", "device_scope",
 MAX_POINTS = 2**31 - 2
 
 
-def check_point_count(n, name, why="knnkit's graphs and GPU kernels"):
-    """ValueError when ``n`` rows exceed :data:`MAX_POINTS` (``why``: what holds int32 ids)."""
+def check_point_count(data, name, why="knnkit's graphs and GPU kernels"):
+    """ValueError when the rows of ``data`` (an array, or anything with a ``shape``; its rows read
+    from the shape alone, before any scan or copy) exceed :data:`MAX_POINTS` (``why``: what holds
+    int32 ids). Objects without a shape pass (``check_matrix`` judges them)."""
+    shape = getattr(data, "shape", None)
+    if shape is None or len(shape) < 1:
+        return
+    n = int(shape[0])
     if n > MAX_POINTS:
         raise ValueError(f"{name} has {n} points: {why} index points with int32 ids, so at most "
                          f"{MAX_POINTS} (2**31 - 2) points; index it in parts, or search it with knnkit.knn on the "
@@ -91,13 +97,12 @@ def prepare(data, *, metric="sqeuclidean", device="auto", name="data", metrics=M
     point ids as int32 (graphs, indexes): more than :data:`MAX_POINTS` rows are refused before any
     copy; GPU data is held to it in any case (the kernels' ids)."""
     metric = check_metric(metric, metrics)
-    shape = getattr(data, "shape", None)
-    if int32_ids and shape is not None and len(shape) >= 1:
-        check_point_count(int(shape[0]), name, "knnkit's graphs and GPU kernels")
+    if int32_ids:
+        check_point_count(data, name)
     a, info = check_matrix(data, name, check_finite=check_finite)
     kind, dev_id = resolve_device(device, info)
     if kind == "gpu":
-        check_point_count(int(a.shape[0]), name, "the GPU kernels")
+        check_point_count(a, name, "the GPU kernels")
     with device_scope(kind, dev_id):
         raw = _place(a, kind, dev_id)
         absmax = scaled_absmax(raw)

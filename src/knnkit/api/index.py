@@ -359,14 +359,14 @@ class GraphIndex:
             if calibrate:
                 t_cal = time.perf_counter()
                 # a low-tier graph's sweep stops at beam 64 when that already asks for the denser
-                # tier (the rest is measured only if the low tier is kept: _denser_kept)
+                # tier (the rest is measured only if the low tier is kept, below)
                 index._calibrate(pause=auto and _may_be_too_sparse(index))
                 if isinstance(getattr(engine, "build_timings", None), dict):
                     engine.build_timings["calibration"] = time.perf_counter() - t_cal
                 bar.update()
                 if auto and _too_sparse(index):
                     index = cls._denser(index, P, build_params, sp, random_state)
-                if (index.calibration or {}).get("paused"):  # (never left so: _denser_kept resumes it)
+                if (index.calibration or {}).get("paused"):  # the low tier kept: its sweep measured to the end
                     index._resume_calibration()
             engine.first_candidates = engine.first_candidate_dist = engine.first_entry = None  # (for _denser only)
         return index
@@ -477,12 +477,6 @@ class GraphIndex:
         if reprune_r is not None:
             record["reprune_recall_at_64"] = reprune_r
         kept = denser if record["kept"] else index
-        if not record["kept"] and (index.calibration or {}).get("paused"):
-            t_res = time.perf_counter()
-            index._resume_calibration()
-            record["seconds"] = round(time.perf_counter() - t0, 3)
-            logger.info("GraphIndex: the low tier kept: its calibration measured to the end in %.3f s",
-                        time.perf_counter() - t_res)
         kept.build_params["denser"] = record
         if isinstance(getattr(kept._engine, "build_timings", None), dict):
             kept._engine.build_timings["denser"] = record["seconds"]
@@ -1180,9 +1174,7 @@ def _resolve_placement(data, device, placement, compression, pq_bytes, *, graph_
         if compression is not None or pq_bytes is not None:
             raise ValueError("compression / pq_bytes apply to placement='host' (or 'auto') only")
         return None
-    shape = getattr(data, "shape", None)
-    if shape is not None and len(shape) >= 1:
-        check_point_count(int(shape[0]), "data")  # (before check_matrix's scan and any copy)
+    check_point_count(data, "data")  # (before check_matrix's scan and any copy)
     a, info = check_matrix(data, "data")
     if pq_bytes is not None and pq_bytes > a.shape[1]:
         raise ValueError(f"pq_bytes={pq_bytes} exceeds the dimension d={a.shape[1]}")
