@@ -20,9 +20,7 @@ benchmark's memory budget (vectors do not fit: re-rank rows stashed during the w
 the same with the re-rank rows gathered after the walk (pinned chunks), ``new-gpuvec`` the current
 one with the budget lifted for the call (the vectors fit: re-rank from a device copy),
 ``new-onecall`` the current one with every query in one walk (``MIN_CALL_QUERIES`` set to the
-query count: the search as it was before it kept to the memory budget per call). A path ending
-in ``-calls`` (``new-calls``, ``new-onecall-calls``) launches each walk step's copies and kernels
-one by one instead of as one CUDA graph (``configure(graphs=False)``). Every
+query count: the search as it was before it kept to the memory budget per call). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -139,8 +137,7 @@ def main():
     ap.add_argument("--build-budget-mb", type=float, default=None,
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-onecall, new-cupy "
-                         "(the re-rank by ~35 CuPy calls instead of its two kernels); a -calls suffix: "
-                         "each walk step's calls one by one (no CUDA graph)")
+                         "(the re-rank by ~35 CuPy calls instead of its two kernels)")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -226,13 +223,12 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        base = path.removesuffix("-calls")  # "-calls": each step's calls one by one
-                        _search_gpu.configure(legacy=base == "legacy", profile=False,
-                                              rerank_mode="host" if base == "new-host" else None,
-                                              rerank_kernels=base != "new-cupy", graphs=base == path)
-                        knnkit.set_memory_budget(None if base == "new-gpuvec" else budget)
+                        _search_gpu.configure(legacy=path == "legacy", profile=False,
+                                              rerank_mode="host" if path == "new-host" else None,
+                                              rerank_kernels=path != "new-cupy")
+                        knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
                         # new-onecall: every query in one walk, as before the per-call memory bound
-                        _search_gpu.MIN_CALL_QUERIES = a.queries if base == "new-onecall" else min_call
+                        _search_gpu.MIN_CALL_QUERIES = a.queries if path == "new-onecall" else min_call
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width, pipeline_batch=-(-a.queries // nb))
                         # warm-up at full size: compilation, and the buffers the new path keeps
@@ -273,7 +269,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, graphs=True)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True)
     _search_gpu.MIN_CALL_QUERIES = min_call
     knnkit.set_memory_budget(budget)
     index._engine.release_gpu_buffers()

@@ -24,44 +24,8 @@ from knnkit.index.bang._search_cpu import _bloom_insert
 
 
 
-_capture = []  # the operations of the graph being captured (a stack of lists; empty: none)
-
-
-class _Graph:
-    """A captured step: its operations replayed in order at each launch (the arrays are read then,
-    as a CUDA graph reads its pointers' memory when it runs)."""
-
-    def __init__(self, ops):
-        self.ops = ops
-        self.launches = 0
-
-    def launch(self, stream=None):
-        self.launches += 1
-        for op in self.ops:
-            op()
-
-
-def _captured(op):
-    """Queue ``op`` in the capture in progress (True) or say there is none (False)."""
-    if _capture:
-        _capture[-1].append(op)
-        return True
-    return False
-
-
-def _graph_event_record(event, stream):
-    if not _captured(lambda: None):
-        raise RuntimeError("an external event record outside a capture")
-
-
 class _Stream:
     ptr = 0
-
-    def begin_capture(self, mode=None):
-        _capture.append([])
-
-    def end_capture(self):
-        return _Graph(_capture.pop())
 
     def __init__(self, non_blocking=False):
         pass
@@ -81,7 +45,6 @@ class _Stream:
 
 class _Event:
     done = True
-    ptr = 0
 
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         pass
@@ -105,8 +68,7 @@ class _Device:
 
 
 def _memcpy(dst, src, size, kind, stream):
-    if not _captured(lambda: ctypes.memmove(dst, src, size)):
-        ctypes.memmove(dst, src, size)
+    ctypes.memmove(dst, src, size)
 
 
 def _key_less(da, ia, db, ib):
@@ -127,8 +89,7 @@ class _Kernel:
         self.max_dynamic_shared_size_bytes = 0
 
     def __call__(self, grid, block, args, shared_mem=0):
-        if not _captured(lambda: self.fn(*[_h(a) for a in args])):
-            self.fn(*[_h(a) for a in args])
+        self.fn(*[_h(a) for a in args])
 
 
 def _distances(nbrs, width, codes, m, T, ksub, use_smem, vec_load, bloom, bloom_words, wl_ids, wl_d, wl_x, L,
@@ -343,6 +304,4 @@ def install(monkeypatch):
     kernels = {name: _Kernel(fn) for name, fn in KERNELS.items()}
     monkeypatch.setattr(sg, "_kernel", lambda name: kernels[name])
     monkeypatch.setattr(sg, "_smem_fit", {})
-    monkeypatch.setattr(sg, "_graph_event_record", _graph_event_record)
-    monkeypatch.setattr(sg, "_graph_refused", [])
     return cp

@@ -134,56 +134,6 @@ def test_fake_gpu_new_paths_equal_legacy_and_cpu(W, prefetch, pb, small, monkeyp
     np.testing.assert_allclose(dn, dc, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_fake_gpu_graph_steps_equal_the_calls_one_by_one(prefetch, small, monkeypatch, caplog):
-    """A captured step replays the same copies and kernels: same ids and distances as the calls
-    one by one; captured once per batch shape (reused by the next call); a refused capture falls
-    back to the calls one by one, says so, and gives the same results."""
-    index, Q = small
-    e = index._engine
-    install(monkeypatch)
-    codes, codebook = dev(e._codes), dev(e._codebook)  # one device copy, as the index keeps it
-
-    def search():
-        return sg.search_host_gpu(e, dev(Q), 5, codes=codes, codebook=codebook, entry=e._entry, L=24,
-                                  max_iters=192, n_seeds=4, rerank=24, prefetch=prefetch, pipeline_batch=13,
-                                  width=4)
-
-    old = sg.configure(graphs=False)
-    try:
-        d0, i0 = search()
-        assert sg.last_stats()["graph_steps"] == 0
-        sg.configure(graphs=True)
-        captures = []
-        real = sg._Batch._capture
-        monkeypatch.setattr(sg._Batch, "_capture", lambda self: captures.append(self) or real(self))
-        d1, i1 = search()
-        st = sg.last_stats()
-        assert st["graph_steps"] > 0 and st["graph_refused"] is None
-        assert len(captures) == st["batches"]
-        np.testing.assert_array_equal(i1, i0)
-        np.testing.assert_array_equal(d1, d0)
-        d2, i2 = search()
-        assert len(captures) == st["batches"]  # the kept batches kept their graphs
-        np.testing.assert_array_equal(i2, i0)
-        np.testing.assert_array_equal(d2, d0)
-
-        def refuse(event, stream):
-            raise RuntimeError("no external event records here")
-
-        e.release_gpu_buffers()
-        monkeypatch.setattr(sg, "_graph_event_record", refuse)
-        with caplog.at_level("WARNING", logger="knnkit"):
-            d3, i3 = search()
-        st = sg.last_stats()
-        assert st["graph_steps"] == 0 and "no external event records" in st["graph_refused"]
-        assert "refused to capture" in caplog.text
-        np.testing.assert_array_equal(i3, i0)
-        np.testing.assert_array_equal(d3, d0)
-    finally:
-        sg.configure(**old)
-
-
 def test_fake_gpu_logs_and_counts_equal_the_cpu_twin(small, monkeypatch):
     index, Q = small
     e = index._engine
@@ -315,12 +265,9 @@ def test_fake_gpu_profile_stats(legacy, small, monkeypatch):
     _fake_search(monkeypatch, index, Q, legacy=legacy, profile=True)
     st = sg.last_stats()
     assert {"setup", "walk", "rerank", "total"} <= set(st["phases"])
-    assert {"tables", "seeds", "distances", "merge", "d2h_cand"} <= set(st["gpu_s"])
-    if not legacy:  # after the first step each step's copies and kernels are one graph launch
-        assert {"reset", "step_graph", "h2d_vec", "stash", "rerank_rows", "rerank_exact"} <= set(st["gpu_s"])
-        assert "h2d_nbr" not in st["gpu_s"]
-    else:
-        assert "h2d_nbr" in st["gpu_s"]
+    assert {"tables", "seeds", "distances", "merge", "d2h_cand", "h2d_nbr"} <= set(st["gpu_s"])
+    if not legacy:
+        assert {"reset", "h2d_vec", "stash", "rerank_rows", "rerank_exact"} <= set(st["gpu_s"])
     assert st["launches"] > 0 and st["h2d_bytes"] > 0 and st["host_syncs"] > st["iterations"]
     _fake_search(monkeypatch, index, Q, legacy=legacy)
     assert "phases" not in sg.last_stats()
@@ -350,10 +297,10 @@ def test_row_argsort_keys_are_the_stable_order(rng):
 
 
 def test_configure_round_trip():
-    old = sg.configure(profile=True, legacy=True, rerank_mode="host", graphs=not sg._cfg["graphs"])
+    old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
-                           "rerank_kernels": old["rerank_kernels"], "graphs": not old["graphs"]}
+                           "rerank_kernels": old["rerank_kernels"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
     finally:
@@ -418,35 +365,6 @@ def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
     index.search(Q, k=10, beam=64)
     index.search(Q, k=10, beam=64)
     assert sg.last_stats()["workspace_reused"]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("budget", ["small", "auto"])
-def test_gpu_graph_steps_equal_the_calls_one_by_one(budget, gpu_index):
-    """Each walk step as one CUDA graph launch (the default) against its five calls one by one:
-    the same ids and distances, bit for bit, for prefetch on and off, W = 1 and 4, odd pipeline
-    batches, fewer queries than the kept batches hold and a repeated call (graphs reused). The
-    candidates' event is a node of the graph: were it not recorded at launch, the host would read
-    stale candidates and the walks would differ."""
-    index, Q = gpu_index
-    knnkit.set_memory_budget(1 << 20 if budget == "small" else None)
-    old = sg.configure(legacy=False)
-    try:
-        for kw, nq in ((dict(), None), (dict(), None), (dict(prefetch=False), None), (dict(search_width=1), None),
-                       (dict(pipeline_batch=37), None), (dict(), 123)):
-            sp = knnkit.index.SearchParams(**kw)
-            q = Q if nq is None else Q[:nq]
-            sg.configure(graphs=False)
-            d0, i0 = index.search(q, k=10, beam=64, params=sp)
-            assert sg.last_stats()["graph_steps"] == 0
-            sg.configure(graphs=True)
-            d1, i1 = index.search(q, k=10, beam=64, params=sp)
-            st = sg.last_stats()
-            assert st["graph_refused"] is None and st["graph_steps"] > 0, (kw, st["graph_refused"])
-            np.testing.assert_array_equal(_host(i1), _host(i0), err_msg=str(kw))
-            np.testing.assert_array_equal(_host(d1), _host(d0), err_msg=str(kw))
-    finally:
-        sg.configure(**old)
 
 
 @pytest.mark.gpu

@@ -73,15 +73,14 @@ def _env_flag(name):
 
 _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
-        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no"),
-        "graphs": os.environ.get("KNNKIT_BANG_GRAPHS", "1").strip() not in ("0", "false", "no")}
+        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
 RERANK_KERNEL_MAX_COLS = 4096
 _UNSET = object()
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, graphs=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -100,12 +99,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         A finished batch's re-rank through the ``bang_rerank_rows`` / ``bang_rerank_select``
         kernels (default) or through ~35 CuPy calls (argsort, take_along_axis, masks). Same
         results; for measuring. Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
-    graphs : bool
-        Each walk step's rows copy, ``bang_distances``, candidate copy, event and ``bang_merge``
-        as one CUDA graph launch (captured once per batch shape and kept with the batch; default)
-        or as five separate calls. Same results; for measuring. Environment:
-        ``KNNKIT_BANG_GRAPHS=0``. When the driver refuses the capture the search logs it once and
-        launches the calls one by one.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -118,8 +111,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         _cfg["rerank_mode"] = rerank_mode
     if rerank_kernels is not None:
         _cfg["rerank_kernels"] = bool(rerank_kernels)
-    if graphs is not None:
-        _cfg["graphs"] = bool(graphs)
     return old
 
 
@@ -266,33 +257,6 @@ class _Prof:
 _OFF = _Prof(None, False)
 
 
-# ------------------------------------------------------------------------------ CUDA graphs
-_GRAPHS_PER_BATCH = 8  # captured steps kept per batch (one per query count and switches seen)
-_graph_refused = []  # why the driver refused a capture (then no more tries in this process)
-_event_record_external = []
-
-
-def _no_tick(name=None):
-    pass
-
-
-def _graph_event_record(event, stream):
-    """Record ``event`` as a node of the graph being captured on ``stream``: the driver's
-    cuEventRecordWithFlags with CU_EVENT_RECORD_EXTERNAL (CuPy has no binding). A plain event
-    record inside a capture only orders the captured work and is never recorded when the graph
-    runs, so the host's wait on it would return at once and read stale candidates."""
-    if not _event_record_external:
-        import ctypes
-
-        fn = ctypes.CDLL("libcuda.so.1").cuEventRecordWithFlags
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
-        fn.restype = ctypes.c_int
-        _event_record_external.append(fn)
-    rc = _event_record_external[0](event.ptr, stream.ptr, 1)
-    if rc != 0:
-        raise RuntimeError(f"cuEventRecordWithFlags(external) returned CUresult {rc}")
-
-
 # ------------------------------------------------------------------------------ one query batch
 class _Batch:
     """One pipelined query batch: its stream, device buffers, pinned host buffers (all for up to
@@ -345,14 +309,11 @@ class _Batch:
         _merge_smem_opt_in(self.k_merge, self.smem_merge)
         self.nbytes = int(sum(a.nbytes for a in vars(self).values() if isinstance(a, cp.ndarray)))
         self.prof = _OFF
-        self._graphs = {}
-        self.graph = None
 
-    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graphs=False):
+    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF):
         """Views of the first ``nq`` rows for this call, the work state reset on the stream (after
         the tables and seeds already queued there), kernel arguments. ``T`` / ``seeds``: the
-        tables and seeds when made elsewhere (legacy), else this batch's own buffers. ``graphs``:
-        the walk steps as one captured CUDA graph each (:meth:`_step_graph`)."""
+        tables and seeds when made elsewhere (legacy), else this batch's own buffers."""
         cp = self.cp
         i32 = np.int32
         L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
@@ -394,7 +355,7 @@ class _Batch:
             self.turn = 0
         self.done = False
         self.iters = 0
-        self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = self.n_graph = 0
+        self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
         self.smem_dist = m * ksub * 4 if use_smem else 0
 
         def dist_args(nbrs, width):
@@ -412,7 +373,6 @@ class _Batch:
         self.grid, self.block = (nq,), (_NT,)
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
         self.nbr_args = (self.nbr_dev.data.ptr, self.nbr_host.ctypes.data, nq * W * R * 4, _H2D)
-        self.graph = self._step_graph() if graphs else None
 
     def _tick(self, name=None):
         """Profile: an event on this stream; the span since the previous tick is ``name``."""
@@ -421,69 +381,6 @@ class _Batch:
             self.prof.spans.append((name, self._t, e))
         self._t = e
 
-    def _graph_key(self):
-        """Everything a captured step bakes in: pointers, sizes, launch shapes, the copy order."""
-        def k(a):
-            return int(a) if isinstance(a, (int, np.integer)) else int(a.data.ptr)
-
-        return (self.prefetch, self.smem_dist, self.smem_merge, self.grid, tuple(map(k, self.args_dist)),
-                tuple(map(k, self.args_merge)), self.cand_args, self.nbr_args, self.event.ptr)
-
-    def _step_graph(self):
-        """This shape's captured step (kept with the batch; at most ``_GRAPHS_PER_BATCH``), or None
-        when the driver refused a capture in this process (the step's calls then go one by one)."""
-        if _graph_refused:
-            return None
-        key = self._graph_key()
-        g = self._graphs.get(key)
-        if g is None:
-            try:
-                g = self._capture()
-            except Exception as exc:  # noqa: BLE001 (any refusal: the calls one by one give the same results)
-                _graph_refused.append(repr(exc))
-                logger.warning("BANG GPU search: the driver refused to capture a walk step as a CUDA graph (%s); "
-                               "each step's copies and kernels are launched one by one", exc)
-                return None
-            if len(self._graphs) >= _GRAPHS_PER_BATCH:
-                self._graphs.pop(next(iter(self._graphs)))
-            self._graphs[key] = g
-        return g
-
-    def _capture(self):
-        s = self.stream
-        with s:
-            s.begin_capture()
-            try:
-                self._queue(False, lambda: _graph_event_record(self.event, s), _no_tick)
-            finally:
-                g = s.end_capture()
-        return g
-
-    def _queue(self, first, record, tick):
-        """One step's copies and kernels on this batch's stream (``record`` marks the candidates'
-        arrival in ``cand_host``; ``tick`` names the span each call closes when profiling)."""
-        memcpy, sp = self.cp.cuda.runtime.memcpyAsync, self.stream.ptr
-        if not first:
-            memcpy(*self.nbr_args, sp)
-            tick("h2d_nbr")
-        self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist, shared_mem=self.smem_dist)
-        tick("distances")
-        if self.prefetch:
-            memcpy(*self.cand_args, sp)
-            record()
-            tick("d2h_cand")
-            self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
-            tick("merge")
-        else:
-            self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
-            tick("merge")
-            memcpy(*self.cand_args, sp)
-            record()
-            tick("d2h_cand")
-
-    def _record(self):
-        self.event.record(self.stream)
-
     def step(self, first=False, n_kept=0):
         """Queue one iteration on this batch's stream: rows H2D, distances, candidate copy and
         merge, then (stash) the ``n_kept`` candidate vectors the host gathered with the rows. With
@@ -491,36 +388,53 @@ class _Batch:
         without, the merge kernel chooses them and the copy follows it. The event marks the
         candidates' arrival in ``cand_host``; the vectors go last, off the path to the next
         candidates (their pinned buffer alternates: the one being refilled was copied before the
-        event the host waited for). After the first step the five calls are one graph launch
-        when the batch has a captured step (:meth:`_step_graph`)."""
+        event the host waited for)."""
+        memcpy, sp = self.cp.cuda.runtime.memcpyAsync, self.stream.ptr
         p = self.prof.on
-        tick = self._tick if p else _no_tick
         with self.stream:
             if p:
                 self._tick()
-            if self.graph is not None and not first:
-                self.graph.launch(self.stream)
-                tick("step_graph")
-                self.n_graph += 1
+            if not first:
+                memcpy(*self.nbr_args, sp)
+                self.h2d_bytes += self.nbr_args[2]
+                if p:
+                    self._tick("h2d_nbr")
+            self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
+                        shared_mem=self.smem_dist)
+            if p:
+                self._tick("distances")
+            if self.prefetch:
+                memcpy(*self.cand_args, sp)
+                self.event.record(self.stream)
+                if p:
+                    self._tick("d2h_cand")
+                self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+                if p:
+                    self._tick("merge")
             else:
-                self._queue(first, self._record, tick)
+                self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+                if p:
+                    self._tick("merge")
+                memcpy(*self.cand_args, sp)
+                self.event.record(self.stream)
+                if p:
+                    self._tick("d2h_cand")
             self.n_launch += 2
             self.n_copy += 1 if first else 2
             self.d2h_bytes += self.cand_args[2]
-            if not first:
-                self.h2d_bytes += self.nbr_args[2]
             if n_kept:
                 t = self.turn
                 vb = n_kept * self.row_bytes
-                memcpy, sp = self.cp.cuda.runtime.memcpyAsync, self.stream.ptr
                 memcpy(self._vec_dev.data.ptr, self.vec_host[t].ctypes.data, vb, _H2D, sp)
                 memcpy(self._dst_dev.data.ptr, self.dst_host[t].ctypes.data, n_kept * 4, _H2D, sp)
-                tick("h2d_vec")
+                if p:
+                    self._tick("h2d_vec")
                 words = n_kept * (self.row_bytes // self.word)
                 self.k_stash((int(min(-(-words // _EW), 1 << 16)),), (_EW,),
                              (self._vec_dev, self._dst_dev, np.int32(n_kept), np.int32(self.row_bytes),
                               np.int32(self.word), self._slots))
-                tick("stash")
+                if p:
+                    self._tick("stash")
                 self.turn ^= 1
                 self.n_launch += 1
                 self.n_copy += 2
@@ -908,8 +822,6 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   legacy=legacy, rerank_mode=mode, stash_slots=S, rerank_fallback_rows=fallback_rows,
                   workspace_reused=reused, workspace_bytes=int(sum(b.nbytes for b in batches)),
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
-                  graph_steps=int(sum(b.n_graph for b in batches)),
-                  graph_refused=_graph_refused[0] if _graph_refused else None,
                   h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
                   d2h_bytes=int(sum(b.d2h_bytes for b in batches)),
                   host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync)
@@ -968,8 +880,7 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
                 b._seeds[:nb] = entry.seeds_for(Qb, n_seeds)
                 if prof.on:
                     b._tick("seeds")
-            b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof,
-                   graphs=_cfg["graphs"])
+            b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof)
     except BaseException:
         _release(engine, batches)
         raise
