@@ -20,7 +20,9 @@ benchmark's memory budget (vectors do not fit: re-rank rows stashed during the w
 the same with the re-rank rows gathered after the walk (pinned chunks), ``new-gpuvec`` the current
 one with the budget lifted for the call (the vectors fit: re-rank from a device copy),
 ``new-onecall`` the current one with every query in one walk (``MIN_CALL_QUERIES`` set to the
-query count: the search as it was before it kept to the memory budget per call). Every
+query count: the search as it was before it kept to the memory budget per call). A path ending
+in ``-f32`` (``new-f32``, ``new-onecall-f32``) walks with float32 distance tables instead of the
+bfloat16 default (``_pq.TABLE_BITS``). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -137,7 +139,8 @@ def main():
     ap.add_argument("--build-budget-mb", type=float, default=None,
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-onecall, new-cupy "
-                         "(the re-rank by ~35 CuPy calls instead of its two kernels)")
+                         "(the re-rank by ~35 CuPy calls instead of its two kernels); a -f32 suffix: "
+                         "float32 distance tables (default bfloat16)")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -151,7 +154,7 @@ def main():
     import cupy as cp
 
     import knnkit
-    from knnkit.index.bang import _search_gpu
+    from knnkit.index.bang import _pq, _search_gpu
     from knnkit.index.bang._search_gpu import last_stats
 
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
@@ -223,12 +226,14 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        _search_gpu.configure(legacy=path == "legacy", profile=False,
-                                              rerank_mode="host" if path == "new-host" else None,
-                                              rerank_kernels=path != "new-cupy")
-                        knnkit.set_memory_budget(None if path == "new-gpuvec" else budget)
+                        base = path.removesuffix("-f32")  # "-f32": float32 distance tables
+                        _pq.TABLE_BITS = 32 if base != path else 16
+                        _search_gpu.configure(legacy=base == "legacy", profile=False,
+                                              rerank_mode="host" if base == "new-host" else None,
+                                              rerank_kernels=base != "new-cupy")
+                        knnkit.set_memory_budget(None if base == "new-gpuvec" else budget)
                         # new-onecall: every query in one walk, as before the per-call memory bound
-                        _search_gpu.MIN_CALL_QUERIES = a.queries if path == "new-onecall" else min_call
+                        _search_gpu.MIN_CALL_QUERIES = a.queries if base == "new-onecall" else min_call
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width, pipeline_batch=-(-a.queries // nb))
                         # warm-up at full size: compilation, and the buffers the new path keeps
@@ -239,7 +244,8 @@ def main():
                         _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
                         cp.cuda.Device().synchronize()
                         dt = time.perf_counter() - t
-                        row = {"method": "knnkit-host", "path": path, "beam": beam, "width": width, "pipeline_batches": nb,
+                        row = {"method": "knnkit-host", "path": path, "table_bits": _pq.TABLE_BITS,
+                               "beam": beam, "width": width, "pipeline_batches": nb,
                                "prefetch": prefetch, "rerank": rr, "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k),
                                "qps": a.queries / dt, "seconds": dt, "gpu_pool_bytes": int(pool.total_bytes()),
                                **last_stats()}
@@ -271,6 +277,7 @@ def main():
                         dump()
     _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True)
     _search_gpu.MIN_CALL_QUERIES = min_call
+    _pq.TABLE_BITS = 16
     knnkit.set_memory_budget(budget)
     index._engine.release_gpu_buffers()
     if a.device_peer:

@@ -92,9 +92,12 @@ class _Kernel:
         self.fn(*[_h(a) for a in args])
 
 
-def _distances(nbrs, width, codes, m, T, ksub, use_smem, vec_load, bloom, bloom_words, wl_ids, wl_d, wl_x, L,
+def _distances(nbrs, width, codes, m, T, ksub, bf16, use_smem, vec_load, bloom, bloom_words, wl_ids, wl_d, wl_x, L,
                new_ids, new_d, new_x, n_new, new_cap, select, W, cand, log_ids, log_d, n_exp, max_iters, GS, nq):
     width, L, W, max_iters, nq = int(width), int(L), int(W), int(max_iters), int(nq)
+    assert bool(bf16) == (T.dtype == np.uint16), "the kernel's bf16 flag must name the tables' dtype"
+    if bf16:  # bfloat16 bits: the upper half of a float32
+        T = (T.astype(np.uint32) << np.uint32(16)).view(np.float32)
     wmask = int(bloom_words) - 1
     for q in range(nq):
         row = nbrs[q, :width]
@@ -183,13 +186,18 @@ def _merge(wl_ids, wl_d, wl_x, L, new_ids, new_d, new_x, n_new, new_cap, select,
         cand[q, c:] = -1
 
 
-def _tables(dots, qn, cn, T, nq, m, ksub, ip):
+def _tables(dots, qn, cn, T, nq, m, ksub, ip, bf16):
     dots = dots.reshape(int(m), int(nq), int(ksub))
     if ip:
         t = -dots
     else:
         t = np.maximum(qn.reshape(int(m), int(nq))[:, :, None] - 2.0 * dots + cn[:, None, :], 0.0)
-    T[...] = t.transpose(1, 0, 2).astype(np.float32)
+    t = t.transpose(1, 0, 2).astype(np.float32)
+    if bf16:
+        u = t.view(np.uint32)
+        T[...] = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    else:
+        T[...] = t
 
 
 def _stash(rows, dst, nrows, row_bytes, word, slots):
@@ -265,7 +273,7 @@ class FakeOutOfMemory(Exception):
 
 def _fake_module():
     cp = types.ModuleType("cupy")
-    for name in ("int32", "int64", "uint8", "uint32", "float32", "float64", "bool_", "inf", "take_along_axis",
+    for name in ("int32", "int64", "uint8", "uint16", "uint32", "float32", "float64", "bool_", "inf", "take_along_axis",
                  "concatenate", "where", "maximum", "minimum", "nonzero", "matmul", "einsum", "isfinite"):
         setattr(cp, name, getattr(np, name))
     cp.ndarray = FakeArray

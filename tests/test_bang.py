@@ -59,10 +59,29 @@ def test_pq_padding_and_tables(rng):
     Q = rng.random((5, 10), dtype=np.float32)
     rec = _pq.reconstruct(codes, cb, 10)
     for metric in ("l2", "ip"):
-        T = _pq.pq_tables(Q, cb, metric)
+        T = _pq.pq_tables(Q, cb, metric, bits=32)
         approx = T[np.arange(5)[:, None, None], np.arange(4)[None, None, :], codes[None, :, :].astype(np.int64)].sum(2)
         exact = ((Q[:, None, :] - rec[None]) ** 2).sum(2) if metric == "l2" else -(Q @ rec.T)
         np.testing.assert_allclose(approx, exact, rtol=1e-4, atol=1e-4)
+        # the walk's tables: each entry bfloat16-rounded (8 significant bits: within 2^-8 relative)
+        T16 = _pq.pq_tables(Q, cb, metric, bits=16)
+        assert T16.dtype == np.float32 and not (T16.view(np.uint32) & 0xFFFF).any()
+        assert np.all(np.abs(T16 - T) <= np.abs(T) * 2.0 ** -8)
+        np.testing.assert_array_equal(T16, _pq.round_bf16(T))
+
+
+def test_round_bf16_nearest_ties_to_even():
+    one = np.float32(1.0)
+    ulp = np.float32(2.0 ** -7)  # bfloat16's spacing at 1
+    x = np.array([1.0, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20, 1 + 2.0 ** -9, -2.5, 0.0, -0.0,
+                  np.inf, -np.inf, 3.0e38], np.float32)
+    want = np.array([one, one, one + 2 * ulp, one + ulp, one, -2.5, 0.0, -0.0, np.inf, -np.inf, np.nan], np.float32)
+    got = _pq.round_bf16(x)
+    np.testing.assert_array_equal(got[:-1], want[:-1])  # halfway: to the even neighbour (1, then 1 + 2 ulp)
+    assert np.isinf(got[-1]) or abs(got[-1] - x[-1]) <= x[-1] * 2.0 ** -8  # rounds to float32's max or inf
+    r = np.random.default_rng(0).standard_normal(10000).astype(np.float32) * 1e3
+    g = _pq.round_bf16(r)
+    assert not (g.view(np.uint32) & 0xFFFF).any() and np.all(np.abs(g - r) <= np.abs(r) * 2.0 ** -8)
 
 
 def test_pq_deterministic(rng):

@@ -392,10 +392,16 @@ def test_gpu_tables_bit_identical(metric, rng):
     for m, dsub in ((48, 2), (16, 4), (7, 3)):
         Q = cp.asarray(rng.standard_normal((333, m * dsub), dtype=np.float32))
         cb = cp.asarray(rng.standard_normal((m, 256, dsub), dtype=np.float32))
-        want = pq_tables(Q, cb, metric)
+        want = pq_tables(Q, cb, metric, bits=32)
         out = cp.empty_like(want)
         sg._tables_into(cp, Q, cb, (cb * cb).sum(axis=2), metric, out)
         assert bool((out == want).all()), (metric, m, dsub)
+        # bfloat16 bits (the walk's tables): the values of pq_tables(bits=16), bit for bit
+        want16 = pq_tables(Q, cb, metric, bits=16)
+        out16 = cp.empty(want.shape, cp.uint16)
+        sg._tables_into(cp, Q, cb, (cb * cb).sum(axis=2), metric, out16)
+        got16 = (out16.astype(cp.uint32) << 16).view(cp.float32)
+        assert bool((got16 == want16).all()), (metric, m, dsub, "bf16")
 
 
 @pytest.mark.gpu

@@ -41,7 +41,7 @@ def test_opq_tables_are_the_rotated_distances():
     Q = _correlated(7, 24, 2)
     R, C = _pq.train_opq(X, 3, random_state=1)
     codes = _pq.encode(X, C, rotation=R)
-    T = _pq.pq_tables(Q, C, "l2", rotation=R)
+    T = _pq.pq_tables(Q, C, "l2", rotation=R, bits=32)  # float32 entries (the walk's are bfloat16-rounded)
     adc = T[:, np.arange(3)[None, :], codes.astype(np.int64)].sum(-1)  # (7, 2000)
     rec = _pq.reconstruct(codes, C, 24)
     want = (((Q @ R)[:, None, :] - rec[None]) ** 2).sum(-1)

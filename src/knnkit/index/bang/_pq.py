@@ -15,7 +15,8 @@ import numpy as np
 from ..._core.backend import get_array_module
 from ..._core.config import logger
 
-__all__ = ["choose_m", "pad_dim", "train_pq", "train_opq", "use_opq", "encode", "pq_tables", "reconstruct", "KSUB"]
+__all__ = ["choose_m", "pad_dim", "train_pq", "train_opq", "use_opq", "encode", "pq_tables", "reconstruct", "KSUB",
+           "round_bf16", "TABLE_BITS"]
 
 KSUB = 256  #: centroids per subspace (codes are uint8)
 TRAIN_SAMPLE = 65536  #: points the k-means sees at most
@@ -29,6 +30,12 @@ OPQ_KMEANS_ITERS = 4
 #: dsub = 2 OPQ changes -0.03..+0.01 (no gain); at dsub = 8 (codes cut by the memory budget)
 #: +0.01..+0.11 (manifold 0.635 -> 0.749)
 OPQ_AUTO_MIN_DSUB = 8
+#: Bits of a distance-table entry in the walk: 16 = bfloat16 (the float32 entry rounded to nearest,
+#: ties to even; 8 significant bits, float32's range, so no scaling), 32 = float32. The GPU walk
+#: reloads each live query's table into shared memory every step (48 KB at m = 48 in float32): in
+#: bfloat16 the load and the per-query state halve. The CPU twin walks the same rounded values, so
+#: both walks stay equal. See NOTES.md ("bfloat16 tables").
+TABLE_BITS = 16
 
 
 def pad_dim(d, m):
@@ -259,12 +266,23 @@ def reconstruct(codes, codebook, d):
     return rec.reshape(rec.shape[0], -1)[:, :d]
 
 
-def pq_tables(Q, codebook, metric, rotation=None):
+def round_bf16(T):
+    """float32 values rounded to bfloat16 (nearest, ties to even), as float32 (numpy or cupy).
+    The same bit operation as ``bang_tables`` in ``bang.cu``: the walks of both see equal values."""
+    xp = get_array_module(T)
+    u = xp.ascontiguousarray(T, dtype=xp.float32).view(xp.uint32)
+    r = (u + xp.uint32(0x7FFF) + ((u >> xp.uint32(16)) & xp.uint32(1))) & xp.uint32(0xFFFF0000)
+    return r.view(xp.float32)
+
+
+def pq_tables(Q, codebook, metric, rotation=None, bits=None):
     """Per-query distance tables (nq, m, ksub) float32 (BANG 4.2): entry ``[q, j, c]`` is the
     squared distance (``"l2"``) or the negative inner product (``"ip"``) between subvector ``j``
     of query ``q`` and centroid ``c`` of subspace ``j``; a code's distance is the sum over ``j``.
     One batched GEMM on the device of ``Q``. ``rotation``: OPQ's (the queries are rotated as the
-    data was; an orthogonal rotation keeps both the distances and the inner products)."""
+    data was; an orthogonal rotation keeps both the distances and the inner products). ``bits``
+    (default :data:`TABLE_BITS`): 16 rounds the entries to bfloat16 (:func:`round_bf16`), the
+    values the walks use; 32 keeps float32."""
     xp = get_array_module(Q)
     m = codebook.shape[0]
     Qs = _padded(xp.ascontiguousarray(Q, dtype=xp.float32), m, rotation).transpose(1, 0, 2)  # (m, nq, dsub)
@@ -274,12 +292,13 @@ def pq_tables(Q, codebook, metric, rotation=None):
     else:
         T = (Qs * Qs).sum(axis=2)[:, :, None] - 2.0 * dots + (codebook * codebook).sum(axis=2)[:, None, :]
         T = xp.maximum(T, 0.0)
-    return xp.ascontiguousarray(T.transpose(1, 0, 2).astype(xp.float32))
+    T = xp.ascontiguousarray(T.transpose(1, 0, 2).astype(xp.float32))
+    return round_bf16(T) if (TABLE_BITS if bits is None else bits) == 16 else T
 
 
-def table_bytes(m, ksub=KSUB):
-    """Bytes of one query's table (BANG keeps it in shared memory where it fits)."""
-    return int(m) * int(ksub) * 4
+def table_bytes(m, ksub=KSUB, bits=None):
+    """Bytes of one query's table in the GPU walk (BANG keeps it in shared memory where it fits)."""
+    return int(m) * int(ksub) * (TABLE_BITS if bits is None else bits) // 8
 
 
 def log2ceil(x):

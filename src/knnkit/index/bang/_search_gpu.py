@@ -47,6 +47,7 @@ from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
+from . import _pq
 from ._pq import _padded, pq_tables, table_bytes
 from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows, gather_walk
 
@@ -263,7 +264,7 @@ class _Batch:
     ``cap`` queries; kept by the index across calls) and, per call (:meth:`bind`), views of the
     first ``nq`` rows and the kernel arguments (an iteration only launches, it allocates nothing)."""
 
-    def __init__(self, cp, cap, *, L, R, W, max_iters, s, m, ksub, S=0, d=0, vdtype=None, own=True):
+    def __init__(self, cp, cap, *, L, R, W, max_iters, s, m, ksub, S=0, d=0, vdtype=None, own=True, tbits=32):
         self.cp = cp
         self.cap, self.L, self.R, self.W, self.max_iters, self.s = cap, L, R, W, max_iters, s
         self.m, self.ksub, self.S, self.d = m, ksub, S, d
@@ -287,7 +288,8 @@ class _Batch:
             self._n_exp = e(cap, cp.int32)
             self._nbr_dev = e((cap, W * R), cp.int32)
             # own: tables and seeds written in place each call (legacy: made per call and handed in)
-            self._T = e((cap, m, ksub), cp.float32) if own else None
+            # own tables: bfloat16 bits (uint16) when tbits == 16 (_pq.TABLE_BITS), else float32
+            self._T = e((cap, m, ksub), cp.uint16 if tbits == 16 else cp.float32) if own else None
             self._seeds = e((cap, s), cp.int32) if own else None
             if S:
                 self._slots = e((cap * S, d), vdtype)
@@ -356,10 +358,11 @@ class _Batch:
         self.done = False
         self.iters = 0
         self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
-        self.smem_dist = m * ksub * 4 if use_smem else 0
+        bf16 = self.T.dtype.itemsize == 2  # legacy hands in float32 tables (rounded values)
+        self.smem_dist = m * ksub * self.T.dtype.itemsize if use_smem else 0
 
         def dist_args(nbrs, width):
-            return (nbrs, i32(width), codes, i32(m), self.T, i32(ksub), i32(1 if use_smem else 0),
+            return (nbrs, i32(width), codes, i32(m), self.T, i32(ksub), i32(1 if bf16 else 0), i32(1 if use_smem else 0),
                     i32(1 if vec_load else 0), self.bloom, i32(self.bloom_words), self.wl_ids, self.wl_d, self.wl_x,
                     i32(L), self.new_ids, self.new_d, self.new_x, self.n_new, i32(self.new_cap),
                     i32(1 if prefetch else 0), i32(W), self.cand, self.log_ids, self.log_d, self.n_exp,
@@ -490,7 +493,8 @@ def _group_size(m):
 def _tables_into(cp, Qb, codebook, cn, metric, out, rotation=None):
     """PQ tables of prepared queries ``Qb`` into ``out`` (nb, m, ksub), on the current stream: the
     batched GEMM of :func:`_pq.pq_tables` (same call, same dot products), then ``bang_tables``
-    (the rest of that expression in one pass, bit for bit). ``rotation``: OPQ's (device array)."""
+    (the rest of that expression in one pass, bit for bit; into a uint16 ``out`` as bfloat16 bits,
+    the values of ``pq_tables(bits=16)``). ``rotation``: OPQ's (device array)."""
     nb = Qb.shape[0]
     m, ksub = codebook.shape[0], codebook.shape[1]
     Qs = _padded(cp.ascontiguousarray(Qb, dtype=cp.float32), m, rotation).transpose(1, 0, 2)  # (m, nb, dsub)
@@ -499,7 +503,8 @@ def _tables_into(cp, Qb, codebook, cn, metric, out, rotation=None):
     qn = dots if ip else cp.ascontiguousarray((Qs * Qs).sum(axis=2))  # (m, nb); unused for ip
     total = nb * m * ksub
     _kernel("bang_tables")((int(min(-(-total // _EW), 1 << 20)),), (_EW,),
-                           (dots, qn, cn, out, np.int32(nb), np.int32(m), np.int32(ksub), np.int32(1 if ip else 0)))
+                           (dots, qn, cn, out, np.int32(nb), np.int32(m), np.int32(ksub), np.int32(1 if ip else 0),
+                            np.int32(1 if out.dtype.itemsize == 2 else 0)))
 
 
 _ws_lock = threading.Lock()
@@ -579,7 +584,7 @@ def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=
     ``itemsize``: the stash's slots and rows, 0 without a stash)."""
     bw = bloom_words_for(max_iters, R, s)
     nc = max(W * R, s)
-    b = 9 * L + 4 * bw + 9 * nc + 4 + 4 * W + 8 * max_iters + 4 + 4 * W * R + 4 * m * ksub + 4 * s
+    b = 9 * L + 4 * bw + 9 * nc + 4 + 4 * W + 8 * max_iters + 4 + 4 * W * R + table_bytes(m, ksub) + 4 * s
     if S:
         b += (S + W) * d * itemsize + 4 * W
     return int(b)
@@ -686,7 +691,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     R = graph.shape[1]
     m = codes.shape[1]
     ksub = codebook.shape[1]
-    use_smem = _table_fits_shared(table_bytes(m, ksub))
+    use_smem = _table_fits_shared(table_bytes(m, ksub, 32 if legacy else None))  # legacy: float32 tables
     GS = _group_size(m)
     pb = int(pipeline_batch) if pipeline_batch else max(1, -(-nq // 2))
     starts = list(range(0, nq, pb))
@@ -859,7 +864,7 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
            use_smem, GS, prefetch, prof):
     """The index's cached batches (or new ones), each with its tables (``_tables_into``), seeds and
     reset queued on its own stream behind the caller's work: no host wait. ``(batches, reused)``."""
-    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S,
+    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S, tbits=_pq.TABLE_BITS,
                  d=data.shape[1] if S else 0, vdtype=data.dtype.str if S else None)
     batches, reused = _workspace(engine, cp, sizes, shape)
     try:

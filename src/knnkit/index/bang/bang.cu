@@ -64,7 +64,8 @@ __device__ __forceinline__ void log_expansion(int q, int ne, int node, float d, 
 }  // namespace bang
 
 // PQ distances of each query's fresh neighbours (section 4.5). nbrs: (nq, width) ids (-1 = none;
-// width = W*R, or the seed count on the first call); tables: (nq, m, ksub) float; copied to shared
+// width = W*R, or the seed count on the first call); tables: (nq, m, ksub) float, or with bf16 their
+// bfloat16 bits (uint16; the upper half of a float32, so widening is a shift); copied to shared
 // memory when use_smem (4.2), with 16-byte loads when vec_load (0: the 4-byte loop of v1/v2, kept
 // for the legacy path of the per-call profile). Neighbours that pass the Bloom filter and beat the work list's worst
 // entry are appended to new_ids/new_d/new_x (nq, new_cap >= width; flag 0) and counted in n_new.
@@ -76,7 +77,7 @@ __device__ __forceinline__ void log_expansion(int q, int ne, int node, float d, 
 // key order, -1 padded. GS: lanes per neighbour, a power of two <= 32 dividing blockDim.x.
 extern "C" __global__ void bang_distances(
     const int* __restrict__ nbrs, int width, const unsigned char* __restrict__ codes, int m,
-    const float* __restrict__ tables, int ksub, int use_smem, int vec_load, unsigned* __restrict__ bloom,
+    const void* __restrict__ tables, int ksub, int bf16, int use_smem, int vec_load, unsigned* __restrict__ bloom,
     int bloom_words,
     const int* __restrict__ wl_ids, const float* __restrict__ wl_d, unsigned char* __restrict__ wl_x, int L,
     int* __restrict__ new_ids, float* __restrict__ new_d, unsigned char* __restrict__ new_x, int* __restrict__ n_new,
@@ -102,16 +103,18 @@ extern "C" __global__ void bang_distances(
     float* my_new_d = new_d + (size_t)q * new_cap;
     unsigned char* my_new_x = new_x + (size_t)q * new_cap;
     if (has) {
-        const float* T = tables + (size_t)q * m * ksub;
+        // bf16: entries are the upper 16 bits of float32 values (bfloat16), half the bytes per load
+        const int esz = bf16 ? 2 : 4;
+        const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
         if (use_smem) {
-            const int n = m * ksub;
-            if (vec_load && (n & 3) == 0 && (reinterpret_cast<size_t>(T) & 15) == 0) {
-                // 16-byte loads, four in flight per thread: the table (48 KB at m = 48) is reloaded
-                // by every live query every iteration, and 4-byte loads at 4 blocks per SM left
-                // the fill latency-bound (same values in shared memory, results unchanged)
+            const int nbytes = m * ksub * esz;
+            if (vec_load && (nbytes & 15) == 0 && (reinterpret_cast<size_t>(T) & 15) == 0) {
+                // 16-byte loads, four in flight per thread: the table (48 KB at m = 48 in float32,
+                // 24 KB in bfloat16) is reloaded by every live query every iteration, and 4-byte
+                // loads at 4 blocks per SM left the fill latency-bound (same bytes, results unchanged)
                 const float4* T4 = reinterpret_cast<const float4*>(T);
                 float4* S4 = reinterpret_cast<float4*>(s_table);
-                const int n4 = n >> 2, bs = blockDim.x;
+                const int n4 = nbytes >> 4, bs = blockDim.x;
                 int i = threadIdx.x;
                 for (; i + 3 * bs < n4; i += 4 * bs) {  // four loads issued before the first store
                     const float4 a = __ldg(T4 + i), b = __ldg(T4 + i + bs), c = __ldg(T4 + i + 2 * bs),
@@ -119,12 +122,19 @@ extern "C" __global__ void bang_distances(
                     S4[i] = a; S4[i + bs] = b; S4[i + 2 * bs] = c; S4[i + 3 * bs] = e;
                 }
                 for (; i < n4; i += bs) S4[i] = __ldg(T4 + i);
+            } else if (bf16) {
+                const unsigned short* Tg = reinterpret_cast<const unsigned short*>(T);
+                unsigned short* Ts = reinterpret_cast<unsigned short*>(s_table);
+                for (int i = threadIdx.x; i < m * ksub; i += blockDim.x) Ts[i] = Tg[i];
             } else {
-                for (int i = threadIdx.x; i < n; i += blockDim.x) s_table[i] = T[i];
+                const float* Tg = reinterpret_cast<const float*>(T);
+                for (int i = threadIdx.x; i < m * ksub; i += blockDim.x) s_table[i] = Tg[i];
             }
-            T = s_table;
+            T = reinterpret_cast<const unsigned char*>(s_table);
         }
         __syncthreads();
+        const float* Tf = reinterpret_cast<const float*>(T);
+        const unsigned short* Th = reinterpret_cast<const unsigned short*>(T);
         const float worst_d = wl_ids[wb + L - 1] >= 0 ? wl_d[wb + L - 1] : BANG_INF;
         const int worst_i = wl_ids[wb + L - 1];
         unsigned* words = bloom + (size_t)q * bloom_words;
@@ -139,7 +149,11 @@ extern "C" __global__ void bang_distances(
             float acc = 0.f;
             if (fresh) {
                 const unsigned char* row = codes + (size_t)node * m;
-                for (int t = lane; t < m; t += GS) acc += T[t * ksub + row[t]];
+                if (bf16) {
+                    for (int t = lane; t < m; t += GS) acc += __uint_as_float((unsigned)Th[t * ksub + row[t]] << 16);
+                } else {
+                    for (int t = lane; t < m; t += GS) acc += Tf[t * ksub + row[t]];
+                }
             }
             for (int off = GS / 2; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off, GS);
             if (lane == 0 && fresh && bang::key_less(acc, node, worst_d, worst_i)) {
@@ -297,11 +311,12 @@ extern "C" __global__ void bang_merge(int* __restrict__ wl_ids, float* __restric
 // Per-query PQ distance tables (section 4.2) from the batched GEMM's dot products, one pass:
 // dots (m, nq, ksub) = Q_j . C_j^T as cuBLAS returned it, qn (m, nq) = |Q_j|^2, cn (m, ksub) =
 // |C_j|^2; T (nq, m, ksub) = max((qn - 2 dot) + cn, 0) for l2 (each step rounded as the CuPy
-// expression of _pq.pq_tables rounds it, so T is bit-identical to it), -dot for ip. Replaces five
+// expression of _pq.pq_tables rounds it, so T is bit-identical to it), -dot for ip; with bf16 each
+// entry is stored as its bfloat16 bits (uint16), rounded as _pq.round_bf16 rounds. Replaces five
 // elementwise passes and a transposing copy of the whole (m, nq, ksub) array.
 extern "C" __global__ void bang_tables(const float* __restrict__ dots, const float* __restrict__ qn,
-                                       const float* __restrict__ cn, float* __restrict__ T, int nq, int m,
-                                       int ksub, int ip) {
+                                       const float* __restrict__ cn, void* __restrict__ T, int nq, int m,
+                                       int ksub, int ip, int bf16) {
     const size_t total = (size_t)nq * m * ksub;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)(i % ksub);
@@ -316,7 +331,12 @@ extern "C" __global__ void bang_tables(const float* __restrict__ dots, const flo
             t = __fadd_rn(__fsub_rn(qn[(size_t)j * nq + q], __fmul_rn(2.0f, dot)), cn[(size_t)j * ksub + c]);
             t = (t >= 0.f || isnan(t)) ? t : 0.f;  // cupy.maximum(T, 0.0)
         }
-        T[i] = t;
+        if (bf16) {  // round to nearest, ties to even (_pq.round_bf16: the same bit operation)
+            const unsigned u = __float_as_uint(t);
+            static_cast<unsigned short*>(T)[i] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        } else {
+            static_cast<float*>(T)[i] = t;
+        }
     }
 }
 
