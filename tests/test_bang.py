@@ -345,20 +345,23 @@ def test_gpu_matches_cpu_path(kind, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [96, 256, 512])
-def test_gpu_table_placements(d, rng):
-    """d = 96: m = 48, a table of exactly 48 KB (the opt-in edge); d = 256: 128 KB (opt-in shared
-    memory); d = 512 with pq_bytes=256: 256 KB, over the shared-memory limit, so the tables stay in
-    global memory (the default m is capped at 128)."""
+@pytest.mark.parametrize("d,pq_bytes,bits,smem", [(96, None, 32, True), (96, None, 16, True), (256, None, 16, True),
+                                                  (512, 256, 32, False), (512, 256, 16, True), (512, 512, 16, False)])
+def test_gpu_table_placements(d, pq_bytes, bits, smem, rng, monkeypatch):
+    """One query's table in shared memory when it fits (opt-in past 48 KB, up to 200 KB), else in
+    global memory. float32 (_pq.TABLE_BITS = 32) at d = 96: m = 48, exactly 48 KB (the opt-in
+    edge); bfloat16 (the default) halves it: m = 256 is 128 KB (shared, opt-in) where float32 is
+    256 KB (global); m = 512 is 256 KB in bfloat16 (global). The GPU walk agrees with the CPU twin."""
+    from knnkit.index.bang import _pq
     from knnkit.index.bang._search_gpu import last_stats
 
+    monkeypatch.setattr(_pq, "TABLE_BITS", bits)
     X = rng.random((5000, d), dtype=np.float32)
     Q = rng.random((64, d), dtype=np.float32)
-    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0,
-                                    pq_bytes=256 if d == 512 else None)
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0, pq_bytes=pq_bytes)
     _d, i = index.search(Q, k=10, beam=96)
     assert isinstance(i, np.ndarray)  # numpy in, numpy out
-    assert last_stats()["table_in_smem"] == (d < 512)
+    assert last_stats()["table_in_smem"] == smem
     _dc, ic = index.search(Q, k=10, beam=96, device="cpu")
     assert (i == ic).mean() >= 0.95
 
