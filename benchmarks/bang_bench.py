@@ -22,7 +22,8 @@ one with the budget lifted for the call (the vectors fit: re-rank from a device 
 ``new-onecall`` the current one with every query in one walk (``MIN_CALL_QUERIES`` set to the
 query count: the search as it was before it kept to the memory budget per call). A path ending
 in ``-f32`` (``new-f32``, ``new-onecall-f32``) walks with float32 distance tables instead of the
-bfloat16 default (``_pq.TABLE_BITS``). Every
+bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` computes the tables by the batched GEMM
+expansion instead of the direct kernel (``_pq.TABLE_METHOD``); both may be given. Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -140,7 +141,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-onecall, new-cupy "
                          "(the re-rank by ~35 CuPy calls instead of its two kernels); a -f32 suffix: "
-                         "float32 distance tables (default bfloat16)")
+                         "float32 distance tables (default bfloat16); -gemm: tables by the GEMM expansion")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -226,8 +227,12 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        base = path.removesuffix("-f32")  # "-f32": float32 distance tables
-                        _pq.TABLE_BITS = 32 if base != path else 16
+                        base, _pq.TABLE_BITS, _pq.TABLE_METHOD = path, 16, "direct"
+                        while base.endswith(("-f32", "-gemm")):  # float32 tables; tables by the GEMM
+                            if base.endswith("-f32"):
+                                base, _pq.TABLE_BITS = base[:-4], 32
+                            else:
+                                base, _pq.TABLE_METHOD = base[:-5], "gemm"
                         _search_gpu.configure(legacy=base == "legacy", profile=False,
                                               rerank_mode="host" if base == "new-host" else None,
                                               rerank_kernels=base != "new-cupy")
@@ -245,6 +250,7 @@ def main():
                         cp.cuda.Device().synchronize()
                         dt = time.perf_counter() - t
                         row = {"method": "knnkit-host", "path": path, "table_bits": _pq.TABLE_BITS,
+                               "table_method": _pq.TABLE_METHOD,
                                "beam": beam, "width": width, "pipeline_batches": nb,
                                "prefetch": prefetch, "rerank": rr, "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k),
                                "qps": a.queries / dt, "seconds": dt, "gpu_pool_bytes": int(pool.total_bytes()),
@@ -277,7 +283,7 @@ def main():
                         dump()
     _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True)
     _search_gpu.MIN_CALL_QUERIES = min_call
-    _pq.TABLE_BITS = 16
+    _pq.TABLE_BITS, _pq.TABLE_METHOD = 16, "direct"
     knnkit.set_memory_budget(budget)
     index._engine.release_gpu_buffers()
     if a.device_peer:

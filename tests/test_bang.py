@@ -70,6 +70,28 @@ def test_pq_padding_and_tables(rng):
         np.testing.assert_array_equal(T16, _pq.round_bf16(T))
 
 
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_direct_tables_match_the_expansion_and_the_definition(metric, rng, monkeypatch):
+    """The direct tables (default) against the GEMM expansion and against float64 sums; a uint16
+    ``out`` gets the bfloat16 bits of the rounded values."""
+    X = rng.standard_normal((1500, 21), dtype=np.float32)  # d = 21, m = 7, dsub = 3
+    cb = _pq.train_pq(X, 7, random_state=0)
+    Q = rng.standard_normal((9, 21), dtype=np.float32)
+    monkeypatch.setattr(_pq, "TABLE_METHOD", "gemm")
+    gemm = _pq.pq_tables(Q, cb, metric, bits=32)
+    monkeypatch.setattr(_pq, "TABLE_METHOD", "direct")
+    direct = _pq.pq_tables(Q, cb, metric, bits=32)
+    Qs = Q.reshape(9, 7, 3).astype(np.float64)
+    C = cb.astype(np.float64)
+    exact = (-(Qs[:, :, None, :] * C[None]).sum(-1) if metric == "ip"
+             else ((Qs[:, :, None, :] - C[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(direct, exact, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gemm, exact, rtol=1e-4, atol=1e-4)
+    bits = np.empty(direct.shape, np.uint16)
+    _pq.tables_into(Q, cb, metric, bits)
+    np.testing.assert_array_equal((bits.astype(np.uint32) << 16).view(np.float32), _pq.round_bf16(direct))
+
+
 def test_round_bf16_nearest_ties_to_even():
     one = np.float32(1.0)
     ulp = np.float32(2.0 ** -7)  # bfloat16's spacing at 1

@@ -385,23 +385,30 @@ def test_gpu_stash_fallback_and_counts(gpu_index, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("method", ["direct", "gemm"])
 @pytest.mark.parametrize("metric", ["l2", "ip"])
-def test_gpu_tables_bit_identical(metric, rng):
+def test_gpu_tables_bit_identical(method, metric, rng, monkeypatch):
+    """direct (the default): the GPU kernel's tables equal the CPU's (_pq._tables_cpu), bit for bit,
+    in float32 and as bfloat16 bits. gemm: the GPU's two-pass tables equal the CuPy expression of
+    pq_tables (same cuBLAS GEMM)."""
     import cupy as cp
 
+    from knnkit.index.bang import _pq
+
+    monkeypatch.setattr(_pq, "TABLE_METHOD", method)
     for m, dsub in ((48, 2), (16, 4), (7, 3)):
         Q = cp.asarray(rng.standard_normal((333, m * dsub), dtype=np.float32))
         cb = cp.asarray(rng.standard_normal((m, 256, dsub), dtype=np.float32))
-        want = pq_tables(Q, cb, metric, bits=32)
-        out = cp.empty_like(want)
+        ref = (lambda bits: pq_tables(cp.asnumpy(Q), cp.asnumpy(cb), metric, bits=bits)) if method == "direct" \
+            else (lambda bits: pq_tables(Q, cb, metric, bits=bits).get())
+        out = cp.empty((333, m, 256), cp.float32)
         sg._tables_into(cp, Q, cb, (cb * cb).sum(axis=2), metric, out)
-        assert bool((out == want).all()), (metric, m, dsub)
+        np.testing.assert_array_equal(out.get(), ref(32), err_msg=f"{method} {metric} {m} {dsub}")
         # bfloat16 bits (the walk's tables): the values of pq_tables(bits=16), bit for bit
-        want16 = pq_tables(Q, cb, metric, bits=16)
-        out16 = cp.empty(want.shape, cp.uint16)
+        out16 = cp.empty((333, m, 256), cp.uint16)
         sg._tables_into(cp, Q, cb, (cb * cb).sum(axis=2), metric, out16)
-        got16 = (out16.astype(cp.uint32) << 16).view(cp.float32)
-        assert bool((got16 == want16).all()), (metric, m, dsub, "bf16")
+        got16 = (out16.astype(cp.uint32) << 16).view(cp.float32).get()
+        np.testing.assert_array_equal(got16, ref(16), err_msg=f"{method} {metric} {m} {dsub} bf16")
 
 
 @pytest.mark.gpu

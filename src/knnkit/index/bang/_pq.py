@@ -36,6 +36,13 @@ OPQ_AUTO_MIN_DSUB = 8
 #: bfloat16 the load and the per-query state halve. The CPU twin walks the same rounded values, so
 #: both walks stay equal. See NOTES.md ("bfloat16 tables").
 TABLE_BITS = 16
+#: How the tables are computed: "direct" sums the subspace's squared differences (or products) in
+#: dimension order, each step rounded (no fused multiply-add), one pass that writes the table
+#: (``_tables_cpu`` here, ``bang_tables_direct`` in ``bang.cu``: the same operations, so CPU and
+#: GPU tables are equal bit for bit); "gemm" is the batched GEMM expansion |q|^2 - 2 q.c + |c|^2
+#: of earlier sessions (on the GPU a cuBLAS GEMM writing float32 dot products, then a second
+#: pass), kept for before/after measurements. See NOTES.md ("Direct tables").
+TABLE_METHOD = "direct"
 
 
 def pad_dim(d, m):
@@ -275,6 +282,61 @@ def round_bf16(T):
     return r.view(xp.float32)
 
 
+@numba.njit(parallel=True, cache=True)
+def _tables_cpu(Qs, C, ip, out):
+    """Direct tables: ``out[q, j, c]`` (float32) = sum over s of (Qs[q, j, s] - C[j, c, s])^2, or
+    minus the sum of the products (``ip``), in dimension order, float32 all the way (Numba does not
+    fuse the multiply-adds: the GPU kernel rounds each step the same way)."""
+    nq, m, dsub = Qs.shape
+    ksub = C.shape[1]
+    for q in numba.prange(nq):
+        for j in range(m):
+            for c in range(ksub):
+                t = np.float32(0.0)
+                for u in range(dsub):
+                    if ip:
+                        t = t + Qs[q, j, u] * C[j, c, u]
+                    else:
+                        e = Qs[q, j, u] - C[j, c, u]
+                        t = t + e * e
+                out[q, j, c] = -t if ip else t
+
+
+def _tables_gpu(Qs, C, ip, out):
+    """``bang_tables_direct`` on the current stream: the tables of ``Qs`` (nq, m, dsub) float32
+    into ``out`` (nq, m, ksub), float32 or (uint16 ``out``) their bfloat16 bits."""
+    from ..._core.cuda import get_kernel, kernel_path
+
+    nq, m, dsub = Qs.shape
+    ksub = C.shape[1]
+    total = nq * m * ksub
+    get_kernel(kernel_path(__file__, "bang.cu"), "bang_tables_direct")(
+        (int(min(-(-total // 256), 1 << 20)),), (256,),
+        (Qs, C, out, np.int32(nq), np.int32(m), np.int32(ksub), np.int32(dsub), np.int32(1 if ip else 0),
+         np.int32(1 if out.dtype.itemsize == 2 else 0)))
+
+
+def tables_into(Q, codebook, metric, out, rotation=None):
+    """Direct tables (:data:`TABLE_METHOD` "direct") of prepared queries ``Q`` into ``out`` (nq, m,
+    ksub): float32 values, or on the GPU a uint16 ``out`` of bfloat16 bits (rounded as
+    :func:`round_bf16`)."""
+    xp = get_array_module(Q)
+    m = codebook.shape[0]
+    Qs = xp.ascontiguousarray(_padded(xp.ascontiguousarray(Q, dtype=xp.float32), m, rotation))  # (nq, m, dsub)
+    C = xp.ascontiguousarray(codebook, dtype=xp.float32)
+    if xp is np:
+        o = np.asarray(out)
+        if o.dtype == np.uint16:  # bfloat16 bits, as the GPU kernel stores them
+            tmp = np.empty(o.shape, np.float32)
+            _tables_cpu(np.asarray(Qs), np.asarray(C), metric == "ip", tmp)
+            o[...] = (round_bf16(tmp).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+        else:
+            _tables_cpu(np.asarray(Qs), np.asarray(C), metric == "ip", o)
+    else:
+        _tables_gpu(Qs, C, metric == "ip", out)
+    return out
+
+
 def pq_tables(Q, codebook, metric, rotation=None, bits=None):
     """Per-query distance tables (nq, m, ksub) float32 (BANG 4.2): entry ``[q, j, c]`` is the
     squared distance (``"l2"``) or the negative inner product (``"ip"``) between subvector ``j``
@@ -282,9 +344,12 @@ def pq_tables(Q, codebook, metric, rotation=None, bits=None):
     One batched GEMM on the device of ``Q``. ``rotation``: OPQ's (the queries are rotated as the
     data was; an orthogonal rotation keeps both the distances and the inner products). ``bits``
     (default :data:`TABLE_BITS`): 16 rounds the entries to bfloat16 (:func:`round_bf16`), the
-    values the walks use; 32 keeps float32."""
+    values the walks use; 32 keeps float32. :data:`TABLE_METHOD` says how they are computed."""
     xp = get_array_module(Q)
     m = codebook.shape[0]
+    if TABLE_METHOD == "direct":
+        T = tables_into(Q, codebook, metric, xp.empty((Q.shape[0], m, codebook.shape[1]), xp.float32), rotation)
+        return round_bf16(T) if (TABLE_BITS if bits is None else bits) == 16 else T
     Qs = _padded(xp.ascontiguousarray(Q, dtype=xp.float32), m, rotation).transpose(1, 0, 2)  # (m, nq, dsub)
     dots = xp.matmul(Qs, codebook.transpose(0, 2, 1))  # (m, nq, ksub)
     if metric == "ip":

@@ -492,9 +492,13 @@ def _group_size(m):
 
 def _tables_into(cp, Qb, codebook, cn, metric, out, rotation=None):
     """PQ tables of prepared queries ``Qb`` into ``out`` (nb, m, ksub), on the current stream: the
+    direct kernel of :func:`_pq.tables_into` (``_pq.TABLE_METHOD == "direct"``, the default), or the
     batched GEMM of :func:`_pq.pq_tables` (same call, same dot products), then ``bang_tables``
     (the rest of that expression in one pass, bit for bit; into a uint16 ``out`` as bfloat16 bits,
     the values of ``pq_tables(bits=16)``). ``rotation``: OPQ's (device array)."""
+    if _pq.TABLE_METHOD == "direct":  # one pass, no GEMM (_pq.tables_into); cn unused
+        _pq.tables_into(Qb, codebook, metric, out, rotation)
+        return
     nb = Qb.shape[0]
     m, ksub = codebook.shape[0], codebook.shape[1]
     Qs = _padded(cp.ascontiguousarray(Qb, dtype=cp.float32), m, rotation).transpose(1, 0, 2)  # (m, nb, dsub)

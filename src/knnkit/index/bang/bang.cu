@@ -340,6 +340,42 @@ extern "C" __global__ void bang_tables(const float* __restrict__ dots, const flo
     }
 }
 
+// Per-query PQ distance tables (section 4.2) computed directly, one pass that only writes the table:
+// T[q, j, c] = sum over s < dsub of (Qs[q, j, s] - C[j, c, s])^2 (ip: minus the sum of the
+// products), in dimension order with every step rounded (no fused multiply-add), exactly as
+// _pq._tables_cpu adds them, so CPU and GPU tables are equal bit for bit. Qs (nq, m, dsub): the
+// padded (and OPQ-rotated) queries; C (m, ksub, dsub): the codebook (98 KB at m = 48, cached).
+// bf16: T holds each entry's bfloat16 bits (rounded as _pq.round_bf16). Replaces the batched GEMM
+// (float32 dot products of every entry written, then read again by bang_tables).
+extern "C" __global__ void bang_tables_direct(const float* __restrict__ Qs, const float* __restrict__ C,
+                                              void* __restrict__ T, int nq, int m, int ksub, int dsub, int ip,
+                                              int bf16) {
+    const size_t total = (size_t)nq * m * ksub;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % ksub);
+        const size_t qj = i / ksub;  // q * m + j
+        const int j = (int)(qj % m);
+        const float* qv = Qs + qj * dsub;
+        const float* cv = C + ((size_t)j * ksub + c) * dsub;
+        float t = 0.f;
+        if (ip) {
+            for (int u = 0; u < dsub; ++u) t = __fadd_rn(t, __fmul_rn(qv[u], cv[u]));
+            t = -t;
+        } else {
+            for (int u = 0; u < dsub; ++u) {
+                const float e = __fsub_rn(qv[u], cv[u]);
+                t = __fadd_rn(t, __fmul_rn(e, e));
+            }
+        }
+        if (bf16) {
+            const unsigned b = __float_as_uint(t);
+            static_cast<unsigned short*>(T)[i] = (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+        } else {
+            static_cast<float*>(T)[i] = t;
+        }
+    }
+}
+
 // Re-rank rows gathered during the walk (BANG 3.2.3 / 4.9: the candidates' full vectors travel with
 // their neighbour rows, so they are on the GPU when the re-rank starts). rows: (nrows, row_bytes)
 // as the host gathered them for this iteration's candidates; dst[r]: the slot (query * S + log
