@@ -275,7 +275,8 @@ def reconstruct(codes, codebook, d):
 
 def round_bf16(T):
     """float32 values rounded to bfloat16 (nearest, ties to even), as float32 (numpy or cupy).
-    The same bit operation as ``bang_tables`` in ``bang.cu``: the walks of both see equal values."""
+    The same bit operation as ``bang_tables_direct`` / ``bang_tables`` in ``bang.cu``: the CPU and GPU
+    walks see equal values."""
     xp = get_array_module(T)
     u = xp.ascontiguousarray(T, dtype=xp.float32).view(xp.uint32)
     r = (u + xp.uint32(0x7FFF) + ((u >> xp.uint32(16)) & xp.uint32(1))) & xp.uint32(0xFFFF0000)
@@ -341,10 +342,11 @@ def pq_tables(Q, codebook, metric, rotation=None, bits=None):
     """Per-query distance tables (nq, m, ksub) float32 (BANG 4.2): entry ``[q, j, c]`` is the
     squared distance (``"l2"``) or the negative inner product (``"ip"``) between subvector ``j``
     of query ``q`` and centroid ``c`` of subspace ``j``; a code's distance is the sum over ``j``.
-    One batched GEMM on the device of ``Q``. ``rotation``: OPQ's (the queries are rotated as the
+    Computed on the device of ``Q``: by :func:`tables_into` (one pass, the default) or, with
+    :data:`TABLE_METHOD` "gemm", one batched GEMM and the expansion. ``rotation``: OPQ's (the queries are rotated as the
     data was; an orthogonal rotation keeps both the distances and the inner products). ``bits``
     (default :data:`TABLE_BITS`): 16 rounds the entries to bfloat16 (:func:`round_bf16`), the
-    values the walks use; 32 keeps float32. :data:`TABLE_METHOD` says how they are computed."""
+    values the walks use; 32 keeps float32."""
     xp = get_array_module(Q)
     m = codebook.shape[0]
     if TABLE_METHOD == "direct":
