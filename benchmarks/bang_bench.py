@@ -16,14 +16,14 @@ IVF-PQ with refinement (when ``cuvs`` imports). Rows are written to JSON as they
 
 ``--paths``: ``legacy`` is the v2 search path (``_search_gpu.configure(legacy=True)``: per-call
 allocations, CuPy table expression, host re-rank after the walk), ``new`` the current one under the
-benchmark's memory budget (vectors do not fit: re-rank rows stashed during the walk), ``new-host``
-the same with the re-rank rows gathered after the walk (pinned chunks), ``new-gpuvec`` the current
-one with the budget lifted for the call (the vectors fit: re-rank from a device copy),
-``new-onecall`` the current one with every query in one walk (``MIN_CALL_QUERIES`` set to the
-query count: the search as it was before it kept to the memory budget per call). A path ending
-in ``-f32`` (``new-f32``, ``new-onecall-f32``) walks with float32 distance tables instead of the
-bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` computes the tables by the batched GEMM
-expansion instead of the direct kernel (``_pq.TABLE_METHOD``); both may be given. Every
+benchmark's memory budget (vectors do not fit: re-rank rows stashed during the walk). Either may be
+followed by flags, in any order and combination: ``-host`` the re-rank rows gathered after the walk
+(pinned chunks) instead of stashed during it; ``-gpuvec`` the budget lifted for the call (the
+vectors fit: re-rank from a device copy); ``-onecall`` every query in one walk
+(``MIN_CALL_QUERIES`` set to the query count: the search as it was before it kept to the memory
+budget per call); ``-cupy`` the re-rank by CuPy calls instead of its two kernels; ``-f32`` float32
+distance tables instead of the bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` the tables by the
+batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -111,6 +111,9 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
         res["cuvs_error"] = f"{type(e).__name__}: {e}"
 
 
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm"}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000_000)
@@ -139,9 +142,9 @@ def main():
                     help="search under a memory budget of (graph + vectors) / this")
     ap.add_argument("--build-budget-mb", type=float, default=None,
                     help="memory budget during the build (small: candidate lists out of core)")
-    ap.add_argument("--paths", default="new", help="GPU search paths to sweep: legacy, new, new-host, new-gpuvec, new-onecall, new-cupy "
-                         "(the re-rank by ~35 CuPy calls instead of its two kernels); a -f32 suffix: "
-                         "float32 distance tables (default bfloat16); -gemm: tables by the GEMM expansion")
+    ap.add_argument("--paths", default="new",
+                    help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
+                         "-host, -gpuvec, -cupy, -f32, -gemm (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -227,18 +230,19 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        base, _pq.TABLE_BITS, _pq.TABLE_METHOD = path, 16, "direct"
-                        while base.endswith(("-f32", "-gemm")):  # float32 tables; tables by the GEMM
-                            if base.endswith("-f32"):
-                                base, _pq.TABLE_BITS = base[:-4], 32
-                            else:
-                                base, _pq.TABLE_METHOD = base[:-5], "gemm"
-                        _search_gpu.configure(legacy=base == "legacy", profile=False,
-                                              rerank_mode="host" if base == "new-host" else None,
-                                              rerank_kernels=base != "new-cupy")
-                        knnkit.set_memory_budget(None if base == "new-gpuvec" else budget)
-                        # new-onecall: every query in one walk, as before the per-call memory bound
-                        _search_gpu.MIN_CALL_QUERIES = a.queries if base == "new-onecall" else min_call
+                        # a path is "legacy" or "new" followed by any of -onecall -host -gpuvec -cupy -f32 -gemm
+                        words = path.split("-")
+                        flags = set(words[1:])
+                        if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
+                            raise SystemExit(f"unknown path {path!r}")
+                        _pq.TABLE_BITS = 32 if "f32" in flags else 16  # float32 tables
+                        _pq.TABLE_METHOD = "gemm" if "gemm" in flags else "direct"  # tables by the GEMM
+                        _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
+                                              rerank_mode="host" if "host" in flags else None,
+                                              rerank_kernels="cupy" not in flags)
+                        knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
+                        # onecall: every query in one walk, as before the per-call memory bound
+                        _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width, pipeline_batch=-(-a.queries // nb))
                         # warm-up at full size: compilation, and the buffers the new path keeps

@@ -160,11 +160,28 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
     With ``stash``: the full vectors of the candidates whose log position ``count[q] + c`` is below
     ``slots`` are gathered too, packed query by query into ``vec_out`` rows ``0 .. n_kept - 1``,
     each with its re-rank slot ``q * slots + position`` in ``dst``; ``off`` (nb + 1) is scratch.
-    Returns ``(valid candidates, n_kept)`` (no valid candidate: the batch's walk is over)."""
+    Returns ``(valid candidates, n_kept)`` (no valid candidate: the batch's walk is over).
+
+    The packing offsets come from one serial pass over the candidate ids (nb * width int32), then
+    ONE parallel loop gathers each query's graph rows and vectors together: a parallel region costs
+    its dispatch every walk step, and a query's rows and vectors are independent misses the core
+    can overlap."""
     nb = count.shape[0]
     R = graph.shape[1]
     d = data.shape[1]
+    total = 0
+    off[0] = 0
+    for q in range(nb):
+        nv = 0
+        for c in range(width):
+            if cand[q * width + c] >= 0:
+                nv += 1
+        total += nv
+        off[q + 1] = off[q] + (min(nv, max(0, slots - count[q])) if stash else 0)
     for q in numba.prange(nb):
+        base = count[q]
+        o = off[q]
+        kept = off[q + 1] - o
         nv = 0
         for c in range(width):
             i = q * width + c
@@ -173,36 +190,15 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
                 nv += 1
                 for j in range(R):
                     nbr_out[i, j] = graph[node, j]
+                if c < kept:  # valid candidates come first: the c-th is at log position base + c
+                    for j in range(d):
+                        vec_out[o + c, j] = data[node, j]
+                    dst[o + c] = q * slots + base + c
             else:
                 for j in range(R):
                     nbr_out[i, j] = -1
-        if stash:
-            off[q + 1] = min(nv, max(0, slots - count[q]))  # rows of q that get a slot
-        else:
-            count[q] += nv
-    total = 0
-    for i in range(nb * width):
-        if cand[i] >= 0:
-            total += 1
-    n_kept = 0
-    if stash:
-        off[0] = 0
-        for q in range(nb):
-            off[q + 1] += off[q]
-        n_kept = off[nb]
-        for q in numba.prange(nb):
-            base = count[q]
-            o = off[q]
-            for c in range(off[q + 1] - o):
-                node = cand[q * width + c]
-                for j in range(d):
-                    vec_out[o + c, j] = data[node, j]
-                dst[o + c] = q * slots + base + c
-            c = 0
-            while c < width and cand[q * width + c] >= 0:  # the valid ones come first
-                c += 1
-            count[q] = base + c
-    return total, n_kept
+        count[q] = base + nv
+    return total, off[nb]
 
 
 def bits_view(a):
