@@ -273,6 +273,16 @@ def reconstruct(codes, codebook, d):
     return rec.reshape(rec.shape[0], -1)[:, :d]
 
 
+def table_bits():
+    """:data:`TABLE_BITS` as set now (read at each call, so a measurement may switch it)."""
+    return TABLE_BITS
+
+
+def table_method():
+    """:data:`TABLE_METHOD` as set now."""
+    return TABLE_METHOD
+
+
 def round_bf16(T):
     """float32 values rounded to bfloat16 (nearest, ties to even), as float32 (numpy or cupy).
     The same bit operation as ``bang_tables_direct`` / ``bang_tables`` in ``bang.cu``: the CPU and GPU

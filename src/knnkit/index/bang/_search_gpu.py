@@ -48,8 +48,7 @@ from ..._core.config import logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
-from . import _pq
-from ._pq import _padded, pq_tables, table_bytes
+from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
 from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows, gather_walk
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
@@ -497,8 +496,8 @@ def _tables_into(cp, Qb, codebook, cn, metric, out, rotation=None):
     batched GEMM of :func:`_pq.pq_tables` (same call, same dot products), then ``bang_tables``
     (the rest of that expression in one pass, bit for bit; into a uint16 ``out`` as bfloat16 bits,
     the values of ``pq_tables(bits=16)``). ``rotation``: OPQ's (device array)."""
-    if _pq.TABLE_METHOD == "direct":  # one pass, no GEMM (_pq.tables_into); cn unused
-        _pq.tables_into(Qb, codebook, metric, out, rotation)
+    if table_method() == "direct":  # one pass, no GEMM (_pq.tables_into); cn unused
+        tables_into(Qb, codebook, metric, out, rotation)
         return
     nb = Qb.shape[0]
     m, ksub = codebook.shape[0], codebook.shape[1]
@@ -869,7 +868,7 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
            use_smem, GS, prefetch, prof):
     """The index's cached batches (or new ones), each with its tables (``_tables_into``), seeds and
     reset queued on its own stream behind the caller's work: no host wait. ``(batches, reused)``."""
-    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S, tbits=_pq.TABLE_BITS,
+    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S, tbits=table_bits(),
                  d=data.shape[1] if S else 0, vdtype=data.dtype.str if S else None)
     batches, reused = _workspace(engine, cp, sizes, shape)
     try:
