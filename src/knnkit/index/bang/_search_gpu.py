@@ -26,9 +26,10 @@ Re-ranking (4.9), three ways (``last_stats()["rerank_mode"]``):
 Per-call buffers (device and pinned) are kept by the index (``HostIndex._bang_ws``) and reused by
 the next call of the same shape; the PQ tables are one kernel per batch (``bang_tables_direct``:
 each entry summed in one pass and stored as bfloat16, the values the CPU twin computes; see
-``_pq.TABLE_BITS`` / ``_pq.TABLE_METHOD``). ``configure(legacy=True)`` runs the v2 path (commit edfb1d5) for comparison: per-call
-allocations, the CuPy expression of the tables, the 4-byte table fill and the host re-rank into
-pageable memory after the walk. All paths give the same ids and distances.
+``_pq.TABLE_BITS`` / ``_pq.TABLE_METHOD``). ``configure(legacy=True)`` runs the v2 path (commit
+edfb1d5) for comparison: per-call allocations, the tables made apart and handed in as float32,
+the 4-byte table fill and the host re-rank into pageable memory after the walk. All paths give the
+same ids and distances.
 
 Timers (``last_stats``): host seconds waiting for candidates, gathering rows, queueing copies and
 launches, finishing batches, and in total; iterations of the longest batch; counters of launches,
