@@ -353,15 +353,23 @@ def pq_tables(Q, codebook, metric, rotation=None, bits=None):
     squared distance (``"l2"``) or the negative inner product (``"ip"``) between subvector ``j``
     of query ``q`` and centroid ``c`` of subspace ``j``; a code's distance is the sum over ``j``.
     Computed on the device of ``Q``: by :func:`tables_into` (one pass, the default) or, with
-    :data:`TABLE_METHOD` "gemm", one batched GEMM and the expansion. ``rotation``: OPQ's (the queries are rotated as the
-    data was; an orthogonal rotation keeps both the distances and the inner products). ``bits``
+    :data:`TABLE_METHOD` "gemm", one batched GEMM and the expansion. ``rotation``: OPQ's (the
+    queries are rotated as the data was; an orthogonal rotation keeps both the distances and the
+    inner products). ``bits``
     (default :data:`TABLE_BITS`): 16 rounds the entries to bfloat16 (:func:`round_bf16`), the
     values the walks use; 32 keeps float32."""
     xp = get_array_module(Q)
     m = codebook.shape[0]
     if TABLE_METHOD == "direct":
         T = tables_into(Q, codebook, metric, xp.empty((Q.shape[0], m, codebook.shape[1]), xp.float32), rotation)
-        return round_bf16(T) if (TABLE_BITS if bits is None else bits) == 16 else T
+    else:
+        T = _tables_gemm(xp, Q, codebook, metric, rotation)
+    return round_bf16(T) if (TABLE_BITS if bits is None else bits) == 16 else T
+
+
+def _tables_gemm(xp, Q, codebook, metric, rotation):
+    """``TABLE_METHOD = "gemm"``: the batched GEMM expansion, float32 (nq, m, ksub)."""
+    m = codebook.shape[0]
     Qs = _padded(xp.ascontiguousarray(Q, dtype=xp.float32), m, rotation).transpose(1, 0, 2)  # (m, nq, dsub)
     dots = xp.matmul(Qs, codebook.transpose(0, 2, 1))  # (m, nq, ksub)
     if metric == "ip":
@@ -369,8 +377,7 @@ def pq_tables(Q, codebook, metric, rotation=None, bits=None):
     else:
         T = (Qs * Qs).sum(axis=2)[:, :, None] - 2.0 * dots + (codebook * codebook).sum(axis=2)[:, None, :]
         T = xp.maximum(T, 0.0)
-    T = xp.ascontiguousarray(T.transpose(1, 0, 2).astype(xp.float32))
-    return round_bf16(T) if (TABLE_BITS if bits is None else bits) == 16 else T
+    return xp.ascontiguousarray(T.transpose(1, 0, 2).astype(xp.float32))
 
 
 def table_bytes(m, ksub=KSUB, bits=None):

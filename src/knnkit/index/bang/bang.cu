@@ -61,6 +61,17 @@ __device__ __forceinline__ void log_expansion(int q, int ne, int node, float d, 
     log_d[(size_t)q * max_iters + ne] = d;
 }
 
+// Entry i of a distance table: float32, or (bf16) its bfloat16 bits, rounded to nearest with ties
+// to even -- the bit operation of _pq.round_bf16, so CPU and GPU tables hold equal values.
+__device__ __forceinline__ void store_entry(void* __restrict__ T, size_t i, float t, int bf16) {
+    if (bf16) {
+        const unsigned u = __float_as_uint(t);
+        static_cast<unsigned short*>(T)[i] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    } else {
+        static_cast<float*>(T)[i] = t;
+    }
+}
+
 }  // namespace bang
 
 // PQ distances of each query's fresh neighbours (section 4.5). nbrs: (nq, width) ids (-1 = none;
@@ -331,12 +342,7 @@ extern "C" __global__ void bang_tables(const float* __restrict__ dots, const flo
             t = __fadd_rn(__fsub_rn(qn[(size_t)j * nq + q], __fmul_rn(2.0f, dot)), cn[(size_t)j * ksub + c]);
             t = (t >= 0.f || isnan(t)) ? t : 0.f;  // cupy.maximum(T, 0.0)
         }
-        if (bf16) {  // round to nearest, ties to even (_pq.round_bf16: the same bit operation)
-            const unsigned u = __float_as_uint(t);
-            static_cast<unsigned short*>(T)[i] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-        } else {
-            static_cast<float*>(T)[i] = t;
-        }
+        bang::store_entry(T, i, t, bf16);
     }
 }
 
@@ -367,12 +373,7 @@ extern "C" __global__ void bang_tables_direct(const float* __restrict__ Qs, cons
                 t = __fadd_rn(t, __fmul_rn(e, e));
             }
         }
-        if (bf16) {
-            const unsigned b = __float_as_uint(t);
-            static_cast<unsigned short*>(T)[i] = (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-        } else {
-            static_cast<float*>(T)[i] = t;
-        }
+        bang::store_entry(T, i, t, bf16);
     }
 }
 
