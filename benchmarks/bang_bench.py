@@ -23,7 +23,10 @@ vectors fit: re-rank from a device copy); ``-onecall`` every query in one walk
 (``MIN_CALL_QUERIES`` set to the query count: the search as it was before it kept to the memory
 budget per call); ``-cupy`` the re-rank by CuPy calls instead of its two kernels; ``-f32`` float32
 distance tables instead of the bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` the tables by the
-batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``). Every
+batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``); ``-mapped`` the graph
+and vectors page-locked and mapped, read by the kernels over PCIe (``configure(access="mapped")``:
+no host gather, no round trip per step; the registration is the first call's, ``mapped_register_s``
+in the stages). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -111,7 +114,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
         res["cuvs_error"] = f"{type(e).__name__}: {e}"
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped"}
 
 
 def main():
@@ -144,7 +147,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm (module docstring), e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -230,7 +233,7 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        # a path is "legacy" or "new" followed by any of -onecall -host -gpuvec -cupy -f32 -gemm
+                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -239,7 +242,8 @@ def main():
                         _pq.TABLE_METHOD = "gemm" if "gemm" in flags else "direct"  # tables by the GEMM
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
-                                              rerank_kernels="cupy" not in flags)
+                                              rerank_kernels="cupy" not in flags,
+                                              access="mapped" if "mapped" in flags else "gather")
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
@@ -259,6 +263,9 @@ def main():
                                "prefetch": prefetch, "rerank": rr, "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k),
                                "qps": a.queries / dt, "seconds": dt, "gpu_pool_bytes": int(pool.total_bytes()),
                                **last_stats()}
+                        mp = getattr(index._engine, "_bang_mapped", None)
+                        if mp and "mapped_register_s" not in res["stages"]:  # first mapped call's cost
+                            res["stages"]["mapped_register_s"] = mp["seconds"]
                         res["rows"].append(row)
                         print(json.dumps({k: v for k, v in row.items() if k not in ("phases", "gpu_s")}), flush=True)
                         if a.busy:
@@ -285,7 +292,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="gather")
     _search_gpu.MIN_CALL_QUERIES = min_call
     _pq.TABLE_BITS, _pq.TABLE_METHOD = 16, "direct"
     knnkit.set_memory_budget(budget)

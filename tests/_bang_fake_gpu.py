@@ -263,7 +263,19 @@ def _rerank_select(dist, cand, c, Cp, k, D, I):
                 D[q, j], I[q, j] = np.inf, -1
 
 
-KERNELS = {"bang_distances": _distances, "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash,
+def _gather_graph(cand, nrows, graph, R, nbrs):
+    nrows, R = int(nrows), int(R)
+    c = cand.reshape(-1)[:nrows]
+    out = nbrs.reshape(-1)[:nrows * R].reshape(nrows, R)
+    out[...] = np.where((c >= 0)[:, None], graph[np.maximum(c, 0)], -1)
+
+
+def _live(cand, nrows, out):
+    out[0] = int((cand.reshape(-1)[:int(nrows)] >= 0).sum())
+
+
+KERNELS = {"bang_distances": _distances, "bang_gather_graph": _gather_graph, "bang_live": _live,
+           "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash,
            "bang_rerank_rows": _rerank_rows, "bang_rerank_select": _rerank_select}
 
 
@@ -312,4 +324,6 @@ def install(monkeypatch):
     kernels = {name: _Kernel(fn) for name, fn in KERNELS.items()}
     monkeypatch.setattr(sg, "_kernel", lambda name: kernels[name])
     monkeypatch.setattr(sg, "_smem_fit", {})
+    # mapped host memory (access="mapped"): "device" views over the same host memory, nothing registered
+    monkeypatch.setattr(sg, "_map_arrays", lambda cp_, arrays: (tuple(a.view(FakeArray) for a in arrays), []))
     return cp

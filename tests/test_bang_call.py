@@ -300,9 +300,15 @@ def test_configure_round_trip():
     old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
-                           "rerank_kernels": old["rerank_kernels"]}
+                           "rerank_kernels": old["rerank_kernels"], "access": old["access"],
+                           "mapped_chunk": old["mapped_chunk"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
+        with pytest.raises(ValueError, match="access"):
+            sg.configure(access="zero-copy")
+        for bad in (0, 2.0, True, "4"):
+            with pytest.raises(ValueError, match="mapped_chunk"):
+                sg.configure(mapped_chunk=bad)
     finally:
         sg.configure(**old)
     assert sg._cfg == old
@@ -318,6 +324,115 @@ def test_fake_gpu_forced_modes(small, monkeypatch):
         if rerank is None:
             np.testing.assert_array_equal(i, il)
             np.testing.assert_array_equal(d, dl)
+
+
+# ----------------------------------------------------------------------- mapped access (fake GPU)
+def test_page_ranges_merge_shared_pages():
+    buf = np.zeros(3 * 4096 // 4, np.int32)
+    base = buf.ctypes.data
+    a, b = buf[:100], buf[100:1500]  # share a page
+    got = sg._page_ranges([a, b, np.zeros(0, np.int32)])
+    assert len(got) == 1
+    lo, hi = got[0]
+    assert lo % 4096 == 0 and hi % 4096 == 0 and lo <= base and hi >= base + 1500 * 4
+    far = np.zeros(1 << 20, np.uint8)
+    assert len(sg._page_ranges([a, far])) == 2 or far.ctypes.data // 4096 <= (base + 400) // 4096 + 1
+
+
+@pytest.mark.parametrize("W,prefetch,pb,chunk", [(1, True, None, 4), (4, True, 13, 1), (4, False, None, 3),
+                                                 (8, False, 7, 16)])
+def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, small, monkeypatch):
+    """access="mapped": the kernels read the graph rows and the re-rank rows from the mapped host
+    arrays, the host only queues chunks of steps; same ids and distances as the host gather and the
+    CPU twin, logs equal to the twin's, whatever the chunk (steps past the end change nothing)."""
+    index, Q = small
+    e = index._engine
+    L, k = 24, 5
+    dg, ig = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
+    assert sg.last_stats()["access"] == "gather"
+    monkeypatch.setitem(sg._cfg, "access", "mapped")
+    monkeypatch.setitem(sg._cfg, "mapped_chunk", chunk)
+    dm, im = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
+    st = sg.last_stats()
+    assert st["access"] == "mapped" and st["rerank_mode"] == "mapped" and st["host_gather_rows"] == 0
+    assert st["h2d_bytes"] == 0 and st["stash_slots"] == 0
+    np.testing.assert_array_equal(im, ig)
+    np.testing.assert_array_equal(dm, dg)
+    if pb is None:  # two batches: their logs against the twin's
+        T = pq_tables(e.pq_queries(Q), e._codebook, e.pq_metric)
+        li, _ld, ne = search_pq_cpu(e._graph, e._codes, T, e._entry.seeds_for(Q, 4), L=L, max_iters=8 * L, width=W)
+        s0 = 0
+        for b in e._bang_ws["batches"]:
+            np.testing.assert_array_equal(_host(b.log_ids), li[s0:s0 + b.nq])
+            np.testing.assert_array_equal(_host(b.n_exp), ne[s0:s0 + b.nq])
+            s0 += b.nq
+    # a short re-rank, and the vectors' device copy: the graph still mapped
+    dg2, ig2 = (None, None)
+    monkeypatch.setitem(sg._cfg, "access", "gather")
+    dg2, ig2 = _fake_search(monkeypatch, index, Q, k, L, W, rerank=k)
+    monkeypatch.setitem(sg._cfg, "access", "mapped")
+    dm2, im2 = _fake_search(monkeypatch, index, Q, k, L, W, rerank=k)
+    np.testing.assert_array_equal(im2, ig2)
+    np.testing.assert_array_equal(dm2, dg2)
+    monkeypatch.setattr(type(e), "_rerank_data_gpu", lambda self: dev(self._data))
+    dm3, im3 = _fake_search(monkeypatch, index, Q, k, L, W)
+    assert sg.last_stats()["rerank_mode"] == "device" and sg.last_stats()["access"] == "mapped"
+    np.testing.assert_array_equal(im3, ig)
+    np.testing.assert_array_equal(dm3, dg)
+
+
+def test_fake_gpu_mapped_unavailable_falls_back(small, monkeypatch, caplog):
+    index, Q = small
+    dg, ig = _fake_search(monkeypatch, index, Q)
+    monkeypatch.setitem(sg._cfg, "access", "mapped")
+
+    def refuse(cp, arrays):
+        raise RuntimeError("no registration here")
+
+    install(monkeypatch)
+    monkeypatch.setattr(sg, "_map_arrays", refuse)
+    index._engine._bang_mapped = None
+    e = index._engine
+    with caplog.at_level("INFO", logger="knnkit"):
+        dm, im = sg.search_host_gpu(e, dev(Q), 5, codes=dev(e._codes), codebook=dev(e._codebook), entry=e._entry,
+                                    L=24, max_iters=192, n_seeds=4, rerank=24, prefetch=True, width=4)
+    assert sg.last_stats()["access"] == "gather"
+    assert "mapped access unavailable" in caplog.text and "no registration here" in caplog.text
+    np.testing.assert_array_equal(im, ig)
+    np.testing.assert_array_equal(dm, dg)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="knnkit"):  # decided once per index: not tried again
+        sg.search_host_gpu(e, dev(Q), 5, codes=dev(e._codes), codebook=dev(e._codebook), entry=e._entry,
+                           L=24, max_iters=192, n_seeds=4, rerank=24, prefetch=True, width=4)
+    assert "mapped access unavailable" not in caplog.text
+
+
+def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
+    """Under an explicit budget the mapped walk has no stash: more queries per call, same answers."""
+    index, Q = small
+    e = index._engine
+    L, W, R, d = 24, 4, e._graph.shape[1], e._data.shape[1]
+    shape = dict(L=L, R=R, W=W, max_iters=8 * L, s=4, m=e._codes.shape[1], ksub=e._codebook.shape[1])
+    rr_bytes = L * (d * (4 + 4) + 12)
+    per_mapped = sg.batch_bytes_per_query(**shape) + rr_bytes
+    per_gather = sg.batch_bytes_per_query(S=sg.stash_slots(L, W, L, 8 * L), d=d, itemsize=4, **shape) + rr_bytes
+    assert per_gather > per_mapped
+    n = 9  # queries a call with the stash (mapped: 10)
+    assert (n * per_gather) // per_mapped > n
+    knnkit.set_memory_budget(int(e._codes.nbytes) + int(e._codebook.nbytes) + n * per_gather)
+    try:
+        monkeypatch.setattr(sg, "MIN_CALL_QUERIES", 1)
+        dg, ig = _fake_search(monkeypatch, index, Q)
+        calls_gather = sg.last_stats()["calls"]
+        monkeypatch.setitem(sg._cfg, "access", "mapped")
+        dm, im = _fake_search(monkeypatch, index, Q)
+        calls_mapped = sg.last_stats()["calls"]
+    finally:
+        knnkit.set_memory_budget(None)
+    assert calls_gather == -(-len(Q) // n)
+    assert calls_mapped == -(-len(Q) // ((n * per_gather) // per_mapped))
+    np.testing.assert_array_equal(im, ig)
+    np.testing.assert_array_equal(dm, dg)
 
 
 # ------------------------------------------------------------------------------------------ GPU
@@ -365,6 +480,61 @@ def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
     index.search(Q, k=10, beam=64)
     index.search(Q, k=10, beam=64)
     assert sg.last_stats()["workspace_reused"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("budget", ["small", "auto"])
+def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
+    """access="mapped" (kernels read the page-locked host graph, and the vectors for the re-rank,
+    over PCIe): ids and distances equal to the host gather's, bit for bit, every chunk size."""
+    index, Q = gpu_index
+    knnkit.set_memory_budget(1 << 20 if budget == "small" else None)
+    old = sg.configure()
+    try:
+        for kw, chunk in ((dict(), 4), (dict(prefetch=False), 1), (dict(search_width=1), 7),
+                          (dict(pipeline_batch=37), 4), (dict(rerank=10), 2)):
+            sp = knnkit.index.SearchParams(**kw)
+            sg.configure(access="gather")
+            dg, ig = index.search(Q, k=10, beam=64, params=sp)
+            sg.configure(access="mapped", mapped_chunk=chunk)
+            dm, im = index.search(Q, k=10, beam=64, params=sp)
+            st = sg.last_stats()
+            assert st["access"] == "mapped" and st["host_gather_rows"] == 0, st
+            assert st["rerank_mode"] == ("device" if budget == "auto" else "mapped")
+            np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str(kw))
+            np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str(kw))
+    finally:
+        sg.configure(**old)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["uint8", "float16"])
+def test_gpu_mapped_memory_map_and_dtypes(dtype, tmp_path):
+    """A read-only memory map (the user's file) and rows of 24 / 48 bytes: registered read-only,
+    the same answers as the host gather."""
+    rng = np.random.default_rng(5)
+    X = _host(make_clustered(6000 + 200, 24, random_state=5, device="cpu"))
+    if dtype == "uint8":
+        X = np.clip((X - X.min()) / (X.max() - X.min()) * 255, 0, 255).astype(np.uint8)
+    else:
+        X = X.astype(np.float16)
+    np.save(tmp_path / "x.npy", X[:6000])
+    Xm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    index = knnkit.GraphIndex.build(Xm, placement="host", device="gpu", random_state=5)
+    Q = X[6000:][rng.permutation(200)]
+    knnkit.set_memory_budget(1 << 20)
+    old = sg.configure()
+    try:
+        sg.configure(access="gather")
+        dg, ig = index.search(Q, k=10, beam=48)
+        sg.configure(access="mapped")
+        dm, im = index.search(Q, k=10, beam=48)
+        assert sg.last_stats()["access"] == "mapped"
+        np.testing.assert_array_equal(_host(im), _host(ig))
+        np.testing.assert_array_equal(_host(dm), _host(dg))
+    finally:
+        sg.configure(**old)
+        knnkit.set_memory_budget(None)
 
 
 @pytest.mark.gpu

@@ -138,6 +138,7 @@ class HostIndex:
         self._gpu_extra = {}  # more GPU copies made on demand: PQ centroid norms, the vectors (re-rank)
         self._bang_ws = None  # the GPU search's per-call buffers, kept for the next call (_search_gpu)
         self._bang_upload = None  # pinned chunks of the GPU search's host re-rank gather
+        self._bang_mapped = None  # graph and vectors page-locked and mapped for the GPU (access="mapped")
 
     # ------------------------------------------------------------------ properties
     n = property(lambda self: int(self._data.shape[0]))
@@ -310,7 +311,8 @@ class HostIndex:
     def release_gpu_buffers(self):
         """Give back the GPU memory the GPU search keeps between calls (per-call buffers, pinned
         host buffers, the vectors' device copy); the next GPU search makes them again. The PQ codes
-        stay."""
+        stay, and so does the mapping of the host graph and vectors of ``access="mapped"`` (it holds
+        no GPU memory; it goes with the index)."""
         self._bang_ws = None
         self._bang_upload = None
         self._gpu_extra.pop("data", None)

@@ -75,6 +75,8 @@ def _env_flag(name):
 
 _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
+        "access": os.environ.get("KNNKIT_BANG_ACCESS", "gather").strip() or "gather",
+        "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -82,7 +84,10 @@ RERANK_KERNEL_MAX_COLS = 4096
 _UNSET = object()
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None):
+ACCESS_MODES = ("gather", "mapped")
+
+
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -101,6 +106,17 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         A finished batch's re-rank through the ``bang_rerank_rows`` / ``bang_rerank_select``
         kernels (default) or through ~35 CuPy calls (argsort, take_along_axis, masks). Same
         results; for measuring. Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
+    access : {"gather", "mapped"}
+        How a walk step reaches the host graph. "gather" (BANG 4.3 / 4.6): the candidates go to the
+        host, host threads gather their rows, the rows come back. "mapped": the graph and vectors
+        are page-locked and mapped into the GPU's address space once per index (cudaHostRegister)
+        and the kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round
+        trip per step, the re-rank reads its rows the same way. Same results. Falls back to
+        "gather" (logged) when the memory cannot be registered. Environment: ``KNNKIT_BANG_ACCESS``.
+    mapped_chunk : int
+        "mapped": walk steps queued between two looks of the host at whether a batch has finished
+        (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
+        a few microseconds of empty kernels). Environment: ``KNNKIT_BANG_MAPPED_CHUNK``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -113,6 +129,14 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         _cfg["rerank_mode"] = rerank_mode
     if rerank_kernels is not None:
         _cfg["rerank_kernels"] = bool(rerank_kernels)
+    if access is not None:
+        if access not in ACCESS_MODES:
+            raise ValueError(f"access must be one of {ACCESS_MODES}, got {access!r}")
+        _cfg["access"] = access
+    if mapped_chunk is not None:
+        if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
+            raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
+        _cfg["mapped_chunk"] = int(mapped_chunk)
     return old
 
 
@@ -133,6 +157,93 @@ def _pinned(shape, dtype):
     import cupyx
 
     return cupyx.empty_pinned(shape, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------ mapped host memory
+_PAGE = 4096
+_REGISTER_FLAGS = (1 | 2 | 8, 1 | 2)  # portable | mapped | read-only (the GPU only reads); then without read-only
+_ATTR_HOST_POINTER_FOR_REGISTERED = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
+
+
+def _page_ranges(arrays):
+    """Page-aligned ``[start, end)`` host ranges covering ``arrays``, overlapping ones merged (two
+    arrays may share a page, or lie in one memory map; a page cannot be registered twice)."""
+    spans = sorted((a.ctypes.data // _PAGE * _PAGE, -(-(a.ctypes.data + a.nbytes) // _PAGE) * _PAGE)
+                   for a in arrays if a.nbytes)
+    out = []
+    for lo, hi in spans:
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [tuple(r) for r in out]
+
+
+def _map_arrays(cp, arrays):
+    """Page-lock and map host ``arrays`` for the GPU; ``(views, registered)``: device arrays over
+    the same memory (the host pointers: the device must be able to use them, UVA) and the
+    registered ranges' starts, for :func:`_unmap`."""
+    rt = cp.cuda.runtime
+    dev = cp.cuda.Device().id
+    if rt.deviceGetAttribute(_ATTR_HOST_POINTER_FOR_REGISTERED, dev) != 1:
+        raise RuntimeError("the device cannot use host pointers of registered memory")
+    done = []
+    try:
+        for lo, hi in _page_ranges(arrays):
+            for i, flags in enumerate(_REGISTER_FLAGS):
+                try:
+                    rt.hostRegister(lo, hi - lo, flags)
+                    break
+                except rt.CUDARuntimeError:
+                    if i == len(_REGISTER_FLAGS) - 1:
+                        raise
+            done.append(lo)
+    except BaseException:
+        _unmap(cp, done)
+        raise
+    views = tuple(cp.ndarray(a.shape, a.dtype, cp.cuda.MemoryPointer(
+        cp.cuda.UnownedMemory(a.ctypes.data, a.nbytes, a, dev), 0)) for a in arrays)
+    return views, done
+
+
+def _unmap(cp, registered):
+    for lo in registered:
+        try:
+            cp.cuda.runtime.hostUnregister(lo)
+        except Exception:  # noqa: BLE001 - at exit the context may be gone; nothing to give back then
+            pass
+
+
+def host_mapped(engine):
+    """``(graph, data)`` as device arrays over the index's own host memory, page-locked and mapped
+    (``access="mapped"``), made once per index and kept while it lives; ``None`` when that is not
+    possible (logged once): then the walk gathers on the host."""
+    import weakref
+
+    import cupy as cp
+
+    graph, data = np.asarray(engine._graph), np.asarray(engine._data)
+    key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, cp.cuda.Device().id)
+    got = getattr(engine, "_bang_mapped", None)
+    if got is not None and got["key"] == key:
+        return got["views"]
+    if got is not None and got["registered"]:
+        got["finalizer"]()  # the index's arrays changed: the old registration goes
+    entry = {"key": key, "views": None, "registered": [], "finalizer": None, "seconds": 0.0}
+    try:
+        if graph.dtype != np.int32 or not (graph.flags.c_contiguous and data.flags.c_contiguous):
+            raise ValueError("graph or vectors not contiguous int32 / rows")
+        t = time.perf_counter()
+        views, registered = _map_arrays(cp, [graph, data])
+        entry.update(views=views, registered=registered, seconds=time.perf_counter() - t,
+                     finalizer=weakref.finalize(engine, _unmap, cp, registered))
+        logger.info("GraphIndex (host placement): %.2f GB of graph and vectors page-locked and mapped for the "
+                    "GPU in %.2f s", (graph.nbytes + data.nbytes) / 1e9, time.perf_counter() - t)
+    except Exception as e:  # noqa: BLE001 - any failure means: gather on the host, as BANG does
+        logger.info("GraphIndex (host placement): mapped access unavailable (%s: %s); host threads gather the "
+                    "rows", type(e).__name__, e)
+    engine._bang_mapped = entry
+    return entry["views"]
 
 
 def stash_slots(L, W, rerank, max_iters):
@@ -298,6 +409,11 @@ class _Batch:
                 self._dst_dev = e(cap * W, cp.int32)
         # the host's view of the W candidates of each query, the W rows it gathers for them, and
         # (stash) two alternating pinned buffers of candidate vectors and their slots
+        # mapped access: how many candidate slots are live, twice (a chunk of steps writes one while
+        # the host reads the other), and the events of their copies to the host
+        self._live_dev = cp.zeros(2, cp.int32)
+        self._live_host = _pinned(2, np.int32)
+        self.live_events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self._cand_host = _pinned((cap, W), np.int32)
         self._nbr_host = _pinned((cap, W * R), np.int32)
         self._off = np.empty(cap + 1, np.int32)
@@ -308,15 +424,19 @@ class _Batch:
             self.word = 16 if self.row_bytes % 16 == 0 else (4 if self.row_bytes % 4 == 0 else 1)
         self.k_dist, self.k_merge = _kernel("bang_distances"), _kernel("bang_merge")
         self.k_stash = _kernel("bang_stash") if S else None
+        self.k_gather, self.k_live = _kernel("bang_gather_graph"), _kernel("bang_live")
         self.smem_merge = 17 * self.new_cap + 9 * L
         _merge_smem_opt_in(self.k_merge, self.smem_merge)
-        self.nbytes = int(sum(a.nbytes for a in vars(self).values() if isinstance(a, cp.ndarray)))
+        # per-query arrays only (batch_bytes_per_query); the two live-count words are left out
+        self.nbytes = int(sum(a.nbytes for a in vars(self).values() if isinstance(a, cp.ndarray)
+                              and a is not self._live_dev))
         self.prof = _OFF
 
-    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF):
+    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graph_dev=None):
         """Views of the first ``nq`` rows for this call, the work state reset on the stream (after
         the tables and seeds already queued there), kernel arguments. ``T`` / ``seeds``: the
-        tables and seeds when made elsewhere (legacy), else this batch's own buffers."""
+        tables and seeds when made elsewhere (legacy), else this batch's own buffers. ``graph_dev``:
+        the mapped host graph (``access="mapped"``: the kernels read its rows)."""
         cp = self.cp
         i32 = np.int32
         L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
@@ -376,7 +496,53 @@ class _Batch:
                            self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(nq))
         self.grid, self.block = (nq,), (_NT,)
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
+        self.mapped = graph_dev is not None
+        if self.mapped:
+            total = nq * W * R
+            self.gather_grid = (int(max(1, min(-(-total // _EW), 1 << 16))),)
+            self.args_gather = (self.cand, np.int64(nq * W), graph_dev, i32(R), self.nbr_dev)
+            self.live_slot = 0
+            self.pending = []
         self.nbr_args = (self.nbr_dev.data.ptr, self.nbr_host.ctypes.data, nq * W * R * 4, _H2D)
+
+    def step_mapped(self, first=False):
+        """Queue one iteration of the mapped walk: the candidates' graph rows read from the mapped
+        host graph by the GPU (``bang_gather_graph``), distances, merge. Nothing goes to the host."""
+        p = self.prof.on
+        with self.stream:
+            if p:
+                self._tick()
+            if not first:
+                self.k_gather(self.gather_grid, (_EW,), self.args_gather)
+                self.n_launch += 1
+                if p:
+                    self._tick("gather_graph")
+            self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
+                        shared_mem=self.smem_dist)
+            if p:
+                self._tick("distances")
+            self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+            if p:
+                self._tick("merge")
+            self.n_launch += 2
+        self.iters += 1
+
+    def queue_chunk(self, steps):
+        """``steps`` mapped iterations, then the count of live candidate slots to pinned host memory
+        (one of two slots, in turn) and its event; the host looks at it in :func:`_run_mapped`."""
+        for _ in range(steps):
+            self.step_mapped()
+        slot = self.live_slot
+        with self.stream:
+            self.k_live((1,), (1024,), (self.cand, np.int32(self.nq * self.W), self._live_dev[slot:]))
+            self.cp.cuda.runtime.memcpyAsync(self._live_host[slot:].ctypes.data, self._live_dev[slot:].data.ptr, 4,
+                                             _D2H, self.stream.ptr)
+            self.live_events[slot].record(self.stream)
+        self.n_launch += 1
+        self.n_copy += 1
+        self.d2h_bytes += 4
+        self.pending.append(slot)
+        self.live_slot ^= 1
 
     def _tick(self, name=None):
         """Profile: an event on this stream; the span since the previous tick is ``name``."""
@@ -615,7 +781,9 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
     if not budget:
         return None
     xdev = engine._rerank_data_gpu()  # (made here if it fits: the room below leaves it out)
-    S = 0 if xdev is not None else stash_slots(L, W, rerank, max_iters)
+    # no stash when the vectors are on the GPU, or mapped (the re-rank reads them there)
+    mapped = _cfg["access"] == "mapped" and not _cfg["legacy"] and host_mapped(engine) is not None
+    S = 0 if xdev is not None or mapped else stash_slots(L, W, rerank, max_iters)
     m, ksub = int(codes.shape[1]), int(codebook.shape[1])
     per = batch_bytes_per_query(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, S=S, d=d,
                                 itemsize=itemsize)
@@ -703,6 +871,11 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     sizes = [min(pb, nq - s) for s in starts]
     rr = int(rerank)
     Xdev, S = None, 0
+    graph_dev = None
+    if not legacy and _cfg["access"] == "mapped":
+        mapped = host_mapped(engine)
+        if mapped is not None:
+            graph_dev = mapped[0]
     if legacy:
         mode = "legacy"
     else:
@@ -710,6 +883,8 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
         want = _cfg["rerank_mode"] or ("stash" if 2 * rr >= L else "host")
         if Xdev is not None:
             mode = "device"
+        elif graph_dev is not None:  # the re-rank reads the mapped vectors too
+            mode, Xdev = "mapped", mapped[1]
         elif want == "stash" and max(sizes) * stash_slots(L, W, rr, max_iters) < 2 ** 31:
             mode, S = "stash", stash_slots(L, W, rr, max_iters)
         else:
@@ -721,11 +896,13 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
         batches, reused = _setup_legacy(engine, cp, Q, starts, sizes, **common), False
         n_sync += 1
     else:
-        batches, reused = _setup(engine, cp, Q, starts, sizes, S=S, data=data, **common)
+        if graph_dev is not None:
+            common["prefetch"] = False  # nothing leaves early: the merge chooses (same results)
+        batches, reused = _setup(engine, cp, Q, starts, sizes, S=S, data=data, graph_dev=graph_dev, **common)
     try:
         return _run(engine, cp, Q, k, batches, starts, t_start=t_start, reused=reused, legacy=legacy, mode=mode, S=S,
                     Xdev=Xdev, graph=graph, data=data, W=W, rr=rr, use_smem=use_smem, prof=prof, phases=phases,
-                    n_sync=n_sync)
+                    n_sync=n_sync, mapped=graph_dev is not None)
     finally:
         for b in batches:  # the events of this call's profile go with it
             b.prof = _OFF
@@ -734,7 +911,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
 
 
 def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S, Xdev, graph, data, W, rr, use_smem,
-         prof, phases, n_sync):
+         prof, phases, n_sync, mapped=False):
     """The walk of every batch (host loop), then the re-rank; stats into ``_stats``."""
     profile = prof.on
     if profile:
@@ -743,15 +920,20 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     t_setup = time.perf_counter() - t_start
     for s0, b in zip(starts, batches):  # iteration 0: the seeds are the first "neighbour list"
         b.q0 = s0
-        b.step(first=True)
+        if mapped:
+            b.step_mapped(first=True)
+        else:
+            b.step(first=True)
     t_wait = t_gather = t_launch = t_finish = 0.0
     n_polled = 0
     gathered = 0  # host rows gathered during the walk (graph rows, vector rows)
     gathered_vec = 0
     stash = mode == "stash"
     data_bits = bits_view(data)  # float16 rows travel as their bits (Numba has no float16)
-    active = list(batches)
+    active = [] if mapped else list(batches)
     t_loop = time.perf_counter()
+    if mapped:
+        t_wait, t_launch, t_finish, n_sync = _walk_mapped(engine, cp, Q, k, batches, rr, mode, Xdev, prof, n_sync)
     while active:
         # serve a batch whose candidates have arrived, else wait for the one served longest ago
         # (round-robin when all are busy): one batch's gather overlaps the others' GPU work
@@ -820,7 +1002,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     if profile:
         phases["rerank"] = t_end - t_rr
         phases["total"] = t_end - t_start
-    if legacy:
+    if legacy or mapped:
         exp_mean = float(np.mean([float(b.n_exp.mean()) for b in batches]))
     else:
         exp_mean = float(np.mean([float(b.count.mean()) for b in batches]))
@@ -829,7 +1011,8 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
                   host_finish_s=t_finish, iterations=max(b.iters for b in batches), batches=len(batches),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
-                  legacy=legacy, rerank_mode=mode, stash_slots=S, rerank_fallback_rows=fallback_rows,
+                  legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,
+                  rerank_fallback_rows=fallback_rows,
                   workspace_reused=reused, workspace_bytes=int(sum(b.nbytes for b in batches)),
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
                   h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
@@ -842,6 +1025,44 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     if len(D_parts) == 1:
         return D_parts[0], I_parts[0]
     return cp.concatenate(D_parts), cp.concatenate(I_parts)
+
+
+def _walk_mapped(engine, cp, Q, k, batches, rr, mode, Xdev, prof, n_sync):
+    """The walk loop of ``access="mapped"``: the host only queues. Each batch always has two chunks
+    of steps queued (:meth:`_Batch.queue_chunk`); the host waits for the older chunk's count of
+    live candidates (round-robin over the batches), and a batch whose count is 0 is over: its
+    re-rank is queued behind the chunk still queued (whose steps find no candidate and return at
+    once). Returns the host's ``(wait, launch, finish)`` seconds and the synchronisation count."""
+    K = int(_cfg["mapped_chunk"])
+    t_wait = t_launch = t_finish = 0.0
+    t0 = time.perf_counter()
+    for b in batches:
+        b.queue_chunk(K - 1)  # the seed step of _run was the first
+        b.queue_chunk(K)
+    t_launch += time.perf_counter() - t0
+    active = list(batches)
+    while active:
+        b = active.pop(0)
+        t0 = time.perf_counter()
+        slot = b.pending.pop(0)
+        b.live_events[slot].synchronize()
+        n_sync += 1
+        live = int(b._live_host[slot])
+        t1 = time.perf_counter()
+        t_wait += t1 - t0
+        # every live query logs at least one expansion per step, at most max_iters: a batch still
+        # live after max_iters + 1 steps would be a fault of the kernels, not a long walk
+        if live == 0 or b.iters > b.max_iters + 2 * K + 1:
+            if live:
+                logger.warning("BANG mapped walk: %d candidates still live after %d steps; stopped", live, b.iters)
+            b.done = True
+            _finish(engine, cp, b, Q[b.q0:b.q0 + b.nq], k, rr, mode, Xdev, prof)
+            t_finish += time.perf_counter() - t1
+            continue
+        b.queue_chunk(K)
+        t_launch += time.perf_counter() - t1
+        active.append(b)
+    return t_wait, t_launch, t_finish, n_sync
 
 
 def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
@@ -866,7 +1087,7 @@ def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R,
 
 
 def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
-           use_smem, GS, prefetch, prof):
+           use_smem, GS, prefetch, prof, graph_dev=None):
     """The index's cached batches (or new ones), each with its tables (``_tables_into``), seeds and
     reset queued on its own stream behind the caller's work: no host wait. ``(batches, reused)``."""
     shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S, tbits=table_bits(),
@@ -890,7 +1111,8 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
                 b._seeds[:nb] = entry.seeds_for(Qb, n_seeds)
                 if prof.on:
                     b._tick("seeds")
-            b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof)
+            b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof,
+                   graph_dev=graph_dev)
     except BaseException:
         _release(engine, batches)
         raise
@@ -945,14 +1167,14 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
             b._tick()
         C = min(b.max_iters, b.W * b.iters)  # every query logged at most W per step
         if rerank_kernels_apply(b.log_d, C, rr):  # plan and rows in one kernel
-            src = Xdev if mode == "device" else (b.slots if mode == "stash" else None)
+            src = Xdev if mode in ("device", "mapped") else (b.slots if mode == "stash" else None)
             cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr, src, b.S,
                                                               from_slots=mode == "stash")
             nmiss = nmiss[0]
         else:  # CuPy: the plan, then the rows
             cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
             rows = missing = nmiss = None
-            if mode == "device":
+            if mode in ("device", "mapped"):
                 rows = rows_from_device(cp, Xdev, cand)
             elif mode == "stash":
                 rows, missing = rows_from_slots(cp, b.slots, b.S, cand, pos)
@@ -974,7 +1196,7 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
 
 def _collect(engine, cp, b, Qb, k, rr, mode, data, prof):
     """The re-ranked ``(D, I, (fallback rows, host bytes copied, host syncs))`` of a finished batch."""
-    if mode == "device":
+    if mode in ("device", "mapped"):
         d, i = b.rr_result
         return d, i, (0, 0, 0)
     if mode == "stash":

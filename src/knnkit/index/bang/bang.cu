@@ -401,6 +401,38 @@ extern "C" __global__ void bang_stash(const unsigned char* __restrict__ rows, co
     }
 }
 
+// ---------------------------------------------------------------------------- mapped host step
+// Zero-copy host step (not in BANG, whose host threads gather the rows of section 4.3/4.6): the
+// graph and the vectors stay in host memory, page-locked and mapped (cudaHostRegister), and the GPU
+// reads each candidate's neighbour row over PCIe itself, so a walk step needs no copy of candidates
+// to the host, no host gather and no wait of the host: the host only queues kernels. The rows are
+// what gather_walk writes: nbrs (nrows, R) with the graph row of cand[r], -1 rows for -1
+// candidates. A warp reads 32 consecutive ids of one row (R = 32: one 128-byte PCIe read).
+extern "C" __global__ void bang_gather_graph(const int* __restrict__ cand, long long nrows,
+                                             const int* __restrict__ graph, int R, int* __restrict__ nbrs) {
+    const long long total = nrows * (long long)R;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / R;
+        const int c = cand[r];
+        nbrs[i] = c >= 0 ? graph[(long long)c * R + (i - r * R)] : -1;
+    }
+}
+
+// How many of a batch's nrows candidate slots hold a node (one block): 0 = every query of the batch
+// has finished its walk. The mapped host loop reads it every few steps.
+extern "C" __global__ void bang_live(const int* __restrict__ cand, int nrows, int* __restrict__ out) {
+    __shared__ int s_live;
+    if (threadIdx.x == 0) s_live = 0;
+    __syncthreads();
+    int c = 0;
+    for (int i = threadIdx.x; i < nrows; i += blockDim.x) c += cand[i] >= 0;
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+    if ((threadIdx.x & 31) == 0 && c) atomicAdd(&s_live, c);
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = s_live;
+}
+
 // ---------------------------------------------------------------------------- re-rank (4.9)
 // A finished batch's re-rank in two kernels, around the exact distances (prepared rows, CuPy's
 // einsum: unchanged, so the results keep their bits). Before, ~35 CuPy calls per batch (two Thrust
