@@ -106,8 +106,12 @@ def small():
     return index, Q
 
 
-def _fake_search(monkeypatch, index, Q, k=5, L=24, W=4, rerank=None, prefetch=True, pipeline_batch=None, **kw):
+def _fake_search(monkeypatch, index, Q, k=5, L=24, W=4, rerank=None, prefetch=True, pipeline_batch=None,
+                 access="gather", **kw):
+    """The GPU driver on the fake GPU; ``access``: the host gather (BANG's walk, what most of these
+    tests check) unless asked otherwise."""
     install(monkeypatch)
+    monkeypatch.setitem(sg._cfg, "access", access)
     e = index._engine
     max_iters = 8 * L
     rr = max(k, min(rerank or L, max_iters))
@@ -327,16 +331,15 @@ def test_fake_gpu_forced_modes(small, monkeypatch):
 
 
 # ----------------------------------------------------------------------- mapped access (fake GPU)
-def test_page_ranges_merge_shared_pages():
-    buf = np.zeros(3 * 4096 // 4, np.int32)
-    base = buf.ctypes.data
-    a, b = buf[:100], buf[100:1500]  # share a page
-    got = sg._page_ranges([a, b, np.zeros(0, np.int32)])
-    assert len(got) == 1
-    lo, hi = got[0]
-    assert lo % 4096 == 0 and hi % 4096 == 0 and lo <= base and hi >= base + 1500 * 4
-    far = np.zeros(1 << 20, np.uint8)
-    assert len(sg._page_ranges([a, far])) == 2 or far.ctypes.data // 4096 <= (base + 400) // 4096 + 1
+def test_whole_refuses_views_of_larger_arrays(tmp_path):
+    """Registration pins exactly an array's bytes; a view of a larger array is copied instead (a
+    copy from memory partly registered fails in CUDA)."""
+    X = np.zeros((100, 8), np.float32)
+    assert sg._whole(X) and sg._whole(np.asarray(X)) and sg._whole(X.reshape(-1))
+    assert not sg._whole(X[:50]) and not sg._whole(X[10:])
+    np.save(tmp_path / "x.npy", X)
+    Xm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert sg._whole(Xm) and sg._whole(np.asarray(Xm)) and not sg._whole(np.asarray(Xm)[1:])
 
 
 @pytest.mark.parametrize("W,prefetch,pb,chunk", [(1, True, None, 4), (4, True, 13, 1), (4, False, None, 3),
@@ -350,9 +353,8 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, small, mo
     L, k = 24, 5
     dg, ig = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
     assert sg.last_stats()["access"] == "gather"
-    monkeypatch.setitem(sg._cfg, "access", "mapped")
     monkeypatch.setitem(sg._cfg, "mapped_chunk", chunk)
-    dm, im = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
+    dm, im = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb, access="auto")
     st = sg.last_stats()
     assert st["access"] == "mapped" and st["rerank_mode"] == "mapped" and st["host_gather_rows"] == 0
     assert st["h2d_bytes"] == 0 and st["stash_slots"] == 0
@@ -367,15 +369,12 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, small, mo
             np.testing.assert_array_equal(_host(b.n_exp), ne[s0:s0 + b.nq])
             s0 += b.nq
     # a short re-rank, and the vectors' device copy: the graph still mapped
-    dg2, ig2 = (None, None)
-    monkeypatch.setitem(sg._cfg, "access", "gather")
     dg2, ig2 = _fake_search(monkeypatch, index, Q, k, L, W, rerank=k)
-    monkeypatch.setitem(sg._cfg, "access", "mapped")
-    dm2, im2 = _fake_search(monkeypatch, index, Q, k, L, W, rerank=k)
+    dm2, im2 = _fake_search(monkeypatch, index, Q, k, L, W, rerank=k, access="mapped")
     np.testing.assert_array_equal(im2, ig2)
     np.testing.assert_array_equal(dm2, dg2)
     monkeypatch.setattr(type(e), "_rerank_data_gpu", lambda self: dev(self._data))
-    dm3, im3 = _fake_search(monkeypatch, index, Q, k, L, W)
+    dm3, im3 = _fake_search(monkeypatch, index, Q, k, L, W, access="mapped")
     assert sg.last_stats()["rerank_mode"] == "device" and sg.last_stats()["access"] == "mapped"
     np.testing.assert_array_equal(im3, ig)
     np.testing.assert_array_equal(dm3, dg)
@@ -407,6 +406,19 @@ def test_fake_gpu_mapped_unavailable_falls_back(small, monkeypatch, caplog):
     assert "mapped access unavailable" not in caplog.text
 
 
+def test_fake_gpu_auto_keeps_the_gather_past_the_host_share(small, monkeypatch, caplog):
+    index, Q = small
+    index._engine._bang_mapped = None
+    monkeypatch.setattr(sg, "MAPPED_MAX_HOST_FRACTION", 1e-12)
+    with caplog.at_level("INFO", logger="knnkit"):
+        dg, ig = _fake_search(monkeypatch, index, Q, access="auto")
+    assert sg.last_stats()["access"] == "gather" and "of the host's memory" in caplog.text
+    dm, im = _fake_search(monkeypatch, index, Q, access="mapped")  # asked for: mapped all the same
+    assert sg.last_stats()["access"] == "mapped"
+    np.testing.assert_array_equal(im, ig)
+    np.testing.assert_array_equal(dm, dg)
+
+
 def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
     """Under an explicit budget the mapped walk has no stash: more queries per call, same answers."""
     index, Q = small
@@ -424,8 +436,7 @@ def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
         monkeypatch.setattr(sg, "MIN_CALL_QUERIES", 1)
         dg, ig = _fake_search(monkeypatch, index, Q)
         calls_gather = sg.last_stats()["calls"]
-        monkeypatch.setitem(sg._cfg, "access", "mapped")
-        dm, im = _fake_search(monkeypatch, index, Q)
+        dm, im = _fake_search(monkeypatch, index, Q, access="mapped")
         calls_mapped = sg.last_stats()["calls"]
     finally:
         knnkit.set_memory_budget(None)
@@ -445,9 +456,10 @@ def _gpu_built():
 
 @pytest.fixture
 def gpu_index(_gpu_built):
+    sg.configure(access="gather")  # BANG's host gather: the stash and host re-rank modes need it
     yield _gpu_built
     knnkit.set_memory_budget(None)
-    sg.configure(legacy=False, profile=False)
+    sg.configure(legacy=False, profile=False, access="auto")
 
 
 def _both(index, Q, **kw):

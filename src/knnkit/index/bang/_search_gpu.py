@@ -75,7 +75,7 @@ def _env_flag(name):
 
 _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT_BANG_LEGACY"),
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
-        "access": os.environ.get("KNNKIT_BANG_ACCESS", "gather").strip() or "gather",
+        "access": os.environ.get("KNNKIT_BANG_ACCESS", "auto").strip() or "auto",
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
@@ -84,7 +84,7 @@ RERANK_KERNEL_MAX_COLS = 4096
 _UNSET = object()
 
 
-ACCESS_MODES = ("gather", "mapped")
+ACCESS_MODES = ("auto", "mapped", "gather")
 
 
 def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None):
@@ -106,13 +106,16 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         A finished batch's re-rank through the ``bang_rerank_rows`` / ``bang_rerank_select``
         kernels (default) or through ~35 CuPy calls (argsort, take_along_axis, masks). Same
         results; for measuring. Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
-    access : {"gather", "mapped"}
+    access : {"auto", "mapped", "gather"}
         How a walk step reaches the host graph. "gather" (BANG 4.3 / 4.6): the candidates go to the
         host, host threads gather their rows, the rows come back. "mapped": the graph and vectors
-        are page-locked and mapped into the GPU's address space once per index (cudaHostRegister)
-        and the kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round
-        trip per step, the re-rank reads its rows the same way. Same results. Falls back to
-        "gather" (logged) when the memory cannot be registered. Environment: ``KNNKIT_BANG_ACCESS``.
+        are page-locked and mapped into the GPU's address space once per index (registered in
+        place, or copied into page-locked memory when they are a view of a larger array) and the
+        kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round trip per
+        step, and the re-rank reads its rows the same way. Same results. "auto" (default): mapped
+        when graph and vectors take at most :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory.
+        Either falls back to "gather" (logged) when the memory cannot be mapped. Environment:
+        ``KNNKIT_BANG_ACCESS``.
     mapped_chunk : int
         "mapped": walk steps queued between two looks of the host at whether a batch has finished
         (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
@@ -160,89 +163,143 @@ def _pinned(shape, dtype):
 
 
 # ------------------------------------------------------------------------------ mapped host memory
-_PAGE = 4096
 _REGISTER_FLAGS = (1 | 2 | 8, 1 | 2)  # portable | mapped | read-only (the GPU only reads); then without read-only
+_ALLOC_FLAGS = 1 | 2  # cudaHostAlloc: portable | mapped
 _ATTR_HOST_POINTER_FOR_REGISTERED = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
+#: access="auto" maps the graph and vectors only when they take at most this share of the host's
+#: physical memory (page-locked memory cannot be paged out; past it the host gather stays)
+MAPPED_MAX_HOST_FRACTION = 0.5
 
 
-def _page_ranges(arrays):
-    """Page-aligned ``[start, end)`` host ranges covering ``arrays``, overlapping ones merged (two
-    arrays may share a page, or lie in one memory map; a page cannot be registered twice)."""
-    spans = sorted((a.ctypes.data // _PAGE * _PAGE, -(-(a.ctypes.data + a.nbytes) // _PAGE) * _PAGE)
-                   for a in arrays if a.nbytes)
-    out = []
-    for lo, hi in spans:
-        if out and lo <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [tuple(r) for r in out]
+def _whole(a):
+    """Whether no NumPy array that ``a`` views reaches past ``a``'s own bytes. Registration pins
+    exactly ``a``'s bytes, and a copy from host memory that is partly registered and partly not
+    fails in CUDA ("invalid argument"): a larger array around ``a`` (a slice of the user's array)
+    would then fail in the user's own ``cupy.asarray``."""
+    lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
+    b = a.base
+    while isinstance(b, np.ndarray):
+        if b.ctypes.data < lo or b.ctypes.data + b.nbytes > hi:
+            return False
+        b = b.base
+    return True
+
+
+def _pinned_copy(cp, a):
+    """``(copy, ptr)``: ``a`` copied (in chunks: ``a`` may be a memory map) into new page-locked,
+    mapped host memory of our own (``cudaHostAlloc``), freed by :func:`_unmap`."""
+    import ctypes
+
+    ptr = cp.cuda.runtime.hostAlloc(max(1, a.nbytes), _ALLOC_FLAGS)
+    try:
+        out = np.ctypeslib.as_array((ctypes.c_ubyte * max(1, a.nbytes)).from_address(ptr))[:a.nbytes]
+        out = out.view(a.dtype).reshape(a.shape)
+        step = max(1, (64 << 20) // max(1, a.nbytes // max(1, a.shape[0])))
+        for s in range(0, a.shape[0], step):
+            out[s:s + step] = a[s:s + step]
+    except BaseException:
+        cp.cuda.runtime.freeHost(ptr)
+        raise
+    return out, ptr
 
 
 def _map_arrays(cp, arrays):
-    """Page-lock and map host ``arrays`` for the GPU; ``(views, registered)``: device arrays over
-    the same memory (the host pointers: the device must be able to use them, UVA) and the
-    registered ranges' starts, for :func:`_unmap`."""
+    """Page-lock and map host ``arrays`` for the GPU: each is registered in place
+    (``cudaHostRegister``, exactly its bytes) when :func:`_whole`, else (or when the registration is
+    refused) copied into page-locked memory of our own. ``(views, held)``: device arrays over that
+    memory (the host pointers: the device must be able to use them, UVA) and what :func:`_unmap`
+    gives back."""
     rt = cp.cuda.runtime
     dev = cp.cuda.Device().id
     if rt.deviceGetAttribute(_ATTR_HOST_POINTER_FOR_REGISTERED, dev) != 1:
         raise RuntimeError("the device cannot use host pointers of registered memory")
-    done = []
+    held, views = [], []
     try:
-        for lo, hi in _page_ranges(arrays):
-            for i, flags in enumerate(_REGISTER_FLAGS):
-                try:
-                    rt.hostRegister(lo, hi - lo, flags)
-                    break
-                except rt.CUDARuntimeError:
-                    if i == len(_REGISTER_FLAGS) - 1:
-                        raise
-            done.append(lo)
+        for a in arrays:
+            src = None
+            if _whole(a) and a.nbytes:
+                for flags in _REGISTER_FLAGS:
+                    try:
+                        rt.hostRegister(a.ctypes.data, a.nbytes, flags)
+                        held.append(("registered", a.ctypes.data))
+                        src = a
+                        break
+                    except rt.CUDARuntimeError:
+                        pass
+            if src is None:
+                src, ptr = _pinned_copy(cp, a)
+                held.append(("allocated", ptr))
+                logger.info("GraphIndex (host placement): %.2f GB copied into page-locked memory for mapped access "
+                            "(%s)", a.nbytes / 1e9, "a view of a larger array" if not _whole(a) else "not registrable")
+            views.append(cp.ndarray(a.shape, a.dtype, cp.cuda.MemoryPointer(
+                cp.cuda.UnownedMemory(src.ctypes.data, max(1, src.nbytes), src, dev), 0)))
     except BaseException:
-        _unmap(cp, done)
+        _unmap(cp, held)
         raise
-    views = tuple(cp.ndarray(a.shape, a.dtype, cp.cuda.MemoryPointer(
-        cp.cuda.UnownedMemory(a.ctypes.data, a.nbytes, a, dev), 0)) for a in arrays)
-    return views, done
+    return tuple(views), held
 
 
-def _unmap(cp, registered):
-    for lo in registered:
+def _unmap(cp, held):
+    for kind, ptr in held:
         try:
-            cp.cuda.runtime.hostUnregister(lo)
+            if kind == "registered":
+                cp.cuda.runtime.hostUnregister(ptr)
+            else:
+                cp.cuda.runtime.freeHost(ptr)
         except Exception:  # noqa: BLE001 - at exit the context may be gone; nothing to give back then
             pass
 
 
+def _host_memory_bytes():
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _access_wanted():
+    return "gather" if _cfg["legacy"] else _cfg["access"]
+
+
 def host_mapped(engine):
-    """``(graph, data)`` as device arrays over the index's own host memory, page-locked and mapped
-    (``access="mapped"``), made once per index and kept while it lives; ``None`` when that is not
-    possible (logged once): then the walk gathers on the host."""
+    """``(graph, data)`` as device arrays over page-locked, mapped host memory (the index's own
+    arrays, registered in place, or a page-locked copy), made once per index and kept while it
+    lives; ``None`` when the access is "gather", when "auto" finds them larger than
+    :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when mapping fails (logged once):
+    then the walk gathers on the host (BANG 4.3 / 4.6)."""
     import weakref
 
     import cupy as cp
 
+    access = _access_wanted()
+    if access == "gather":
+        return None
     graph, data = np.asarray(engine._graph), np.asarray(engine._data)
     key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, cp.cuda.Device().id)
     got = getattr(engine, "_bang_mapped", None)
-    if got is not None and got["key"] == key:
+    if got is not None and got["key"] == key and (got["views"] is not None or got["forced"] or access == "auto"):
         return got["views"]
-    if got is not None and got["registered"]:
-        got["finalizer"]()  # the index's arrays changed: the old registration goes
-    entry = {"key": key, "views": None, "registered": [], "finalizer": None, "seconds": 0.0}
+    if got is not None and got["held"]:
+        got["finalizer"]()  # the index's arrays changed: the old mapping goes
+    entry = {"key": key, "views": None, "held": [], "finalizer": None, "seconds": 0.0, "forced": access == "mapped"}
+    engine._bang_mapped = entry
+    total = graph.nbytes + data.nbytes
+    if access == "auto" and total > MAPPED_MAX_HOST_FRACTION * _host_memory_bytes():
+        logger.info("GraphIndex (host placement): graph and vectors (%.2f GB) exceed %.0f%% of the host's memory; "
+                    "host threads gather the rows", total / 1e9, 100 * MAPPED_MAX_HOST_FRACTION)
+        return None
     try:
         if graph.dtype != np.int32 or not (graph.flags.c_contiguous and data.flags.c_contiguous):
             raise ValueError("graph or vectors not contiguous int32 / rows")
         t = time.perf_counter()
-        views, registered = _map_arrays(cp, [graph, data])
-        entry.update(views=views, registered=registered, seconds=time.perf_counter() - t,
-                     finalizer=weakref.finalize(engine, _unmap, cp, registered))
+        views, held = _map_arrays(cp, [graph, data])
+        entry.update(views=views, held=held, seconds=time.perf_counter() - t,
+                     finalizer=weakref.finalize(engine, _unmap, cp, held))
         logger.info("GraphIndex (host placement): %.2f GB of graph and vectors page-locked and mapped for the "
-                    "GPU in %.2f s", (graph.nbytes + data.nbytes) / 1e9, time.perf_counter() - t)
+                    "GPU in %.2f s", total / 1e9, entry["seconds"])
     except Exception as e:  # noqa: BLE001 - any failure means: gather on the host, as BANG does
         logger.info("GraphIndex (host placement): mapped access unavailable (%s: %s); host threads gather the "
                     "rows", type(e).__name__, e)
-    engine._bang_mapped = entry
     return entry["views"]
 
 
@@ -782,7 +839,7 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
         return None
     xdev = engine._rerank_data_gpu()  # (made here if it fits: the room below leaves it out)
     # no stash when the vectors are on the GPU, or mapped (the re-rank reads them there)
-    mapped = _cfg["access"] == "mapped" and not _cfg["legacy"] and host_mapped(engine) is not None
+    mapped = host_mapped(engine) is not None
     S = 0 if xdev is not None or mapped else stash_slots(L, W, rerank, max_iters)
     m, ksub = int(codes.shape[1]), int(codebook.shape[1])
     per = batch_bytes_per_query(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, S=S, d=d,
@@ -872,7 +929,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     rr = int(rerank)
     Xdev, S = None, 0
     graph_dev = None
-    if not legacy and _cfg["access"] == "mapped":
+    if not legacy:
         mapped = host_mapped(engine)
         if mapped is not None:
             graph_dev = mapped[0]
