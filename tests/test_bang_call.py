@@ -415,6 +415,15 @@ def test_fake_gpu_auto_keeps_the_gather_past_the_host_share(small, monkeypatch, 
     assert sg.last_stats()["access"] == "gather" and "of the host's memory" in caplog.text
     dm, im = _fake_search(monkeypatch, index, Q, access="mapped")  # asked for: mapped all the same
     assert sg.last_stats()["access"] == "mapped"
+    monkeypatch.setattr(sg, "MAPPED_MAX_HOST_FRACTION", 0.5)
+    monkeypatch.setattr(sg, "MAPPED_MAX_BYTES", 1000)  # larger than this: the host gather
+    index._engine._bang_mapped = None
+    _fake_search(monkeypatch, index, Q, access="auto")
+    assert sg.last_stats()["access"] == "gather"
+    monkeypatch.setattr(sg, "MAPPED_MAX_BYTES", 1 << 40)
+    index._engine._bang_mapped = None
+    _fake_search(monkeypatch, index, Q, access="auto")
+    assert sg.last_stats()["access"] == "mapped"
     np.testing.assert_array_equal(im, ig)
     np.testing.assert_array_equal(dm, dg)
 

@@ -113,7 +113,9 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         place, or copied into page-locked memory when they are a view of a larger array) and the
         kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round trip per
         step, and the re-rank reads its rows the same way. Same results. "auto" (default): mapped
-        when graph and vectors take at most :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory.
+        when graph and vectors take at most :data:`MAPPED_MAX_BYTES` and at most
+        :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory (random reads of mapped memory slow
+        down as the mapped range grows: at 10 GB the host gather is faster).
         Either falls back to "gather" (logged) when the memory cannot be mapped. Environment:
         ``KNNKIT_BANG_ACCESS``.
     mapped_chunk : int
@@ -169,6 +171,12 @@ _ATTR_HOST_POINTER_FOR_REGISTERED = 91  # cudaDevAttrCanUseHostPointerForRegiste
 #: access="auto" maps the graph and vectors only when they take at most this share of the host's
 #: physical memory (page-locked memory cannot be paged out; past it the host gather stays)
 MAPPED_MAX_HOST_FRACTION = 0.5
+#: ... and at most these bytes together. The GPU's random row reads from mapped host memory slow
+#: down as the mapped range grows (H200, 20,000 random 128-byte rows per launch: 154 us from 1 GB,
+#: 324 us from 4 GB, 398 us from 12 GB, transparent huge pages or not; `bang_mapped_micro.py`):
+#: mapped access beat the host gather by 1.05-1.4x at 3M x 96 (1.5 GB) and lost 0.45-0.7x at 20M x 96
+#: (10 GB), so "auto" maps small indexes only
+MAPPED_MAX_BYTES = 2 << 30
 
 
 def _whole(a):
@@ -265,7 +273,8 @@ def host_mapped(engine):
     """``(graph, data)`` as device arrays over page-locked, mapped host memory (the index's own
     arrays, registered in place, or a page-locked copy), made once per index and kept while it
     lives; ``None`` when the access is "gather", when "auto" finds them larger than
-    :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when mapping fails (logged once):
+    :data:`MAPPED_MAX_BYTES` or :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when
+    mapping fails (logged once):
     then the walk gathers on the host (BANG 4.3 / 4.6)."""
     import weakref
 
@@ -284,9 +293,10 @@ def host_mapped(engine):
     entry = {"key": key, "views": None, "held": [], "finalizer": None, "seconds": 0.0, "forced": access == "mapped"}
     engine._bang_mapped = entry
     total = graph.nbytes + data.nbytes
-    if access == "auto" and total > MAPPED_MAX_HOST_FRACTION * _host_memory_bytes():
-        logger.info("GraphIndex (host placement): graph and vectors (%.2f GB) exceed %.0f%% of the host's memory; "
-                    "host threads gather the rows", total / 1e9, 100 * MAPPED_MAX_HOST_FRACTION)
+    if access == "auto" and total > min(MAPPED_MAX_BYTES, MAPPED_MAX_HOST_FRACTION * _host_memory_bytes()):
+        logger.info("GraphIndex (host placement): graph and vectors (%.2f GB) exceed %.2f GB or %.0f%% of the host's "
+                    "memory; host threads gather the rows", total / 1e9, MAPPED_MAX_BYTES / 1e9,
+                    100 * MAPPED_MAX_HOST_FRACTION)
         return None
     try:
         if graph.dtype != np.int32 or not (graph.flags.c_contiguous and data.flags.c_contiguous):
