@@ -568,6 +568,26 @@ def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
 
 
 @pytest.mark.gpu
+def test_gpu_launch_thread_bitwise(gpu_index):
+    """configure(launch_thread=True): the steps queued by a second host thread; same bits."""
+    index, Q = gpu_index
+    knnkit.set_memory_budget(1 << 20)
+    old = sg.configure()
+    try:
+        for kw in (dict(), dict(prefetch=False), dict(pipeline_batch=37), dict(rerank=10)):
+            sp = knnkit.index.SearchParams(**kw)
+            sg.configure(launch_thread=False)
+            d1, i1 = index.search(Q, k=10, beam=64, params=sp)
+            sg.configure(launch_thread=True)
+            d2, i2 = index.search(Q, k=10, beam=64, params=sp)
+            assert sg.last_stats()["launch_thread"]
+            np.testing.assert_array_equal(_host(i2), _host(i1), err_msg=str(kw))
+            np.testing.assert_array_equal(_host(d2), _host(d1), err_msg=str(kw))
+    finally:
+        sg.configure(**old)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["uint8", "float16"])
 def test_gpu_mapped_memory_map_and_dtypes(dtype, tmp_path):
     """A read-only memory map (the user's file) and rows of 24 / 48 bytes: registered read-only,
