@@ -26,8 +26,7 @@ distance tables instead of the bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` 
 batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``); ``-mapped`` the graph
 and vectors page-locked and mapped, read by the kernels over PCIe (``configure(access="mapped")``:
 no host gather, no round trip per step; the registration is the first call's, ``mapped_register_s``
-in the stages); ``-lthread`` a second host thread queues each batch's step while the main thread
-gathers the other's rows (``configure(launch_thread=True)``). Every
+in the stages). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -115,7 +114,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
         res["cuvs_error"] = f"{type(e).__name__}: {e}"
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "lthread"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped"}
 
 
 def main():
@@ -148,7 +147,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -lthread (module docstring), e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
@@ -234,7 +233,7 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -lthread
+                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -244,8 +243,7 @@ def main():
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,
-                                              access="mapped" if "mapped" in flags else "gather",
-                                              launch_thread="lthread" in flags)
+                                              access="mapped" if "mapped" in flags else "gather")
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
@@ -294,8 +292,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="auto",
-                          launch_thread=False)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="gather")
     _search_gpu.MIN_CALL_QUERIES = min_call
     _pq.TABLE_BITS, _pq.TABLE_METHOD = 16, "direct"
     knnkit.set_memory_budget(budget)

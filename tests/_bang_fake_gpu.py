@@ -63,12 +63,6 @@ class _Device:
     def __init__(self, i=0):
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
     def synchronize(self):
         pass
 

@@ -305,7 +305,7 @@ def test_configure_round_trip():
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
-                           "mapped_chunk": old["mapped_chunk"], "launch_thread": old["launch_thread"]}
+                           "mapped_chunk": old["mapped_chunk"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -428,45 +428,6 @@ def test_fake_gpu_auto_keeps_the_gather_past_the_host_share(small, monkeypatch, 
     np.testing.assert_array_equal(dm, dg)
 
 
-@pytest.mark.parametrize("pb", [None, 7])
-def test_fake_gpu_launch_thread_same_answers(pb, small, monkeypatch):
-    """configure(launch_thread=True): a second thread queues each batch's step while the main thread
-    gathers the other batch's rows; same ids, distances and expansion counts."""
-    index, Q = small
-    dg, ig = _fake_search(monkeypatch, index, Q, pipeline_batch=pb)
-    assert not sg.last_stats()["launch_thread"]
-    rows = sg.last_stats()["host_gather_rows"]
-    monkeypatch.setitem(sg._cfg, "launch_thread", True)
-    dt, it = _fake_search(monkeypatch, index, Q, pipeline_batch=pb)
-    st = sg.last_stats()
-    assert st["launch_thread"] and st["host_gather_rows"] == rows and st["rerank_mode"] == "stash"
-    np.testing.assert_array_equal(it, ig)
-    np.testing.assert_array_equal(dt, dg)
-    import threading
-
-    assert not [t for t in threading.enumerate() if t.name == "knnkit-bang-launch"]  # stopped
-
-
-def test_fake_gpu_launch_thread_raises_the_step_error(small, monkeypatch):
-    index, Q = small
-    monkeypatch.setitem(sg._cfg, "launch_thread", True)
-    calls = {"n": 0}
-    step = sg._Batch.step
-
-    def failing(self, first=False, n_kept=0):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise RuntimeError("launch failed here")
-        return step(self, first=first, n_kept=n_kept)
-
-    monkeypatch.setattr(sg._Batch, "step", failing)
-    with pytest.raises(RuntimeError, match="launch failed here"):
-        _fake_search(monkeypatch, index, Q)
-    monkeypatch.setattr(sg._Batch, "step", step)  # the index is usable afterwards
-    d, i = _fake_search(monkeypatch, index, Q)
-    assert i.shape == (len(Q), 5)
-
-
 def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
     """Under an explicit budget the mapped walk has no stash: more queries per call, same answers."""
     index, Q = small
@@ -563,26 +524,6 @@ def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
             assert st["rerank_mode"] == ("device" if budget == "auto" else "mapped")
             np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str(kw))
             np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str(kw))
-    finally:
-        sg.configure(**old)
-
-
-@pytest.mark.gpu
-def test_gpu_launch_thread_bitwise(gpu_index):
-    """configure(launch_thread=True): the steps queued by a second host thread; same bits."""
-    index, Q = gpu_index
-    knnkit.set_memory_budget(1 << 20)
-    old = sg.configure()
-    try:
-        for kw in (dict(), dict(prefetch=False), dict(pipeline_batch=37), dict(rerank=10)):
-            sp = knnkit.index.SearchParams(**kw)
-            sg.configure(launch_thread=False)
-            d1, i1 = index.search(Q, k=10, beam=64, params=sp)
-            sg.configure(launch_thread=True)
-            d2, i2 = index.search(Q, k=10, beam=64, params=sp)
-            assert sg.last_stats()["launch_thread"]
-            np.testing.assert_array_equal(_host(i2), _host(i1), err_msg=str(kw))
-            np.testing.assert_array_equal(_host(d2), _host(d1), err_msg=str(kw))
     finally:
         sg.configure(**old)
 

@@ -138,7 +138,7 @@ def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters, width=1, return_
     return log_ids, log_d, n_exp
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True)
 def _gather_rows(src, ids, out, fill):
     for i in numba.prange(ids.shape[0]):
         r = ids[i]
@@ -150,7 +150,7 @@ def _gather_rows(src, ids, out, fill):
                 out[i, j] = fill
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)  # nogil: the GPU search's launch thread runs meanwhile
+@numba.njit(parallel=True, cache=True)
 def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off):
     """One host step of the GPU walk for a batch of ``nb = count.shape[0]`` queries: the graph rows
     of each query's ``width`` candidates (``cand`` (nb * width,) int32, valid ids first, -1 after)

@@ -77,7 +77,6 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
         "access": os.environ.get("KNNKIT_BANG_ACCESS", "auto").strip() or "auto",
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
-        "launch_thread": _env_flag("KNNKIT_BANG_LAUNCH_THREAD"),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -88,8 +87,7 @@ _UNSET = object()
 ACCESS_MODES = ("auto", "mapped", "gather")
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              launch_thread=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -124,10 +122,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         "mapped": walk steps queued between two looks of the host at whether a batch has finished
         (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
         a few microseconds of empty kernels). Environment: ``KNNKIT_BANG_MAPPED_CHUNK``.
-    launch_thread : bool
-        "gather": a second host thread queues each batch's step (copies and kernels) while the
-        main thread waits for and gathers the other batch's rows (the gathers release the GIL).
-        Same results. Environment: ``KNNKIT_BANG_LAUNCH_THREAD=1``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -148,8 +142,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
         _cfg["mapped_chunk"] = int(mapped_chunk)
-    if launch_thread is not None:
-        _cfg["launch_thread"] = bool(launch_thread)
     return old
 
 
@@ -1006,18 +998,9 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     stash = mode == "stash"
     data_bits = bits_view(data)  # float16 rows travel as their bits (Numba has no float16)
     active = [] if mapped else list(batches)
-    launcher = _Launcher(cp, active) if active and not legacy and _cfg["launch_thread"] and len(batches) > 1 else None
     t_loop = time.perf_counter()
     if mapped:
         t_wait, t_launch, t_finish, n_sync = _walk_mapped(engine, cp, Q, k, batches, rr, mode, Xdev, prof, n_sync)
-    if launcher is not None:
-        try:
-            (t_wait, t_gather, t_launch, t_finish, n_sync, gathered,
-             gathered_vec) = _walk_threaded(engine, cp, Q, k, launcher, graph, data_bits, W, S, stash, rr, mode, Xdev,
-                                            prof, n_sync)
-        finally:
-            launcher.stop()
-        active = []
     while active:
         # serve a batch whose candidates have arrived, else wait for the one served longest ago
         # (round-robin when all are busy): one batch's gather overlaps the others' GPU work
@@ -1095,8 +1078,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
                   host_finish_s=t_finish, iterations=max(b.iters for b in batches), batches=len(batches),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
-                  legacy=legacy, access="mapped" if mapped else "gather", launch_thread=launcher is not None,
-                  rerank_mode=mode, stash_slots=S,
+                  legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,
                   rerank_fallback_rows=fallback_rows,
                   workspace_reused=reused, workspace_bytes=int(sum(b.nbytes for b in batches)),
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
@@ -1148,78 +1130,6 @@ def _walk_mapped(engine, cp, Q, k, batches, rr, mode, Xdev, prof, n_sync):
         t_launch += time.perf_counter() - t1
         active.append(b)
     return t_wait, t_launch, t_finish, n_sync
-
-
-class _Launcher:
-    """The launch thread of ``configure(launch_thread=True)``: takes ``(batch, n_kept)`` from the
-    main thread once its rows are gathered, queues the batch's step (:meth:`_Batch.step`) and hands
-    the batch back through ``ready``, in that order. One batch belongs to one thread at a time."""
-
-    def __init__(self, cp, batches):
-        import queue
-
-        self.cp, self.dev = cp, cp.cuda.Device().id
-        self.todo, self.ready = queue.SimpleQueue(), queue.SimpleQueue()
-        for b in batches:
-            self.ready.put(b)
-        self.error = None
-        self.seconds = 0.0
-        self.thread = threading.Thread(target=self._run, name="knnkit-bang-launch", daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        try:
-            with self.cp.cuda.Device(self.dev):
-                while True:
-                    item = self.todo.get()
-                    if item is None:
-                        return
-                    b, n_kept = item
-                    t = time.perf_counter()
-                    b.step(n_kept=n_kept)
-                    self.seconds += time.perf_counter() - t
-                    self.ready.put(b)
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
-            self.error = e
-            self.ready.put(None)
-
-    def stop(self):
-        self.todo.put(None)
-        self.thread.join()
-
-
-def _walk_threaded(engine, cp, Q, k, launcher, graph, data_bits, W, S, stash, rr, mode, Xdev, prof, n_sync):
-    """The host-gather walk with the launch thread: the main thread waits for a batch's candidates,
-    gathers its rows and hands it to :class:`_Launcher`, then takes the next batch the launcher has
-    queued (round-robin), so one batch's launches overlap the other's wait and gather."""
-    t_wait = t_gather = t_finish = 0.0
-    gathered = gathered_vec = 0
-    live = launcher.ready.qsize()
-    while live:
-        t0 = time.perf_counter()
-        b = launcher.ready.get()
-        if b is None:
-            raise launcher.error
-        b.event.synchronize()
-        n_sync += 1
-        t1 = time.perf_counter()
-        t_wait += t1 - t0
-        t = b.turn if stash else 0
-        n_valid, n_kept = gather_walk(graph, data_bits if stash else _NO_ROWS, b.cand_flat, W, S, b.count,
-                                      b.nbr_rows, bits_view(b.vec_host[t]) if stash else _NO_ROWS,
-                                      b.dst_host[t] if stash else _NO_DST, stash, b.off)
-        t2 = time.perf_counter()
-        t_gather += t2 - t1
-        if n_valid == 0:
-            b.done = True
-            live -= 1
-            _finish(engine, cp, b, Q[b.q0:b.q0 + b.nq], k, rr, mode, Xdev, prof)
-            t_finish += time.perf_counter() - t2
-            continue
-        gathered += int(n_valid)
-        gathered_vec += int(n_kept)
-        launcher.todo.put((b, n_kept))
-    return t_wait, t_gather, launcher.seconds, t_finish, n_sync, gathered, gathered_vec
 
 
 def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
