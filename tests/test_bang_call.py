@@ -529,6 +529,48 @@ def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
 
 
 @pytest.mark.gpu
+def test_gpu_mapped_saved_index_and_threads(tmp_path):
+    """A saved host index loaded with mmap=True (graph, codes and vectors memory maps of one file
+    set) walks mapped by default ("auto": small) with the gather's answers; two threads searching it
+    at once map it once and both get the single-thread answers."""
+    import threading
+
+    X = _host(make_clustered(8000 + 300, 24, random_state=8, device="cpu"))
+    X, Q = np.ascontiguousarray(X[:8000]), np.ascontiguousarray(X[8000:])
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=8)
+    path = str(tmp_path / "host.knnkit")
+    index.save(path)
+    loaded = knnkit.GraphIndex.load(path, device="gpu", mmap=True)
+    assert isinstance(loaded._engine._graph, np.memmap)
+    old = sg.configure()
+    try:
+        sg.configure(access="gather")
+        dg, ig = (_host(a) for a in loaded.search(Q, k=10, beam=48))
+        sg.configure(access="auto")
+        dm, im = (_host(a) for a in loaded.search(Q, k=10, beam=48))
+        assert sg.last_stats()["access"] == "mapped"
+        np.testing.assert_array_equal(im, ig)
+        np.testing.assert_array_equal(dm, dg)
+        fresh = knnkit.GraphIndex.load(path, device="gpu", mmap=True)
+        got = [None, None]
+
+        def run(j):
+            got[j] = [_host(a) for a in fresh.search(Q, k=10, beam=48)]
+
+        threads = [threading.Thread(target=run, args=(j,)) for j in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for d, i in got:
+            np.testing.assert_array_equal(i, ig)
+            np.testing.assert_array_equal(d, dg)
+        assert fresh._engine._bang_mapped["views"] is not None
+    finally:
+        sg.configure(**old)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["uint8", "float16"])
 def test_gpu_mapped_memory_map_and_dtypes(dtype, tmp_path):
     """A read-only memory map (the user's file) and rows of 24 / 48 bytes: registered read-only,

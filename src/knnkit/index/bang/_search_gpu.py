@@ -269,20 +269,27 @@ def _access_wanted():
     return "gather" if _cfg["legacy"] else _cfg["access"]
 
 
+_map_lock = threading.Lock()
+
+
 def host_mapped(engine):
     """``(graph, data)`` as device arrays over page-locked, mapped host memory (the index's own
     arrays, registered in place, or a page-locked copy), made once per index and kept while it
     lives; ``None`` when the access is "gather", when "auto" finds them larger than
     :data:`MAPPED_MAX_BYTES` or :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when
-    mapping fails (logged once):
-    then the walk gathers on the host (BANG 4.3 / 4.6)."""
+    mapping fails (logged once): then the walk gathers on the host (BANG 4.3 / 4.6)."""
+    access = _access_wanted()
+    if access == "gather":
+        return None
+    with _map_lock:  # two searches on one index map it once
+        return _host_mapped(engine, access)
+
+
+def _host_mapped(engine, access):
     import weakref
 
     import cupy as cp
 
-    access = _access_wanted()
-    if access == "gather":
-        return None
     graph, data = np.asarray(engine._graph), np.asarray(engine._data)
     key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, cp.cuda.Device().id)
     got = getattr(engine, "_bang_mapped", None)
