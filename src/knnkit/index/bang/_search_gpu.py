@@ -173,10 +173,11 @@ _ATTR_HOST_POINTER_FOR_REGISTERED = 91  # cudaDevAttrCanUseHostPointerForRegiste
 MAPPED_MAX_HOST_FRACTION = 0.5
 #: ... and at most these bytes together. The GPU's random row reads from mapped host memory slow
 #: down as the mapped range grows (H200, 20,000 random 128-byte rows per launch: 154 us from 1 GB,
-#: 324 us from 4 GB, 398 us from 12 GB, transparent huge pages or not; `bang_mapped_micro.py`):
-#: mapped access beat the host gather by 1.05-1.4x at 3M x 96 (1.5 GB) and lost 0.45-0.7x at 20M x 96
-#: (10 GB), so "auto" maps small indexes only
-MAPPED_MAX_BYTES = 2 << 30
+#: 324 us from 4 GB, 398 us from 12 GB, transparent huge pages or not; `bang_mapped_micro.py`).
+#: Mapped access against the host gather, one call, x 96 float32: 1.33-1.78x at 1M (0.5 GB),
+#: 0.96-1.25x at 3M (1.5 GB), 0.71-0.86x at 6M (3.1 GB), 0.44-0.71x at 20M (10 GB): "auto" maps
+#: below the crossover (~1.9 GB on that log-size line) only
+MAPPED_MAX_BYTES = int(1.75 * (1 << 30))
 
 
 def _whole(a):
