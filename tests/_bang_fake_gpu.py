@@ -19,7 +19,7 @@ import numpy as np
 
 from _fake_device_array import FakeArray, _h, dev  # noqa: F401 (dev: used by the tests)
 
-from knnkit.index.bang._search_cpu import _bloom_insert
+from knnkit.index.bang._search_cpu import _bloom_contains, _bloom_insert
 
 
 
@@ -92,7 +92,22 @@ class _Kernel:
         self.fn(*[_h(a) for a in args])
 
 
-def _distances(nbrs, width, codes, m, T, ksub, bf16, use_smem, vec_load, bloom, bloom_words, wl_ids, wl_d, wl_x, L,
+def _bloom_step_py(words, wmask, row):
+    """bang.cu's visited test of one step: distinct ids not in the filter before the step, in
+    first-occurrence order, then marked."""
+    fresh, seen = [], set()
+    for node in row:
+        node = int(node)
+        if node >= 0 and node not in seen and not _bloom_contains(words, 0, wmask, node):
+            seen.add(node)
+            fresh.append(node)
+    for node in fresh:
+        _bloom_insert(words, 0, wmask, node)
+    return fresh
+
+
+def _distances(nbrs, width, codes, m, T, ksub, bf16, use_smem, vec_load, bloom, bloom_words, hash_slots, wl_ids, wl_d,
+               wl_x, L,
                new_ids, new_d, new_x, n_new, new_cap, select, W, cand, log_ids, log_d, n_exp, max_iters, GS, nq):
     width, L, W, max_iters, nq = int(width), int(L), int(W), int(max_iters), int(nq)
     assert bool(bf16) == (T.dtype == np.uint16), "the kernel's bf16 flag must name the tables' dtype"
@@ -105,12 +120,12 @@ def _distances(nbrs, width, codes, m, T, ksub, bf16, use_smem, vec_load, bloom, 
         if (row >= 0).any():
             worst_i = int(wl_ids[q, L - 1])
             worst_d = wl_d[q, L - 1] if worst_i >= 0 else np.float32(np.inf)
-            for node in row:
-                if node >= 0 and _bloom_insert(bloom[q], 0, wmask, int(node)):
-                    d = _pq(codes, T, q, int(node))
-                    if _key_less(d, node, worst_d, worst_i):
-                        new_ids[q, cnt], new_d[q, cnt], new_x[q, cnt] = node, d, 0
-                        cnt += 1
+            assert int(hash_slots) >= 2 * width
+            for node in _bloom_step_py(bloom[q], wmask, row):
+                d = _pq(codes, T, q, node)
+                if _key_less(d, node, worst_d, worst_i):
+                    new_ids[q, cnt], new_d[q, cnt], new_x[q, cnt] = node, d, 0
+                    cnt += 1
         n_new[q] = cnt
         if not select:
             continue

@@ -10,7 +10,7 @@ import pytest
 import knnkit
 from knnkit.datasets import make_clustered, make_uniform
 from knnkit.index.bang._pq import pq_tables
-from knnkit.index.bang._search_cpu import _bloom_insert, bloom_words_for, search_pq_cpu
+from knnkit.index.bang._search_cpu import _bloom_contains, _bloom_insert, bloom_words_for, search_pq_cpu
 
 
 def _host(a):
@@ -37,9 +37,24 @@ def _pq(codes, T, q, n):
     return acc
 
 
+def _fresh(words, words_n, nbrs):
+    """A step's visited test (bang.cu, since the thirty-third session): the distinct ids the filter
+    did not hold before the step, then marked."""
+    out, seen = [], set()
+    for n in nbrs:
+        n = int(n)
+        if n >= 0 and n not in seen and not _bloom_contains(words, 0, words_n - 1, n):
+            seen.add(n)
+            out.append(n)
+    for n in out:
+        _bloom_insert(words, 0, words_n - 1, n)
+    return out
+
+
 def _walk_one(graph, codes, T, seeds, L, max_iters):
     """BANG's one-candidate walk as it was before the search width: expand the first unexpanded
-    entry, insert its fresh neighbours one by one into the sorted list (plain Python)."""
+    entry, insert its fresh neighbours one by one into the sorted list (plain Python); a step's
+    neighbours are tested against the filter as it was before the step."""
     words_n = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
     logs = []
     for q in range(T.shape[0]):
@@ -48,13 +63,12 @@ def _walk_one(graph, codes, T, seeds, L, max_iters):
         log = []
 
         def offer(n):
-            if n >= 0 and _bloom_insert(words, 0, words_n - 1, n):
-                d = _pq(codes, T, q, n)
-                wl.append([_key(d, n), n, d, False])
-                wl.sort(key=lambda e: e[0])
-                del wl[L:]
+            d = _pq(codes, T, q, n)
+            wl.append([_key(d, n), n, d, False])
+            wl.sort(key=lambda e: e[0])
+            del wl[L:]
 
-        for s in seeds[q]:
+        for s in _fresh(words, words_n, seeds[q]):
             offer(s)
         while len(log) < max_iters:
             e = next((e for e in wl if not e[3]), None)
@@ -62,7 +76,7 @@ def _walk_one(graph, codes, T, seeds, L, max_iters):
                 break
             e[3] = True
             log.append((e[1], e[2]))
-            for n in graph[e[1]]:
+            for n in _fresh(words, words_n, graph[e[1]]):
                 offer(n)
         logs.append(log)
     return logs
@@ -83,11 +97,10 @@ def _emulate_gpu(graph, codes, T, seeds, L, W, max_iters, prefetch):
         def distances(nbrs):
             worst = wl[L - 1][0]
             new = []
-            for n in nbrs:
-                if n >= 0 and _bloom_insert(words, 0, words_n - 1, n):
-                    d = _pq(codes, T, q, n)
-                    if _key(d, n) < worst:
-                        new.append([_key(d, n), n, d, False])
+            for n in _fresh(words, words_n, nbrs):
+                d = _pq(codes, T, q, n)
+                if _key(d, n) < worst:
+                    new.append([_key(d, n), n, d, False])
             return new
 
         def take(e):
@@ -288,3 +301,49 @@ def test_gpu_width_logs_match_cpu_logs(rng):
                 assert np.mean(same) >= 0.9, (W, prefetch, np.mean(same))
     finally:
         sg._Batch.bind = real
+
+
+def test_bloom_step_is_order_independent(rng):
+    """A step's visited test marks only after testing every id, so any order of the step's ids
+    gives the same fresh ids and the same filter (a small filter: many collisions)."""
+    from knnkit.index.bang._search_cpu import _bloom_step
+
+    for trial in range(20):
+        prior = rng.integers(0, 10 ** 6, 10).astype(np.int32)
+        ids = np.concatenate([rng.integers(0, 10 ** 6, 60), prior[:3], [-1, -1]]).astype(np.int32)
+        ids = np.concatenate([ids, ids[:7]])  # repeats within the step
+        results = []
+        for perm in range(4):
+            words = np.zeros(4, np.uint32)
+            buf = prior.copy()
+            _bloom_step(words, 3, buf, len(buf))
+            order = ids if perm == 0 else ids[rng.permutation(len(ids))]
+            buf = order.copy()
+            k = _bloom_step(words, 3, buf, len(buf))
+            results.append((tuple(buf[:k]), tuple(words)))
+        assert all(r == results[0] for r in results), trial
+        fresh = results[0][0]
+        assert len(set(fresh)) == len(fresh) and not set(prior[:3]) & set(fresh)
+
+
+@pytest.mark.gpu
+def test_gpu_walk_repeats_bit_for_bit():
+    """Two identical GPU searches give the same bits (the Bloom filter's outcome no longer depends
+    on the order of a step's concurrent inserts), mapped and gathered alike."""
+    from knnkit.index.bang import _search_gpu as sg
+
+    X = np.asarray(make_clustered(60000 + 2000, 32, random_state=21, device="cpu"))
+    X, Q = np.ascontiguousarray(X[:60000]), np.ascontiguousarray(X[60000:])
+    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=21)
+    old = sg.configure()
+    try:
+        knnkit.set_memory_budget(1 << 20)
+        for access in ("gather", "mapped"):
+            sg.configure(access=access)
+            runs = [[_host(a) for a in index.search(Q, k=10, beam=64)] for _ in range(3)]
+            for d, i in runs[1:]:
+                np.testing.assert_array_equal(i, runs[0][1], err_msg=access)
+                np.testing.assert_array_equal(d, runs[0][0], err_msg=access)
+    finally:
+        sg.configure(**old)
+        knnkit.set_memory_budget(None)

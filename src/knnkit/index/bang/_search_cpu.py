@@ -50,6 +50,44 @@ def _bloom_insert(words, base, wmask, node):
 
 
 @numba.njit(cache=True, inline="always")
+def _bloom_contains(words, base, wmask, node):
+    h = np.uint64(node) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    bits = ((np.uint64(1) << ((h >> np.uint64(17)) & np.uint64(31)))
+            | (np.uint64(1) << ((h >> np.uint64(22)) & np.uint64(31)))
+            | (np.uint64(1) << (h >> np.uint64(27))))
+    return (np.uint64(words[base + np.int64(h & np.uint64(wmask))]) & bits) == bits
+
+
+@numba.njit(cache=True)
+def _bloom_step(words, wmask, buf, n):
+    """One step's visited test, as ``bang_distances`` does it: of the ids ``buf[:n]`` (-1 = none),
+    keep in ``buf[:k]`` (ascending) the distinct ones the filter did not hold BEFORE the step, then
+    mark them; returns k. Testing first and marking after makes the outcome independent of the
+    order of the step's ids (the GPU's inserts are concurrent)."""
+    k = 0
+    for i in range(n):
+        v = buf[i]
+        if v >= 0 and not _bloom_contains(words, 0, wmask, v):
+            buf[k] = v
+            k += 1
+    if k > 1:
+        buf[:k].sort()
+    u = 0
+    for i in range(k):
+        if i == 0 or buf[i] != buf[i - 1]:
+            buf[u] = buf[i]
+            u += 1
+    for i in range(u):
+        _bloom_insert(words, 0, wmask, buf[i])
+    return u
+
+
+@numba.njit(cache=True, inline="always")
 def _pq_dist(codes, node, T, q, m):
     acc = np.float32(0.0)
     for j in range(m):
@@ -83,11 +121,12 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
         fl = np.zeros(L, np.uint8)
         words = np.zeros(bloom_words, np.uint32)
         picked = np.empty(width, np.int32)
+        buf = np.empty(max(width * R, seeds.shape[1]), np.int32)
         size = 0
         for t in range(seeds.shape[1]):
-            s = seeds[q, t]
-            if s >= 0 and _bloom_insert(words, 0, wmask, s):
-                size = _insert(ids, ds, fl, size, L, s, _pq_dist(codes, s, T, q, m))
+            buf[t] = seeds[q, t]
+        for i in range(_bloom_step(words, wmask, buf, seeds.shape[1])):
+            size = _insert(ids, ds, fl, size, L, buf[i], _pq_dist(codes, buf[i], T, q, m))
         ne = 0
         it = 0
         while ne < max_iters:
@@ -108,13 +147,15 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
             if npick == 0:
                 break
             it += 1
+            nn = 0
             for p in range(npick):
                 node = picked[p]
                 for r in range(R):
-                    nb = graph[node, r]
-                    if nb < 0 or not _bloom_insert(words, 0, wmask, nb):
-                        continue
-                    size = _insert(ids, ds, fl, size, L, nb, _pq_dist(codes, nb, T, q, m))
+                    buf[nn] = graph[node, r]
+                    nn += 1
+            # the order of insertion does not matter: the list's order is total
+            for i in range(_bloom_step(words, wmask, buf, nn)):
+                size = _insert(ids, ds, fl, size, L, buf[i], _pq_dist(codes, buf[i], T, q, m))
         n_exp[q] = ne
         n_iter[q] = it
 

@@ -555,11 +555,14 @@ class _Batch:
         self.iters = 0
         self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
         bf16 = self.T.dtype.itemsize == 2  # legacy hands in float32 tables (rounded values)
-        self.smem_dist = m * ksub * self.T.dtype.itemsize if use_smem else 0
+        tab = m * ksub * self.T.dtype.itemsize if use_smem else 0
+        self.smem_dist = tab + step_shared_bytes(W * R)
+        self.smem_seed = tab + step_shared_bytes(self.s)
 
         def dist_args(nbrs, width):
             return (nbrs, i32(width), codes, i32(m), self.T, i32(ksub), i32(1 if bf16 else 0), i32(1 if use_smem else 0),
-                    i32(1 if vec_load else 0), self.bloom, i32(self.bloom_words), self.wl_ids, self.wl_d, self.wl_x,
+                    i32(1 if vec_load else 0), self.bloom, i32(self.bloom_words), i32(hash_slots(width)), self.wl_ids,
+                    self.wl_d, self.wl_x,
                     i32(L), self.new_ids, self.new_d, self.new_x, self.n_new, i32(self.new_cap),
                     i32(1 if prefetch else 0), i32(W), self.cand, self.log_ids, self.log_d, self.n_exp,
                     i32(max_iters), i32(GS), i32(nq))
@@ -593,7 +596,7 @@ class _Batch:
                 if p:
                     self._tick("gather_graph")
             self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
-                        shared_mem=self.smem_dist)
+                        shared_mem=self.smem_seed if first else self.smem_dist)
             if p:
                 self._tick("distances")
             self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
@@ -645,7 +648,7 @@ class _Batch:
                 if p:
                     self._tick("h2d_nbr")
             self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
-                        shared_mem=self.smem_dist)
+                        shared_mem=self.smem_seed if first else self.smem_dist)
             if p:
                 self._tick("distances")
             if self.prefetch:
@@ -687,25 +690,40 @@ class _Batch:
         self.iters += 1
 
 
-def _table_fits_shared(tbytes):
-    """Whether one query's PQ table (``tbytes``) goes to shared memory; raises the kernel's dynamic
-    shared-memory limit when it does. The kernel's own static shared variables count against the
-    same per-block limit: a table of exactly 48 KB needs the opt-in too (a launch with 48 KB of
-    dynamic memory and a few static bytes is refused by the driver as an invalid argument).
-    Decided once per device and table size (the device attribute query alone walks ~100 driver
-    attributes)."""
+def step_shared_bytes(width):
+    """Dynamic shared memory ``bang_distances`` needs beside the table for a step of ``width``
+    neighbour ids: the de-duplication set (:func:`hash_slots` ints) and one fresh flag per id."""
+    return 4 * hash_slots(width) + -(-int(width) // 16) * 16
+
+
+def hash_slots(width):
+    """Slots of ``bang_distances``' set of a step's ids: a power of two >= 2x the ids."""
+    return _pow2ceil(2 * max(1, int(width)))
+
+
+def _table_fits_shared(tbytes, extra=0):
+    """Whether one query's PQ table (``tbytes``) goes to shared memory beside ``extra`` bytes of the
+    step's own (:func:`step_shared_bytes`); raises the kernel's dynamic shared-memory limit to
+    what the launch will ask. The kernel's own static shared variables count against the same
+    per-block limit: a table of exactly 48 KB needs the opt-in too (a launch with 48 KB of dynamic
+    memory and a few static bytes is refused by the driver as an invalid argument). Decided once
+    per device and sizes (the device attribute query alone walks ~100 driver attributes)."""
     import cupy as cp
 
-    key = (cp.cuda.Device().id, int(tbytes))
+    key = (cp.cuda.Device().id, int(tbytes), int(extra))
     hit = _smem_fit.get(key)
     if hit is not None:
         return hit
     kern = _kernel("bang_distances")
     static = int(kern.attributes.get("shared_size_bytes", 0))
     optin = int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_STATIC))
-    fits = not (tbytes > _SMEM_MAX or tbytes + static > optin)
-    if fits and tbytes + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < tbytes:
-        kern.max_dynamic_shared_size_bytes = tbytes
+    fits = not (tbytes > _SMEM_MAX or tbytes + extra + static > optin)
+    need = (tbytes if fits else 0) + extra
+    if need + static > optin:
+        raise ValueError(f"search_width x graph degree too large for the distance kernel's shared memory "
+                         f"({extra} bytes); lower search_width")
+    if need + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < need:
+        kern.max_dynamic_shared_size_bytes = need
     _smem_fit[key] = fits
     return fits
 
@@ -939,7 +957,8 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     R = graph.shape[1]
     m = codes.shape[1]
     ksub = codebook.shape[1]
-    use_smem = _table_fits_shared(table_bytes(m, ksub, 32 if legacy else None))  # legacy: float32 tables
+    extra = max(step_shared_bytes(W * R), step_shared_bytes(max(1, int(n_seeds))))
+    use_smem = _table_fits_shared(table_bytes(m, ksub, 32 if legacy else None), extra)  # legacy: float32 tables
     GS = _group_size(m)
     pb = int(pipeline_batch) if pipeline_batch else max(1, -(-nq // 2))
     starts = list(range(0, nq, pb))

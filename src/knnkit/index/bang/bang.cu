@@ -20,13 +20,41 @@
 namespace bang {
 
 // Same blocked Bloom filter as index/search.cu (and _search_cpu._bloom_insert): the three bits of a
-// node lie in one 32-bit word, so one atomicOr tests and sets them.
-__device__ __forceinline__ bool bloom_insert(unsigned* __restrict__ words, unsigned wmask, int node) {
+// node lie in one 32-bit word. Read and written apart: a step's neighbours are all tested against the filter as
+// it was before the step, then the fresh ones are marked: whether a node counts as visited no
+// longer depends on which of the step's concurrent inserts came first (a node whose three bits
+// only OTHER nodes of the same step set was a false positive or not, run to run). The CPU twin
+// (_search_cpu._bloom_step) does the same.
+__device__ __forceinline__ void bloom_hash(int node, unsigned wmask, unsigned& word, unsigned& bits) {
     unsigned h = (unsigned)node;
     h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
-    const unsigned bits = (1u << ((h >> 17) & 31u)) | (1u << ((h >> 22) & 31u)) | (1u << (h >> 27));
-    const unsigned old = atomicOr(words + (h & wmask), bits);
-    return (old & bits) != bits;
+    bits = (1u << ((h >> 17) & 31u)) | (1u << ((h >> 22) & 31u)) | (1u << (h >> 27));
+    word = h & wmask;
+}
+
+__device__ __forceinline__ bool bloom_contains(const unsigned* __restrict__ words, unsigned wmask, int node) {
+    unsigned w, bits;
+    bloom_hash(node, wmask, w, bits);
+    return (words[w] & bits) == bits;
+}
+
+__device__ __forceinline__ void bloom_set(unsigned* __restrict__ words, unsigned wmask, int node) {
+    unsigned w, bits;
+    bloom_hash(node, wmask, w, bits);
+    atomicOr(words + w, bits);
+}
+
+// Exact de-duplication of a step's ids (two candidates may share a neighbour): an open-addressing
+// set in shared memory (slots: a power of two >= 2x the ids, -1 = empty). True for exactly one
+// caller per id (which one does not matter: same id, same distance).
+__device__ __forceinline__ bool hash_claim(int* slots, unsigned mask, int node) {
+    unsigned h = (unsigned)node * 0x9E3779B1u;
+    h ^= h >> 15;
+    for (unsigned i = h & mask;; i = (i + 1) & mask) {
+        const int prev = atomicCAS(slots + i, -1, node);
+        if (prev == -1) return true;
+        if (prev == node) return false;
+    }
 }
 
 __device__ __forceinline__ bool key_less(float da, int ia, float db, int ib) {
@@ -89,7 +117,7 @@ __device__ __forceinline__ void store_entry(void* __restrict__ T, size_t i, floa
 extern "C" __global__ void bang_distances(
     const int* __restrict__ nbrs, int width, const unsigned char* __restrict__ codes, int m,
     const void* __restrict__ tables, int ksub, int bf16, int use_smem, int vec_load, unsigned* __restrict__ bloom,
-    int bloom_words,
+    int bloom_words, int hash_slots,
     const int* __restrict__ wl_ids, const float* __restrict__ wl_d, unsigned char* __restrict__ wl_x, int L,
     int* __restrict__ new_ids, float* __restrict__ new_d, unsigned char* __restrict__ new_x, int* __restrict__ n_new,
     int new_cap, int select, int W, int* __restrict__ cand, int* __restrict__ log_ids, float* __restrict__ log_d,
@@ -117,6 +145,21 @@ extern "C" __global__ void bang_distances(
         // bf16: entries are the upper 16 bits of float32 values (bfloat16), half the bytes per load
         const int esz = bf16 ? 2 : 4;
         const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
+        // dynamic shared memory: [table (use_smem)] [hash_slots ints] [width fresh flags]
+        int* s_hash = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(s_table) +
+                                             (use_smem ? (size_t)m * ksub * esz : 0));
+        unsigned char* s_fresh = reinterpret_cast<unsigned char*>(s_hash + hash_slots);
+        unsigned* words = bloom + (size_t)q * bloom_words;
+        const unsigned wmask = (unsigned)(bloom_words - 1);
+        for (int i = threadIdx.x; i < hash_slots; i += blockDim.x) s_hash[i] = -1;
+        __syncthreads();
+        // 4.4, order-independent: fresh = not in the filter as it was before this step, once per id
+        for (int j = threadIdx.x; j < width; j += blockDim.x) {
+            const int node = my_nbrs[j];
+            s_fresh[j] = (node >= 0 && !bang::bloom_contains(words, wmask, node) &&
+                          bang::hash_claim(s_hash, (unsigned)(hash_slots - 1), node)) ? 1 : 0;
+        }
+        // (the table fill's barrier below also ends the tests before any bit is set)
         if (use_smem) {
             const int nbytes = m * ksub * esz;
             if (vec_load && (nbytes & 15) == 0 && (reinterpret_cast<size_t>(T) & 15) == 0) {
@@ -148,14 +191,16 @@ extern "C" __global__ void bang_distances(
         const unsigned short* Th = reinterpret_cast<const unsigned short*>(T);
         const float worst_d = wl_ids[wb + L - 1] >= 0 ? wl_d[wb + L - 1] : BANG_INF;
         const int worst_i = wl_ids[wb + L - 1];
-        unsigned* words = bloom + (size_t)q * bloom_words;
         const int lane = threadIdx.x % GS;
         const int groups = blockDim.x / GS;
         for (int base = 0; base < width; base += groups) {  // uniform trip count across the block
             const int j = base + threadIdx.x / GS;
             const int node = j < width ? my_nbrs[j] : -1;
             int fresh = 0;
-            if (lane == 0 && node >= 0) fresh = bang::bloom_insert(words, (unsigned)(bloom_words - 1), node) ? 1 : 0;
+            if (lane == 0 && j < width && s_fresh[j]) {
+                bang::bloom_set(words, wmask, node);
+                fresh = 1;
+            }
             fresh = __shfl_sync(0xffffffffu, fresh, 0, GS);
             float acc = 0.f;
             if (fresh) {
