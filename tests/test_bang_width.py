@@ -306,8 +306,10 @@ def test_gpu_width_logs_match_cpu_logs(rng):
 def test_bloom_step_is_order_independent(rng):
     """A step's visited test marks only after testing every id, so any order of the step's ids
     gives the same fresh ids and the same filter (a small filter: many collisions)."""
-    from knnkit.index.bang._search_cpu import _bloom_step
+    from knnkit.index.bang._search_cpu import _bloom_step, step_set
 
+    hset, hgen, hword, hbits = step_set(200)
+    gen = 0
     for trial in range(20):
         prior = rng.integers(0, 10 ** 6, 10).astype(np.int32)
         ids = np.concatenate([rng.integers(0, 10 ** 6, 60), prior[:3], [-1, -1]]).astype(np.int32)
@@ -316,11 +318,12 @@ def test_bloom_step_is_order_independent(rng):
         for perm in range(4):
             words = np.zeros(4, np.uint32)
             buf = prior.copy()
-            _bloom_step(words, 3, buf, len(buf))
+            _bloom_step(words, 3, buf, len(buf), hset, hgen, gen, hword, hbits)
             order = ids if perm == 0 else ids[rng.permutation(len(ids))]
             buf = order.copy()
-            k = _bloom_step(words, 3, buf, len(buf))
-            results.append((tuple(buf[:k]), tuple(words)))
+            k = _bloom_step(words, 3, buf, len(buf), hset, hgen, gen + 1, hword, hbits)
+            gen += 2
+            results.append((tuple(sorted(buf[:k])), tuple(words)))
         assert all(r == results[0] for r in results), trial
         fresh = results[0][0]
         assert len(set(fresh)) == len(fresh) and not set(prior[:3]) & set(fresh)

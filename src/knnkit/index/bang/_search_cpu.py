@@ -5,7 +5,9 @@ that the GPU tests compare with.
 Per query: a work list of ``L`` entries sorted by PQ distance (ties by id: a total order, so the
 GPU's batched merge and this sequential insertion keep the same list), each flagged once expanded;
 a blocked Bloom filter (the hash of ``index/search.cu``) as the visited set, so a node's PQ distance
-is computed once; every expansion is logged with its PQ distance. The search stops when every
+is computed once (a step's neighbours are tested against the filter as it was before the step, then
+marked: ``_bloom_step``, as the GPU's concurrent inserts see it); every expansion is logged with its
+PQ distance. The search stops when every
 entry is expanded or after ``max_iters`` expansions. Search width W (``width``, CAGRA's term): each
 iteration takes the W best unexpanded entries at once and only then inserts all their neighbours,
 exactly what one GPU iteration does (gather W rows, one distance pass over W*R neighbours, one
@@ -50,7 +52,8 @@ def _bloom_insert(words, base, wmask, node):
 
 
 @numba.njit(cache=True, inline="always")
-def _bloom_contains(words, base, wmask, node):
+def _bloom_slot(wmask, node):
+    """(word, bits) of ``node`` in a filter of ``wmask + 1`` words (the hash of _bloom_insert)."""
     h = np.uint64(node) & np.uint64(0xFFFFFFFF)
     h ^= h >> np.uint64(16)
     h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
@@ -60,31 +63,61 @@ def _bloom_contains(words, base, wmask, node):
     bits = ((np.uint64(1) << ((h >> np.uint64(17)) & np.uint64(31)))
             | (np.uint64(1) << ((h >> np.uint64(22)) & np.uint64(31)))
             | (np.uint64(1) << (h >> np.uint64(27))))
-    return (np.uint64(words[base + np.int64(h & np.uint64(wmask))]) & bits) == bits
+    return np.int64(h & np.uint64(wmask)), bits
+
+
+@numba.njit(cache=True, inline="always")
+def _bloom_contains(words, base, wmask, node):
+    w, bits = _bloom_slot(wmask, node)
+    return (np.uint64(words[base + w]) & bits) == bits
 
 
 @numba.njit(cache=True)
-def _bloom_step(words, wmask, buf, n):
+def _bloom_step(words, wmask, buf, n, hset, hgen, gen, hword, hbits):
     """One step's visited test, as ``bang_distances`` does it: of the ids ``buf[:n]`` (-1 = none),
-    keep in ``buf[:k]`` (ascending) the distinct ones the filter did not hold BEFORE the step, then
-    mark them; returns k. Testing first and marking after makes the outcome independent of the
-    order of the step's ids (the GPU's inserts are concurrent)."""
+    keep in ``buf[:k]`` (first occurrences, in order) the distinct ones the filter did not hold
+    BEFORE the step, then mark them; returns k. Testing first and marking after makes the outcome
+    independent of the order of the step's ids (the GPU's inserts are concurrent). Repeats are
+    found with an open-addressing set (``hset`` ids, ``hgen`` the step that wrote each slot, a
+    power of two >= 2n slots; ``gen`` this step's number, so the set needs no clearing); ``hword``,
+    ``hbits`` (n int64 / uint64): scratch."""
+    hmask = hset.shape[0] - 1
     k = 0
     for i in range(n):
         v = buf[i]
-        if v >= 0 and not _bloom_contains(words, 0, wmask, v):
+        if v < 0:
+            continue
+        w, bits = _bloom_slot(wmask, v)
+        if (np.uint64(words[w]) & bits) == bits:
+            continue
+        h = (np.uint64(v) * np.uint64(0x9E3779B1)) & np.uint64(0xFFFFFFFF)
+        j = np.int64((h ^ (h >> np.uint64(15))) & np.uint64(hmask))
+        fresh = False
+        while True:
+            if hgen[j] != gen:
+                hgen[j] = gen
+                hset[j] = v
+                fresh = True
+                break
+            if hset[j] == v:
+                break
+            j = (j + 1) & hmask
+        if fresh:
             buf[k] = v
+            hword[k] = w  # kept for the marking pass: the hash once per id
+            hbits[k] = bits
             k += 1
-    if k > 1:
-        buf[:k].sort()
-    u = 0
     for i in range(k):
-        if i == 0 or buf[i] != buf[i - 1]:
-            buf[u] = buf[i]
-            u += 1
-    for i in range(u):
-        _bloom_insert(words, 0, wmask, buf[i])
-    return u
+        words[hword[i]] = np.uint32(np.uint64(words[hword[i]]) | hbits[i])
+    return k
+
+
+def step_set(n):
+    """``(hset, hgen, hword, hbits)`` for :func:`_bloom_step` over steps of at most ``n`` ids."""
+    size = 1
+    while size < 2 * max(1, n):
+        size *= 2
+    return np.zeros(size, np.int32), np.full(size, -1, np.int32), np.empty(n, np.int64), np.empty(n, np.uint64)
 
 
 @numba.njit(cache=True, inline="always")
@@ -121,11 +154,19 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
         fl = np.zeros(L, np.uint8)
         words = np.zeros(bloom_words, np.uint32)
         picked = np.empty(width, np.int32)
-        buf = np.empty(max(width * R, seeds.shape[1]), np.int32)
+        nbuf = max(width * R, seeds.shape[1])
+        buf = np.empty(nbuf, np.int32)
+        hsize = 1
+        while hsize < 2 * nbuf:
+            hsize *= 2
+        hset = np.zeros(hsize, np.int32)
+        hgen = np.full(hsize, -1, np.int32)
+        hword = np.empty(nbuf, np.int64)
+        hbits = np.empty(nbuf, np.uint64)
         size = 0
         for t in range(seeds.shape[1]):
             buf[t] = seeds[q, t]
-        for i in range(_bloom_step(words, wmask, buf, seeds.shape[1])):
+        for i in range(_bloom_step(words, wmask, buf, seeds.shape[1], hset, hgen, 0, hword, hbits)):
             size = _insert(ids, ds, fl, size, L, buf[i], _pq_dist(codes, buf[i], T, q, m))
         ne = 0
         it = 0
@@ -154,7 +195,7 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
                     buf[nn] = graph[node, r]
                     nn += 1
             # the order of insertion does not matter: the list's order is total
-            for i in range(_bloom_step(words, wmask, buf, nn)):
+            for i in range(_bloom_step(words, wmask, buf, nn, hset, hgen, it, hword, hbits)):
                 size = _insert(ids, ds, fl, size, L, buf[i], _pq_dist(codes, buf[i], T, q, m))
         n_exp[q] = ne
         n_iter[q] = it
