@@ -35,25 +35,8 @@ def bloom_words_for(max_iters, R, s):
 
 
 @numba.njit(cache=True, inline="always")
-def _bloom_insert(words, base, wmask, node):
-    h = np.uint64(node) & np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(16)
-    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(13)
-    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(16)
-    bits = ((np.uint64(1) << ((h >> np.uint64(17)) & np.uint64(31)))
-            | (np.uint64(1) << ((h >> np.uint64(22)) & np.uint64(31)))
-            | (np.uint64(1) << (h >> np.uint64(27))))
-    w = base + np.int64(h & np.uint64(wmask))
-    old = np.uint64(words[w])
-    words[w] = np.uint32(old | bits)
-    return (old & bits) != bits
-
-
-@numba.njit(cache=True, inline="always")
 def _bloom_slot(wmask, node):
-    """(word, bits) of ``node`` in a filter of ``wmask + 1`` words (the hash of _bloom_insert)."""
+    """(word, bits) of ``node`` in a filter of ``wmask + 1`` words (the hash of ``index/search.cu``)."""
     h = np.uint64(node) & np.uint64(0xFFFFFFFF)
     h ^= h >> np.uint64(16)
     h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
@@ -64,6 +47,14 @@ def _bloom_slot(wmask, node):
             | (np.uint64(1) << ((h >> np.uint64(22)) & np.uint64(31)))
             | (np.uint64(1) << (h >> np.uint64(27))))
     return np.int64(h & np.uint64(wmask)), bits
+
+
+@numba.njit(cache=True, inline="always")
+def _bloom_insert(words, base, wmask, node):
+    w, bits = _bloom_slot(wmask, node)
+    old = np.uint64(words[base + w])
+    words[base + w] = np.uint32(old | bits)
+    return (old & bits) != bits
 
 
 @numba.njit(cache=True, inline="always")
