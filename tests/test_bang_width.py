@@ -10,7 +10,8 @@ import pytest
 import knnkit
 from knnkit.datasets import make_clustered, make_uniform
 from knnkit.index.bang._pq import pq_tables
-from knnkit.index.bang._search_cpu import _bloom_contains, _bloom_insert, bloom_words_for, search_pq_cpu
+from knnkit.index.bang._search_cpu import bloom_words_for, search_pq_cpu
+from _bang_fake_gpu import _bloom_step_py
 
 
 def _host(a):
@@ -38,17 +39,8 @@ def _pq(codes, T, q, n):
 
 
 def _fresh(words, words_n, nbrs):
-    """A step's visited test (bang.cu, since the thirty-third session): the distinct ids the filter
-    did not hold before the step, then marked."""
-    out, seen = [], set()
-    for n in nbrs:
-        n = int(n)
-        if n >= 0 and n not in seen and not _bloom_contains(words, 0, words_n - 1, n):
-            seen.add(n)
-            out.append(n)
-    for n in out:
-        _bloom_insert(words, 0, words_n - 1, n)
-    return out
+    """A step's visited test (bang.cu, since the thirty-third session): the fake GPU's."""
+    return _bloom_step_py(words, words_n - 1, nbrs)
 
 
 def _walk_one(graph, codes, T, seeds, L, max_iters):

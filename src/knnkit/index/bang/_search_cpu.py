@@ -103,6 +103,7 @@ def _bloom_step(words, wmask, buf, n, hset, hgen, gen, hword, hbits):
     return k
 
 
+@numba.njit(cache=True)
 def step_set(n):
     """``(hset, hgen, hword, hbits)`` for :func:`_bloom_step` over steps of at most ``n`` ids."""
     size = 1
@@ -147,13 +148,7 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
         picked = np.empty(width, np.int32)
         nbuf = max(width * R, seeds.shape[1])
         buf = np.empty(nbuf, np.int32)
-        hsize = 1
-        while hsize < 2 * nbuf:
-            hsize *= 2
-        hset = np.zeros(hsize, np.int32)
-        hgen = np.full(hsize, -1, np.int32)
-        hword = np.empty(nbuf, np.int64)
-        hbits = np.empty(nbuf, np.uint64)
+        hset, hgen, hword, hbits = step_set(nbuf)
         size = 0
         for t in range(seeds.shape[1]):
             buf[t] = seeds[q, t]
