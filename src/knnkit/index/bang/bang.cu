@@ -19,12 +19,12 @@
 
 namespace bang {
 
-// Same blocked Bloom filter as index/search.cu (and _search_cpu._bloom_insert): the three bits of a
-// node lie in one 32-bit word. Read and written apart: a step's neighbours are all tested against the filter as
-// it was before the step, then the fresh ones are marked: whether a node counts as visited no
-// longer depends on which of the step's concurrent inserts came first (a node whose three bits
-// only OTHER nodes of the same step set was a false positive or not, run to run). The CPU twin
-// (_search_cpu._bloom_step) does the same.
+// Same blocked Bloom filter as index/search.cu (and _search_cpu._bloom_slot): the three bits of a
+// node lie in one 32-bit word. Read and written apart: a step's neighbours are all tested against
+// the filter as it was before the step, then the fresh ones are marked, so whether a node counts as
+// visited no longer depends on which of the step's concurrent inserts came first (a node whose
+// three bits only OTHER nodes of the same step set was a false positive or not, run to run). The
+// CPU twin (_search_cpu._bloom_step) does the same.
 __device__ __forceinline__ void bloom_hash(int node, unsigned wmask, unsigned& word, unsigned& bits) {
     unsigned h = (unsigned)node;
     h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
