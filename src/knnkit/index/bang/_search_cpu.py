@@ -19,9 +19,31 @@ import numba
 import numpy as np
 
 from ..._core.metrics import prepare_vectors
+from ..._core.prefetch import cache_hint
 
 __all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for", "bits_view",
            "exact_distances", "exact_topk"]
+
+
+# The host's gathers are random row reads (a miss per 64-byte line): requesting the rows of the
+# next queries' candidates before copying this query's lets the core keep more misses in flight
+# (``_core.prefetch``; a hint only, no result depends on it).
+_prefetch = cache_hint()
+#: Queries ahead whose candidates' rows :func:`gather_walk` requests (W rows each; the GPU search
+#: passes it, ``_search_gpu.configure(gather_ahead=)``); ids ahead for :func:`_gather_rows`. Measured
+#: with `benchmarks/bang_gather_micro.py`: NOTES.md, "Prefetch in the host gathers".
+GATHER_AHEAD_QUERIES = 2
+GATHER_AHEAD_ROWS = 8
+
+
+@numba.njit(cache=True, inline="always")
+def _prefetch_row(a, r):
+    """Request every 64-byte line of row ``r`` of the C-contiguous 2-D array ``a``."""
+    step = max(1, 64 // a.itemsize)
+    for c in range(0, a.shape[1], step):
+        _prefetch(a, r, c)
+    if a.shape[1] > 0:
+        _prefetch(a, r, a.shape[1] - 1)  # a row not aligned to a line ends in one more
 
 
 def bloom_words_for(max_iters, R, s):
@@ -174,6 +196,8 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
             if npick == 0:
                 break
             it += 1
+            for p in range(npick):
+                _prefetch_row(graph, picked[p])
             nn = 0
             for p in range(npick):
                 node = picked[p]
@@ -181,7 +205,10 @@ def _search(graph, codes, T, seeds, L, width, max_iters, bloom_words, log_ids, l
                     buf[nn] = graph[node, r]
                     nn += 1
             # the order of insertion does not matter: the list's order is total
-            for i in range(_bloom_step(words, wmask, buf, nn, hset, hgen, it, hword, hbits)):
+            nf = _bloom_step(words, wmask, buf, nn, hset, hgen, it, hword, hbits)
+            for i in range(nf):  # every fresh node's code requested before the first is scored
+                _prefetch(codes, buf[i], 0)
+            for i in range(nf):
                 size = _insert(ids, ds, fl, size, L, buf[i], _pq_dist(codes, buf[i], T, q, m))
         n_exp[q] = ne
         n_iter[q] = it
@@ -208,7 +235,10 @@ def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters, width=1, return_
 
 @numba.njit(parallel=True, cache=True)
 def _gather_rows(src, ids, out, fill):
-    for i in numba.prange(ids.shape[0]):
+    n = ids.shape[0]
+    for i in numba.prange(n):
+        if i + GATHER_AHEAD_ROWS < n and ids[i + GATHER_AHEAD_ROWS] >= 0:
+            _prefetch_row(src, ids[i + GATHER_AHEAD_ROWS])
         r = ids[i]
         if r >= 0:
             for j in range(src.shape[1]):
@@ -219,7 +249,7 @@ def _gather_rows(src, ids, out, fill):
 
 
 @numba.njit(parallel=True, cache=True)
-def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off):
+def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off, ahead):
     """One host step of the GPU walk for a batch of ``nb = count.shape[0]`` queries: the graph rows
     of each query's ``width`` candidates (``cand`` (nb * width,) int32, valid ids first, -1 after)
     into ``nbr_out`` (nb * width, R) (-1 rows for -1 candidates). ``count[q]``: expansions of query
@@ -233,7 +263,8 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
     The packing offsets come from one serial pass over the candidate ids (nb * width int32), then
     ONE parallel loop gathers each query's graph rows and vectors together: a parallel region costs
     its dispatch every walk step, and a query's rows and vectors are independent misses the core
-    can overlap."""
+    can overlap. Each query first requests the rows of the query ``ahead`` places on (0: none;
+    :data:`GATHER_AHEAD_QUERIES` by default), so that their misses overlap this query's copies."""
     nb = count.shape[0]
     R = graph.shape[1]
     d = data.shape[1]
@@ -247,6 +278,15 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
         total += nv
         off[q + 1] = off[q] + (min(nv, max(0, slots - count[q])) if stash else 0)
     for q in numba.prange(nb):
+        qa = q + ahead
+        if ahead > 0 and qa < nb:
+            ka = off[qa + 1] - off[qa]
+            for c in range(width):
+                node = cand[qa * width + c]
+                if node >= 0:
+                    _prefetch_row(graph, node)
+                    if c < ka:
+                        _prefetch_row(data, node)
         base = count[q]
         o = off[q]
         kept = off[q + 1] - o
