@@ -1,7 +1,7 @@
 """The host step of the GPU walk (``_search_cpu.gather_walk``) alone: the current code, which
 requests the rows of the queries ``GATHER_AHEAD_QUERIES`` ahead before copying a query's, against
 the same loop without those requests (copied below as ``gather_walk_plain``), on synthetic walk
-candidates, same process, alternated. (Until the thirty-fourth session this compared the one
+candidates, same process, alternated; ``ahead0`` is the current code with the requests off. (Until the thirty-fourth session this compared the one
 parallel loop with the two it replaced: 213 against 229 us, `results/h200-2026-11-30-s32/gather/`.)
 
     PYTHONPATH=src python benchmarks/bang_gather_micro.py [--n 3000000] [--d 96] [--R 32] [--nb 5000]
@@ -24,7 +24,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from knnkit.index.bang._search_cpu import gather_walk  # noqa: E402
+from knnkit.index.bang._search_cpu import GATHER_AHEAD_QUERIES, gather_walk  # noqa: E402
 
 
 @numba.njit(parallel=True, cache=True)
@@ -90,16 +90,17 @@ def main():
     dst = np.empty(nbw, np.int32)
     off = np.empty(a.nb + 1, np.int32)
     slots = 1 << 20
-    fns = {"prefetch": gather_walk, "plain": gather_walk_plain}
+    fns = {"prefetch": lambda *args: gather_walk(*args, GATHER_AHEAD_QUERIES),
+           "ahead0": lambda *args: gather_walk(*args, 0), "plain": gather_walk_plain}
     times = {k: [] for k in fns}
     outs = {}
     for name, fn in fns.items():  # compile, and the same answers
         count = np.zeros(a.nb, np.int32)
         fn(graph, data, cands[0], a.width, slots, count, nbr, vec, dst, True, off)
         outs[name] = (nbr.copy(), vec.copy(), dst.copy(), count.copy())
-    same = all(np.array_equal(x, y) for x, y in zip(outs["prefetch"], outs["plain"]))
+    same = all(np.array_equal(x, y) for name in ("ahead0", "plain") for x, y in zip(outs["prefetch"], outs[name]))
     for r in range(a.reps):
-        for name, fn in (fns.items() if r % 2 == 0 else reversed(list(fns.items()))):
+        for name, fn in (list(fns.items()) if r % 2 == 0 else list(reversed(list(fns.items())))):
             count = np.zeros(a.nb, np.int32)
             t = time.perf_counter()
             fn(graph, data, cands[r % len(cands)], a.width, slots, count, nbr, vec, dst, True, off)
