@@ -26,8 +26,7 @@ distance tables instead of the bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` 
 batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``); ``-mapped`` the graph
 and vectors page-locked and mapped, read by the kernels over PCIe (``configure(access="mapped")``:
 no host gather, no round trip per step; the registration is the first call's, ``mapped_register_s``
-in the stages); ``-nopf`` the host gather without its prefetch of the next queries' rows
-(``configure(gather_ahead=0)``). Every
+in the stages). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -115,7 +114,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
         res["cuvs_error"] = f"{type(e).__name__}: {e}"
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "nopf"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped"}
 
 
 def main():
@@ -162,7 +161,7 @@ def main():
     import cupy as cp
 
     import knnkit
-    from knnkit.index.bang import _pq, _search_cpu, _search_gpu
+    from knnkit.index.bang import _pq, _search_gpu
     from knnkit.index.bang._search_gpu import last_stats
 
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
@@ -244,8 +243,7 @@ def main():
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,
-                                              access="mapped" if "mapped" in flags else "gather",
-                                              gather_ahead=0 if "nopf" in flags else _search_cpu.GATHER_AHEAD_QUERIES)
+                                              access="mapped" if "mapped" in flags else "gather")
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
@@ -294,8 +292,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="gather",
-                          gather_ahead=_search_cpu.GATHER_AHEAD_QUERIES)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="gather")
     _search_gpu.MIN_CALL_QUERIES = min_call
     _pq.TABLE_BITS, _pq.TABLE_METHOD = 16, "direct"
     knnkit.set_memory_budget(budget)

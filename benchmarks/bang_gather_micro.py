@@ -1,8 +1,6 @@
-"""The host step of the GPU walk (``_search_cpu.gather_walk``) alone: the current code, which
-requests the rows of the queries ``GATHER_AHEAD_QUERIES`` ahead before copying a query's, against
-the same loop without those requests (copied below as ``gather_walk_plain``), on synthetic walk
-candidates, same process, alternated; ``ahead0`` is the current code with the requests off. (Until the thirty-fourth session this compared the one
-parallel loop with the two it replaced: 213 against 229 us, `results/h200-2026-11-30-s32/gather/`.)
+"""The host step of the GPU walk (``_search_cpu.gather_walk``) alone: one parallel loop (the
+current code) against the two parallel loops it replaced (copied below as
+``gather_walk_two_loops``), on synthetic walk candidates, same process, alternated.
 
     PYTHONPATH=src python benchmarks/bang_gather_micro.py [--n 3000000] [--d 96] [--R 32] [--nb 5000]
         [--width 4] [--reps 200] [--out $OUT/bang_gather_micro.json]
@@ -24,29 +22,17 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from knnkit.index.bang._search_cpu import GATHER_AHEAD_QUERIES, gather_walk  # noqa: E402
+from knnkit.index.bang._search_cpu import gather_walk  # noqa: E402
 
 
 @numba.njit(parallel=True, cache=True)
-def gather_walk_plain(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off):
-    """``gather_walk`` as it was before the thirty-fourth session: the same one parallel loop
-    without the prefetch of the next queries' rows (same arguments and results)."""
+def gather_walk_two_loops(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off):
+    """``gather_walk`` as it was before the thirty-second session: graph rows in one parallel loop,
+    then the counts, the offsets and the vectors in a second one (same arguments and results)."""
     nb = count.shape[0]
     R = graph.shape[1]
     d = data.shape[1]
-    total = 0
-    off[0] = 0
-    for q in range(nb):
-        nv = 0
-        for c in range(width):
-            if cand[q * width + c] >= 0:
-                nv += 1
-        total += nv
-        off[q + 1] = off[q] + (min(nv, max(0, slots - count[q])) if stash else 0)
     for q in numba.prange(nb):
-        base = count[q]
-        o = off[q]
-        kept = off[q + 1] - o
         nv = 0
         for c in range(width):
             i = q * width + c
@@ -55,15 +41,36 @@ def gather_walk_plain(graph, data, cand, width, slots, count, nbr_out, vec_out, 
                 nv += 1
                 for j in range(R):
                     nbr_out[i, j] = graph[node, j]
-                if c < kept:
-                    for j in range(d):
-                        vec_out[o + c, j] = data[node, j]
-                    dst[o + c] = q * slots + base + c
             else:
                 for j in range(R):
                     nbr_out[i, j] = -1
-        count[q] = base + nv
-    return total, off[nb]
+        if stash:
+            off[q + 1] = min(nv, max(0, slots - count[q]))  # rows of q that get a slot
+        else:
+            count[q] += nv
+    total = 0
+    for i in range(nb * width):
+        if cand[i] >= 0:
+            total += 1
+    n_kept = 0
+    if stash:
+        off[0] = 0
+        for q in range(nb):
+            off[q + 1] += off[q]
+        n_kept = off[nb]
+        for q in numba.prange(nb):
+            base = count[q]
+            o = off[q]
+            for c in range(off[q + 1] - o):
+                node = cand[q * width + c]
+                for j in range(d):
+                    vec_out[o + c, j] = data[node, j]
+                dst[o + c] = q * slots + base + c
+            c = 0
+            while c < width and cand[q * width + c] >= 0:  # the valid ones come first
+                c += 1
+            count[q] = base + c
+    return total, n_kept
 
 
 def main():
@@ -90,17 +97,16 @@ def main():
     dst = np.empty(nbw, np.int32)
     off = np.empty(a.nb + 1, np.int32)
     slots = 1 << 20
-    fns = {"prefetch": lambda *args: gather_walk(*args, GATHER_AHEAD_QUERIES),
-           "ahead0": lambda *args: gather_walk(*args, 0), "plain": gather_walk_plain}
+    fns = {"one_loop": gather_walk, "two_loops": gather_walk_two_loops}
     times = {k: [] for k in fns}
     outs = {}
     for name, fn in fns.items():  # compile, and the same answers
         count = np.zeros(a.nb, np.int32)
         fn(graph, data, cands[0], a.width, slots, count, nbr, vec, dst, True, off)
         outs[name] = (nbr.copy(), vec.copy(), dst.copy(), count.copy())
-    same = all(np.array_equal(x, y) for name in ("ahead0", "plain") for x, y in zip(outs["prefetch"], outs[name]))
+    same = all(np.array_equal(x, y) for x, y in zip(outs["one_loop"], outs["two_loops"]))
     for r in range(a.reps):
-        for name, fn in (list(fns.items()) if r % 2 == 0 else list(reversed(list(fns.items())))):
+        for name, fn in (fns.items() if r % 2 == 0 else reversed(list(fns.items()))):
             count = np.zeros(a.nb, np.int32)
             t = time.perf_counter()
             fn(graph, data, cands[r % len(cands)], a.width, slots, count, nbr, vec, dst, True, off)

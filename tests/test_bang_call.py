@@ -25,8 +25,7 @@ def _host(a):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-@pytest.mark.parametrize("ahead", [0, 1, 2, 9])  # the rows' prefetch changes no result
-def test_gather_walk_counts_slots_and_packs(rng, ahead):
+def test_gather_walk_counts_slots_and_packs(rng):
     n, R, d, W, S = 50, 4, 3, 3, 5
     graph = rng.integers(0, n, (n, R)).astype(np.int32)
     data = rng.random((n, d), dtype=np.float32)
@@ -37,7 +36,7 @@ def test_gather_walk_counts_slots_and_packs(rng, ahead):
     vec = np.full((nb * W, d), -9, np.float32)
     dst = np.full(nb * W, -9, np.int32)
     off = np.empty(nb + 1, np.int32)
-    valid, kept = gather_walk(graph, data, cand.reshape(-1), W, S, count, nbr, vec, dst, True, off, ahead)
+    valid, kept = gather_walk(graph, data, cand.reshape(-1), W, S, count, nbr, vec, dst, True, off)
     assert (valid, kept) == (6, 3)
     np.testing.assert_array_equal(count, [2, 7, 7, 6])
     for i, c in enumerate(cand.reshape(-1)):
@@ -47,7 +46,7 @@ def test_gather_walk_counts_slots_and_packs(rng, ahead):
     # without the stash: rows and counts only
     count2 = np.zeros(nb, np.int32)
     valid, kept = gather_walk(graph, np.zeros((1, 1), np.float32), cand.reshape(-1), W, 0, count2, nbr,
-                              np.zeros((1, 1), np.float32), np.zeros(1, np.int32), False, off, ahead)
+                              np.zeros((1, 1), np.float32), np.zeros(1, np.int32), False, off)
     assert (valid, kept) == (6, 0)
     np.testing.assert_array_equal(count2, [2, 0, 3, 1])
 
@@ -306,7 +305,7 @@ def test_configure_round_trip():
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
-                           "mapped_chunk": old["mapped_chunk"], "gather_ahead": old["gather_ahead"]}
+                           "mapped_chunk": old["mapped_chunk"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -314,9 +313,6 @@ def test_configure_round_trip():
         for bad in (0, 2.0, True, "4"):
             with pytest.raises(ValueError, match="mapped_chunk"):
                 sg.configure(mapped_chunk=bad)
-        for bad in (-1, 2.0, True, "2"):
-            with pytest.raises(ValueError, match="gather_ahead"):
-                sg.configure(gather_ahead=bad)
     finally:
         sg.configure(**old)
     assert sg._cfg == old

@@ -25,14 +25,11 @@ __all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_w
            "exact_distances", "exact_topk"]
 
 
-# The host's gathers are random row reads (a miss per 64-byte line): requesting the rows of the
-# next queries' candidates before copying this query's lets the core keep more misses in flight
-# (``_core.prefetch``; a hint only, no result depends on it).
+# Random row reads (a miss per 64-byte line) requested ahead of their use, so that the core keeps
+# several misses in flight (``_core.prefetch``; a hint only, no result depends on it): the CPU walk
+# requests a step's fresh codes before scoring them, :func:`_gather_rows` the row this many ids ahead.
+# NOTES.md, "Prefetch in the host gathers".
 _prefetch = cache_hint()
-#: Queries ahead whose candidates' rows :func:`gather_walk` requests (W rows each; the GPU search
-#: passes it, ``_search_gpu.configure(gather_ahead=)``); ids ahead for :func:`_gather_rows`. Measured
-#: with `benchmarks/bang_gather_micro.py`: NOTES.md, "Prefetch in the host gathers".
-GATHER_AHEAD_QUERIES = 2
 GATHER_AHEAD_ROWS = 8
 
 
@@ -249,7 +246,7 @@ def _gather_rows(src, ids, out, fill):
 
 
 @numba.njit(parallel=True, cache=True)
-def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off, ahead):
+def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, stash, off):
     """One host step of the GPU walk for a batch of ``nb = count.shape[0]`` queries: the graph rows
     of each query's ``width`` candidates (``cand`` (nb * width,) int32, valid ids first, -1 after)
     into ``nbr_out`` (nb * width, R) (-1 rows for -1 candidates). ``count[q]``: expansions of query
@@ -263,8 +260,8 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
     The packing offsets come from one serial pass over the candidate ids (nb * width int32), then
     ONE parallel loop gathers each query's graph rows and vectors together: a parallel region costs
     its dispatch every walk step, and a query's rows and vectors are independent misses the core
-    can overlap. Each query first requests the rows of the query ``ahead`` places on (0: none;
-    :data:`GATHER_AHEAD_QUERIES` by default), so that their misses overlap this query's copies."""
+    can overlap. (Requesting the next queries' rows first, as the CPU walk requests its codes, did
+    not pay on the GPU machine's 16 threads: NOTES.md, "Prefetch in the host gathers".)"""
     nb = count.shape[0]
     R = graph.shape[1]
     d = data.shape[1]
@@ -278,15 +275,6 @@ def gather_walk(graph, data, cand, width, slots, count, nbr_out, vec_out, dst, s
         total += nv
         off[q + 1] = off[q] + (min(nv, max(0, slots - count[q])) if stash else 0)
     for q in numba.prange(nb):
-        qa = q + ahead
-        if ahead > 0 and qa < nb:
-            ka = off[qa + 1] - off[qa]
-            for c in range(width):
-                node = cand[qa * width + c]
-                if node >= 0:
-                    _prefetch_row(graph, node)
-                    if c < ka:
-                        _prefetch_row(data, node)
         base = count[q]
         o = off[q]
         kept = off[q + 1] - o

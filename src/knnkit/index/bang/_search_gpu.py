@@ -50,8 +50,7 @@ from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
 from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
-from ._search_cpu import (GATHER_AHEAD_QUERIES, _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk,
-                          gather_rows, gather_walk)
+from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows, gather_walk
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
            "rows_from_device", "MAX_WIDTH"]
@@ -78,7 +77,6 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
         "access": os.environ.get("KNNKIT_BANG_ACCESS", "auto").strip() or "auto",
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
-        "gather_ahead": int(os.environ.get("KNNKIT_BANG_GATHER_AHEAD", str(GATHER_AHEAD_QUERIES))),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -89,8 +87,7 @@ _UNSET = object()
 ACCESS_MODES = ("auto", "mapped", "gather")
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              gather_ahead=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -125,10 +122,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         "mapped": walk steps queued between two looks of the host at whether a batch has finished
         (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
         a few microseconds of empty kernels). Environment: ``KNNKIT_BANG_MAPPED_CHUNK``.
-    gather_ahead : int
-        "gather": the host's row gather of a walk step requests the rows of the queries this many
-        places ahead before copying a query's (0: no requests; same results). Environment:
-        ``KNNKIT_BANG_GATHER_AHEAD``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -149,10 +142,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
         _cfg["mapped_chunk"] = int(mapped_chunk)
-    if gather_ahead is not None:
-        if isinstance(gather_ahead, bool) or not isinstance(gather_ahead, (int, np.integer)) or gather_ahead < 0:
-            raise ValueError(f"gather_ahead must be an int >= 0, got {gather_ahead!r}")
-        _cfg["gather_ahead"] = int(gather_ahead)
     return old
 
 
@@ -1034,7 +1023,6 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     gathered = 0  # host rows gathered during the walk (graph rows, vector rows)
     gathered_vec = 0
     stash = mode == "stash"
-    ahead = int(_cfg["gather_ahead"])
     data_bits = bits_view(data)  # float16 rows travel as their bits (Numba has no float16)
     active = [] if mapped else list(batches)
     t_loop = time.perf_counter()
@@ -1067,7 +1055,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
             t = b.turn if stash else 0
             n_valid, n_kept = gather_walk(graph, data_bits if stash else _NO_ROWS, b.cand_flat, W, S, b.count,
                                           b.nbr_rows, bits_view(b.vec_host[t]) if stash else _NO_ROWS,
-                                          b.dst_host[t] if stash else _NO_DST, stash, b.off, ahead)
+                                          b.dst_host[t] if stash else _NO_DST, stash, b.off)
             if n_valid == 0:  # walk over: queue this batch's re-rank behind it on its stream
                 b.done = True
                 t2 = time.perf_counter()
