@@ -83,8 +83,9 @@ def recall(found, gt_d, X, Q, k):
     return float(ok[:, :k].mean())
 
 
-def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
-    """cuVS IVF-PQ (codes of ``pq_bytes``) + host refine over the same data and queries: rows appended to res."""
+def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
+    """cuVS IVF-PQ (codes of ``pq_bytes``) + host refine over the same data and queries: rows appended to
+    res, tagged ``when`` (before or after knnkit's rows: ``--cuvs-twice`` measures the peer's drift)."""
     import cupy as cp
 
     try:
@@ -98,7 +99,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
         del train
         for s in range(0, a.n, 1 << 20):  # the rest added in batches (the data may not fit)
             cv = ivf_pq.extend(cv, cp.asarray(X[s:s + (1 << 20)]), cp.arange(s, min(a.n, s + (1 << 20)), dtype=cp.int64))
-        res["stages"]["cuvs_build_s"] = time.perf_counter() - t
+        res["stages"][f"cuvs_build_s_{when}" if when != "after" else "cuvs_build_s"] = time.perf_counter() - t
         ivf_pq.search(ivf_pq.SearchParams(n_probes=8), cv, Qd, 4 * a.k)  # warm-up at full size
         cp.cuda.Device().synchronize()
         for n_probes in [int(p) for p in a.cuvs_probes.split(",")]:
@@ -107,11 +108,14 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump):
             _d, i = refine(X, Q, cp.asnumpy(cp.asarray(cand)), k=a.k)  # host refine: vectors stay on the host
             cp.cuda.Device().synchronize()
             dt = time.perf_counter() - t
-            res["rows"].append({"method": "cuvs-ivfpq+refine", "n_probes": n_probes, "qps": a.queries / dt,
+            res["rows"].append({"method": "cuvs-ivfpq+refine", "when": when, "n_probes": n_probes, "qps": a.queries / dt,
                                 "recall": recall(np.asarray(i), gt_d, X, Q, a.k)})
             dump()
     except Exception as e:  # noqa: BLE001
         res["cuvs_error"] = f"{type(e).__name__}: {e}"
+    finally:
+        cv = None  # the peer's index is given back before knnkit's rows
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped"}
@@ -153,6 +157,8 @@ def main():
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
     ap.add_argument("--no-cuvs", action="store_true")
+    ap.add_argument("--cuvs-twice", action="store_true",
+                    help="cuVS IVF-PQ also before knnkit's build (the peer's rows of both runs, tagged 'when')")
     ap.add_argument("--no-knnkit", action="store_true",
                     help="the peer only (same data, queries and ground truth; codes of --pq-bytes, default ceil(d / 2))")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_bench.json"))
@@ -196,6 +202,10 @@ def main():
         run_cuvs(a, X, Q, cp.asarray(Q), gt_d, a.pq_bytes or -(-a.d // 2), res, dump)
         dump()
         return
+    if a.cuvs_twice and not a.no_cuvs:
+        # the code length knnkit's build will choose (no budget during the build)
+        run_cuvs(a, X, Q, cp.asarray(Q), gt_d, _pq.choose_m(a.n, a.d, pq_bytes=a.pq_bytes), res, dump, when="before")
+        dump()
     if a.build_budget_mb is not None:
         knnkit.set_memory_budget(int(a.build_budget_mb * 2 ** 20))
     t = time.perf_counter()
