@@ -289,8 +289,21 @@ def round_bf16(T):
     walks see equal values."""
     xp = get_array_module(T)
     u = xp.ascontiguousarray(T, dtype=xp.float32).view(xp.uint32)
+    if xp is np:  # one parallel pass (the NumPy expression took 4x the tables' own time)
+        r = np.empty_like(u)
+        _round_bf16_cpu(u.reshape(-1), r.reshape(-1))
+        return r.view(np.float32)
     r = (u + xp.uint32(0x7FFF) + ((u >> xp.uint32(16)) & xp.uint32(1))) & xp.uint32(0xFFFF0000)
     return r.view(xp.float32)
+
+
+@numba.njit(parallel=True, cache=True)
+def _round_bf16_cpu(u, out):
+    """:func:`round_bf16` on float32 bits ``u`` (uint32, 1-D) into ``out``. Numba adds in 64 bits
+    where the expression wraps at 32; the mask keeps bits 16-31 only, so the two agree."""
+    for i in numba.prange(u.shape[0]):
+        x = np.uint64(u[i])
+        out[i] = np.uint32((x + np.uint64(0x7FFF) + ((x >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000))
 
 
 @numba.njit(parallel=True, cache=True)

@@ -353,10 +353,20 @@ def exact_topk(Qp, Xc, cand, k, metric):
     return d, i
 
 
-def rerank_cpu(data, Qp, cand, k, *, metric, user_metric, scale, chunk=2048):
+#: Bytes of prepared candidate rows :func:`rerank_cpu` holds at once: the rows, their differences
+#: to the query and the products stay in the caches (one block of 2,048 queries was 262 MB at L =
+#: 256, d = 128, and the exact distances took 0.65 s of a 1.4 s search of 2,000 queries).
+RERANK_CPU_BLOCK_BYTES = 4 << 20
+
+
+def rerank_cpu(data, Qp, cand, k, *, metric, user_metric, scale, chunk=None):
     """Exact re-ranking on the host: gathers the candidates' rows of ``data`` (storage dtype, any
-    array or memory map), prepares them like the index and keeps the ``k`` best of each query."""
+    array or memory map), prepares them like the index and keeps the ``k`` best of each query.
+    ``chunk``: queries per block (default: :data:`RERANK_CPU_BLOCK_BYTES` of rows; every query's
+    result is computed alone, so the block size changes no bit)."""
     nq = cand.shape[0]
+    if chunk is None:
+        chunk = max(1, RERANK_CPU_BLOCK_BYTES // max(1, 4 * cand.shape[1] * data.shape[1]))
     D = np.empty((nq, k), np.float32)
     I = np.empty((nq, k), np.int64)
     for s in range(0, nq, chunk):
