@@ -366,7 +366,9 @@ def rerank_cpu(data, Qp, cand, k, *, metric, user_metric, scale, chunk=None):
     result is computed alone, so the block size changes no bit)."""
     nq = cand.shape[0]
     if chunk is None:
-        chunk = max(1, RERANK_CPU_BLOCK_BYTES // max(1, 4 * cand.shape[1] * data.shape[1]))
+        # at least 16 queries a block: past ~4,000 dimensions one query's rows alone exceed the
+        # bytes, and a block per query would cost more in Python calls than in memory traffic
+        chunk = max(16, RERANK_CPU_BLOCK_BYTES // max(1, 4 * cand.shape[1] * data.shape[1]))
     D = np.empty((nq, k), np.float32)
     I = np.empty((nq, k), np.int64)
     for s in range(0, nq, chunk):
