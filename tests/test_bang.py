@@ -106,6 +106,36 @@ def test_round_bf16_nearest_ties_to_even():
     assert not (g.view(np.uint32) & 0xFFFF).any() and np.all(np.abs(g - r) <= np.abs(r) * 2.0 ** -8)
 
 
+def test_round_bf16_cpu_pass_equals_the_expression(rng):
+    # the Numba pass adds in 64 bits where the expression wraps at 32: every bit pattern must agree,
+    # NaN payloads and the patterns next to the wrap among them
+    u = np.concatenate([rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32),
+                        np.array([0xFFFFFFFF, 0xFFFF8000, 0xFFFF7FFF, 0x7F800001, 0x7FFFFFFF, 0x80000000, 0, 1],
+                                 np.uint32)])
+    want = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    np.testing.assert_array_equal(_pq.round_bf16(u.view(np.float32)).view(np.uint32), want)
+    T = rng.standard_normal((3, 4, 5)).astype(np.float32)  # any shape; the input is left as it was
+    before = T.copy()
+    assert _pq.round_bf16(T).shape == T.shape and np.array_equal(T, before)
+
+
+@pytest.mark.parametrize("dtype,metric", [(np.uint8, "l2"), (np.float32, "l2"), (np.float16, "ip"), (np.int8, "l2")])
+def test_rerank_cpu_blocks_change_no_bit(rng, dtype, metric):
+    from knnkit.index.bang._search_cpu import rerank_cpu
+
+    n, d, nq, c = 3000, 24, 300, 40
+    X = (rng.integers(-100, 100, (n, d)) if np.dtype(dtype).kind in "iu" else rng.standard_normal((n, d)))
+    X = np.abs(X).astype(dtype) if dtype == np.uint8 else X.astype(dtype)
+    Q = rng.standard_normal((nq, d)).astype(np.float32) * 10
+    cand = rng.integers(-1, n, (nq, c)).astype(np.int32)  # -1: no candidate in that slot
+    um = "sqeuclidean" if metric == "l2" else "inner_product"
+    whole = rerank_cpu(X, Q, cand, 7, metric=metric, user_metric=um, scale=1.0, chunk=nq)
+    for chunk in (None, 1, 17):
+        got = rerank_cpu(X, Q, cand, 7, metric=metric, user_metric=um, scale=1.0, chunk=chunk)
+        np.testing.assert_array_equal(got[0], whole[0])
+        np.testing.assert_array_equal(got[1], whole[1])
+
+
 def test_pq_deterministic(rng):
     X = rng.random((2000, 8), dtype=np.float32)
     a = _pq.train_pq(X, 4, random_state=7)
