@@ -3,6 +3,8 @@
 # host gather (issue 16). GPU tests of the host-placed search, the gather alone with and without
 # the prefetch at 3M and 20M rows, the walk at 3M x 96 (one call and under the budget, "-nopf"
 # alternated), then the search width on broad 2M x 96 at large beams.
+# Needs benchmarks/results/h200-2026-12-01-s34/gather_prefetch/gather_ahead.patch applied: the
+# "-nopf" paths and configure(gather_ahead=) went with the reverted change.
 . scripts/device/common.sh
 $py -m pytest -q -m gpu tests/test_bang_call.py tests/test_bang.py tests/test_bang_width.py -p no:cacheprovider \
   > "$out/tests.log" 2>&1

@@ -2,6 +2,8 @@
 # Thirty-fourth session (nvidia-h200, cuVS 26.10 staged in the lease): the host gather's prefetch
 # alone (3M and 20M rows) and in the walk, alternated with "-nopf", beside cuVS IVF-PQ + refine in
 # the same process: 20M x 96 clustered, then broad 2M x 96 at large beams (issue 16).
+# Needs benchmarks/results/h200-2026-12-01-s34/gather_prefetch/gather_ahead.patch applied: the
+# "-nopf" paths and configure(gather_ahead=) went with the reverted change.
 . scripts/device/common.sh
 . scripts/device/peer_env.sh
 for n in 3000000 20000000; do
