@@ -283,14 +283,15 @@ def table_method():
     return TABLE_METHOD
 
 
-def round_bf16(T):
+def round_bf16(T, *, may_overwrite=False):
     """float32 values rounded to bfloat16 (nearest, ties to even), as float32 (numpy or cupy).
     The same bit operation as ``bang_tables_direct`` / ``bang_tables`` in ``bang.cu``: the CPU and GPU
-    walks see equal values."""
+    walks see equal values. ``may_overwrite``: a float32 NumPy ``T`` may be rounded in place (the
+    tables :func:`pq_tables` just made: no second array of their size)."""
     xp = get_array_module(T)
     u = xp.ascontiguousarray(T, dtype=xp.float32).view(xp.uint32)
     if xp is np:  # one parallel pass (the NumPy expression took 4x the tables' own time)
-        r = np.empty_like(u)
+        r = u if may_overwrite else np.empty_like(u)
         _round_bf16_cpu(u.reshape(-1), r.reshape(-1))
         return r.view(np.float32)
     r = (u + xp.uint32(0x7FFF) + ((u >> xp.uint32(16)) & xp.uint32(1))) & xp.uint32(0xFFFF0000)
@@ -377,7 +378,7 @@ def pq_tables(Q, codebook, metric, rotation=None, bits=None):
         T = tables_into(Q, codebook, metric, xp.empty((Q.shape[0], m, codebook.shape[1]), xp.float32), rotation)
     else:
         T = _tables_gemm(xp, Q, codebook, metric, rotation)
-    return round_bf16(T) if (TABLE_BITS if bits is None else bits) == 16 else T
+    return round_bf16(T, may_overwrite=True) if (TABLE_BITS if bits is None else bits) == 16 else T
 
 
 def _tables_gemm(xp, Q, codebook, metric, rotation):
