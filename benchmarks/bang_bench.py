@@ -26,9 +26,7 @@ distance tables instead of the bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` 
 batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``); ``-mapped`` the graph
 and vectors page-locked and mapped, read by the kernels over PCIe (``configure(access="mapped")``:
 no host gather, no round trip per step; the registration is the first call's, ``mapped_register_s``
-in the stages); ``-zc`` the stash kernel reads the host's pinned vector buffers itself instead of
-two copies per step (``configure(stash_reads="mapped")``); ``-pl`` the step's kernels launched from
-argument blocks packed once (``configure(prepared=True)``). Every
+in the stages). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -120,7 +118,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "zc", "pl"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped"}
 
 
 def main():
@@ -153,7 +151,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -zc, -pl (module docstring), e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--cprofile", action="store_true",
                     help="a call per configuration under cProfile: the host's time per Python function (top 30)")
@@ -257,9 +255,7 @@ def main():
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,
-                                              access="mapped" if "mapped" in flags else "gather",
-                                              stash_reads="mapped" if "zc" in flags else "copy",
-                                              prepared="pl" in flags)
+                                              access="mapped" if "mapped" in flags else "gather")
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
@@ -298,6 +294,8 @@ def main():
                             import cProfile
                             import io
                             import pstats
+                            import site
+                            import sysconfig
 
                             pool.free_all_blocks()
                             cp.cuda.Device().synchronize()
@@ -308,10 +306,8 @@ def main():
                             pr.disable()
                             buf = io.StringIO()
                             pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(30)
+                            # no machine path in results: the repository and site-packages by name
                             text = buf.getvalue().replace(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "<repo>")
-                            import site
-                            import sysconfig
-
                             for sp_dir in set(site.getsitepackages() + [sysconfig.get_paths()["purelib"]]):
                                 text = text.replace(sp_dir, "<site-packages>")
                             res.setdefault("cprofile", []).append({"path": path, "beam": beam, "text": text})
@@ -330,8 +326,7 @@ def main():
                             print(json.dumps({"profiled": path, "beam": beam, "phases": prow.get("phases"),
                                               "gpu_s": prow.get("gpu_s")}), flush=True)
                         dump()
-    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="gather",
-                          stash_reads="copy", prepared=False)
+    _search_gpu.configure(legacy=False, profile=False, rerank_mode=None, rerank_kernels=True, access="gather")
     _search_gpu.MIN_CALL_QUERIES = min_call
     _pq.TABLE_BITS, _pq.TABLE_METHOD = 16, "direct"
     knnkit.set_memory_budget(budget)

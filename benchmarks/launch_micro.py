@@ -1,8 +1,10 @@
-"""Host cost of one kernel launch: a CuPy ``RawKernel`` call against ``knnkit._core.cuda.PreparedLaunch``
-(the argument block packed once), for an empty kernel of 30 arguments (as many as the BANG walk's
-distance step) and of 5; plus the other calls of a walk step (a 4-byte ``memcpyAsync``, an event
-record, entering and leaving ``with stream:``). Alternated in one process; medians of the per-call
-host time over ``--reps`` calls of each, the device synchronised between rounds.
+"""Host cost of one kernel launch: a CuPy ``RawKernel`` call against one ``cuLaunchKernel`` from an
+argument block packed once (``Packed`` below; the thirty-fifth session's ``PreparedLaunch``, reverted
+with the walk change that used it: ``results/h200-2026-12-01-s35/zc_pl/zc_pl.patch``), for an empty
+kernel of 30 arguments (as many as the BANG walk's distance step) and of 5; plus the other calls of a
+walk step (a 4-byte ``memcpyAsync``, an event record, entering and leaving ``with stream:``). Alternated
+in one process; medians of the per-call host time over ``--reps`` calls of each, the device synchronised
+between rounds.
 
     PYTHONPATH=src python benchmarks/launch_micro.py [--reps 2000] [--out $OUT/launch_micro.json]
 """
@@ -10,15 +12,30 @@ host time over ``--reps`` calls of each, the device synchronised between rounds.
 import argparse
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from knnkit._core.cuda import PreparedLaunch  # noqa: E402
+
+class Packed:
+    """A launch of ``kernel`` (a CuPy RawKernel) with ``args`` (CuPy arrays, NumPy int32 scalars)
+    packed once into the driver's argument block."""
+
+    def __init__(self, kernel, grid, block, args):
+        import ctypes
+
+        from cupy.cuda import driver
+
+        self.values = [ctypes.c_void_p(a.data.ptr) if hasattr(a, "data") and not isinstance(a, np.generic)
+                       else ctypes.c_int32(int(a)) for a in args]
+        self.block_ = (ctypes.c_void_p * len(self.values))(*[ctypes.addressof(v) for v in self.values])
+        self.ptr = ctypes.addressof(self.block_)
+        self.fn = int(kernel.kernel.ptr)
+        self.grid, self.block, self.launch = grid, block, driver.launchKernel
+
+    def __call__(self, stream):
+        self.launch(self.fn, self.grid[0], 1, 1, self.block[0], 1, 1, 0, stream.ptr, self.ptr, 0)
 
 SRC = r"""
 extern "C" __global__ void k30(%s) { if (threadIdx.x == 1023 && blockIdx.x == 1 << 30) ((int*)p0)[0] = 0; }
@@ -47,8 +64,8 @@ def main():
     stream = cp.cuda.Stream(non_blocking=True)
     ev = cp.cuda.Event(disable_timing=True)
     pin = cp.cuda.alloc_pinned_memory(64)
-    p30 = PreparedLaunch(k30, (64,), (128,), args30)
-    p5 = PreparedLaunch(k5, (64,), (128,), args5)
+    p30 = Packed(k30, (64,), (128,), args30)
+    p5 = Packed(k5, (64,), (128,), args5)
 
     def raw30():
         with stream:

@@ -341,6 +341,4 @@ def install(monkeypatch):
     monkeypatch.setattr(sg, "_smem_fit", {})
     # mapped host memory (access="mapped"): "device" views over the same host memory, nothing registered
     monkeypatch.setattr(sg, "_map_arrays", lambda cp_, arrays: (tuple(a.view(FakeArray) for a in arrays), []))
-    # the stash buffers as the GPU addresses them (stash_reads="mapped"): the same host memory
-    monkeypatch.setattr(sg, "_device_view", lambda cp_, a: a.view(FakeArray))
     return cp

@@ -107,13 +107,10 @@ def small():
 
 
 def _fake_search(monkeypatch, index, Q, k=5, L=24, W=4, rerank=None, prefetch=True, pipeline_batch=None,
-                 access="gather", device_view=True, **kw):
+                 access="gather", **kw):
     """The GPU driver on the fake GPU; ``access``: the host gather (BANG's walk, what most of these
-    tests check) unless asked otherwise; ``device_view=False``: pinned buffers without a device
-    address."""
+    tests check) unless asked otherwise."""
     install(monkeypatch)
-    if not device_view:
-        monkeypatch.setattr(sg, "_device_view", lambda cp_, a: None)
     monkeypatch.setitem(sg._cfg, "access", access)
     e = index._engine
     max_iters = 8 * L
@@ -139,32 +136,6 @@ def test_fake_gpu_new_paths_equal_legacy_and_cpu(W, prefetch, pb, small, monkeyp
     dc, ic = e.search(Q, k, beam=L, max_iters=8 * L, n_seeds=4, device="cpu", search_width=W)
     np.testing.assert_array_equal(i_n, ic)
     np.testing.assert_allclose(dn, dc, rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("W,prefetch,pb", [(4, True, 13), (8, False, None)])
-def test_fake_gpu_stash_read_by_the_kernel_equals_the_copies(W, prefetch, pb, small, monkeypatch):
-    """stash_reads="mapped" (bang_stash reads the pinned rows itself, no copies) with prepared
-    launches: the same ids and distances as the copies, fewer copies, the same PCIe bytes."""
-    index, Q = small
-    L, k = 24, 5
-    d0, i0 = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
-    st0 = sg.last_stats()
-    assert st0["stash_reads"] == "copy"
-    monkeypatch.setitem(sg._cfg, "stash_reads", "mapped")
-    monkeypatch.setitem(sg._cfg, "prepared", True)  # and the kernels through PreparedLaunch
-    d1, i1 = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
-    st1 = sg.last_stats()
-    assert st1["prepared"] and not st0["prepared"]
-    assert st1["stash_reads"] == "mapped" and st1["rerank_mode"] == "stash" and st1["host_gather_vec_rows"] > 0
-    assert st1["copies"] < st0["copies"] and st1["h2d_bytes"] == st0["h2d_bytes"]
-    np.testing.assert_array_equal(i1, i0)
-    np.testing.assert_array_equal(d1, d0)
-    # a driver that gives the buffers no device address: the copies
-    index._engine._bang_ws = None  # new batches, made under this driver
-    d2, i2 = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb, device_view=False)
-    assert sg.last_stats()["stash_reads"] == "copy"
-    np.testing.assert_array_equal(i2, i0)
-    np.testing.assert_array_equal(d2, d0)
 
 
 def test_fake_gpu_logs_and_counts_equal_the_cpu_twin(small, monkeypatch):
@@ -329,47 +300,12 @@ def test_row_argsort_keys_are_the_stable_order(rng):
         np.testing.assert_array_equal(got, np.argsort(row, kind="stable"))
 
 
-def test_prepared_launch_without_a_cupy_kernel_calls_it():
-    """A kernel that is not a CuPy RawKernel (the fake GPU's) is called as usual, in the stream,
-    with a 3-d grid and block; set() changes an argument for the next launches."""
-    from knnkit._core.cuda import PreparedLaunch, _c_value
-
-    calls = []
-
-    class Stream:
-        def __enter__(self):
-            calls.append("enter")
-
-        def __exit__(self, *exc):
-            calls.append("exit")
-
-    def kern(grid, block, args, shared_mem=0):
-        calls.append((grid, block, args, shared_mem))
-
-    pl = PreparedLaunch(kern, (5,), (128,), (np.int32(3), np.float32(0.5)), shared_mem=100)
-    pl(Stream())
-    pl.set(0, np.int32(7))
-    pl(Stream(), grid=(2, 3))
-    assert calls == ["enter", ((5, 1, 1), (128, 1, 1), (np.int32(3), np.float32(0.5)), 100), "exit",
-                     "enter", ((2, 3, 1), (128, 1, 1), (np.int32(7), np.float32(0.5)), 100), "exit"]
-    for bad in ((), (0,), (1, 2, 3, 4)):
-        with pytest.raises(ValueError, match="grid"):
-            PreparedLaunch(kern, bad, (1,), ())
-    # the packed C values: NumPy scalars of fixed C types only
-    assert _c_value(np.int32(-4), 0).value == -4 and _c_value(np.int64(1 << 40), 0).value == 1 << 40
-    assert _c_value(np.float32(0.25), 0).value == 0.25 and _c_value(np.uint64(1 << 63), 0).value == 1 << 63
-    for bad in (3, 2.5, True, np.bool_(True), np.int8(1), "x"):
-        with pytest.raises(TypeError, match="argument 2"):
-            _c_value(bad, 2)
-
-
 def test_configure_round_trip():
     old = sg.configure(profile=True, legacy=True, rerank_mode="host")
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
-                           "mapped_chunk": old["mapped_chunk"], "stash_reads": old["stash_reads"],
-                           "prepared": old["prepared"]}
+                           "mapped_chunk": old["mapped_chunk"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -377,8 +313,6 @@ def test_configure_round_trip():
         for bad in (0, 2.0, True, "4"):
             with pytest.raises(ValueError, match="mapped_chunk"):
                 sg.configure(mapped_chunk=bad)
-        with pytest.raises(ValueError, match="stash_reads"):
-            sg.configure(stash_reads="zero-copy")
     finally:
         sg.configure(**old)
     assert sg._cfg == old
@@ -567,31 +501,6 @@ def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
     index.search(Q, k=10, beam=64)
     index.search(Q, k=10, beam=64)
     assert sg.last_stats()["workspace_reused"]
-
-
-@pytest.mark.gpu
-def test_gpu_stash_read_by_the_kernel_bitwise(gpu_index):
-    """stash_reads="mapped" (bang_stash reads the host's pinned rows over PCIe, no copies) and the
-    prepared launches: ids and distances equal to the copies' and CuPy's launches, bit for bit,
-    prefetch on and off, W = 1 and 4, odd batches."""
-    index, Q = gpu_index
-    knnkit.set_memory_budget(1 << 20)
-    old = sg.configure()
-    try:
-        for kw in (dict(), dict(prefetch=False), dict(search_width=1), dict(pipeline_batch=37)):
-            sp = knnkit.index.SearchParams(**kw)
-            sg.configure(stash_reads="copy", prepared=False)
-            dc, ic = index.search(Q, k=10, beam=64, params=sp)
-            assert sg.last_stats()["stash_reads"] == "copy" and not sg.last_stats()["prepared"]
-            for reads, prepared in (("mapped", False), ("copy", True), ("mapped", True)):
-                sg.configure(stash_reads=reads, prepared=prepared)
-                dm, im = index.search(Q, k=10, beam=64, params=sp)
-                st = sg.last_stats()
-                assert st["stash_reads"] == reads and st["prepared"] == prepared and st["rerank_mode"] == "stash", st
-                np.testing.assert_array_equal(_host(im), _host(ic), err_msg=f"{kw} {reads} {prepared}")
-                np.testing.assert_array_equal(_host(dm), _host(dc), err_msg=f"{kw} {reads} {prepared}")
-    finally:
-        sg.configure(**old)
 
 
 @pytest.mark.gpu

@@ -10,8 +10,7 @@ import os
 
 from .config import logger
 
-__all__ = ["PACKAGE_DIR", "kernel_path", "kernel_files", "get_module", "get_kernel", "retry_on_oom", "OutOfMemory",
-           "PreparedLaunch"]
+__all__ = ["PACKAGE_DIR", "kernel_path", "kernel_files", "get_module", "get_kernel", "retry_on_oom", "OutOfMemory"]
 
 #: The knnkit package folder (kernel files live in its algorithm subpackages).
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,97 +64,6 @@ def get_kernel(path, name, options=(), name_expressions=()):
     import cupy
 
     return _function(path, name, tuple(options), tuple(name_expressions), cupy.cuda.Device().id)
-
-
-class PreparedLaunch:
-    """One kernel launch whose argument block is packed once, for a launch repeated many times with
-    the same arguments (every step of a walk): calling it is one ``cuLaunchKernel`` with the
-    packed block, where a ``RawKernel`` call converts each argument again (the BANG walk's steps
-    have 17-30 arguments).
-
-    ``args`` are typed: CuPy arrays (passed as their data pointer, as ``RawKernel`` passes them),
-    NumPy scalars (``np.int32``, ``np.uint32``, ``np.int64``, ``np.uint64``, ``np.float32``,
-    ``np.float64``); a Python ``int``/``float``/``bool`` is refused, its C type being ambiguous.
-    :meth:`set` changes one scalar in place between launches (the driver copies the block at
-    launch). Kernels that are not CuPy ``RawKernel`` objects (the tests' stand-ins) are called as
-    ``kernel(grid, block, args, shared_mem=)`` inside the stream."""
-
-    __slots__ = ("kernel", "grid", "block", "args", "shared_mem", "_fn", "_values", "_block", "_launch")
-
-    def __init__(self, kernel, grid, block, args, shared_mem=0):
-        self.kernel = kernel
-        self.grid = _dim3(grid, "grid")
-        self.block = _dim3(block, "block")
-        self.args = list(args)
-        self.shared_mem = int(shared_mem)
-        self._launch = self._fn = self._values = self._block = None
-        fn = _function_pointer(kernel)
-        if fn is None:
-            return
-        import ctypes
-
-        from cupy.cuda import driver
-
-        self._values = [_c_value(a, i) for i, a in enumerate(self.args)]
-        self._block = (ctypes.c_void_p * max(1, len(self._values)))(
-            *[ctypes.addressof(v) for v in self._values])
-        self._fn = fn
-        self._launch = driver.launchKernel
-
-    def set(self, index, value):
-        """Argument ``index`` (a scalar) becomes ``value`` for the next launches."""
-        self.args[index] = value
-        if self._values is not None:
-            self._values[index].value = value
-
-    def __call__(self, stream, grid=None):
-        """Queue the launch on ``stream`` (a ``cupy.cuda.Stream``); ``grid`` overrides the grid."""
-        g = self.grid if grid is None else _dim3(grid, "grid")
-        if self._launch is None:
-            with stream:
-                self.kernel(g, self.block, tuple(self.args), shared_mem=self.shared_mem)
-            return
-        import ctypes
-
-        b = self.block
-        self._launch(self._fn, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem, stream.ptr,
-                     ctypes.addressof(self._block), 0)
-
-
-def _dim3(dims, what):
-    dims = tuple(int(x) for x in dims)
-    if not 1 <= len(dims) <= 3 or min(dims) < 1:
-        raise ValueError(f"{what} must be 1-3 positive sizes, got {dims}")
-    return dims + (1,) * (3 - len(dims))
-
-
-def _function_pointer(kernel):
-    """The ``CUfunction`` of a CuPy ``RawKernel`` (compiled on first use), else None."""
-    try:
-        import cupy
-    except ImportError:
-        return None
-    raw = getattr(cupy, "RawKernel", None)
-    if raw is None or not isinstance(kernel, raw):
-        return None
-    return int(kernel.kernel.ptr)
-
-
-def _c_value(a, index):
-    import ctypes
-
-    import numpy as np
-
-    ptr = getattr(getattr(a, "data", None), "ptr", None)
-    if ptr is not None and not isinstance(a, np.generic):
-        return ctypes.c_void_p(int(ptr))
-    kinds = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
-             np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
-             np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
-    if isinstance(a, np.generic) and a.dtype in kinds:
-        return kinds[a.dtype](a.item())
-    raise TypeError(f"PreparedLaunch argument {index}: a CuPy array or a NumPy scalar of a fixed C type, "
-                    f"got {type(a).__name__}")
 
 
 def OutOfMemory():

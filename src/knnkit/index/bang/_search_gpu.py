@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from ..._core.config import logger
-from ..._core.cuda import PreparedLaunch, get_kernel, kernel_path
+from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
 from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
@@ -77,8 +77,6 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
         "access": os.environ.get("KNNKIT_BANG_ACCESS", "auto").strip() or "auto",
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
-        "stash_reads": os.environ.get("KNNKIT_BANG_STASH_READS", "copy").strip() or "copy",
-        "prepared": _env_flag("KNNKIT_BANG_PREPARED"),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -87,15 +85,9 @@ _UNSET = object()
 
 
 ACCESS_MODES = ("auto", "mapped", "gather")
-STASH_READS = ("copy", "mapped")
-#: blocks of ``bang_stash`` when it reads the host's pinned rows itself (``stash_reads="mapped"``):
-#: enough 16-byte reads in flight to fill PCIe (~75 KB at ~50 GB/s x ~1.5 us), few enough SMs that
-#: the other batch's distance kernel is not pushed off the GPU
-STASH_MAPPED_BLOCKS = 32
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              stash_reads=None, prepared=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -130,18 +122,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         "mapped": walk steps queued between two looks of the host at whether a batch has finished
         (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
         a few microseconds of empty kernels). Environment: ``KNNKIT_BANG_MAPPED_CHUNK``.
-    stash_reads : {"copy", "mapped"}
-        "gather" access with a stash: how the vectors the host gathered in a step reach their
-        slots. "copy": two asynchronous copies into device buffers, then ``bang_stash``. "mapped":
-        ``bang_stash`` reads the host's page-locked buffers itself over PCIe (on
-        :data:`STASH_MAPPED_BLOCKS` blocks), so the copy engine carries only the next step's
-        neighbour rows (the other batch's rows no longer queue behind this batch's vectors). Same
-        results. Environment: ``KNNKIT_BANG_STASH_READS``.
-    prepared : bool
-        "gather" access: the distance and merge kernels of a step launched from argument blocks
-        packed once per call (:class:`knnkit._core.cuda.PreparedLaunch`: ~3 us a launch against
-        ~10 us for a ``RawKernel`` call of 30 arguments on the H200's host). Same results.
-        Environment: ``KNNKIT_BANG_PREPARED=1``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -162,12 +142,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
         _cfg["mapped_chunk"] = int(mapped_chunk)
-    if stash_reads is not None:
-        if stash_reads not in STASH_READS:
-            raise ValueError(f"stash_reads must be one of {STASH_READS}, got {stash_reads!r}")
-        _cfg["stash_reads"] = stash_reads
-    if prepared is not None:
-        _cfg["prepared"] = bool(prepared)
     return old
 
 
@@ -188,20 +162,6 @@ def _pinned(shape, dtype):
     import cupyx
 
     return cupyx.empty_pinned(shape, dtype=dtype)
-
-
-def _device_view(cp, a):
-    """A CuPy array over the page-locked host array ``a`` (the kernels read it over PCIe), or None
-    when the driver gives it no device address."""
-    try:
-        attrs = cp.cuda.runtime.pointerGetAttributes(a.ctypes.data)
-        ptr = int(attrs.devicePointer or 0)
-    except Exception:  # noqa: BLE001 (a driver without the query: copies instead)
-        return None
-    if not ptr:
-        return None
-    mem = cp.cuda.UnownedMemory(ptr, a.nbytes, a, device_id=cp.cuda.Device().id)
-    return cp.ndarray(a.shape, a.dtype, cp.cuda.MemoryPointer(mem, 0))
 
 
 # ------------------------------------------------------------------------------ mapped host memory
@@ -535,9 +495,6 @@ class _Batch:
         if S:
             self._vec_host = [_pinned((cap * W, d), vdtype) for _ in range(2)]
             self._dst_host = [_pinned(cap * W, np.int32) for _ in range(2)]
-            # the same pinned buffers as the GPU addresses them (stash_reads="mapped"); None: copies
-            views = [_device_view(cp, v) for v in self._vec_host + self._dst_host]
-            self._host_views = None if any(v is None for v in views) else (views[:2], views[2:])
             self.row_bytes = d * np.dtype(vdtype).itemsize
             self.word = 16 if self.row_bytes % 16 == 0 else (4 if self.row_bytes % 4 == 0 else 1)
         self.k_dist, self.k_merge = _kernel("bang_distances"), _kernel("bang_merge")
@@ -594,9 +551,6 @@ class _Batch:
             self.vec_host = [v[:nq * W] for v in self._vec_host]
             self.dst_host = [v[:nq * W] for v in self._dst_host]
             self.turn = 0
-            self.stash_mapped = _cfg["stash_reads"] == "mapped" and self._host_views is not None
-            if _cfg["stash_reads"] == "mapped" and not self.stash_mapped:
-                logger.info("BANG GPU search: the stash buffers have no device address; copying them")
         self.done = False
         self.iters = 0
         self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
@@ -619,11 +573,6 @@ class _Batch:
                            self.n_new, i32(self.new_cap), i32(0 if prefetch else 1), i32(W), self.cand,
                            self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(nq))
         self.grid, self.block = (nq,), (_NT,)
-        self.pl = None  # prepared launches (configure(prepared=True)): seeds, distances, merge
-        if _cfg["prepared"] and graph_dev is None:
-            self.pl = (PreparedLaunch(self.k_dist, self.grid, self.block, self.args_seed, self.smem_seed),
-                       PreparedLaunch(self.k_dist, self.grid, self.block, self.args_dist, self.smem_dist),
-                       PreparedLaunch(self.k_merge, self.grid, self.block, self.args_merge, self.smem_merge))
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
         self.mapped = graph_dev is not None
         if self.mapped:
@@ -698,12 +647,8 @@ class _Batch:
                 self.h2d_bytes += self.nbr_args[2]
                 if p:
                     self._tick("h2d_nbr")
-            pl = self.pl
-            if pl is not None:
-                pl[0 if first else 1](self.stream)
-            else:
-                self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
-                            shared_mem=self.smem_seed if first else self.smem_dist)
+            self.k_dist(self.grid, self.block, self.args_seed if first else self.args_dist,
+                        shared_mem=self.smem_seed if first else self.smem_dist)
             if p:
                 self._tick("distances")
             if self.prefetch:
@@ -711,17 +656,11 @@ class _Batch:
                 self.event.record(self.stream)
                 if p:
                     self._tick("d2h_cand")
-                if pl is not None:
-                    pl[2](self.stream)
-                else:
-                    self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+                self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
                 if p:
                     self._tick("merge")
             else:
-                if pl is not None:
-                    pl[2](self.stream)
-                else:
-                    self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
+                self.k_merge(self.grid, self.block, self.args_merge, shared_mem=self.smem_merge)
                 if p:
                     self._tick("merge")
                 memcpy(*self.cand_args, sp)
@@ -734,24 +673,19 @@ class _Batch:
             if n_kept:
                 t = self.turn
                 vb = n_kept * self.row_bytes
+                memcpy(self._vec_dev.data.ptr, self.vec_host[t].ctypes.data, vb, _H2D, sp)
+                memcpy(self._dst_dev.data.ptr, self.dst_host[t].ctypes.data, n_kept * 4, _H2D, sp)
+                if p:
+                    self._tick("h2d_vec")
                 words = n_kept * (self.row_bytes // self.word)
-                blocks = int(min(-(-words // _EW), 1 << 16))
-                if self.stash_mapped:  # bang_stash reads the pinned rows itself, the copy engine stays free
-                    src, dst = self._host_views[0][t], self._host_views[1][t]
-                    blocks = min(blocks, STASH_MAPPED_BLOCKS)
-                else:
-                    memcpy(self._vec_dev.data.ptr, self.vec_host[t].ctypes.data, vb, _H2D, sp)
-                    memcpy(self._dst_dev.data.ptr, self.dst_host[t].ctypes.data, n_kept * 4, _H2D, sp)
-                    src, dst = self._vec_dev, self._dst_dev
-                    self.n_copy += 2
-                    if p:
-                        self._tick("h2d_vec")
-                self.k_stash((blocks,), (_EW,),
-                             (src, dst, np.int32(n_kept), np.int32(self.row_bytes), np.int32(self.word), self._slots))
+                self.k_stash((int(min(-(-words // _EW), 1 << 16)),), (_EW,),
+                             (self._vec_dev, self._dst_dev, np.int32(n_kept), np.int32(self.row_bytes),
+                              np.int32(self.word), self._slots))
                 if p:
                     self._tick("stash")
                 self.turn ^= 1
                 self.n_launch += 1
+                self.n_copy += 2
                 self.h2d_bytes += vb + n_kept * 4
         self.iters += 1
 
@@ -1172,9 +1106,6 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   host_finish_s=t_finish, iterations=max(b.iters for b in batches), batches=len(batches),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
                   legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,
-                  prepared=getattr(batches[0], "pl", None) is not None,
-                  stash_reads=(("mapped" if all(getattr(b, "stash_mapped", False) for b in batches) else "copy")
-                               if stash and not (legacy or mapped) else None),
                   rerank_fallback_rows=fallback_rows,
                   workspace_reused=reused, workspace_bytes=int(sum(b.nbytes for b in batches)),
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),

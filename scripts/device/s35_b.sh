@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Thirty-fifth session (nvidia-h200, cuVS 26.10 staged in the lease): the largest host-placed index
+# one 10-minute call can generate, build and search beside its peer: 40M x 96 clustered (2x the
+# 20M of earlier sessions), searched under 1/8 of graph + vectors, against cuVS IVF-PQ + host
+# refine in the same process (issue 16).
+. scripts/device/common.sh
+. scripts/device/peer_env.sh
+free -g | head -2
+KNNKIT_PROGRESS=0 timeout 540 $py benchmarks/bang_bench.py --n 40000000 --d 96 --beams 24,32,48 --widths 4 \
+  --prefetch on --rerank on --paths new-onecall,new-onecall,new --cuvs-probes 4,6,8,12 \
+  --out "$out/bang_40m.json" > "$out/bang_40m.log" 2>&1
+echo "40m rc=$? $(( $(date +%s) - t0 )) s"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["rows"]:
+    if r.get("method", "").startswith("cuvs"):
+        print("cuvs probes", r["n_probes"], round(r["recall"], 4), round(r["qps"]))
+    else:
+        print(r["path"], "L", r["beam"], round(r["recall"], 4), round(r["qps"]), "gather_ms", round(1e3 * r["host_gather_s"], 2),
+              "calls", r.get("calls"))
+print("stages", json.dumps({k: v for k, v in d["stages"].items() if k.endswith("_s")}), d.get("cuvs_error", ""))
+print("memory", json.dumps(d.get("memory")))
+' "$out/bang_40m.json"
+free -g | head -2
