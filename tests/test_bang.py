@@ -278,6 +278,47 @@ def test_save_load_mmap(tmp_path, rng):
     assert isinstance(knnkit.load(path, device="cpu")._engine, HostIndex)
 
 
+def test_out_of_core_build_refused_when_the_host_cannot_hold_it(rng, tiny_budget, monkeypatch):
+    """An out-of-core candidate build that the host's memory cannot hold is refused at once with
+    a MemoryError that says why and what to do (it was killed by the operating system at 40M x 96
+    on a 125 GB host); with enough memory the same build goes ahead."""
+    import knnkit.index.bang._engine as eng
+
+    X = _host(make_clustered(3000, 12, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 1000)
+    called = []
+    monkeypatch.setattr(eng, "_out_of_core_candidates", lambda *a: called.append(a))
+    with pytest.raises(MemoryError, match=r"out of core.*host memory.*intermediate_degree"):
+        knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
+    assert not called  # refused before any work
+    monkeypatch.undo()
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 10 ** 15)
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
+    assert "candidates_out_of_core" in index.build_timings
+    # the boundary: exactly what the lists need is enough
+    need = eng.out_of_core_host_bytes(3000, 64)
+    assert need == 3000 * 64 * eng.OUT_OF_CORE_HOST_BYTES_PER_ENTRY
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: need)
+    assert eng._check_out_of_core_host(3000, 12, 64, 10_000, "cpu") is None
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: need - 1)
+    with pytest.raises(MemoryError, match="3000 x 12 points"):
+        eng._check_out_of_core_host(3000, 12, 64, 10_000, "cpu")
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: None)  # unknown (no /proc): no refusal
+    assert eng._check_out_of_core_host(10 ** 9, 96, 64, 10_000, "cpu") is None
+    # on a GPU that could hold the in-memory build (1.5x its estimate), the message says how
+    import types
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+        memGetInfo=lambda: (140 * 10 ** 9, 141 * 10 ** 9))))
+    monkeypatch.setattr(eng, "cupy_or_none", lambda: fake)
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 125 * 10 ** 9)
+    with pytest.raises(MemoryError, match=r"built in GPU memory.*set_memory_budget\(\d+\)"):
+        eng._check_out_of_core_host(40 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
+    with pytest.raises(MemoryError) as e:  # too large for the GPU too: no such advice
+        eng._check_out_of_core_host(100 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
+    assert "GPU memory" not in str(e.value)
+
+
 def test_memmap_data_input(tmp_path, rng):
     X = rng.random((2000, 8), dtype=np.float32)
     path = os.path.join(tmp_path, "x.npy")

@@ -20,7 +20,7 @@ from .._entry import EntryPoints
 from ._pq import choose_m, encode, pq_tables, train_opq, train_pq, use_opq, TRAIN_SAMPLE
 from ._search_cpu import rerank_cpu, search_pq_cpu, top_logged
 
-__all__ = ["HostIndex", "host_bytes", "build_bytes", "BANG_SEARCH_KEYS"]
+__all__ = ["HostIndex", "host_bytes", "build_bytes", "out_of_core_host_bytes", "BANG_SEARCH_KEYS"]
 
 #: the SearchParams fields only the host path reads
 BANG_SEARCH_KEYS = ("rerank", "prefetch", "pipeline_batch", "search_width")
@@ -40,6 +40,72 @@ def build_bytes(n, d, K):
     needs, roughly: float32 vectors, candidate ids and distances, and the same again in working
     copies (sorts, pruning, reverse edges)."""
     return int(n) * (int(d) * 4 + int(K) * 8) * 2
+
+
+#: Host memory of the out-of-core candidate lists, in bytes per list entry (n x K entries of an id
+#: and a distance, 8 bytes): running lists of every shard, the shards' own graphs, the shards'
+#: data, the writer's pending copies. Measured peak resident set (CPU, 600k x 96, K = 64, 3
+#: shards; `benchmarks/results/cpu/bang_ooc_host_memory_2026-12-01.json`): 7.6x n K 8 bytes; on the
+#: H200 machine 40M x 96 (3 shards of ~13M) was killed by the out-of-memory killer of its 125 GB host
+#: in the third of 7 steps, where this predicts ~164 GB. Rounded up.
+OUT_OF_CORE_HOST_BYTES_PER_ENTRY = 64
+#: The in-memory build's measured peak GPU memory over :func:`build_bytes` (H200, 20M x 96, K = 64:
+#: 54.1 GB against 35.8 GB; `benchmarks/results/h200-2026-12-01-s35/build_memory/`): what the
+#: advice of :func:`_check_out_of_core_host` asks for
+IN_MEMORY_PEAK_OVER_ESTIMATE = 1.5
+
+
+def out_of_core_host_bytes(n, K):
+    """Host memory the out-of-core candidate lists of ``n`` points and ``K`` neighbours need
+    (:data:`OUT_OF_CORE_HOST_BYTES_PER_ENTRY`)."""
+    return int(n) * int(K) * OUT_OF_CORE_HOST_BYTES_PER_ENTRY
+
+
+def _host_available_bytes():
+    """Memory the host can give this process now (``MemAvailable``: free plus reclaimable page
+    cache, so a memory-mapped input counts as available), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _size(nbytes):
+    """Bytes for a message: GB, or MB below 1 GB."""
+    return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
+
+
+def _check_out_of_core_host(n, d, K, budget, device):
+    """Refuse, before hours of work, an out-of-core candidate build that the host's memory cannot
+    hold (the process would be killed by the operating system, not stopped with an error)."""
+    need = out_of_core_host_bytes(n, K)
+    avail = _host_available_bytes()
+    if avail is None or need <= avail:
+        return
+    gpu_need = int(build_bytes(n, d, K) * IN_MEMORY_PEAK_OVER_ESTIMATE)
+    hint = ""
+    if device == "gpu":
+        total = 0
+        cp = cupy_or_none()
+        if cp is not None:
+            try:
+                total = int(cp.cuda.runtime.memGetInfo()[1])
+            except Exception:  # noqa: BLE001 (no device answer: no GPU hint)
+                total = 0
+        if gpu_need <= 0.9 * total:
+            hint = (f" The graph can be built in GPU memory instead (~{_size(gpu_need)} of "
+                    f"{_size(total)}): raise the budget for the build, e.g. "
+                    f"knnkit.set_memory_budget({int(gpu_need * 1.1)}), then set the search budget.")
+    raise MemoryError(
+        f"GraphIndex(placement='host'): the graph build of {n} x {d} points needs ~{_size(build_bytes(n, d, K))} "
+        f"by its estimate, more than the memory budget ({_size(budget)}), so its candidate lists (K={K}) "
+        f"would be built out of core; that needs ~{_size(need)} of host memory and {_size(avail)} are "
+        f"available.{hint} Otherwise use a host with more memory, a smaller intermediate_degree, or fewer "
+        f"points.")
 
 
 def _out_of_core_candidates(a, metric, K, budget, device, random_state):
@@ -208,7 +274,9 @@ class HostIndex:
         K = int(bp.get("intermediate_degree") or 96)
         if budget and build_bytes(a.shape[0], a.shape[1], K) > budget:
             # the in-memory build would not fit the budget: candidate lists out of core (shards
-            # and pairwise GGM merges under the budget), the rest of the build on the host
+            # and pairwise GGM merges under the budget), the rest of the build on the host; the
+            # budget bounds the GPU's memory only, the host must hold the lists
+            _check_out_of_core_host(a.shape[0], a.shape[1], K, budget, device)
             cand = _out_of_core_candidates(a, metric, K, budget, device, random_state)
             timings_oc = time.perf_counter() - t0
         if cand is not None:
