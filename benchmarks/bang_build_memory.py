@@ -6,8 +6,8 @@ candidate lists). For the GPU machine.
         [--out $OUT/bang_build_memory.json]
 
 The data are ``bang_bench.generate``'s clustered vectors (a memory map under $TMPDIR). A thread
-samples the device's used memory (``cudaMemGetInfo``) and the process's resident set every 0.2 s;
-the peaks are reported above what was in use before the build.
+(``_peak_memory.PeakSampler``) samples the device's used memory (``cudaMemGetInfo``) and the
+process's resident set every 0.2 s; the peaks are reported above what was in use before the build.
 """
 
 import argparse
@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 
 
@@ -23,13 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, HERE)
 
-
-def rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+from _peak_memory import PeakSampler  # noqa: E402
 
 
 def main():
@@ -55,24 +48,14 @@ def main():
     budget = knnkit.get_memory_budget()
     cp.get_default_memory_pool().free_all_blocks()
     free0, total = cp.cuda.runtime.memGetInfo()
-    base_gpu, base_rss = total - free0, rss_bytes()
-    peak = {"gpu": base_gpu, "rss": base_rss}
-    stop = threading.Event()
 
-    def sample():
-        while not stop.is_set():
-            free, _ = cp.cuda.runtime.memGetInfo()
-            peak["gpu"] = max(peak["gpu"], total - free)
-            peak["rss"] = max(peak["rss"], rss_bytes())
-            time.sleep(0.2)
+    def gpu_used():
+        return total - cp.cuda.runtime.memGetInfo()[0]
 
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
     t = time.perf_counter()
-    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0)
+    with PeakSampler(gpu_used=gpu_used) as peak:
+        index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0)
     build_s = time.perf_counter() - t
-    stop.set()
-    th.join()
     K = int(index._engine.build_params.get("intermediate_degree") or 96)
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cpus": os.cpu_count()},
            "params": dict(vars(a), out=os.path.relpath(a.out, os.environ.get("OUT", "."))),
@@ -80,8 +63,8 @@ def main():
            "budget_bytes": int(budget), "free_before_bytes": int(free0), "total_bytes": int(total),
            "estimate_bytes": int(build_bytes(a.n, a.d, K)), "intermediate_degree": K,
            "out_of_core": bool(int(build_bytes(a.n, a.d, K)) > int(budget)),
-           "peak_gpu_above_base_bytes": int(peak["gpu"] - base_gpu),
-           "peak_rss_above_base_bytes": int(peak["rss"] - base_rss), "data_bytes": int(X.nbytes)}
+           "peak_gpu_above_base_bytes": int(peak.peak_gpu),
+           "peak_rss_above_base_bytes": int(peak.peak_rss), "data_bytes": int(X.nbytes)}
     res["peak_over_estimate"] = res["peak_gpu_above_base_bytes"] / res["estimate_bytes"]
     print(json.dumps(res), flush=True)
     with open(a.out, "w") as f:

@@ -73,6 +73,22 @@ def gather_walk_two_loops(graph, data, cand, width, slots, count, nbr_out, vec_o
     return total, n_kept
 
 
+def synthetic_walk(n, d, R, nb, width, seed=0):
+    """``(graph, data, cands)``: a random (n, R) graph, (n, d) vectors, and 16 sets of nb x width
+    walk candidates, half from a hot set of 100k nodes (the walks of a batch share the nodes near
+    the entry points), half uniform."""
+    rng = np.random.default_rng(seed)
+    graph = rng.integers(0, n, (n, R), dtype=np.int32)
+    data = rng.random((n, d), dtype=np.float32)
+    hot = rng.integers(0, n, 100_000)
+    nbw = nb * width
+    cands = []
+    for _ in range(16):
+        c = np.where(rng.random(nbw) < 0.5, hot[rng.integers(0, hot.size, nbw)], rng.integers(0, n, nbw))
+        cands.append(c.astype(np.int32))
+    return graph, data, cands
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=3_000_000)
@@ -83,15 +99,8 @@ def main():
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_gather_micro.json"))
     a = ap.parse_args()
-    rng = np.random.default_rng(0)
-    graph = rng.integers(0, a.n, (a.n, a.R), dtype=np.int32)
-    data = rng.random((a.n, a.d), dtype=np.float32)
-    hot = rng.integers(0, a.n, 100_000)
+    graph, data, cands = synthetic_walk(a.n, a.d, a.R, a.nb, a.width)
     nbw = a.nb * a.width
-    cands = []
-    for _ in range(16):
-        c = np.where(rng.random(nbw) < 0.5, hot[rng.integers(0, hot.size, nbw)], rng.integers(0, a.n, nbw))
-        cands.append(c.astype(np.int32))
     nbr = np.empty((nbw, a.R), np.int32)
     vec = np.empty((nbw, a.d), np.float32)
     dst = np.empty(nbw, np.int32)

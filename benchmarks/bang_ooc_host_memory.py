@@ -6,7 +6,8 @@ the lists' own size n x K x 8 bytes. CPU (the GPU path's host side holds the sam
     PYTHONPATH=src python benchmarks/bang_ooc_host_memory.py [--n 600000] [--d 96] [--K 64]
         [--shards 3] [--out benchmarks/results/cpu/bang_ooc_host_memory_<date>.json]
 
-A thread samples the resident set every 0.2 s; the peak is above what the process held before.
+``_peak_memory.PeakSampler`` samples the resident set every 0.2 s; the peak is above what the
+process held before.
 """
 
 import argparse
@@ -15,7 +16,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -26,13 +26,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 from knnkit.datasets.synthetic import make_clustered  # noqa: E402
 from knnkit.graph._out_of_core import build_out_of_core  # noqa: E402
 
-
-def rss():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+sys.path.insert(0, HERE)
+from _peak_memory import PeakSampler  # noqa: E402
 
 
 def main():
@@ -50,26 +45,14 @@ def main():
         path = os.path.join(tmp, "data.npy")
         np.save(path, X)
         del X
-        base = rss()
-        trace, stop = [], threading.Event()
-
-        def sample():
-            t0 = time.time()
-            while not stop.is_set():
-                trace.append((round(time.time() - t0, 1), rss() - base))
-                time.sleep(0.2)
-
-        th = threading.Thread(target=sample, daemon=True)
-        th.start()
         t = time.time()
-        res = build_out_of_core(path, a.K, workdir=os.path.join(tmp, "work"), shard_size=-(-a.n // a.shards),
-                                device="cpu", random_state=0, return_graph=True)
-        _I = np.asarray(res[1], dtype=np.int64)  # as the host-placed build takes them
-        stop.set()
-        th.join()
+        with PeakSampler() as sampler:
+            res = build_out_of_core(path, a.K, workdir=os.path.join(tmp, "work"), shard_size=-(-a.n // a.shards),
+                                    device="cpu", random_state=0, return_graph=True)
+            _I = np.asarray(res[1], dtype=np.int64)  # as the host-placed build takes them
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    peak = max(v for _, v in trace)
+    peak, trace = sampler.peak_rss, sampler.trace
     lists = a.n * a.K * 8
     step = max(1, len(trace) // 40)
     out = {"params": dict(vars(a), out=os.path.basename(a.out)), "seconds": round(time.time() - t, 1),

@@ -30,6 +30,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from knnkit.index.bang._search_cpu import gather_walk  # noqa: E402
 
+sys.path.insert(0, HERE)
+from bang_gather_micro import synthetic_walk  # noqa: E402
+
 
 def anonymous(a, huge):
     """A copy of ``a`` in an anonymous mapping advised for (or against) huge pages, touched."""
@@ -65,15 +68,8 @@ def main():
     ap.add_argument("--dir", default=None, help="folder of the .npy files (default: a temporary one)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_pages_micro.json"))
     a = ap.parse_args()
-    rng = np.random.default_rng(0)
-    graph = rng.integers(0, a.n, (a.n, a.R), dtype=np.int32)
-    data = rng.random((a.n, a.d), dtype=np.float32)
-    hot = rng.integers(0, a.n, 100_000)
+    graph, data, cands = synthetic_walk(a.n, a.d, a.R, a.nb, a.width)
     nbw = a.nb * a.width
-    cands = []
-    for _ in range(16):
-        c = np.where(rng.random(nbw) < 0.5, hot[rng.integers(0, hot.size, nbw)], rng.integers(0, a.n, nbw))
-        cands.append(c.astype(np.int32))
     tmp = tempfile.mkdtemp(prefix="knnkit-pages-", dir=a.dir)
     gpath, dpath = os.path.join(tmp, "graph.npy"), os.path.join(tmp, "data.npy")
     np.save(gpath, graph)
