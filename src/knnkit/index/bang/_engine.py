@@ -43,11 +43,12 @@ def build_bytes(n, d, K):
 
 
 #: Host memory of the out-of-core candidate lists, in bytes per list entry (n x K entries of an id
-#: and a distance, 8 bytes): running lists of every shard, the shards' own graphs, the shards'
-#: data, the writer's pending copies. Measured peak resident set (CPU, 600k x 96, K = 64, 3
-#: shards; `benchmarks/results/cpu/bang_ooc_host_memory_2026-12-01.json`): 7.6x n K 8 bytes; on the
-#: H200 machine 40M x 96 (3 shards of ~13M) was killed by the out-of-memory killer of its 125 GB host
-#: in the third of 7 steps, where this predicts ~164 GB. Rounded up.
+#: and a distance, 8 bytes): running lists of every shard, the shards' own graphs and data, the
+#: descent's state, the writer's pending copies. Measured peak resident set (CPU, K = 64, 3 shards,
+#: `benchmarks/bang_ooc_host_memory.py`): 600k x 96 2.33 GB = 7.6x n K 8 bytes
+#: (`results/cpu/bang_ooc_host_memory_2026-12-01.json`), 30k x 96 0.29 GB: ~56 bytes an entry past
+#: the fixed part. The GPU path: 40M x 96 (3 shards of ~13M) was killed by the out-of-memory killer
+#: of its 125 GB host in the third of 7 steps, so at least ~49 bytes an entry there. Rounded up.
 OUT_OF_CORE_HOST_BYTES_PER_ENTRY = 64
 #: The in-memory build's measured peak GPU memory over :func:`build_bytes` (H200, 20M x 96, K = 64:
 #: 54.1 GB against 35.8 GB; `benchmarks/results/h200-2026-12-01-s35/build_memory/`): what the
