@@ -57,12 +57,12 @@ def main():
         index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0)
     build_s = time.perf_counter() - t
     K = int(index._engine.build_params.get("intermediate_degree") or 96)
+    estimate = int(build_bytes(a.n, a.d, K))
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cpus": os.cpu_count()},
            "params": dict(vars(a), out=os.path.relpath(a.out, os.environ.get("OUT", "."))),
            "generate_s": gen_s, "build_s": build_s, "build_phases_s": index.build_timings,
            "budget_bytes": int(budget), "free_before_bytes": int(free0), "total_bytes": int(total),
-           "estimate_bytes": int(build_bytes(a.n, a.d, K)), "intermediate_degree": K,
-           "out_of_core": bool(int(build_bytes(a.n, a.d, K)) > int(budget)),
+           "estimate_bytes": estimate, "intermediate_degree": K, "out_of_core": estimate > int(budget),
            "peak_gpu_above_base_bytes": int(peak.peak_gpu),
            "peak_rss_above_base_bytes": int(peak.peak_rss), "data_bytes": int(X.nbytes)}
     res["peak_over_estimate"] = res["peak_gpu_above_base_bytes"] / res["estimate_bytes"]

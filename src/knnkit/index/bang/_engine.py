@@ -87,22 +87,21 @@ def _check_out_of_core_host(n, d, K, budget, device):
     avail = _host_available_bytes()
     if avail is None or need <= avail:
         return
-    gpu_need = int(build_bytes(n, d, K) * IN_MEMORY_PEAK_OVER_ESTIMATE)
+    estimate = build_bytes(n, d, K)
+    gpu_need = int(estimate * IN_MEMORY_PEAK_OVER_ESTIMATE)
     hint = ""
-    if device == "gpu":
-        total = 0
-        cp = cupy_or_none()
-        if cp is not None:
-            try:
-                total = int(cp.cuda.runtime.memGetInfo()[1])
-            except Exception:  # noqa: BLE001 (no device answer: no GPU hint)
-                total = 0
+    cp = cupy_or_none() if device == "gpu" else None
+    if cp is not None:
+        try:
+            total = int(cp.cuda.runtime.memGetInfo()[1])
+        except Exception:  # noqa: BLE001 (no device answer: no GPU hint)
+            total = 0
         if gpu_need <= 0.9 * total:
             hint = (f" The graph can be built in GPU memory instead (~{_size(gpu_need)} of "
                     f"{_size(total)}): raise the budget for the build, e.g. "
                     f"knnkit.set_memory_budget({int(gpu_need * 1.1)}), then set the search budget.")
     raise MemoryError(
-        f"GraphIndex(placement='host'): the graph build of {n} x {d} points needs ~{_size(build_bytes(n, d, K))} "
+        f"GraphIndex(placement='host'): the graph build of {n} x {d} points needs ~{_size(estimate)} "
         f"by its estimate, more than the memory budget ({_size(budget)}), so its candidate lists (K={K}) "
         f"would be built out of core; that needs ~{_size(need)} of host memory and {_size(avail)} are "
         f"available.{hint} Otherwise use a host with more memory, a smaller intermediate_degree, or fewer "
