@@ -319,6 +319,33 @@ def test_out_of_core_build_refused_when_the_host_cannot_hold_it(rng, tiny_budget
     assert "GPU memory" not in str(e.value)
 
 
+def test_build_budget_automatic_and_explicit(monkeypatch):
+    """Under the automatic budget (half the free memory, for routines sharing the device) the build
+    plans on the share of the free memory its measured in-memory peak may take; an explicit budget
+    is kept as given, and so is any budget on the CPU."""
+    import types
+
+    import knnkit.index.bang._engine as eng
+    from knnkit._core import config
+
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(memGetInfo=lambda: (130 * 10 ** 9, 141 * 10 ** 9))),
+        get_default_memory_pool=lambda: types.SimpleNamespace(free_bytes=lambda: 10 * 10 ** 9))
+    monkeypatch.setattr(eng, "cupy_or_none", lambda: fake)
+    monkeypatch.setitem(config._globals, "memory_budget", None)
+    want = int(eng.BUILD_FREE_FRACTION * 140 * 10 ** 9 / eng.IN_MEMORY_PEAK_OVER_ESTIMATE)
+    assert eng._build_budget(70 * 10 ** 9, "gpu") == want == 84 * 10 ** 9
+    # 40M x 96 with K = 64 (71.7 GB by the estimate) now builds in GPU memory under the automatic budget
+    assert eng.build_bytes(40 * 10 ** 6, 96, 64) <= want < eng.build_bytes(50 * 10 ** 6, 96, 64)
+    assert eng._build_budget(100 * 10 ** 9, "gpu") == 100 * 10 ** 9  # a larger automatic budget stays
+    assert eng._build_budget(70 * 10 ** 9, "cpu") == 70 * 10 ** 9
+    monkeypatch.setitem(config._globals, "memory_budget", 70 * 10 ** 9)  # explicit: the user's word
+    assert eng._build_budget(70 * 10 ** 9, "gpu") == 70 * 10 ** 9
+    monkeypatch.setitem(config._globals, "memory_budget", None)
+    monkeypatch.setattr(eng, "cupy_or_none", lambda: None)
+    assert eng._build_budget(70 * 10 ** 9, "gpu") == 70 * 10 ** 9
+
+
 def test_memmap_data_input(tmp_path, rng):
     X = rng.random((2000, 8), dtype=np.float32)
     path = os.path.join(tmp_path, "x.npy")

@@ -111,6 +111,29 @@ def test_slow_writes_do_not_block_or_break_later_steps(dataset, tmp_path):
     np.testing.assert_array_equal(np.asarray(g.indices), np.asarray(ref.indices))
 
 
+def test_running_lists_of_other_shards_leave_memory(dataset, tmp_path):
+    # a running list that neither the current step nor the next reads is dropped once it is on
+    # disk and read back when needed: the host holds a few shards' lists, not all n x k entries
+    # (40M x 96 with every list in memory was killed by the host's out-of-memory killer)
+    import time
+
+    path, X, T = dataset
+    kw = dict(KW, shard_size=300)  # 8 shards: 28 merges
+    g = knn_graph_out_of_core(path, workdir=tmp_path / "w", **kw)
+    assert g.stats["n_shards"] == 8
+    # need and next step: at most 4 shards; the writer one step behind: at most 2 more
+    assert 2 <= g.stats["running_lists_held_max"] <= 6
+    assert g.recall(T) >= 0.95
+
+    def slow_disk(name):  # the writer lags: the lists it has not committed stay, the rest go
+        if name.endswith(":written"):
+            time.sleep(0.05)
+
+    slow = knn_graph_out_of_core(path, workdir=tmp_path / "slow", _fault_hook=slow_disk, **kw)
+    assert slow.stats["running_lists_held_max"] <= 6
+    np.testing.assert_array_equal(np.asarray(slow.indices), np.asarray(g.indices))
+
+
 def test_half_written_file_ignored(dataset, tmp_path):
     path, X, T = dataset
     w = tmp_path / "w"

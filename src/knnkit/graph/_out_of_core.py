@@ -13,10 +13,15 @@ Plan, for ``s`` shards of a memory-mapped vector file:
 3. ``final``: running lists are concatenated into ``knn_indices.ibin`` (int32, global ids) and
    ``knn_distances.fbin`` (float32, user metric).
 
-Only the shards of the current step (plus one being prefetched) are in memory. Disk I/O overlaps
-the compute: one background thread reads the next step's vectors and shard graph, another writes
-the finished step's files and then commits it to the manifest, while the next step already runs
-on the in-memory running lists (a merge that needs a shard graph not yet committed waits for it).
+Only the shards of the current step and the next (prefetched) are in memory: their vectors,
+shard graphs and running lists. A running list of another shard is dropped once its latest
+version is on disk and read back when a step needs it, so the host holds a few shards' state,
+not n x k entries (at 40M x 96, k = 64 in 3 shards, keeping every list in memory was killed by
+the host's out-of-memory killer). Disk I/O overlaps the compute: one background thread reads the
+next step's vectors, shard graphs and running lists, another writes the finished step's files
+and then commits it to the manifest, while the next step already runs (a step that needs a file
+not yet committed waits for it). The writer is at most one step behind: a step waits for the
+commit before the previous one, which bounds the arrays waiting to be written.
 On the GPU, shards are sized so that one merge (two shards) fits the memory budget, and the
 device memory pool is released after every step.
 
@@ -199,8 +204,13 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
             for i in list(cache):
                 if i not in need:
                     del cache[i]
-            state.keep_bases(need)
             nxt = shards_of(todo[t + 1]) if t + 1 < len(todo) else []
+            state.keep_bases(need)
+            # the writer at most one step behind, then every committed running list that neither
+            # this step nor the next reads leaves memory
+            while len(pending) > 1:
+                pending.pop(0).result()
+            state.release_running(set(need) | set(nxt))
             t0 = time.perf_counter()
             for i in need:
                 get(i)
@@ -209,6 +219,7 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
                     cache[i] = pool.submit(load_shard, i)
                 if todo[t + 1].startswith("merge_"):
                     state.prefetch_base(i, pool)
+                    state.prefetch_running(i, pool)
             hook(f"{step}:start")
             t1 = time.perf_counter()
             if step == "final":
@@ -222,7 +233,8 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
                                               metric, device, seed)
             if kind == "gpu":  # hand cached blocks back: the budget bounds what the process holds
                 _free_device_pool()
-            times = {"load_s": t1 - t0, "compute_s": time.perf_counter() - t1, **state.detail}
+            times = {"load_s": t1 - t0, "compute_s": time.perf_counter() - t1, **state.detail,
+                     "rss_bytes": _resident_bytes()}
             state.detail = {}
             # results are written (and committed to the manifest) by a background thread while the
             # next step computes; the in-memory running lists are what the next steps read
@@ -254,7 +266,7 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
     I = io.read(out_i)
     D = io.read(out_d)
     stats = {"method": "out_of_core", "n_shards": n_shards, "shard_size": shard_size, "K": K, "seed": seed,
-             "memory_budget": budget, "paths": paths,
+             "memory_budget": budget, "paths": paths, "running_lists_held_max": state.held_max,
              "phase_s": {s: v["time_s"] for s, v in manifest["done"].items()},
              "time_s_this_run": time.perf_counter() - t_start}
     return ("graph", I, D, stats)
@@ -273,7 +285,10 @@ class _State:
         self.store = store
         self.metric = metric
         self.hook = hook
-        self.running = {}  # shard -> (ids, user distances), latest version
+        self.running = {}  # shard -> (ids, user distances), latest version, while a step needs it
+        self.stems = {}  # shard -> stem of the version in self.running
+        self.running_reads = {}  # shard -> (stem, future of a background read of its running list)
+        self.held_max = 0  # most running lists held in memory at once (the stats report it)
         self.bases = {}    # shard -> (ids, user distances) of the shard's own graph (local ids)
         self.base_reads = {}  # shard -> future of a background read of its graph
         self.versions = {}  # shard -> version number of its latest running list
@@ -313,11 +328,44 @@ class _State:
                              self._read_base(i, self.store.m["done"][f"graph_{i}"]["files"]))
         return self.bases[i]
 
-    def running_list(self, i):
-        if i not in self.running:
-            r = self.store.m["running"][str(i)]
-            self.running[i] = self.store.read_pair(r["stem"], r["files"])
-        return self.running[i]
+    def _committed_stem(self, i):
+        r = self.store.m["running"].get(str(i))
+        return None if r is None else r["stem"]
+
+    def _read_running(self, i):
+        r = self.store.m["running"][str(i)]
+        return r["stem"], self.store.read_pair(r["stem"], r["files"])
+
+    def release_running(self, keep):
+        """Drop the running lists of shards not in ``keep`` whose version in memory is the one
+        committed to disk (a later step reads it back); a list still waiting for the writer stays."""
+        for i in list(self.running):
+            if i not in keep and self.stems.get(i) == self._committed_stem(i):
+                del self.running[i]
+        for i in list(self.running_reads):
+            if i not in keep:
+                del self.running_reads[i]
+
+    def prefetch_running(self, i, pool):
+        """Read shard i's running list in the background for the next step (it is on disk when it
+        is not in memory: only committed lists are dropped)."""
+        if i not in self.running and i not in self.running_reads and self._committed_stem(i) is not None:
+            self.running_reads[i] = (self._committed_stem(i), pool.submit(self._read_running, i))
+
+    def running_list(self, i, keep=True):
+        """Shard i's latest running list; ``keep=False`` reads it without holding it afterwards."""
+        if i in self.running:
+            return self.running[i]
+        pre = self.running_reads.pop(i, None)
+        stem, lists = pre[1].result() if pre is not None else self._read_running(i)
+        if keep:
+            self.set_running(i, stem, lists)
+        return lists
+
+    def set_running(self, i, stem, lists):
+        self.running[i] = lists
+        self.stems[i] = stem
+        self.held_max = max(self.held_max, len(self.running))
 
     def next_stem(self, i):
         """Name of the next version of shard i's running list (versions count up per shard)."""
@@ -380,7 +428,7 @@ def _step_graph(state, i, X, bounds, k, K, metric, device, seed):
     stem = state.next_stem(i)
     RI = np.where(I[:, :k] >= 0, I[:, :k] + np.int32(bounds[i]), -1).astype(np.int32)
     RD = np.ascontiguousarray(D[:, :k])
-    state.running[i] = (RI, RD)
+    state.set_running(i, stem, (RI, RD))
     return [(f"base_{i}", (I, D)), (stem, (RI, RD))], {i: stem}
 
 
@@ -432,7 +480,7 @@ def _step_merge(state, i, j, Xi, Xj, bounds, k, K, metric, device, seed):
         if metric != "manhattan":
             MD = finalize_distances(MD, metric)
         stem = state.next_stem(s)
-        state.running[s] = (to_host(MI), to_host(MD))
+        state.set_running(s, stem, (to_host(MI), to_host(MD)))
         writes.append((stem, state.running[s]))
         running[s] = stem
     state.detail["running_lists_s"] = time.perf_counter() - t0
@@ -446,8 +494,8 @@ def _step_final(store, n_shards, state):
         for name, col in (("knn_indices.ibin", 0), ("knn_distances.fbin", 1)):
             files[name] = None
             with io.VectorWriter(store.path(name)) as w:
-                for i in range(n_shards):
-                    w.append(state.running_list(i)[col])
+                for i in range(n_shards):  # one shard's list in memory at a time
+                    w.append(state.running_list(i, keep=False)[col])
             files[name] = _checksum(store.path(name))
     except BaseException as e:
         for done in files:  # the outputs appear together or not at all
@@ -457,6 +505,16 @@ def _step_final(store, n_shards, state):
             raise
         raise err from e
     return files
+
+
+def _resident_bytes():
+    """The process's resident set now (the manifest records it after every step: the host memory
+    this path holds), or None where ``/proc`` cannot tell."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _free_device_pool():
