@@ -8,7 +8,7 @@ the ids the build takes), with a budget that makes ``--shards`` shards; ``--via 
 prune, reverse edges, connectivity and PQ after the lists) and a search of 1,000 rows.
 
     PYTHONPATH=src python benchmarks/bang_ooc_host_memory.py [--n 600000] [--d 96] [--K 64]
-        [--shards 3] [--device cpu|gpu] [--via engine|graph|build]
+        [--shards 3] [--device cpu|gpu] [--via engine|graph|build] [--host-gb G]
         [--out benchmarks/results/cpu/bang_ooc_host_memory_<date>.json]
 
 ``_peak_memory.PeakSampler`` samples the resident set every 0.2 s; the peak is above what the
@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--shards", type=int, default=3)
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--via", default="engine", choices=["engine", "graph", "build"])
+    ap.add_argument("--host-gb", type=float, default=None,
+                    help="engine/build: the host memory the shard sizing sees (default what /proc says)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "cpu",
                                                   f"bang_ooc_host_memory_{time.strftime('%Y-%m-%d')}.json"))
     a = ap.parse_args()
@@ -53,7 +55,7 @@ def main():
         np.save(path, X)
         del X
         t = time.time()
-        held = None
+        held = planned = None
         # every step's time and resident set, from the work folder's manifest before the engine
         # removes it
         import knnkit.graph._out_of_core as ooc
@@ -88,8 +90,16 @@ def main():
                     else:
                         lo = mid + 1
                 Xm = np.load(path, mmap_mode="r")
+                import knnkit.index.bang._engine as eng
+
+                if a.host_gb is not None:
+                    eng._host_available_bytes = lambda: int(a.host_gb * 1e9)
+                if hasattr(eng, "_out_of_core_shard"):  # trees before the host's shard sizing: None
+                    plan = eng._out_of_core_shard(a.n, a.d, a.K, lo, a.device)
+                    planned = {"shard": plan, "host_bytes_model": eng.out_of_core_host_bytes(a.n, a.d, a.K, plan)}
                 if a.via == "engine":
-                    _I, _ = _out_of_core_candidates(Xm, "sqeuclidean", a.K, lo, a.device, 0)
+                    _I, _ = _out_of_core_candidates(Xm, "sqeuclidean", a.K, lo, a.device, 0,
+                                                    **({"shard": planned["shard"]} if planned else {}))
                     phase_s = None
                 else:
                     import knnkit
@@ -108,7 +118,7 @@ def main():
     step = max(1, len(trace) // 40)
     out = {"params": dict(vars(a), out=os.path.basename(a.out)), "seconds": round(time.time() - t, 1),
            "peak_rss_bytes": int(peak), "lists_bytes": lists, "data_bytes": a.n * a.d * 4,
-           "peak_over_lists": peak / lists, "phase_s": phase_s, "running_lists_held_max": held,
+           "peak_over_lists": peak / lists, "phase_s": phase_s, "running_lists_held_max": held, "planned": planned,
            "steps": {k: {"time_s": round(v.get("time_s", 0.0), 2),
                          "rss_gb": None if v.get("rss_bytes") is None else round(v["rss_bytes"] / 1e9, 3)}
                      for k, v in steps.items()},

@@ -279,44 +279,71 @@ def test_save_load_mmap(tmp_path, rng):
 
 
 def test_out_of_core_build_refused_when_the_host_cannot_hold_it(rng, tiny_budget, monkeypatch):
-    """An out-of-core candidate build that the host's memory cannot hold is refused at once with
-    a MemoryError that says why and what to do (it was killed by the operating system at 40M x 96
-    on a 125 GB host); with enough memory the same build goes ahead."""
+    """An out-of-core candidate build that the host's memory cannot hold even in the smallest
+    shards is refused at once with a MemoryError that says why and what to do (it was killed by the
+    operating system at 40M x 96 on a 125 GB host); with enough memory the same build goes ahead."""
     import knnkit.index.bang._engine as eng
 
     X = _host(make_clustered(3000, 12, random_state=int(rng.integers(1 << 30)), device="cpu"))
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: 1000)
     called = []
-    monkeypatch.setattr(eng, "_out_of_core_candidates", lambda *a: called.append(a))
-    with pytest.raises(MemoryError, match=r"out of core.*host memory.*intermediate_degree"):
+    monkeypatch.setattr(eng, "_out_of_core_candidates", lambda *a, **k: called.append(a))
+    with pytest.raises(MemoryError, match=r"out of core.*smallest shards.*host memory.*intermediate_degree"):
         knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
     assert not called  # refused before any work
     monkeypatch.undo()
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: 10 ** 15)
     index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
     assert "candidates_out_of_core" in index.build_timings
-    # the boundary: exactly what the lists need is enough
-    need = eng.out_of_core_host_bytes(3000, 64)
-    assert need == 3000 * 64 * eng.OUT_OF_CORE_HOST_BYTES_PER_ENTRY
+    # the model: per data point and per shard point, in units of a vector and a list
+    assert eng.out_of_core_host_bytes(3000, 12, 64, 2048) == int(
+        (4 * 12 + 8 * 64) * (eng.OUT_OF_CORE_HOST_PER_POINT * 3000 + eng.OUT_OF_CORE_HOST_PER_SHARD_POINT * 2048))
+    # the boundary: exactly what the smallest shards need is enough
+    need = eng.out_of_core_host_bytes(3000, 12, 64, eng._smallest_shard(3000, 64))
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: need)
-    assert eng._check_out_of_core_host(3000, 12, 64, 10_000, "cpu") is None
+    assert eng._out_of_core_shard(3000, 12, 64, 10_000, "cpu") == eng._smallest_shard(3000, 64) == 2048
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: need - 1)
     with pytest.raises(MemoryError, match="3000 x 12 points"):
-        eng._check_out_of_core_host(3000, 12, 64, 10_000, "cpu")
+        eng._out_of_core_shard(3000, 12, 64, 10_000, "cpu")
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: None)  # unknown (no /proc): no refusal
-    assert eng._check_out_of_core_host(10 ** 9, 96, 64, 10_000, "cpu") is None
+    assert eng._out_of_core_shard(10 ** 9, 96, 64, 10_000, "cpu") == eng._smallest_shard(10 ** 9, 64)
     # on a GPU that could hold the in-memory build (1.5x its estimate), the message says how
     import types
 
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
         memGetInfo=lambda: (140 * 10 ** 9, 141 * 10 ** 9))))
     monkeypatch.setattr(eng, "cupy_or_none", lambda: fake)
-    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 125 * 10 ** 9)
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 50 * 10 ** 9)
     with pytest.raises(MemoryError, match=r"built in GPU memory.*set_memory_budget\(\d+\)"):
-        eng._check_out_of_core_host(40 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
+        eng._out_of_core_shard(40 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
     with pytest.raises(MemoryError) as e:  # too large for the GPU too: no such advice
-        eng._check_out_of_core_host(100 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
+        eng._out_of_core_shard(100 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
     assert "GPU memory" not in str(e.value)
+
+
+def test_out_of_core_shards_shrink_to_fit_the_host(rng, monkeypatch):
+    """Where the GPU budget's shards would need more host memory than there is, the shards are
+    made smaller (more merges, the same lists) instead of refusing, down to the smallest shard."""
+    import knnkit.index.bang._engine as eng
+
+    n, d, K, budget = 40 * 10 ** 6, 96, 64, 70 * 10 ** 9
+    big = eng._budget_shard(n, d, K, budget, "gpu")
+    assert big > 10 ** 7  # 3 shards: ~150 GB of host memory by the model
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 125 * 10 ** 9)
+    shard = eng._out_of_core_shard(n, d, K, budget, "gpu")
+    assert eng._smallest_shard(n, K) <= shard < big
+    assert eng.out_of_core_host_bytes(n, d, K, shard) <= 125 * 10 ** 9 < eng.out_of_core_host_bytes(n, d, K, shard + 2)
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 10 ** 15)
+    assert eng._out_of_core_shard(n, d, K, budget, "gpu") == big
+    # the engine builds the lists in the shards it was given
+    X = _host(make_clustered(7000, 12, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    import knnkit.graph._out_of_core as ooc
+
+    seen, real = [], ooc.build_out_of_core
+    monkeypatch.setattr(ooc, "build_out_of_core", lambda *a, **k: seen.append(k["shard_size"]) or real(*a, **k))
+    ids, dist = eng._out_of_core_candidates(X, "sqeuclidean", 16, 1 << 30, "cpu", 0, shard=2500)
+    assert seen == [2500] and ids.shape == (7000, 16) and ids.dtype == np.int64 and dist is None
+    assert (ids >= 0).all() and not (ids == np.arange(7000)[:, None]).any()
 
 
 def test_build_budget_automatic_and_explicit(monkeypatch):
@@ -367,8 +394,8 @@ def test_out_of_core_candidates_from_memmap(tmp_path, rng, tiny_budget, monkeypa
     seen = []
     real = eng._out_of_core_candidates
 
-    def spy(a, *args):
-        out = real(a, *args)
+    def spy(a, *args, **kw):
+        out = real(a, *args, **kw)
         seen.append(out[0].shape)
         return out
 

@@ -42,17 +42,20 @@ def build_bytes(n, d, K):
     return int(n) * (int(d) * 4 + int(K) * 8) * 2
 
 
-#: Host memory of the out-of-core candidate lists, in bytes per list entry (n x K entries of an id
-#: and a distance, 8 bytes): running lists of every shard, the shards' own graphs and data, the
-#: descent's state, the writer's pending copies. Measured peak resident set (CPU, K = 64, 3 shards,
-#: `benchmarks/bang_ooc_host_memory.py`): 600k x 96 2.33 GB = 7.6x n K 8 bytes
-#: (`results/cpu/bang_ooc_host_memory_2026-12-01.json`), 30k x 96 0.29 GB: ~56 bytes an entry past
-#: the fixed part. The GPU path: 40M x 96 (3 shards of ~13M) was killed by the out-of-memory killer
-#: of its 125 GB host in the third of 7 steps, so at least ~49 bytes an entry there. Rounded up.
-OUT_OF_CORE_HOST_BYTES_PER_ENTRY = 64
+#: Host memory of the out-of-core candidate lists, in units of ``4 d + 8 K`` bytes (one point's
+#: float32 vector and one K-long list of ids and distances): per point of the data (the final ids,
+#: the data file's pages) and per point of one shard (the vectors, shard graphs and running lists
+#: of the two shards a merge reads and of the next step's, prefetched, and the lists the writer has
+#: not committed yet). Measured on the GPU path (H200 host, 6M x 96, K = 64,
+#: `benchmarks/bang_ooc_host_memory.py`, `results/h200-2026-12-01-s36/`): peak resident set 21.5 GB
+#: with 3 shards, 14.2 GB with 6, i.e. 1.28 per data point and 8.1 per shard point; the CPU path
+#: (the merges' own state on the host too): 600k x 96 in 3 shards 2.33 GB. Rounded up. At 40M x 96
+#: in 3 shards this is ~150 GB: the 125 GB host that built it that way was killed.
+OUT_OF_CORE_HOST_PER_POINT = 1.5
+OUT_OF_CORE_HOST_PER_SHARD_POINT = 9.0
 #: The in-memory build's measured peak GPU memory over :func:`build_bytes` (H200, 20M x 96, K = 64:
 #: 54.1 GB against 35.8 GB; `benchmarks/results/h200-2026-12-01-s35/build_memory/`): what the
-#: advice of :func:`_check_out_of_core_host` asks for
+#: advice of :func:`_out_of_core_shard` asks for
 IN_MEMORY_PEAK_OVER_ESTIMATE = 1.5
 
 
@@ -83,10 +86,28 @@ def _build_budget(budget, device):
     return max(int(budget), int(BUILD_FREE_FRACTION * free / IN_MEMORY_PEAK_OVER_ESTIMATE))
 
 
-def out_of_core_host_bytes(n, K):
-    """Host memory the out-of-core candidate lists of ``n`` points and ``K`` neighbours need
-    (:data:`OUT_OF_CORE_HOST_BYTES_PER_ENTRY`)."""
-    return int(n) * int(K) * OUT_OF_CORE_HOST_BYTES_PER_ENTRY
+def out_of_core_host_bytes(n, d, K, shard):
+    """Host memory the out-of-core candidate lists of ``n`` points of ``d`` dimensions with ``K``
+    neighbours need in shards of ``shard`` points (:data:`OUT_OF_CORE_HOST_PER_POINT`,
+    :data:`OUT_OF_CORE_HOST_PER_SHARD_POINT`)."""
+    unit = 4 * int(d) + 8 * int(K)
+    return int(unit * (OUT_OF_CORE_HOST_PER_POINT * int(n) + OUT_OF_CORE_HOST_PER_SHARD_POINT * int(shard)))
+
+
+def _smallest_shard(n, K):
+    """The fewest points a shard may have: MIN_SHARD, room for K neighbours of its own, and at
+    most MAX_SHARDS shards (the merges grow as the square of the shard count)."""
+    return min(int(n), max(MIN_SHARD, 4 * (int(K) + 1), -(-int(n) // MAX_SHARDS)))
+
+
+def _budget_shard(n, d, K, budget, device):
+    """Shard size of the out-of-core lists under the GPU ``budget``: as large as the budget allows
+    (two shards per merge), never below :func:`_smallest_shard`."""
+    from ...graph._out_of_core import _default_shard_size
+
+    kind = "gpu" if device == "gpu" else "cpu"
+    shard, _ = _default_shard_size(n, d, K, 16, kind, int(budget))
+    return min(int(n), max(shard, _smallest_shard(n, K)))
 
 
 def _host_available_bytes():
@@ -107,13 +128,23 @@ def _size(nbytes):
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
 
 
-def _check_out_of_core_host(n, d, K, budget, device):
-    """Refuse, before hours of work, an out-of-core candidate build that the host's memory cannot
-    hold (the process would be killed by the operating system, not stopped with an error)."""
-    need = out_of_core_host_bytes(n, K)
+def _out_of_core_shard(n, d, K, budget, device):
+    """Shard size of an out-of-core candidate build: the GPU budget's, made smaller when the host's
+    available memory cannot hold that many points' state (:func:`out_of_core_host_bytes`). Refuses,
+    before hours of work, a build the host cannot hold even in the smallest shards (the process
+    would be killed by the operating system, not stopped with an error)."""
+    shard = _budget_shard(n, d, K, budget, device)
     avail = _host_available_bytes()
-    if avail is None or need <= avail:
-        return
+    if avail is None or out_of_core_host_bytes(n, d, K, shard) <= avail:
+        return shard
+    unit = 4 * int(d) + 8 * int(K)
+    fit = int((avail / unit - OUT_OF_CORE_HOST_PER_POINT * int(n)) / OUT_OF_CORE_HOST_PER_SHARD_POINT)
+    smallest = _smallest_shard(n, K)
+    if fit >= smallest:
+        logger.info("GraphIndex: out-of-core shards of %d points (the GPU budget allows %d): the host has %s "
+                    "available", fit, shard, _size(avail))
+        return fit
+    need = out_of_core_host_bytes(n, d, K, smallest)
     estimate = build_bytes(n, d, K)
     gpu_need = int(estimate * IN_MEMORY_PEAK_OVER_ESTIMATE)
     hint = ""
@@ -130,21 +161,22 @@ def _check_out_of_core_host(n, d, K, budget, device):
     raise MemoryError(
         f"GraphIndex(placement='host'): the graph build of {n} x {d} points needs ~{_size(estimate)} "
         f"by its estimate, more than the memory budget ({_size(budget)}), so its candidate lists (K={K}) "
-        f"would be built out of core; that needs ~{_size(need)} of host memory and {_size(avail)} are "
-        f"available.{hint} Otherwise use a host with more memory, a smaller intermediate_degree, or fewer "
-        f"points.")
+        f"would be built out of core; even in the smallest shards ({smallest} points) that needs "
+        f"~{_size(need)} of host memory and {_size(avail)} are available.{hint} Otherwise use a host with "
+        f"more memory, a smaller intermediate_degree, or fewer points.")
 
 
-def _out_of_core_candidates(a, metric, K, budget, device, random_state):
+def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=None):
     """Candidate lists ``(ids (n, K) int64, None)`` of host data ``a`` by
-    :func:`knnkit.graph._out_of_core.build_out_of_core` under ``budget`` bytes: ``a`` is used in
-    place when it is a memory map of a whole ``.npy`` file, else written to a temporary ``.npy``
-    (removed afterwards, as is the work folder)."""
+    :func:`knnkit.graph._out_of_core.build_out_of_core` under ``budget`` bytes, in shards of
+    ``shard`` points (default :func:`_budget_shard`): ``a`` is used in place when it is a memory map
+    of a whole ``.npy`` file, else written to a temporary ``.npy`` (removed afterwards, as is the
+    work folder)."""
     import os
     import shutil
     import tempfile
 
-    from ...graph._out_of_core import _default_shard_size, build_out_of_core
+    from ...graph._out_of_core import build_out_of_core
 
     n = int(a.shape[0])
     K = int(min(K, n - 1))
@@ -171,10 +203,9 @@ def _out_of_core_candidates(a, metric, K, budget, device, random_state):
         seed = int(random_state) if isinstance(random_state, (int, np.integer)) else None
         # shards as large as the budget allows, but never so small that the pairwise merges
         # (shards^2 / 2 of them) explode: a budget this low cannot be honoured anyway
-        d = int(a.shape[1])
-        kind = "gpu" if device == "gpu" else "cpu"
-        shard, _ = _default_shard_size(n, d, K, 16, kind, int(budget))
-        shard = min(n, max(shard, MIN_SHARD, 4 * (K + 1), -(-n // MAX_SHARDS)))
+        if shard is None:
+            shard = _budget_shard(n, int(a.shape[1]), K, budget, device)
+        shard = min(n, max(int(shard), _smallest_shard(n, K)))
         res = build_out_of_core(path, K, workdir=os.path.join(tmp, "work"), shard_size=shard,
                                 memory_budget=max(int(budget), 1 << 20), metric=metric, device=device,
                                 random_state=seed, return_graph=False)
@@ -314,8 +345,8 @@ class HostIndex:
             # the in-memory build would not fit the budget: candidate lists out of core (shards
             # and pairwise GGM merges under the budget), the rest of the build on the host; the
             # budget bounds the GPU's memory only, the host must hold the lists
-            _check_out_of_core_host(a.shape[0], a.shape[1], K, build_budget, device)
-            cand = _out_of_core_candidates(a, metric, K, build_budget, device, random_state)
+            shard = _out_of_core_shard(a.shape[0], a.shape[1], K, build_budget, device)
+            cand = _out_of_core_candidates(a, metric, K, build_budget, device, random_state, shard=shard)
             timings_oc = time.perf_counter() - t0
         if cand is not None:
             eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand, top_tier=False)
