@@ -296,8 +296,12 @@ def test_out_of_core_build_refused_when_the_host_cannot_hold_it(rng, tiny_budget
     index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
     assert "candidates_out_of_core" in index.build_timings
     # the model: per data point and per shard point, in units of a vector and a list
-    assert eng.out_of_core_host_bytes(3000, 12, 64, 2048) == int(
-        (4 * 12 + 8 * 64) * (eng.OUT_OF_CORE_HOST_PER_POINT * 3000 + eng.OUT_OF_CORE_HOST_PER_SHARD_POINT * 2048))
+    assert eng.out_of_core_host_bytes(3000, 12, 64, 2048) == int(eng.OUT_OF_CORE_HOST_FIXED + (4 * 12 + 8 * 64) * (
+        eng.OUT_OF_CORE_HOST_PER_POINT * 3000 + eng.OUT_OF_CORE_HOST_PER_SHARD_POINT * 2048))
+    # the measured peaks it was fitted to are below it (6M x 96 in 3 and 6 shards, 4M x 48 K = 32 in 4)
+    for n, d, K, shard, peak in ((6 * 10 ** 6, 96, 64, 2 * 10 ** 6, 21.5e9), (6 * 10 ** 6, 96, 64, 10 ** 6, 14.2e9),
+                                 (4 * 10 ** 6, 48, 32, 10 ** 6, 7.7e9)):
+        assert peak <= eng.out_of_core_host_bytes(n, d, K, shard) <= 1.3 * peak
     # the boundary: exactly what the smallest shards need is enough
     need = eng.out_of_core_host_bytes(3000, 12, 64, eng._smallest_shard(3000, 64))
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: need)
@@ -313,7 +317,7 @@ def test_out_of_core_build_refused_when_the_host_cannot_hold_it(rng, tiny_budget
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
         memGetInfo=lambda: (140 * 10 ** 9, 141 * 10 ** 9))))
     monkeypatch.setattr(eng, "cupy_or_none", lambda: fake)
-    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 50 * 10 ** 9)
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 30 * 10 ** 9)
     with pytest.raises(MemoryError, match=r"built in GPU memory.*set_memory_budget\(\d+\)"):
         eng._out_of_core_shard(40 * 10 ** 6, 96, 64, 70 * 10 ** 9, "gpu")
     with pytest.raises(MemoryError) as e:  # too large for the GPU too: no such advice

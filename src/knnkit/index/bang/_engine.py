@@ -42,17 +42,20 @@ def build_bytes(n, d, K):
     return int(n) * (int(d) * 4 + int(K) * 8) * 2
 
 
-#: Host memory of the out-of-core candidate lists, in units of ``4 d + 8 K`` bytes (one point's
-#: float32 vector and one K-long list of ids and distances): per point of the data (the final ids,
-#: the data file's pages) and per point of one shard (the vectors, shard graphs and running lists
-#: of the two shards a merge reads and of the next step's, prefetched, and the lists the writer has
-#: not committed yet). Measured on the GPU path (H200 host, 6M x 96, K = 64,
-#: `benchmarks/bang_ooc_host_memory.py`, `results/h200-2026-12-01-s36/`): peak resident set 21.5 GB
-#: with 3 shards, 14.2 GB with 6, i.e. 1.28 per data point and 8.1 per shard point; the CPU path
-#: (the merges' own state on the host too): 600k x 96 in 3 shards 2.33 GB. Rounded up. At 40M x 96
-#: in 3 shards this is ~150 GB: the 125 GB host that built it that way was killed.
-OUT_OF_CORE_HOST_PER_POINT = 1.5
+#: Host memory of the out-of-core path of a host-placed build, in units of ``4 d + 8 K`` bytes (one
+#: point's float32 vector and one K-long list of ids and distances): per point of the data (the
+#: final ids, the data file's pages, the host's prune and repair after the lists) and per point of
+#: one shard (the vectors, shard graphs and running lists of the two shards a merge reads and of
+#: the next step's, prefetched, and the lists the writer has not committed yet), plus a fixed part
+#: (the GPU runtime and libraries). Fitted to the peak resident sets measured on the GPU path
+#: (H200 host, `benchmarks/bang_ooc_host_memory.py`, `results/h200-2026-12-01-s36/`): 6M x 96,
+#: K = 64 in 3 shards 21.5 GB, in 6 shards 14.2 GB; 4M x 48, K = 32 in 4 shards 7.7 GB: 0.81 per
+#: data point, 8.2 per shard point, 2.6 GB fixed. Rounded up; checked against 3M x 96 in shards
+#: sized for 10 GB (8.1 GB) and the whole 2M x 96 build in 4 shards (7.8 GB, model 8.8 GB). At
+#: 40M x 96 in 3 shards the model says ~150 GB: the 125 GB host that tried was killed.
+OUT_OF_CORE_HOST_PER_POINT = 1.0
 OUT_OF_CORE_HOST_PER_SHARD_POINT = 9.0
+OUT_OF_CORE_HOST_FIXED = 3 << 30
 #: The in-memory build's measured peak GPU memory over :func:`build_bytes` (H200, 20M x 96, K = 64:
 #: 54.1 GB against 35.8 GB; `benchmarks/results/h200-2026-12-01-s35/build_memory/`): what the
 #: advice of :func:`_out_of_core_shard` asks for
@@ -89,9 +92,10 @@ def _build_budget(budget, device):
 def out_of_core_host_bytes(n, d, K, shard):
     """Host memory the out-of-core candidate lists of ``n`` points of ``d`` dimensions with ``K``
     neighbours need in shards of ``shard`` points (:data:`OUT_OF_CORE_HOST_PER_POINT`,
-    :data:`OUT_OF_CORE_HOST_PER_SHARD_POINT`)."""
+    :data:`OUT_OF_CORE_HOST_PER_SHARD_POINT`, :data:`OUT_OF_CORE_HOST_FIXED`)."""
     unit = 4 * int(d) + 8 * int(K)
-    return int(unit * (OUT_OF_CORE_HOST_PER_POINT * int(n) + OUT_OF_CORE_HOST_PER_SHARD_POINT * int(shard)))
+    return int(OUT_OF_CORE_HOST_FIXED
+               + unit * (OUT_OF_CORE_HOST_PER_POINT * int(n) + OUT_OF_CORE_HOST_PER_SHARD_POINT * int(shard)))
 
 
 def _smallest_shard(n, K):
@@ -138,7 +142,8 @@ def _out_of_core_shard(n, d, K, budget, device):
     if avail is None or out_of_core_host_bytes(n, d, K, shard) <= avail:
         return shard
     unit = 4 * int(d) + 8 * int(K)
-    fit = int((avail / unit - OUT_OF_CORE_HOST_PER_POINT * int(n)) / OUT_OF_CORE_HOST_PER_SHARD_POINT)
+    fit = int(((avail - OUT_OF_CORE_HOST_FIXED) / unit - OUT_OF_CORE_HOST_PER_POINT * int(n))
+              / OUT_OF_CORE_HOST_PER_SHARD_POINT)
     smallest = _smallest_shard(n, K)
     if fit >= smallest:
         logger.info("GraphIndex: out-of-core shards of %d points (the GPU budget allows %d): the host has %s "
