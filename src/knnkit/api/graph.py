@@ -227,7 +227,9 @@ def knn_graph_out_of_core(path: PathLike, k: int = 10, *, workdir: PathLike, sha
         plus one being prefetched). Shards are made equal in size.
     memory_budget : int, optional
         Bytes one step may use (default: a quarter of the RAM on the CPU, the knnkit GPU budget on
-        the GPU).
+        the GPU). The host holds the vectors, shard graphs and running lists of the shards the
+        current step and the next read; the other shards' running lists wait on disk
+        (``stats["running_lists_held_max"]``; the manifest records each step's resident set).
     metric : {"sqeuclidean", "euclidean", "inner_product", "cosine", "manhattan"}
     device : {"auto", "cpu", "gpu"} or int
     random_state : None or int

@@ -51,7 +51,7 @@ def build_bytes(n, d, K):
 #: (H200 host, `benchmarks/bang_ooc_host_memory.py`, `results/h200-2026-12-01-s36/`): 6M x 96,
 #: K = 64 in 3 shards 21.5 GB, in 6 shards 14.2 GB; 4M x 48, K = 32 in 4 shards 7.7 GB: 0.81 per
 #: data point, 8.2 per shard point, 2.6 GB fixed. Rounded up; checked against 3M x 96 in shards
-#: sized for 10 GB (8.1 GB) and the whole 2M x 96 build in 4 shards (7.8 GB, model 8.8 GB). At
+#: sized for 10 GB (8.1 GB) and the whole 2M x 96 build in 4 shards (7.8 GB, model 9.0 GB). At
 #: 40M x 96 in 3 shards the model says ~150 GB: the 125 GB host that tried was killed.
 OUT_OF_CORE_HOST_PER_POINT = 1.0
 OUT_OF_CORE_HOST_PER_SHARD_POINT = 9.0
