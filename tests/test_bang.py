@@ -350,6 +350,26 @@ def test_out_of_core_shards_shrink_to_fit_the_host(rng, monkeypatch):
     assert (ids >= 0).all() and not (ids == np.arange(7000)[:, None]).any()
 
 
+def test_whole_vector_file_read_in_place(tmp_path, rng):
+    """The out-of-core build reads a memory map of a whole vector file in place (fbin, u8bin, npy,
+    fvecs), not a temporary copy of the data; a slice, an in-memory copy or a map at another offset
+    are not the file."""
+    import knnkit.index.bang._engine as eng
+
+    X = rng.random((500, 6), dtype=np.float32)
+    U = rng.integers(0, 256, (300, 5), dtype=np.uint8)
+    for name, data in (("x.fbin", X), ("x.npy", X), ("x.fvecs", X), ("u.u8bin", U)):
+        p = str(tmp_path / name)
+        knnkit.io.write(p, data)
+        mm = knnkit.io.read(p, mmap=True)
+        assert eng._whole_vector_file(mm) == p, name
+        assert eng._whole_vector_file(mm[:-1]) is None
+        assert eng._whole_vector_file(np.array(mm)) is None
+    p = str(tmp_path / "x.npy")  # its header is longer than 8 bytes: same shape, other rows
+    shifted = np.memmap(p, dtype=np.float32, mode="r", offset=8, shape=(500, 6))
+    assert eng._whole_vector_file(shifted) is None
+
+
 def test_build_budget_automatic_and_explicit(monkeypatch):
     """Under the automatic budget (half the free memory, for routines sharing the device) the build
     plans on the share of the free memory its measured in-memory peak may take; an explicit budget

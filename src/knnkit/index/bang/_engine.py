@@ -171,12 +171,35 @@ def _out_of_core_shard(n, d, K, budget, device):
         f"more memory, a smaller intermediate_degree, or fewer points.")
 
 
+def _whole_vector_file(a):
+    """The path of the vector file ``a`` maps whole (an ``np.memmap`` from ``np.load(mmap_mode=...)``
+    or ``knnkit.io.read(path, mmap=True)``: ``.npy``, ``.fbin``, ``.u8bin``, ``.i8bin``, ``.fvecs``,
+    ``.bvecs``), so the out-of-core build reads it in place instead of a temporary copy of the data;
+    None for anything else (a slice, another shape, an in-memory array)."""
+    fname = getattr(a, "filename", None)
+    if not isinstance(a, np.memmap) or not fname:
+        return None
+    from ..._core.vectors import open_vectors
+
+    try:
+        vf = open_vectors(str(fname))
+        if tuple(vf.shape) != tuple(a.shape) or vf.dtype != a.dtype or a.shape[0] == 0:
+            return None
+        # the same rows at three places: a map of the same file at another offset is not the file
+        for r in sorted({0, a.shape[0] // 2, a.shape[0] - 1}):
+            if not np.array_equal(vf.read_rows(r, r + 1)[0], np.asarray(a[r])):
+                return None
+    except (OSError, ValueError):
+        return None
+    return str(fname)
+
+
 def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=None):
     """Candidate lists ``(ids (n, K) int64, None)`` of host data ``a`` by
     :func:`knnkit.graph._out_of_core.build_out_of_core` under ``budget`` bytes, in shards of
     ``shard`` points (default :func:`_budget_shard`): ``a`` is used in place when it is a memory map
-    of a whole ``.npy`` file, else written to a temporary ``.npy`` (removed afterwards, as is the
-    work folder)."""
+    of a whole vector file (:func:`_whole_vector_file`), else written to a temporary ``.npy``
+    (removed afterwards, as is the work folder)."""
     import os
     import shutil
     import tempfile
@@ -187,15 +210,7 @@ def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=No
     K = int(min(K, n - 1))
     tmp = tempfile.mkdtemp(prefix="knnkit-host-build-")
     try:
-        path = None
-        fname = getattr(a, "filename", None)
-        if isinstance(a, np.memmap) and fname and str(fname).endswith(".npy"):
-            try:
-                whole = np.load(fname, mmap_mode="r")
-                if whole.shape == a.shape and whole.dtype == a.dtype:
-                    path = str(fname)
-            except (OSError, ValueError):
-                path = None
+        path = _whole_vector_file(a)
         if path is None:
             path = os.path.join(tmp, "data.npy")
             out = np.lib.format.open_memmap(path, mode="w+", dtype=a.dtype, shape=a.shape)
