@@ -50,6 +50,34 @@ def recall(I, true_i, true_d, found_d, k, metric):
     return float((found_d <= kth + tol).sum() / (I.shape[0] * k))
 
 
+def suite_indexes(n, nq, k):
+    """Per suite set, a host-placed index built on the CPU and the exact answers:
+    ``(name, metric, X, Q, index, build_s, true distances, true ids)``."""
+    for name, metric, (X, Q) in sets(n, nq):
+        t = time.perf_counter()
+        index = knnkit.GraphIndex.build(X, placement="host", device="cpu", metric=metric, random_state=0)
+        build_s = time.perf_counter() - t
+        td, ti = knnkit.knn(X, Q, k=k, metric=metric, device="cpu")
+        yield name, metric, X, Q, index, build_s, td, ti
+
+
+def walk_inputs(index, Q):
+    """``(engine, PQ tables, seeds)`` of the CPU twin's walk for queries ``Q``, as the index's own
+    search makes them."""
+    from knnkit._core.metrics import prepare_vectors
+    from knnkit.index.bang._pq import pq_tables
+
+    e = index._engine
+    qh = prepare_vectors(np.ascontiguousarray(Q), e.metric, e.scale)
+    return e, pq_tables(e.pq_queries(qh), e._codebook, e.pq_metric, e._rotation), e._entry.seeds_for(qh, 4)
+
+
+def save(res, out):
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=30000)
@@ -61,11 +89,7 @@ def main():
     a = ap.parse_args()
     beams = [int(b) for b in a.beams.split(",")]
     res = {"params": dict(vars(a), out=os.path.relpath(a.out, os.path.join(HERE, ".."))), "rows": []}
-    for name, metric, (X, Q) in sets(a.n, a.queries):
-        t = time.perf_counter()
-        index = knnkit.GraphIndex.build(X, placement="host", device="cpu", metric=metric, random_state=0)
-        build_s = time.perf_counter() - t
-        td, ti = knnkit.knn(X, Q, k=a.k, metric=metric, device="cpu")
+    for name, metric, X, Q, index, build_s, td, ti in suite_indexes(a.n, a.queries, a.k):
         for beam in beams:
             row = {"set": name, "metric": metric, "beam": beam, "build_s": build_s}
             for bits in (32, 16):
@@ -79,9 +103,7 @@ def main():
             _pq.TABLE_BITS = 16
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
-        os.makedirs(os.path.dirname(a.out), exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+        save(res, a.out)
 
 
 if __name__ == "__main__":

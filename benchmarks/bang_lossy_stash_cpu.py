@@ -17,7 +17,6 @@ import datetime
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -25,10 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-import knnkit  # noqa: E402
-from knnkit._core.metrics import prepare_vectors  # noqa: E402
-from bang_bf16_cpu import recall, sets  # noqa: E402
-from knnkit.index.bang._pq import pq_tables, round_bf16  # noqa: E402
+from bang_bf16_cpu import recall, save, suite_indexes, walk_inputs  # noqa: E402
+from knnkit.index.bang._pq import round_bf16  # noqa: E402
 from knnkit.index.bang._search_cpu import search_pq_cpu  # noqa: E402
 
 
@@ -66,15 +63,8 @@ def main():
     beams = [int(b) for b in a.beams.split(",")]
     kprimes = [int(v) for v in a.kprimes.split(",")]
     res = {"params": dict(vars(a), out=os.path.relpath(a.out, os.path.join(HERE, ".."))), "rows": []}
-    for name, metric, (X, Q) in sets(a.n, a.queries):
-        t = time.perf_counter()
-        index = knnkit.GraphIndex.build(X, placement="host", device="cpu", metric=metric, random_state=0)
-        build_s = time.perf_counter() - t
-        td, ti = knnkit.knn(X, Q, k=a.k, metric=metric, device="cpu")
-        e = index._engine
-        qh = prepare_vectors(np.ascontiguousarray(Q), e.metric, e.scale)  # as the index's search does
-        T = pq_tables(e.pq_queries(qh), e._codebook, e.pq_metric, e._rotation)
-        seeds = e._entry.seeds_for(qh, 4)
+    for name, metric, X, Q, index, build_s, td, ti in suite_indexes(a.n, a.queries, a.k):
+        e, T, seeds = walk_inputs(index, Q)
         Xf = np.asarray(X, dtype=np.float64)
         Qf = np.asarray(Q, dtype=np.float64)
         lossy = {kind: rounded(X, kind) for kind in ("f16", "bf16")}
@@ -103,9 +93,7 @@ def main():
                     row[f"recall_{kind}_k{kp}"] = recall(I2, ti, td, D2, a.k, metric)
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
-        os.makedirs(os.path.dirname(a.out), exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+        save(res, a.out)
 
 
 if __name__ == "__main__":
