@@ -134,6 +134,18 @@ def test_running_lists_of_other_shards_leave_memory(dataset, tmp_path):
     np.testing.assert_array_equal(np.asarray(slow.indices), np.asarray(g.indices))
 
 
+def test_resume_reads_back_released_running_lists(dataset, tmp_path):
+    # 8 shards: by merge_1_4 most shards' running lists have left memory (on disk only); a run
+    # killed there resumes from the files and gives the uninterrupted run's graph
+    path, X, T = dataset
+    kw = dict(KW, shard_size=300)
+    ref = knn_graph_out_of_core(path, workdir=tmp_path / "ref", **kw)
+    _run_until(path, tmp_path / "w", "merge_1_4:start", **kw)
+    g = knn_graph_out_of_core(path, workdir=tmp_path / "w", **kw)
+    np.testing.assert_array_equal(np.asarray(g.indices), np.asarray(ref.indices))
+    np.testing.assert_array_equal(np.asarray(g.distances), np.asarray(ref.distances))
+
+
 def test_half_written_file_ignored(dataset, tmp_path):
     path, X, T = dataset
     w = tmp_path / "w"
