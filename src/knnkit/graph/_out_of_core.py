@@ -287,7 +287,7 @@ class _State:
         self.hook = hook
         self.running = {}  # shard -> (ids, user distances), latest version, while a step needs it
         self.stems = {}  # shard -> stem of the version in self.running
-        self.running_reads = {}  # shard -> (stem, future of a background read of its running list)
+        self.running_reads = {}  # shard -> future of a background read of its running list
         self.held_max = 0  # most running lists held in memory at once (the stats report it)
         self.bases = {}    # shard -> (ids, user distances) of the shard's own graph (local ids)
         self.base_reads = {}  # shard -> future of a background read of its graph
@@ -350,14 +350,14 @@ class _State:
         """Read shard i's running list in the background for the next step (it is on disk when it
         is not in memory: only committed lists are dropped)."""
         if i not in self.running and i not in self.running_reads and self._committed_stem(i) is not None:
-            self.running_reads[i] = (self._committed_stem(i), pool.submit(self._read_running, i))
+            self.running_reads[i] = pool.submit(self._read_running, i)
 
     def running_list(self, i, keep=True):
         """Shard i's latest running list; ``keep=False`` reads it without holding it afterwards."""
         if i in self.running:
             return self.running[i]
         pre = self.running_reads.pop(i, None)
-        stem, lists = pre[1].result() if pre is not None else self._read_running(i)
+        stem, lists = pre.result() if pre is not None else self._read_running(i)
         if keep:
             self.set_running(i, stem, lists)
         return lists
