@@ -350,6 +350,53 @@ def test_out_of_core_shards_shrink_to_fit_the_host(rng, monkeypatch):
     assert (ids >= 0).all() and not (ids == np.arange(7000)[:, None]).any()
 
 
+def test_in_memory_build_out_of_gpu_memory_falls_back_out_of_core(rng, monkeypatch):
+    """The automatic build budget lets the in-memory GPU build try where the shared budget would
+    have gone out of core; if the device then runs out of memory, the lists are built out of core
+    under the shared budget (logged), not a crash. Where the shared budget would also have built in
+    memory, the error is raised as before. (A fake device: NumPy arrays, an out-of-memory build.)"""
+    import types
+
+    import knnkit.index.bang._engine as eng
+
+    X = _host(make_clustered(5000, 8, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    freed = []
+    fake = types.SimpleNamespace(asarray=np.asarray, asnumpy=np.asarray,
+                                 get_default_memory_pool=lambda: types.SimpleNamespace(
+                                     free_all_blocks=lambda: freed.append(1)))
+    monkeypatch.setattr(eng, "cupy_or_none", lambda: fake)
+    real_build = eng.SearchGraph.build
+    tried = []
+
+    def build(a, *args, candidates=None, **kw):
+        if candidates is None:  # the in-memory build on the "device"
+            tried.append(a.shape)
+            raise MemoryError("Out of memory allocating 1,000,000,000 bytes")
+        return real_build(a, *args, candidates=candidates, **kw)
+
+    monkeypatch.setattr(eng.SearchGraph, "build", build)
+    real_lists, lists_on = eng._out_of_core_candidates, []
+
+    def lists(a, metric, K, budget, device, random_state, shard=None):  # the shards' graphs on the CPU
+        lists_on.append((device, budget))
+        return real_lists(a, metric, K, budget, "cpu", random_state, shard=shard)
+
+    monkeypatch.setattr(eng, "_out_of_core_candidates", lists)
+    bp = dict(graph_degree=8, intermediate_degree=16, alpha=None, build_algo="nndescent", diversify="prune", n_entry=16,
+              repair=True, entry="kmeans", random_state=0)
+    need = eng.build_bytes(5000, 8, 16)
+    monkeypatch.setattr(eng, "_build_budget", lambda b, dev: 10 * need)  # automatic: the build may try
+    graph, entry, timings = eng._build_graph(X, "sqeuclidean", bp, 0, 1.0, "gpu", need // 4)
+    assert tried == [(5000, 8)] and freed  # tried in memory, gave the device memory back
+    assert lists_on == [("gpu", need // 4)]  # then out of core under the shared budget
+    assert "candidates_out_of_core" in timings and graph.shape == (5000, 8)
+    assert (graph >= 0).sum(axis=1).min() >= 1
+    tried.clear()
+    with pytest.raises(MemoryError, match="Out of memory"):  # the shared budget fits it too: as before
+        eng._build_graph(X, "sqeuclidean", bp, 0, 1.0, "gpu", 2 * need)
+    assert tried == [(5000, 8)]
+
+
 def test_whole_vector_file_read_in_place(tmp_path, rng):
     """The out-of-core build reads a memory map of a whole vector file in place (fbin, u8bin, npy,
     fvecs), not a temporary copy of the data; a slice, an in-memory copy or a map at another offset

@@ -246,6 +246,60 @@ def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=No
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _graph_in_gpu_memory(a, metric, bp, random_state, scale):
+    """The search graph of host data ``a`` built in GPU memory: ``(graph, entry, timings)`` on the host."""
+    cp = cupy_or_none()
+    eng = None
+    try:
+        eng = SearchGraph.build(cp.asarray(a), metric, bp, random_state, scale=scale, top_tier=False)
+        out = cp.asnumpy(eng._graph), eng._entry.to(np), dict(eng.build_timings)
+    finally:
+        del eng
+        cp.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def _build_graph(a, metric, bp, random_state, scale, device, budget):
+    """The search graph of a host-placed index: ``(graph, entry, timings)`` on the host.
+
+    In GPU (or host) memory when :func:`build_bytes` fits the build's budget
+    (:func:`_build_budget`), else from candidate lists built out of core (shards and pairwise GGM
+    merges, :func:`_out_of_core_candidates`) with the rest of the build on the host. The automatic
+    build budget lets the in-memory build try above the shared budget, on a peak measured at 20M;
+    if the GPU then runs out of memory where the shared budget would have gone out of core, the
+    build goes out of core under the shared budget (logged), as it did before."""
+    t0 = time.perf_counter()
+    n, d = int(a.shape[0]), int(a.shape[1])
+    K = int(bp.get("intermediate_degree") or 96)
+    need = build_bytes(n, d, K)
+    build_budget = _build_budget(budget, device) if budget else budget
+    if device == "gpu" and not (build_budget and need > build_budget):
+        fell_back = None
+        try:
+            return _graph_in_gpu_memory(a, metric, bp, random_state, scale)
+        except MemoryError as e:
+            if not (budget and need > budget):
+                raise
+            fell_back = str(e)
+        # (out of the except block: the error's frames, which hold device arrays, are gone)
+        cupy_or_none().get_default_memory_pool().free_all_blocks()
+        logger.warning("GraphIndex: the in-memory graph build of %d x %d points ran out of GPU memory (%s); "
+                       "building its candidate lists out of core under the memory budget (%d bytes)",
+                       n, d, fell_back, budget)
+        build_budget = budget
+    if build_budget and need > build_budget:
+        # the budget bounds the GPU's memory only; the host must hold the shards' state
+        shard = _out_of_core_shard(n, d, K, build_budget, device)
+        cand = _out_of_core_candidates(a, metric, K, build_budget, device, random_state, shard=shard)
+        timings_oc = time.perf_counter() - t0
+        eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand, top_tier=False)
+        timings = dict(eng.build_timings)
+        timings["candidates_out_of_core"] = timings_oc
+        return np.asarray(eng._graph), eng._entry, timings
+    eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, top_tier=False)
+    return np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
+
+
 class HostIndex:
     """Search graph and vectors in host memory, PQ codes on the GPU (BANG section 3).
 
@@ -358,33 +412,7 @@ class HostIndex:
         there for the build only), then kept on the host; PQ is trained on a sample and every
         point encoded in streamed batches on ``device``."""
         t0 = time.perf_counter()
-        cand = None
-        K = int(bp.get("intermediate_degree") or 96)
-        build_budget = _build_budget(budget, device) if budget else budget
-        if build_budget and build_bytes(a.shape[0], a.shape[1], K) > build_budget:
-            # the in-memory build would not fit the budget: candidate lists out of core (shards
-            # and pairwise GGM merges under the budget), the rest of the build on the host; the
-            # budget bounds the GPU's memory only, the host must hold the lists
-            shard = _out_of_core_shard(a.shape[0], a.shape[1], K, build_budget, device)
-            cand = _out_of_core_candidates(a, metric, K, build_budget, device, random_state, shard=shard)
-            timings_oc = time.perf_counter() - t0
-        if cand is not None:
-            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand, top_tier=False)
-            graph, entry, timings = np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
-            timings["candidates_out_of_core"] = timings_oc
-            del eng
-        elif device == "gpu":
-            cp = cupy_or_none()
-            eng = SearchGraph.build(cp.asarray(a), metric, bp, random_state, scale=scale, top_tier=False)
-            graph = cp.asnumpy(eng._graph)
-            entry = eng._entry.to(np)
-            timings = dict(eng.build_timings)
-            del eng
-            cp.get_default_memory_pool().free_all_blocks()
-        else:
-            eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, top_tier=False)
-            graph, entry, timings = np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
-            del eng
+        graph, entry, timings = _build_graph(a, metric, bp, random_state, scale, device, budget)
         if not isinstance(entry, EntryPoints):
             raise ValueError("placement='host' supports entry='kmeans' only")
         timings["graph_total"] = time.perf_counter() - t0
