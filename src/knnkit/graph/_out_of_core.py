@@ -278,8 +278,9 @@ class _State:
     """What the steps share: the store, the shard graphs and running lists held in memory.
 
     Running lists live in memory from the moment a step computes them (the next step may read
-    them before the writer thread has put them on disk); after a restart they are read back from
-    the files the manifest lists."""
+    them before the writer thread has put them on disk) until they are committed and no step
+    near reads them (:meth:`release_running`); after that, or after a restart, they are read back
+    from the files the manifest lists."""
 
     def __init__(self, store, n_shards, metric, hook):
         self.store = store

@@ -235,13 +235,7 @@ def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=No
         # takes (its distances are recomputed there in the internal metric): one copy of n x K
         from ..._core.vectors import read as read_vectors
 
-        ids = read_vectors(res[1]["indices"], mmap=True)
-        out = np.empty(ids.shape, dtype=np.int64)
-        step = max(1, (256 << 20) // max(1, 8 * ids.shape[1]))
-        for s in range(0, ids.shape[0], step):
-            out[s:s + step] = ids[s:s + step]
-        del ids
-        return out, None
+        return read_vectors(res[1]["indices"], mmap=True).astype(np.int64), None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
