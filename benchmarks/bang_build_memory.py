@@ -37,7 +37,7 @@ def main():
 
     import knnkit
     from bang_bench import generate
-    from knnkit.index.bang._engine import build_bytes
+    from knnkit.index.bang._engine import _build_budget, build_bytes
 
     tmp = tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
     t = time.perf_counter()
@@ -47,6 +47,7 @@ def main():
         knnkit.set_memory_budget(int(a.budget_mb * 2 ** 20))
     budget = knnkit.get_memory_budget()
     cp.get_default_memory_pool().free_all_blocks()
+    build_budget = _build_budget(budget, "gpu")  # what the build plans on (automatic: 0.6 of the free memory)
     free0, total = cp.cuda.runtime.memGetInfo()
 
     def gpu_used():
@@ -61,8 +62,9 @@ def main():
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cpus": os.cpu_count()},
            "params": dict(vars(a), out=os.path.relpath(a.out, os.environ.get("OUT", "."))),
            "generate_s": gen_s, "build_s": build_s, "build_phases_s": index.build_timings,
-           "budget_bytes": int(budget), "free_before_bytes": int(free0), "total_bytes": int(total),
-           "estimate_bytes": estimate, "intermediate_degree": K, "out_of_core": estimate > int(budget),
+           "budget_bytes": int(budget), "build_budget_bytes": int(build_budget), "free_before_bytes": int(free0),
+           "total_bytes": int(total), "estimate_bytes": estimate, "intermediate_degree": K,
+           "out_of_core": "candidates_out_of_core" in index.build_timings,
            "peak_gpu_above_base_bytes": int(peak.peak_gpu),
            "peak_rss_above_base_bytes": int(peak.peak_rss), "data_bytes": int(X.nbytes)}
     res["peak_over_estimate"] = res["peak_gpu_above_base_bytes"] / res["estimate_bytes"]

@@ -332,11 +332,13 @@ def test_out_of_core_shards_shrink_to_fit_the_host(rng, monkeypatch):
 
     n, d, K, budget = 40 * 10 ** 6, 96, 64, 70 * 10 ** 9
     big = eng._budget_shard(n, d, K, budget, "gpu")
-    assert big > 10 ** 7  # 3 shards: ~150 GB of host memory by the model
-    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 125 * 10 ** 9)
+    # two shards' GNND state with the merges' own lists (192 entries for K = 64) in 70 GB: ~7.8M
+    # points, 6 shards, ~102 GB of host memory by the model
+    assert 7 * 10 ** 6 < big < 9 * 10 ** 6
+    monkeypatch.setattr(eng, "_host_available_bytes", lambda: 80 * 10 ** 9)
     shard = eng._out_of_core_shard(n, d, K, budget, "gpu")
     assert eng._smallest_shard(n, K) <= shard < big
-    assert eng.out_of_core_host_bytes(n, d, K, shard) <= 125 * 10 ** 9 < eng.out_of_core_host_bytes(n, d, K, shard + 2)
+    assert eng.out_of_core_host_bytes(n, d, K, shard) <= 80 * 10 ** 9 < eng.out_of_core_host_bytes(n, d, K, shard + 2)
     monkeypatch.setattr(eng, "_host_available_bytes", lambda: 10 ** 15)
     assert eng._out_of_core_shard(n, d, K, budget, "gpu") == big
     # the engine builds the lists in the shards it was given
@@ -382,7 +384,7 @@ def test_in_memory_build_out_of_gpu_memory_falls_back_out_of_core(rng, monkeypat
         return real_lists(a, metric, K, budget, "cpu", random_state, shard=shard)
 
     monkeypatch.setattr(eng, "_out_of_core_candidates", lists)
-    bp = dict(graph_degree=8, intermediate_degree=16, alpha=None, build_algo="nndescent", diversify="prune", n_entry=16,
+    bp = dict(graph_degree=8, intermediate_degree=16, alpha=1.1, build_algo="nndescent", diversify="prune", n_entry=16,
               repair=True, entry="kmeans", random_state=0)
     need = eng.build_bytes(5000, 8, 16)
     monkeypatch.setattr(eng, "_build_budget", lambda b, dev: 10 * need)  # automatic: the build may try
@@ -647,3 +649,110 @@ def test_host_index_never_takes_the_gpu_top_tier(monkeypatch):
     X = make_uniform(3000, 16, random_state=5, device="cpu")
     knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=0)
     assert seen == [False]
+
+
+def test_host_build_disk_refused_before_the_copy(rng, monkeypatch, tmp_path):
+    """The out-of-core lists of a host-placed build are refused before the data is copied when
+    the temporary folder's disk cannot hold them (with the advice), not after hours."""
+    import errno
+    import shutil
+    import tempfile
+    from collections import namedtuple
+
+    import knnkit.index.bang._engine as eng
+
+    X = _host(make_clustered(6000, 8, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10 ** 9, 10 ** 9 - 10 ** 6, 10 ** 6))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(OSError, match="TMPDIR.*memory map of its file") as e:
+        eng._out_of_core_candidates(X, "sqeuclidean", 16, 1 << 20, "cpu", 0, shard=2500)
+    assert e.value.errno == errno.ENOSPC and "a copy of the data" in str(e.value)
+    assert not any(os.scandir(tmp_path))  # no copy left behind, no work folder
+
+
+def test_gpu_decision_uses_the_resolved_candidates(rng, monkeypatch):
+    """On the GPU the automatic parameters are chosen before the build decides between GPU memory
+    and the out-of-core lists, with the GPU's tiers (K = 64 at low intrinsic dimension), so a
+    budget that holds the K = 64 build keeps it in GPU memory (it sent 50M x 96 out of core with
+    the K = 96 it assumed). The estimate is the same as on the whole prepared array. (A fake
+    device: the estimate runs on the CPU.)"""
+    import knnkit.graph._estimate as est
+    import knnkit.index.bang._engine as eng
+    from knnkit._core.metrics import prepare_vectors
+    from knnkit.index._auto import estimate_intrinsic_dim
+
+    X = _host(make_clustered(6000, 16, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    real = est.estimate_intrinsic_dim_rows
+    monkeypatch.setattr(est, "estimate_intrinsic_dim_rows", lambda *a, **k: real(*a, **dict(k, device="cpu")))
+    lids = est.estimate_intrinsic_dim_rows(X, "sqeuclidean", 1.0, random_state=5, scales=(5, 20), chunk_bytes=10_000)
+    whole = estimate_intrinsic_dim(prepare_vectors(X, "sqeuclidean"), random_state=5, scales=(5, 20))
+    np.testing.assert_allclose(lids, whole, rtol=1e-4)
+    bp = dict(graph_degree=None, intermediate_degree=None, alpha=None, build_algo="nndescent", diversify="prune",
+              n_entry=16, repair=True, entry="kmeans", random_state=0)
+    where = []
+    monkeypatch.setattr(eng, "_graph_in_gpu_memory", lambda a, m, b, r, s: where.append("gpu") or (None, None, {}))
+    monkeypatch.setattr(eng, "_out_of_core_candidates", lambda *a, **k: where.append("ooc") or 1 / 0)
+    monkeypatch.setattr(eng, "_build_budget", lambda b, dev: b)
+    budget = eng.build_bytes(6000, 16, 64)
+    assert budget < eng.build_bytes(6000, 16, 96)
+    graph, entry, timings = eng._build_graph(X, "sqeuclidean", bp, 5, 1.0, "gpu", budget)
+    assert where == ["gpu"] and timings["prepare_auto"] > 0
+    assert (bp["graph_degree"], bp["intermediate_degree"], bp["alpha"]) == (32, 64, 1.1)
+    assert bp["intrinsic_dim"] == round(lids[1], 2)
+
+
+@pytest.mark.gpu
+def test_gpu_resolved_parameters_match_the_in_memory_build(rng, monkeypatch):
+    """The parameters a GPU host build chooses before deciding where to build (intrinsic dimension
+    of host rows searched chunk by chunk on the device) are the ones the in-memory GPU build chooses
+    on the whole array."""
+    import cupy as cp
+
+    import knnkit.index.bang._engine as eng
+    from knnkit.index import SearchGraph
+
+    monkeypatch.setattr(eng, "_LID_CHUNK_BYTES", 1 << 20)  # 10 chunks
+    for seed, d in ((3, 24), (4, 96)):
+        X = _host(make_clustered(30000, d, random_state=seed, device="cpu"))
+        auto = dict(graph_degree=None, intermediate_degree=None, alpha=None, build_algo="nndescent",
+                    diversify="prune", n_entry=64, repair=True, entry="kmeans", random_state=seed)
+        first, built = dict(auto), dict(auto)
+        assert eng._resolve_params(X, "sqeuclidean", first, seed, 1.0, "gpu") > 0
+        SearchGraph.build(cp.asarray(X), "sqeuclidean", built, seed, top_tier=False)
+        for key in ("graph_degree", "intermediate_degree", "alpha"):
+            assert first[key] == built[key], (d, key)
+        assert abs(first["intrinsic_dim"] - built["intrinsic_dim"]) <= 0.02
+
+
+@pytest.mark.gpu
+def test_gpu_in_memory_build_out_of_memory_falls_back(rng, monkeypatch):
+    """A real CuPy out-of-memory error in the in-memory GPU build (let through by the automatic build
+    budget) is caught, and the lists are built out of core on the device under the shared budget."""
+    import cupy as cp
+
+    import knnkit.index.bang._engine as eng
+
+    X = _host(make_clustered(12000, 16, random_state=int(rng.integers(1 << 30)), device="cpu"))
+    real, tried = eng.SearchGraph.build, []
+
+    def build(a, *args, candidates=None, **kw):
+        if candidates is None:
+            tried.append(type(a).__module__)
+            cp.empty(1 << 50, dtype=cp.uint8)  # more than any device: CuPy's OutOfMemoryError
+        return real(a, *args, candidates=candidates, **kw)
+
+    monkeypatch.setattr(eng.SearchGraph, "build", build)
+    bp = dict(graph_degree=16, intermediate_degree=32, alpha=1.1, build_algo="nndescent", diversify="prune",
+              n_entry=32, repair=True, entry="kmeans", random_state=0)
+    need = eng.build_bytes(12000, 16, 32)
+    monkeypatch.setattr(eng, "_build_budget", lambda b, dev: 10 * need)
+    graph, entry, timings = eng._build_graph(X, "sqeuclidean", bp, 0, 1.0, "gpu", need // 2)
+    assert tried and tried[0].startswith("cupy") and "candidates_out_of_core" in timings
+    assert graph.shape == (12000, 16) and (graph >= 0).sum(axis=1).min() >= 1
+    # the pruned graph keeps each row's nearest neighbour (its first candidate) where the lists found it
+    Xf = X.astype(np.float64)
+    d2 = ((Xf[:300, None, :] - Xf[None, :, :]) ** 2).sum(-1)
+    d2[np.arange(300), np.arange(300)] = np.inf
+    nearest = d2.argmin(axis=1)
+    assert np.mean([nearest[r] in graph[r] for r in range(300)]) >= 0.9

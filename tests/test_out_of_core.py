@@ -258,3 +258,60 @@ def test_gpu_out_of_core_resume_keeps_quality(dataset, tmp_path):
     assert g.recall(T) >= 0.97 and _no_repeats(np.asarray(g.indices))
     assert set(json.load(open(tmp_path / "w" / "manifest.json"))["done"]) == set(
         json.load(open(tmp_path / "ref" / "manifest.json"))["done"])
+
+
+def _folder_bytes(folder):
+    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+
+
+@pytest.mark.parametrize("shard_size", [600, 300, 2400])
+def test_disk_estimate_bounds_the_work_folder(dataset, tmp_path, shard_size):
+    # the pre-flight's estimate is an upper bound of what the work folder holds at any commit
+    # (sampled by the writer after a step's files are written, before superseded lists go), and
+    # not a wild one
+    from knnkit.graph._out_of_core import internal_list_length, out_of_core_disk_bytes
+
+    path, X, T = dataset
+    w = str(tmp_path / "w")
+    peak = []
+
+    def sample(name):
+        if name.endswith(":written") or name.endswith(":done"):
+            peak.append(_folder_bytes(w))
+
+    kw = dict(KW, shard_size=shard_size)
+    knn_graph_out_of_core(path, workdir=w, _fault_hook=sample, **kw)
+    K, _p = internal_list_length(2400, 8, "cpu")
+    est = out_of_core_disk_bytes(2400, 8, K, shard_size)
+    assert max(peak) <= est
+    assert est <= 2.5 * max(peak) + (1 << 20)
+
+
+def test_full_disk_refused_before_any_work(dataset, tmp_path, monkeypatch):
+    # a disk that cannot hold the lists is refused at the start, with the numbers, not when a
+    # merge's files meet it (50M x 96 on a 64 GB disk: after 4 minutes); a resumed build counts
+    # what it has written already
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    path, X, T = dataset
+    Usage = namedtuple("Usage", "total used free")
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10 ** 9, 10 ** 9 - 50_000, 50_000))
+    w = tmp_path / "w"
+    with pytest.raises(OSError, match=r"needs ~.* GB of disk .* GB are free") as e:
+        knn_graph_out_of_core(path, workdir=w, **KW)
+    assert e.value.errno == errno.ENOSPC
+    assert not [f for f in os.listdir(w) if f.endswith(".knnc")]  # nothing was built
+    monkeypatch.setattr(shutil, "disk_usage", real)
+    _run_until(path, w, "merge_1_3:start")
+    written = _folder_bytes(w)
+    from knnkit.graph._out_of_core import internal_list_length, out_of_core_disk_bytes
+
+    K, _p = internal_list_length(2400, 8, "cpu")
+    more = out_of_core_disk_bytes(2400, 8, K, 600) - written
+    assert more > 0
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10 ** 9, 10 ** 9 - more - 1, more + 1))
+    g = knn_graph_out_of_core(path, workdir=w, **KW)  # what it holds counts: enough
+    assert g.recall(T) >= 0.97

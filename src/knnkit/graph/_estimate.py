@@ -12,7 +12,7 @@ import numpy as np
 from .._core.backend import as_host
 from .._core.params import check_int
 
-__all__ = ["RecallProbe", "StallWatch", "estimate_recall", "estimate_intrinsic_dim"]
+__all__ = ["RecallProbe", "StallWatch", "estimate_recall", "estimate_intrinsic_dim", "estimate_intrinsic_dim_rows"]
 
 _METRICS = ("l2", "ip")  # the exact GEMM path serves these
 
@@ -248,6 +248,44 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=LID_SAMPLE, k=LID_K, 
     # float32 answers suffice for a log-ratio estimate: no float64 pass over rejected rows
     d2, _i, _ = knn_lists(X, X[xp.asarray(q)], kmax + 1, metric="l2", exclude_self=False, certify=False)
     out = lid_from_squared_distances(d2, ks)
+    return out[0] if scales is None else out
+
+
+def estimate_intrinsic_dim_rows(a, metric, scale=1.0, *, random_state=None, sample=LID_SAMPLE, k=LID_K, scales=None,
+                                device="cpu", chunk_bytes=1 << 30):
+    """:func:`estimate_intrinsic_dim` of host rows ``a`` in their storage dtype (a memory-mapped
+    file larger than the device or than a float32 copy on the host), prepared for ``metric`` and
+    ``scale`` (:func:`knnkit._core.metrics.prepare_vectors`) one chunk of about ``chunk_bytes``
+    at a time and searched there (on ``device``). The same sampled rows as
+    :func:`estimate_intrinsic_dim` on the prepared array, and their exact nearest distances over
+    all rows (each chunk's nearest, merged): the same estimate, without the whole array in one
+    place. The host-placed index uses it to choose the graph's parameters before it decides where
+    the graph is built."""
+    from .._core.metrics import prepare_vectors
+    from ..exact import knn_lists
+
+    ks = (k,) if scales is None else tuple(int(s) for s in scales)
+    n = int(a.shape[0])
+    if n < 3:
+        return float("nan") if scales is None else tuple(float("nan") for _ in ks)
+    kmax = min(max(ks), n - 2)
+    rng = np.random.default_rng(random_state)
+    q = np.sort(rng.choice(n, min(sample, n), replace=False))
+    if device == "gpu":
+        import cupy as xp
+    else:
+        xp = np
+    Q = prepare_vectors(xp.asarray(np.asarray(a[q])), metric, scale)
+    row_bytes = max(1, int(a.shape[1]) * 4)
+    step = max(kmax + 1, int(chunk_bytes) // row_bytes)
+    best = None
+    for s in range(0, n, step):
+        Xc = prepare_vectors(xp.asarray(np.asarray(a[s:s + step])), metric, scale)
+        d2, _i, _ = knn_lists(Xc, Q, min(kmax + 1, Xc.shape[0]), metric="l2", exclude_self=False, certify=False)
+        d2 = np.asarray(as_host(d2), dtype=np.float32)
+        best = d2 if best is None else np.sort(np.concatenate([best, d2], axis=1), axis=1)[:, :kmax + 1]
+        del Xc
+    out = lid_from_squared_distances(best, ks)
     return out[0] if scales is None else out
 
 

@@ -47,7 +47,7 @@ from .._core.random import seed_from
 from .._core.validation import check_k
 from .._core.backend import as_host, resolve_device
 from . import GRAPH_METRICS, build_lists, choose_method
-from ._checkpoint import (LIST_EXT, MANIFEST, _VERSION, _Store, _checksum, _cleanup, _disk_full, _fingerprint,
+from ._checkpoint import (LIST_EXT, MANIFEST, _OWNED, _VERSION, _Store, _checksum, _cleanup, _disk_full, _fingerprint,
                           _fingerprint_changes, _io, _read_manifest, _remove, _write_manifest)
 from ._merge import ggm_merge, merge_lists
 from .nndescent import NNDescentParams, default_parameters, sample_for
@@ -84,6 +84,55 @@ def _default_shard_size(n, d, K, p, kind, memory_budget):
     return max(1, int(memory_budget) // (held * per_row)), int(memory_budget)
 
 
+def internal_list_length(n, k, kind, n_neighbors_internal=None):
+    """``(K, p)``: the list length and samples of every shard graph and merge of an out-of-core
+    build of ``n`` points with ``k`` neighbours on ``kind`` ('cpu' / 'gpu'). Every graph built
+    here (a shard, or the union of two) has at most ~1M points: list length and samples as for that
+    size, not for n (longer lists would only shrink the shards)."""
+    K, p, _it = default_parameters(k, min(n, 1_000_000), device=kind)
+    if n_neighbors_internal is not None:
+        K = int(n_neighbors_internal)
+        p = sample_for(K, kind, min(n, 1_000_000))
+    return K, p
+
+
+def out_of_core_disk_bytes(n, k, K, shard_size):
+    """Bytes the work folder of an out-of-core build holds at its peak, the final step: every
+    shard's own graph (``K`` ids and distances a point, 8 bytes each), every running list (``k``
+    each), the two output files (``k`` each), and the new running lists of the two steps the writer
+    may hold before it removes their previous versions. A merge's files are written whole, so a
+    run that meets a full disk stops with an error after hours; the build checks this first."""
+    n, k, K, shard_size = int(n), int(k), int(K), int(shard_size)
+    return 8 * n * (K + 2 * k) + 4 * 8 * min(n, shard_size) * k + (1 << 20)
+
+
+def _owned_bytes(workdir):
+    """Bytes of the build's own files already in ``workdir`` (a resumed build has written them)."""
+    total = 0
+    for name in os.listdir(workdir):
+        if _OWNED.match(name) or name == MANIFEST:
+            try:
+                total += os.path.getsize(os.path.join(workdir, name))
+            except OSError:
+                pass
+    return total
+
+
+def check_disk(workdir, need, what, advice="give a work folder on a larger disk"):
+    """Refuse (OSError ENOSPC, with the numbers) when the file system of ``workdir`` has less free
+    space than ``need`` bytes more than what is written there already."""
+    import errno
+    import shutil
+
+    free = shutil.disk_usage(workdir).free
+    more = int(need) - _owned_bytes(workdir)
+    if more > free:
+        raise OSError(errno.ENOSPC,
+                      f"{what} needs ~{need / 1e9:.1f} GB of disk in {workdir} ({max(more, 0) / 1e9:.1f} GB more than "
+                      f"it holds now) and {free / 1e9:.1f} GB are free; {advice}, free space, or build fewer "
+                      f"points or shorter lists (k)")
+
+
 # ----------------------------------------------------------------------------- entry point
 
 def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=None, metric="sqeuclidean",
@@ -113,12 +162,7 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
         raise ValueError(f"{path}: {n} points exceed the int32 ids of the out-of-core output")
     k = check_k(k, n, self_excluded=True)
     kind, _ = resolve_device(device, None)
-    # every graph built here (a shard, or the union of two) has at most ~1M points: list length
-    # and samples as for that size, not for n (longer lists would only shrink the shards)
-    K, p, _it = default_parameters(k, min(n, 1_000_000), device=kind)
-    if n_neighbors_internal is not None:
-        K = int(n_neighbors_internal)
-        p = sample_for(K, kind, min(n, 1_000_000))
+    K, p = internal_list_length(n, k, kind, n_neighbors_internal)
     if K < k:
         raise ValueError(f"n_neighbors_internal={K} must be >= k={k}")
     budget = None
@@ -164,6 +208,9 @@ def build_out_of_core(path, k=10, *, workdir, shard_size=None, memory_budget=Non
                     "created": time.time()}
         _write_manifest(workdir, manifest)
     _cleanup(workdir, manifest)
+    if "final" not in manifest["done"]:
+        check_disk(workdir, out_of_core_disk_bytes(n, k, K, shard_size),
+                   f"the out-of-core k-NN graph of {n} points (k={k}, lists of {K} in {n_shards} shards)")
     store = _Store(workdir, manifest)
     seed = int(manifest["seed"])
     bounds = np.asarray(manifest["bounds"], np.int64)

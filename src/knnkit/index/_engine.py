@@ -35,18 +35,24 @@ def _default_intermediate_degree(R):
     return 2 * R if R < 64 else max(R + 32, (3 * R) // 2)
 
 
-def _resolve_auto_params(X, bp, random_state, top_tier=True):
+def _resolve_auto_params(X, bp, random_state, top_tier=True, *, lids=None, device=None):
     """Fill ``graph_degree``, ``intermediate_degree`` and ``alpha`` left as None (in place) from
     the estimated intrinsic dimension of ``X`` (see ``_auto.py``; ``top_tier``: the GPU's densest
     tier is allowed). Returns True when the estimate shows clusters of few points
-    (:func:`._auto.scale_gap`, on the unrounded estimates), else False (also when none was made)."""
+    (:func:`._auto.scale_gap`, on the unrounded estimates), else False (also when none was made).
+    ``lids``: the estimates ``(at 5, at 20 neighbours)`` when made already (``X`` is then not
+    read); ``device``: the tier of that device (default: where ``X`` lives)."""
     if bp["graph_degree"] is not None and bp["alpha"] is not None:
         if bp["intermediate_degree"] is None:
             bp["intermediate_degree"] = _default_intermediate_degree(bp["graph_degree"])
         return False
-    lid_small, lid = estimate_intrinsic_dim(X, random_state=random_state, scales=(5, 20))
-    R, K, alpha = auto_build_params(lid, lid_small, device="cpu" if get_array_module(X) is np else "gpu",
-                                    top_tier=top_tier)
+    if lids is None:
+        lid_small, lid = estimate_intrinsic_dim(X, random_state=random_state, scales=(5, 20))
+    else:
+        lid_small, lid = lids
+    if device is None:
+        device = "cpu" if get_array_module(X) is np else "gpu"
+    R, K, alpha = auto_build_params(lid, lid_small, device=device, top_tier=top_tier)
     bp["intrinsic_dim"] = round(lid, 2) if np.isfinite(lid) else None
     bp["intrinsic_dim_5nn"] = round(lid_small, 2) if np.isfinite(lid_small) else None
     if bp["graph_degree"] is None:

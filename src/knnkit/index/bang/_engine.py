@@ -107,10 +107,13 @@ def _smallest_shard(n, K):
 def _budget_shard(n, d, K, budget, device):
     """Shard size of the out-of-core lists under the GPU ``budget``: as large as the budget allows
     (two shards per merge), never below :func:`_smallest_shard`."""
-    from ...graph._out_of_core import _default_shard_size
+    from ...graph._out_of_core import _default_shard_size, internal_list_length
 
     kind = "gpu" if device == "gpu" else "cpu"
-    shard, _ = _default_shard_size(n, d, K, 16, kind, int(budget))
+    # the shard graphs and merges work on their own, longer lists (192 entries for K = 64 on the
+    # GPU): sized with K, the shards took ~2.5x the budget
+    K_lists, p = internal_list_length(n, K, kind)
+    shard, _ = _default_shard_size(n, d, K_lists, p, kind, int(budget))
     return min(int(n), max(shard, _smallest_shard(n, K)))
 
 
@@ -197,20 +200,35 @@ def _whole_vector_file(a):
 def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=None):
     """Candidate lists ``(ids (n, K) int64, None)`` of host data ``a`` by
     :func:`knnkit.graph._out_of_core.build_out_of_core` under ``budget`` bytes, in shards of
-    ``shard`` points (default :func:`_budget_shard`): ``a`` is used in place when it is a memory map
+    ``shard`` points (default :func:`_budget_shard`; never below :func:`_smallest_shard`, so that the
+    pairwise merges, shards^2 / 2 of them, do not explode): ``a`` is used in place when it is a memory map
     of a whole vector file (:func:`_whole_vector_file`), else written to a temporary ``.npy``
     (removed afterwards, as is the work folder)."""
     import os
     import shutil
     import tempfile
 
-    from ...graph._out_of_core import build_out_of_core
+    from ...graph._out_of_core import build_out_of_core, check_disk, internal_list_length, out_of_core_disk_bytes
 
     n = int(a.shape[0])
     K = int(min(K, n - 1))
+    if shard is None:
+        shard = _budget_shard(n, int(a.shape[1]), K, budget, device)
+    shard = min(n, max(int(shard), _smallest_shard(n, K)))
     tmp = tempfile.mkdtemp(prefix="knnkit-host-build-")
     try:
         path = _whole_vector_file(a)
+        # the lists' files (and the data's copy) must fit the disk: refused now, not when a
+        # merge's files meet a full disk (50M x 96 did after 4 minutes on a 64 GB disk)
+        K_lists, _p = internal_list_length(n, K, "gpu" if device == "gpu" else "cpu")
+        copy = 0 if path is not None else n * int(a.shape[1]) * a.dtype.itemsize
+        check_disk(tmp, out_of_core_disk_bytes(n, K, K_lists, shard) + copy,
+                   f"GraphIndex(placement='host'): the out-of-core candidate lists of {n} x {a.shape[1]} points "
+                   f"(K={K}, lists of {K_lists} in shards of {shard})"
+                   + ("" if path is not None else " and a copy of the data"),
+                   advice=("set TMPDIR to a folder on a larger disk" + (
+                       "" if path is not None else ", pass the data as a memory map of its file (read in place)")
+                       + ", raise the memory budget for the build so that it runs in GPU memory"))
         if path is None:
             path = os.path.join(tmp, "data.npy")
             out = np.lib.format.open_memmap(path, mode="w+", dtype=a.dtype, shape=a.shape)
@@ -221,11 +239,6 @@ def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=No
             del out
         logger.info("GraphIndex: host placement, candidate graph (K=%d) built out of core under %d bytes", K, budget)
         seed = int(random_state) if isinstance(random_state, (int, np.integer)) else None
-        # shards as large as the budget allows, but never so small that the pairwise merges
-        # (shards^2 / 2 of them) explode: a budget this low cannot be honoured anyway
-        if shard is None:
-            shard = _budget_shard(n, int(a.shape[1]), K, budget, device)
-        shard = min(n, max(int(shard), _smallest_shard(n, K)))
         res = build_out_of_core(path, K, workdir=os.path.join(tmp, "work"), shard_size=shard,
                                 memory_budget=max(int(budget), 1 << 20), metric=metric, device=device,
                                 random_state=seed, return_graph=False)
@@ -253,6 +266,33 @@ def _graph_in_gpu_memory(a, metric, bp, random_state, scale):
     return out
 
 
+def _resolve_params(a, metric, bp, random_state, scale, device, budget=0):
+    """On the GPU, fill the automatic graph parameters (``bp`` in place) before the build decides
+    between GPU memory and the out-of-core lists, as the in-memory GPU build would choose them
+    (the GPU's tiers, no top tier): the same sampled rows' intrinsic dimension, measured chunk by
+    chunk on the device (:func:`knnkit.graph._estimate.estimate_intrinsic_dim_rows`). Without this the
+    decision and the out-of-core lists took 96 candidates where the build takes 64 at low intrinsic
+    dimension (50M x 96 went out of core with 1.5x the lists' disk). Returns its seconds."""
+    from ...graph._estimate import estimate_intrinsic_dim_rows
+    from .._engine import _resolve_auto_params
+
+    if device != "gpu" or (bp["graph_degree"] is not None and bp["alpha"] is not None):
+        return 0.0
+    t0 = time.perf_counter()
+    chunk = _LID_CHUNK_BYTES if not budget else min(_LID_CHUNK_BYTES, max(1 << 24, int(budget) // 4))
+    lids = estimate_intrinsic_dim_rows(a, metric, scale, random_state=random_state, scales=(5, 20), device="gpu",
+                                       chunk_bytes=chunk)
+    _resolve_auto_params(None, bp, random_state, top_tier=False, lids=lids, device="gpu")
+    logger.info("GraphIndex: host placement, graph degree %d, candidates %d, alpha %s (intrinsic dimension %s)",
+                bp["graph_degree"], bp["intermediate_degree"], bp["alpha"], bp.get("intrinsic_dim"))
+    return time.perf_counter() - t0
+
+
+#: Bytes of float32 rows of host data searched at once by the intrinsic-dimension estimate of a GPU
+#: build (at most a quarter of the memory budget)
+_LID_CHUNK_BYTES = 1 << 30
+
+
 def _build_graph(a, metric, bp, random_state, scale, device, budget):
     """The search graph of a host-placed index: ``(graph, entry, timings)`` on the host.
 
@@ -264,13 +304,16 @@ def _build_graph(a, metric, bp, random_state, scale, device, budget):
     build goes out of core under the shared budget (logged), as it did before."""
     t0 = time.perf_counter()
     n, d = int(a.shape[0]), int(a.shape[1])
+    resolve_s = _resolve_params(a, metric, bp, random_state, scale, device, budget)
     K = int(bp.get("intermediate_degree") or 96)
     need = build_bytes(n, d, K)
     build_budget = _build_budget(budget, device) if budget else budget
     if device == "gpu" and not (build_budget and need > build_budget):
         fell_back = None
         try:
-            return _graph_in_gpu_memory(a, metric, bp, random_state, scale)
+            graph, entry, timings = _graph_in_gpu_memory(a, metric, bp, random_state, scale)
+            timings["prepare_auto"] = timings.get("prepare_auto", 0.0) + resolve_s
+            return graph, entry, timings
         except MemoryError as e:
             if not (budget and need > budget):
                 raise
@@ -288,7 +331,8 @@ def _build_graph(a, metric, bp, random_state, scale, device, budget):
         timings_oc = time.perf_counter() - t0
         eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, candidates=cand, top_tier=False)
         timings = dict(eng.build_timings)
-        timings["candidates_out_of_core"] = timings_oc
+        timings["candidates_out_of_core"] = timings_oc - resolve_s
+        timings["prepare_auto"] = timings.get("prepare_auto", 0.0) + resolve_s
         return np.asarray(eng._graph), eng._entry, timings
     eng = SearchGraph.build(a, metric, bp, random_state, scale=scale, top_tier=False)
     return np.asarray(eng._graph), eng._entry, dict(eng.build_timings)
