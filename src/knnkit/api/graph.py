@@ -221,7 +221,9 @@ def knn_graph_out_of_core(path: PathLike, k: int = 10, *, workdir: PathLike, sha
         Neighbours per point (self excluded).
     workdir : str or os.PathLike
         Folder for shard graphs, running lists, the manifest and the outputs. Reusing it resumes an
-        interrupted run; a folder made for another file or other parameters is refused.
+        interrupted run; a folder made for another file or other parameters is refused. Its disk
+        must hold about ``8 n (K' + 2 k)`` bytes at the peak (``K'``: ``n_neighbors_internal``);
+        this is checked before any work (``OSError`` ENOSPC with the numbers).
     shard_size : int, optional
         Points per shard (default: as many as fit ``memory_budget`` with two shards in a merge
         plus one being prefetched). Shards are made equal in size.
