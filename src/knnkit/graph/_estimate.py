@@ -216,6 +216,13 @@ LID_SAMPLE = 500
 LID_K = 20
 
 
+def _lid_rows(n, sample, random_state):
+    """The rows an intrinsic-dimension estimate samples (the same for the whole-array and the
+    chunked estimate, so both measure the same neighbourhoods)."""
+    rng = np.random.default_rng(random_state)
+    return np.sort(rng.choice(n, min(sample, n), replace=False))
+
+
 def estimate_intrinsic_dim(X, *, random_state=None, sample=LID_SAMPLE, k=LID_K, scales=None):
     """Median Levina-Bickel MLE of the local intrinsic dimension of the rows of ``X``.
 
@@ -242,8 +249,7 @@ def estimate_intrinsic_dim(X, *, random_state=None, sample=LID_SAMPLE, k=LID_K, 
     if n < 3:
         return float("nan") if scales is None else tuple(float("nan") for _ in ks)
     kmax = min(max(ks), n - 2)
-    rng = np.random.default_rng(random_state)
-    q = np.sort(rng.choice(n, min(sample, n), replace=False))
+    q = _lid_rows(n, sample, random_state)
     xp = _xp(X)
     # float32 answers suffice for a log-ratio estimate: no float64 pass over rejected rows
     d2, _i, _ = knn_lists(X, X[xp.asarray(q)], kmax + 1, metric="l2", exclude_self=False, certify=False)
@@ -269,8 +275,7 @@ def estimate_intrinsic_dim_rows(a, metric, scale=1.0, *, random_state=None, samp
     if n < 3:
         return float("nan") if scales is None else tuple(float("nan") for _ in ks)
     kmax = min(max(ks), n - 2)
-    rng = np.random.default_rng(random_state)
-    q = np.sort(rng.choice(n, min(sample, n), replace=False))
+    q = _lid_rows(n, sample, random_state)
     if device == "gpu":
         import cupy as xp
     else:
