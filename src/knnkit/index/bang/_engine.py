@@ -224,14 +224,15 @@ def _out_of_core_candidates(a, metric, K, budget, device, random_state, shard=No
         # the lists' files (and the data's copy) must fit the disk: refused now, not when a
         # merge's files meet a full disk (50M x 96 did after 4 minutes on a 64 GB disk)
         K_lists, _p = internal_list_length(n, K, "gpu" if device == "gpu" else "cpu")
-        copy = 0 if path is not None else n * int(a.shape[1]) * a.dtype.itemsize
-        check_disk(tmp, out_of_core_disk_bytes(n, K, K_lists, shard) + copy,
-                   f"GraphIndex(placement='host'): the out-of-core candidate lists of {n} x {a.shape[1]} points "
-                   f"(K={K}, lists of {K_lists} in shards of {shard})"
-                   + ("" if path is not None else " and a copy of the data"),
-                   advice=("set TMPDIR to a folder on a larger disk" + (
-                       "" if path is not None else ", pass the data as a memory map of its file (read in place)")
-                       + ", raise the memory budget for the build so that it runs in GPU memory"))
+        need = out_of_core_disk_bytes(n, K, K_lists, shard)
+        what = f"GraphIndex(placement='host'): the out-of-core candidate lists of {n} x {a.shape[1]} points " \
+               f"(K={K}, lists of {K_lists} in shards of {shard})"
+        advice = "set TMPDIR to a folder on a larger disk"
+        if path is None:  # the data is copied next to the lists first
+            need += n * int(a.shape[1]) * a.dtype.itemsize
+            what += " and a copy of the data"
+            advice += ", pass the data as a memory map of its file (read in place)"
+        check_disk(tmp, need, what, advice=advice + ", raise the memory budget for the build so that it runs in GPU memory")
         if path is None:
             path = os.path.join(tmp, "data.npy")
             out = np.lib.format.open_memmap(path, mode="w+", dtype=a.dtype, shape=a.shape)
