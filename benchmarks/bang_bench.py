@@ -24,9 +24,10 @@ vectors fit: re-rank from a device copy); ``-onecall`` every query in one walk
 budget per call); ``-cupy`` the re-rank by CuPy calls instead of its two kernels; ``-f32`` float32
 distance tables instead of the bfloat16 default (``_pq.TABLE_BITS``); ``-gemm`` the tables by the
 batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``); ``-mapped`` the graph
-and vectors page-locked and mapped, read by the kernels over PCIe (``configure(access="mapped")``:
-no host gather, no round trip per step; the registration is the first call's, ``mapped_register_s``
-in the stages). Every
+and vectors mapped, read by the kernels over PCIe (``configure(access="mapped")``: no host gather,
+no round trip per step; the mapping is the first call's, ``mapped_managed_s`` or ``mapped_pinned_s``
+in the stages), in managed memory where the device has it, or with ``-pinned`` page-locked in place
+(``configure(mapped_memory="pinned")``, the only kind before the thirty-eighth session). Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -118,7 +119,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned"}
 
 
 def main():
@@ -151,7 +152,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped (module docstring), e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--cprofile", action="store_true",
                     help="a call per configuration under cProfile: the host's time per Python function (top 30)")
@@ -245,7 +246,7 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped
+                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -255,7 +256,8 @@ def main():
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,
-                                              access="mapped" if "mapped" in flags else "gather")
+                                              access="mapped" if "mapped" in flags else "gather",
+                                              mapped_memory="pinned" if "pinned" in flags else "auto")
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
@@ -274,10 +276,11 @@ def main():
                                "beam": beam, "width": width, "pipeline_batches": nb,
                                "prefetch": prefetch, "rerank": rr, "recall": recall(cp.asnumpy(i), gt_d, X, Q, a.k),
                                "qps": a.queries / dt, "seconds": dt, "gpu_pool_bytes": int(pool.total_bytes()),
+                               "gpu_free_bytes": int(cp.cuda.runtime.memGetInfo()[0]),
                                **last_stats()}
                         mp = getattr(index._engine, "_bang_mapped", None)
-                        if mp and "mapped_register_s" not in res["stages"]:  # first mapped call's cost
-                            res["stages"]["mapped_register_s"] = mp["seconds"]
+                        if mp and mp.get("memory") and f"mapped_{mp['memory']}_s" not in res["stages"]:
+                            res["stages"][f"mapped_{mp['memory']}_s"] = mp["seconds"]  # first mapped call's cost
                         res["rows"].append(row)
                         print(json.dumps({k: v for k, v in row.items() if k not in ("phases", "gpu_s")}), flush=True)
                         if a.busy:

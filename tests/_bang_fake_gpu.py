@@ -340,5 +340,6 @@ def install(monkeypatch):
     monkeypatch.setattr(sg, "_kernel", lambda name: kernels[name])
     monkeypatch.setattr(sg, "_smem_fit", {})
     # mapped host memory (access="mapped"): "device" views over the same host memory, nothing registered
-    monkeypatch.setattr(sg, "_map_arrays", lambda cp_, arrays: (tuple(a.view(FakeArray) for a in arrays), []))
+    monkeypatch.setattr(sg, "_map_arrays",
+                        lambda cp_, arrays, memory="pinned": (tuple(a.view(FakeArray) for a in arrays), []))
     return cp

@@ -7,6 +7,8 @@ CPU: the helpers against plain NumPy, and the whole GPU driver over a NumPy stan
 kernels are emulated from ``bang.cu`` (``_bang_fake_gpu.py``): new paths = legacy path = CPU twin,
 exactly. GPU (marker ``gpu``): the real thing, new against legacy, bit for bit."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -305,11 +307,13 @@ def test_configure_round_trip():
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
-                           "mapped_chunk": old["mapped_chunk"]}
+                           "mapped_chunk": old["mapped_chunk"], "mapped_memory": old["mapped_memory"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
             sg.configure(access="zero-copy")
+        with pytest.raises(ValueError, match="mapped_memory"):
+            sg.configure(mapped_memory="unified")
         for bad in (0, 2.0, True, "4"):
             with pytest.raises(ValueError, match="mapped_chunk"):
                 sg.configure(mapped_chunk=bad)
@@ -385,7 +389,7 @@ def test_fake_gpu_mapped_unavailable_falls_back(small, monkeypatch, caplog):
     dg, ig = _fake_search(monkeypatch, index, Q)
     monkeypatch.setitem(sg._cfg, "access", "mapped")
 
-    def refuse(cp, arrays):
+    def refuse(cp, arrays, memory="pinned"):
         raise RuntimeError("no registration here")
 
     install(monkeypatch)
@@ -506,21 +510,24 @@ def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
 @pytest.mark.gpu
 @pytest.mark.parametrize("budget", ["small", "auto"])
 def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
-    """access="mapped" (kernels read the page-locked host graph, and the vectors for the re-rank,
-    over PCIe): ids and distances equal to the host gather's, bit for bit, every chunk size."""
+    """access="mapped" (kernels read the host graph, and the vectors for the re-rank, over PCIe,
+    from managed or page-locked memory): ids and distances equal to the host gather's, bit for
+    bit, every chunk size."""
     index, Q = gpu_index
     knnkit.set_memory_budget(1 << 20 if budget == "small" else None)
     old = sg.configure()
     try:
-        for kw, chunk in ((dict(), 4), (dict(prefetch=False), 1), (dict(search_width=1), 7),
-                          (dict(pipeline_batch=37), 4), (dict(rerank=10), 2)):
+        for (kw, chunk), memory in itertools.product(
+                ((dict(), 4), (dict(prefetch=False), 1), (dict(search_width=1), 7),
+                 (dict(pipeline_batch=37), 4), (dict(rerank=10), 2)), ("managed", "pinned")):
             sp = knnkit.index.SearchParams(**kw)
             sg.configure(access="gather")
             dg, ig = index.search(Q, k=10, beam=64, params=sp)
-            sg.configure(access="mapped", mapped_chunk=chunk)
+            sg.configure(access="mapped", mapped_chunk=chunk, mapped_memory=memory)
             dm, im = index.search(Q, k=10, beam=64, params=sp)
             st = sg.last_stats()
             assert st["access"] == "mapped" and st["host_gather_rows"] == 0, st
+            assert st["mapped_memory"] == memory, st
             assert st["rerank_mode"] == ("device" if budget == "auto" else "mapped")
             np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str(kw))
             np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str(kw))
@@ -571,10 +578,11 @@ def test_gpu_mapped_saved_index_and_threads(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("memory", ["managed", "pinned"])
 @pytest.mark.parametrize("dtype", ["uint8", "float16"])
-def test_gpu_mapped_memory_map_and_dtypes(dtype, tmp_path):
-    """A read-only memory map (the user's file) and rows of 24 / 48 bytes: registered read-only,
-    the same answers as the host gather."""
+def test_gpu_mapped_memory_map_and_dtypes(dtype, memory, tmp_path):
+    """A read-only memory map (the user's file) and rows of 24 / 48 bytes: copied into managed
+    memory, or registered read-only; the same answers as the host gather."""
     rng = np.random.default_rng(5)
     X = _host(make_clustered(6000 + 200, 24, random_state=5, device="cpu"))
     if dtype == "uint8":
@@ -590,9 +598,9 @@ def test_gpu_mapped_memory_map_and_dtypes(dtype, tmp_path):
     try:
         sg.configure(access="gather")
         dg, ig = index.search(Q, k=10, beam=48)
-        sg.configure(access="mapped")
+        sg.configure(access="mapped", mapped_memory=memory)
         dm, im = index.search(Q, k=10, beam=48)
-        assert sg.last_stats()["access"] == "mapped"
+        assert sg.last_stats()["access"] == "mapped" and sg.last_stats()["mapped_memory"] == memory
         np.testing.assert_array_equal(_host(im), _host(ig))
         np.testing.assert_array_equal(_host(dm), _host(dg))
     finally:
@@ -692,3 +700,129 @@ def test_gpu_profile_phases(gpu_index):
     st = sg.last_stats()
     assert {"setup", "walk", "rerank", "total"} <= set(st["phases"])
     assert st["gpu_s"]["distances"] > 0 and st["gpu_s"]["stash"] > 0
+
+
+class _RuntimeError(Exception):
+    pass
+
+
+def _fake_cp_for_mapping(calls, register_ok=True):
+    """Just what ``_map_arrays`` touches of CuPy: the runtime's registration, the device, and
+    device arrays over host pointers (here the host arrays themselves)."""
+    from types import SimpleNamespace
+
+    def host_register(ptr, nbytes, flags):
+        calls.append(("register", nbytes))
+        if not register_ok:
+            raise _RuntimeError("refused")
+
+    runtime = SimpleNamespace(deviceGetAttribute=lambda attr, dev: 1, hostRegister=host_register,
+                              CUDARuntimeError=_RuntimeError, hostUnregister=lambda p: calls.append(("unregister",)))
+    cuda = SimpleNamespace(runtime=runtime, Device=lambda: SimpleNamespace(id=0),
+                           MemoryPointer=lambda mem, off: mem, UnownedMemory=lambda ptr, n, owner, dev: owner)
+    return SimpleNamespace(cuda=cuda, ndarray=lambda shape, dtype, mem: mem)
+
+
+def test_map_arrays_managed_then_pinned(monkeypatch, caplog):
+    """``mapped_memory``: "managed" copies each array into managed memory (and maps nothing in
+    place); when that fails the arrays are registered in place, logged; "pinned" never tries it."""
+    graph, data = np.arange(12, dtype=np.int32).reshape(3, 4), np.ones((3, 2), np.float32)
+    calls = []
+    made = []
+
+    def managed(cp_, a, dev_):
+        made.append(a.nbytes)
+        return a.copy(), 1000 + len(made)
+
+    monkeypatch.setattr(sg, "_managed_copy", managed)
+    views, held = sg._map_arrays(_fake_cp_for_mapping(calls), [graph, data], memory="managed")
+    assert [k for k, _ in held] == ["managed", "managed"] and made == [48, 24] and calls == []
+    np.testing.assert_array_equal(views[0], graph)
+    assert views[0].ctypes.data != graph.ctypes.data  # a copy, not the index's own array
+
+    def refuse(cp_, a, dev_):
+        raise RuntimeError("no managed memory here")
+
+    monkeypatch.setattr(sg, "_managed_copy", refuse)
+    with caplog.at_level("INFO", logger="knnkit"):
+        views, held = sg._map_arrays(_fake_cp_for_mapping(calls), [graph, data], memory="managed")
+    assert [k for k, _ in held] == ["registered", "registered"] and calls == [("register", 48), ("register", 24)]
+    assert "managed memory unavailable" in caplog.text and "no managed memory here" in caplog.text
+    assert views[0] is graph
+    made.clear()
+    calls.clear()
+    monkeypatch.setattr(sg, "_managed_copy", managed)
+    views, held = sg._map_arrays(_fake_cp_for_mapping(calls), [graph, data], memory="pinned")
+    assert made == [] and [k for k, _ in held] == ["registered", "registered"]
+
+
+def test_mapped_memory_choice_and_auto_limits(small, monkeypatch, caplog):
+    """"auto" access maps managed memory up to the host share, page-locked memory only up to
+    MAPPED_MAX_BYTES as well; a managed copy that does not fit the host's available memory becomes
+    page-locked memory in place; a change of the memory asked for remaps the index."""
+    index, Q = small
+    e = index._engine
+    seen = []
+
+    def fake_map(cp_, arrays, memory="pinned"):
+        seen.append(memory)
+        return tuple(a.view(np.ndarray) for a in arrays), [(memory if memory == "managed" else "registered", 0)]
+
+    install(monkeypatch)
+    monkeypatch.setattr(sg, "_map_arrays", fake_map)
+    monkeypatch.setattr(sg, "_unmap", lambda cp_, held: None)
+    monkeypatch.setattr(sg, "_managed_supported", lambda cp_, dev_: True)
+    monkeypatch.setattr(sg, "MAPPED_MAX_BYTES", 1000)  # the small index is larger than this
+    old = sg.configure(access="auto", mapped_memory="auto")
+    try:
+        e._bang_mapped = None
+        assert sg.host_mapped(e) is not None and e._bang_mapped["memory"] == "managed" and seen == ["managed"]
+        sg.configure(mapped_memory="pinned")  # page-locked: the 1000-byte limit holds, so the gather
+        with caplog.at_level("INFO", logger="knnkit"):
+            assert sg.host_mapped(e) is None
+        assert "mapped pinned memory" in caplog.text and seen == ["managed"]
+        sg.configure(mapped_memory="auto")
+        monkeypatch.setattr(sg, "_host_available_bytes", lambda: 100)  # no room for a managed copy
+        assert sg.host_mapped(e) is None  # pinned then, and past its limit
+        sg.configure(access="mapped")
+        assert sg.host_mapped(e) is not None and e._bang_mapped["memory"] == "pinned" and seen[-1] == "pinned"
+        monkeypatch.setattr(sg, "_managed_supported", lambda cp_, dev_: False)
+        monkeypatch.setattr(sg, "_host_available_bytes", lambda: 1 << 40)
+        assert sg.host_mapped(e) is not None and seen[-1] == "pinned"
+    finally:
+        sg.configure(**old)
+        e._bang_mapped = None
+
+
+@pytest.mark.gpu
+def test_gpu_managed_mapping_takes_no_device_memory(gpu_index):
+    """The managed copy stays in host memory: walking over it again and again does not move its
+    pages to the GPU (device free memory within 64 MiB of the first call's, the CuPy pool emptied
+    both times), and it is given back when the mapping goes."""
+    import cupy as cp
+
+    index, Q = gpu_index
+    e = index._engine
+    pool = cp.get_default_memory_pool()
+    knnkit.set_memory_budget(1 << 20)  # the re-rank reads the mapped vectors too (no device copy)
+    old = sg.configure(access="mapped", mapped_memory="managed")
+    try:
+        if e._bang_mapped is not None and e._bang_mapped["finalizer"] is not None:
+            e._bang_mapped["finalizer"]()
+        e._bang_mapped = None
+        index.search(Q, k=10, beam=64)
+        assert sg.last_stats()["mapped_memory"] == "managed" and sg.last_stats()["rerank_mode"] == "mapped"
+        e._bang_ws = None
+        pool.free_all_blocks()
+        free0 = cp.cuda.runtime.memGetInfo()[0]
+        for _ in range(5):
+            index.search(Q, k=10, beam=64)
+        e._bang_ws = None
+        pool.free_all_blocks()
+        assert free0 - cp.cuda.runtime.memGetInfo()[0] < 64 << 20
+        held = e._bang_mapped["held"]
+        assert len(held) == 2 and all(kind == "managed" for kind, _ in held)
+        e._bang_mapped["finalizer"]()
+    finally:
+        e._bang_mapped = None
+        sg.configure(**old)

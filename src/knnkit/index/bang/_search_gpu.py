@@ -39,6 +39,7 @@ summed per operation over all batches: stream time, so it includes queueing behi
 batch's work).
 """
 
+import ctypes
 import os
 import threading
 import time
@@ -77,6 +78,7 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "rerank_mode": os.environ.get("KNNKIT_BANG_RERANK") or None,
         "access": os.environ.get("KNNKIT_BANG_ACCESS", "auto").strip() or "auto",
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
+        "mapped_memory": os.environ.get("KNNKIT_BANG_MAPPED_MEMORY", "auto").strip() or "auto",
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -85,9 +87,11 @@ _UNSET = object()
 
 
 ACCESS_MODES = ("auto", "mapped", "gather")
+MAPPED_MEMORY_KINDS = ("auto", "managed", "pinned")
 
 
-def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None):
+def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
+              mapped_memory=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -109,15 +113,26 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
     access : {"auto", "mapped", "gather"}
         How a walk step reaches the host graph. "gather" (BANG 4.3 / 4.6): the candidates go to the
         host, host threads gather their rows, the rows come back. "mapped": the graph and vectors
-        are page-locked and mapped into the GPU's address space once per index (registered in
-        place, or copied into page-locked memory when they are a view of a larger array) and the
+        are mapped into the GPU's address space once per index (``mapped_memory``) and the
         kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round trip per
         step, and the re-rank reads its rows the same way. Same results. "auto" (default): mapped
-        when graph and vectors take at most :data:`MAPPED_MAX_BYTES` and at most
-        :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory (random reads of mapped memory slow
-        down as the mapped range grows: at 10 GB the host gather is faster).
+        when the mapping is managed memory and graph and vectors take at most
+        :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when it is page-locked memory and
+        they take at most :data:`MAPPED_MAX_BYTES` as well (the GPU's random reads of page-locked
+        memory slow down as the mapped range grows: at 10 GB the host gather is faster).
         Either falls back to "gather" (logged) when the memory cannot be mapped. Environment:
         ``KNNKIT_BANG_ACCESS``.
+    mapped_memory : {"auto", "managed", "pinned"}
+        Which memory "mapped" reads. "managed": a copy of the graph and vectors in CUDA managed
+        memory, advised to stay in host memory (preferred location: the CPU) and to be read by
+        the GPU in place (accessed by: the device), which the driver maps for the GPU in large
+        pages: the GPU's random row reads keep their speed at any size (H200: 20,000 random
+        128-byte rows in 54-60 us from 0.25 to 24 GB). "pinned": the arrays page-locked in
+        place (``cudaHostRegister``), or copied into page-locked memory when they are a view of
+        a larger array; the GPU's reads of it slow down with the range (74 us from 0.25 GB,
+        400 us from 12 GB). "auto" (default): managed where the device has concurrent managed
+        access, else pinned; managed falls back to pinned (logged) when it cannot be made.
+        Environment: ``KNNKIT_BANG_MAPPED_MEMORY``.
     mapped_chunk : int
         "mapped": walk steps queued between two looks of the host at whether a batch has finished
         (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
@@ -138,6 +153,10 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if access not in ACCESS_MODES:
             raise ValueError(f"access must be one of {ACCESS_MODES}, got {access!r}")
         _cfg["access"] = access
+    if mapped_memory is not None:
+        if mapped_memory not in MAPPED_MEMORY_KINDS:
+            raise ValueError(f"mapped_memory must be one of {MAPPED_MEMORY_KINDS}, got {mapped_memory!r}")
+        _cfg["mapped_memory"] = mapped_memory
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
@@ -212,21 +231,99 @@ def _pinned_copy(cp, a):
     return out, ptr
 
 
-def _map_arrays(cp, arrays):
-    """Page-lock and map host ``arrays`` for the GPU: each is registered in place
-    (``cudaHostRegister``, exactly its bytes) when :func:`_whole`, else (or when the registration is
-    refused) copied into page-locked memory of our own. ``(views, held)``: device arrays over that
-    memory (the host pointers: the device must be able to use them, UVA) and what :func:`_unmap`
-    gives back."""
+class _MemLocation(ctypes.Structure):  # CUmemLocation
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+_LOC_DEVICE, _LOC_HOST = 1, 2  # CUmemLocationType
+_ADVISE_PREFERRED_LOCATION, _ADVISE_ACCESSED_BY = 3, 5  # CUmem_advise
+_ATTACH_GLOBAL = 1  # CU_MEM_ATTACH_GLOBAL
+_ATTR_CONCURRENT_MANAGED = 89  # cudaDevAttrConcurrentManagedAccess
+_libcuda = []
+
+
+def _driver():
+    """The CUDA driver library (through ctypes: CuPy's runtime module does not wrap the advice
+    with a memory location that CUDA 13 requires)."""
+    if not _libcuda:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuMemAllocManaged.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t, ctypes.c_uint]
+        lib.cuMemAdvise_v2.argtypes = [ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_int, _MemLocation]
+        lib.cuMemFree_v2.argtypes = [ctypes.c_ulonglong]
+        _libcuda.append(lib)
+    return _libcuda[0]
+
+
+def _managed_supported(cp, dev):
+    """Whether the device reads managed memory in place while the host may touch it (Linux, Pascal
+    and later; not on Windows or under some virtualisation)."""
+    try:
+        return cp.cuda.runtime.deviceGetAttribute(_ATTR_CONCURRENT_MANAGED, dev) == 1
+    except Exception:  # noqa: BLE001 - an old runtime without the attribute: not supported
+        return False
+
+
+def _managed_copy(cp, a, dev):
+    """``(copy, ptr)``: ``a`` copied (in chunks: ``a`` may be a memory map) into CUDA managed memory
+    advised to stay in host memory and to be read in place by device ``dev``, freed by
+    :func:`_unmap`. The driver maps such memory for the GPU in large pages, so the GPU's random
+    reads do not slow down with its size as they do in registered memory."""
+    cp.cuda.runtime.memGetInfo()  # the device's primary context is current for the driver calls
+    lib = _driver()
+    nbytes = max(1, a.nbytes)
+    ptr = ctypes.c_ulonglong()
+    rc = lib.cuMemAllocManaged(ctypes.byref(ptr), nbytes, _ATTACH_GLOBAL)
+    if rc != 0:
+        raise RuntimeError(f"cuMemAllocManaged of {nbytes} bytes failed (CUresult {rc})")
+    try:
+        for advice, where in ((_ADVISE_PREFERRED_LOCATION, _MemLocation(_LOC_HOST, 0)),
+                              (_ADVISE_ACCESSED_BY, _MemLocation(_LOC_DEVICE, dev))):
+            rc = lib.cuMemAdvise_v2(ptr.value, nbytes, advice, where)
+            if rc != 0:
+                raise RuntimeError(f"cuMemAdvise (advice {advice}) failed (CUresult {rc})")
+        out = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(ptr.value))[:a.nbytes]
+        out = out.view(a.dtype).reshape(a.shape)
+        step = max(1, (64 << 20) // max(1, a.nbytes // max(1, a.shape[0])))
+        for s in range(0, a.shape[0], step):  # first touched by the host: the pages are host memory
+            out[s:s + step] = a[s:s + step]
+    except BaseException:
+        lib.cuMemFree_v2(ptr.value)
+        raise
+    return out, ptr.value
+
+
+def _mapped_memory_kind(cp, dev):
+    """The memory "mapped" access reads: ``configure(mapped_memory=)``, "auto" resolved."""
+    want = _cfg["mapped_memory"]
+    if want == "auto":
+        return "managed" if _managed_supported(cp, dev) else "pinned"
+    return want
+
+
+def _map_arrays(cp, arrays, memory="pinned"):
+    """Map host ``arrays`` for the GPU. ``memory`` "managed": each is copied into managed memory
+    (:func:`_managed_copy`); when that fails (logged) or ``memory`` is "pinned", each is
+    registered in place (``cudaHostRegister``, exactly its bytes) when :func:`_whole`, else (or
+    when the registration is refused) copied into page-locked memory of our own. ``(views,
+    held)``: device arrays over that memory (the host pointers: the device must be able to use
+    them, UVA) and what :func:`_unmap` gives back."""
     rt = cp.cuda.runtime
     dev = cp.cuda.Device().id
-    if rt.deviceGetAttribute(_ATTR_HOST_POINTER_FOR_REGISTERED, dev) != 1:
+    if memory != "managed" and rt.deviceGetAttribute(_ATTR_HOST_POINTER_FOR_REGISTERED, dev) != 1:
         raise RuntimeError("the device cannot use host pointers of registered memory")
     held, views = [], []
     try:
         for a in arrays:
             src = None
-            if _whole(a) and a.nbytes:
+            if memory == "managed" and a.nbytes:
+                try:
+                    src, ptr = _managed_copy(cp, a, dev)
+                    held.append(("managed", ptr))
+                except Exception as e:  # noqa: BLE001 - page-locked memory serves as well, slower past ~2 GB
+                    logger.info("GraphIndex (host placement): managed memory unavailable (%s: %s); page-locked "
+                                "memory is mapped instead", type(e).__name__, e)
+                    memory = "pinned"
+            if src is None and _whole(a) and a.nbytes:
                 for flags in _REGISTER_FLAGS:
                     try:
                         rt.hostRegister(a.ctypes.data, a.nbytes, flags)
@@ -253,10 +350,25 @@ def _unmap(cp, held):
         try:
             if kind == "registered":
                 cp.cuda.runtime.hostUnregister(ptr)
+            elif kind == "managed":
+                _driver().cuMemFree_v2(ptr)
             else:
                 cp.cuda.runtime.freeHost(ptr)
         except Exception:  # noqa: BLE001 - at exit the context may be gone; nothing to give back then
             pass
+
+
+def _host_available_bytes():
+    """The host's available memory (``MemAvailable``), or its physical memory where that is not
+    known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return _host_memory_bytes()
 
 
 def _host_memory_bytes():
@@ -292,29 +404,39 @@ def _host_mapped(engine, access):
     import cupy as cp
 
     graph, data = np.asarray(engine._graph), np.asarray(engine._data)
-    key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, cp.cuda.Device().id)
+    dev = cp.cuda.Device().id
+    memory = _mapped_memory_kind(cp, dev)
+    total = graph.nbytes + data.nbytes
+    if memory == "managed" and total > 0.9 * _host_available_bytes():
+        memory = "pinned"  # no room for the copy: the arrays are page-locked in place
+    key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, dev, memory)
     got = getattr(engine, "_bang_mapped", None)
     if got is not None and got["key"] == key and (got["views"] is not None or got["forced"] or access == "auto"):
         return got["views"]
     if got is not None and got["held"]:
-        got["finalizer"]()  # the index's arrays changed: the old mapping goes
-    entry = {"key": key, "views": None, "held": [], "finalizer": None, "seconds": 0.0, "forced": access == "mapped"}
+        got["finalizer"]()  # the index's arrays or the memory asked for changed: the old mapping goes
+    entry = {"key": key, "views": None, "held": [], "finalizer": None, "seconds": 0.0, "forced": access == "mapped",
+             "memory": None}
     engine._bang_mapped = entry
-    total = graph.nbytes + data.nbytes
-    if access == "auto" and total > min(MAPPED_MAX_BYTES, MAPPED_MAX_HOST_FRACTION * _host_memory_bytes()):
-        logger.info("GraphIndex (host placement): graph and vectors (%.2f GB) exceed %.2f GB or %.0f%% of the host's "
-                    "memory; host threads gather the rows", total / 1e9, MAPPED_MAX_BYTES / 1e9,
-                    100 * MAPPED_MAX_HOST_FRACTION)
+    limit = MAPPED_MAX_HOST_FRACTION * _host_memory_bytes()
+    if memory == "pinned":
+        limit = min(limit, MAPPED_MAX_BYTES)
+    if access == "auto" and total > limit:
+        logger.info("GraphIndex (host placement): graph and vectors (%.2f GB) exceed %.2f GB for mapped %s memory "
+                    "(%.0f%% of the host's memory%s); host threads gather the rows", total / 1e9, limit / 1e9,
+                    memory, 100 * MAPPED_MAX_HOST_FRACTION,
+                    f", at most {MAPPED_MAX_BYTES / 1e9:.2f} GB" if memory == "pinned" else "")
         return None
     try:
         if graph.dtype != np.int32 or not (graph.flags.c_contiguous and data.flags.c_contiguous):
             raise ValueError("graph or vectors not contiguous int32 / rows")
         t = time.perf_counter()
-        views, held = _map_arrays(cp, [graph, data])
-        entry.update(views=views, held=held, seconds=time.perf_counter() - t,
+        views, held = _map_arrays(cp, [graph, data], memory=memory)
+        used = "managed" if held and all(kind == "managed" for kind, _ in held) else "pinned"
+        entry.update(views=views, held=held, seconds=time.perf_counter() - t, memory=used,
                      finalizer=weakref.finalize(engine, _unmap, cp, held))
-        logger.info("GraphIndex (host placement): %.2f GB of graph and vectors page-locked and mapped for the "
-                    "GPU in %.2f s", total / 1e9, entry["seconds"])
+        logger.info("GraphIndex (host placement): %.2f GB of graph and vectors mapped for the GPU (%s memory) in "
+                    "%.2f s", total / 1e9, used, entry["seconds"])
     except Exception as e:  # noqa: BLE001 - any failure means: gather on the host, as BANG does
         logger.info("GraphIndex (host placement): mapped access unavailable (%s: %s); host threads gather the "
                     "rows", type(e).__name__, e)
@@ -1106,6 +1228,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   host_finish_s=t_finish, iterations=max(b.iters for b in batches), batches=len(batches),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
                   legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,
+                  mapped_memory=engine._bang_mapped["memory"] if mapped else None,
                   rerank_fallback_rows=fallback_rows,
                   workspace_reused=reused, workspace_bytes=int(sum(b.nbytes for b in batches)),
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
