@@ -826,3 +826,43 @@ def test_gpu_managed_mapping_takes_no_device_memory(gpu_index):
     finally:
         e._bang_mapped = None
         sg.configure(**old)
+
+
+def test_fake_gpu_held_out_rows_are_not_mapped(small, monkeypatch):
+    """A managed mapping is a copy of the graph: while rows are held out (cut in place, the build's
+    recall check) the walk gathers from the live graph, and a copy made before the cut serves
+    again after the exact restore. Fake mapping here copies, as managed memory does."""
+    index, Q = small
+    e = index._engine
+    dg, ig = _fake_search(monkeypatch, index, Q, access="gather")
+    made = []
+
+    def copying(cp_, arrays, memory="pinned"):
+        made.append(1)
+        return tuple(np.array(a).view(type(dev(a[:1]))) for a in arrays), [("managed", 0)]
+
+    monkeypatch.setattr(sg, "_unmap", lambda cp_, held: None)
+    e._bang_mapped = None
+    install(monkeypatch)
+    monkeypatch.setattr(sg, "_map_arrays", copying)
+    old = sg.configure(access="mapped")
+    try:
+        rows = ig[:, 0]  # every query's nearest point, cut out
+        restore = e.hold_out(rows)
+        assert sg.host_mapped(e) is None and made == []
+        restore()
+        assert sg.host_mapped(e) is not None and made == [1]  # made after the restore
+        restore = e.hold_out(rows)
+        try:
+            _dc, ic = _fake_search(monkeypatch, index, Q, access="mapped")
+            assert sg.last_stats()["access"] == "gather"  # the cut graph, live
+            assert not np.isin(ic, rows).any()
+        finally:
+            restore()
+        dm, im = _fake_search(monkeypatch, index, Q, access="mapped")
+        assert sg.last_stats()["access"] == "mapped" and made == [1]  # the copy made before serves again
+        np.testing.assert_array_equal(im, ig)
+        np.testing.assert_array_equal(dm, dg)
+    finally:
+        sg.configure(**old)
+        e._bang_mapped = None

@@ -388,7 +388,8 @@ class HostIndex:
         self._gpu_extra = {}  # more GPU copies made on demand: PQ centroid norms, the vectors (re-rank)
         self._bang_ws = None  # the GPU search's per-call buffers, kept for the next call (_search_gpu)
         self._bang_upload = None  # pinned chunks of the GPU search's host re-rank gather
-        self._bang_mapped = None  # graph and vectors page-locked and mapped for the GPU (access="mapped")
+        self._bang_mapped = None  # graph and vectors mapped for the GPU (access="mapped")
+        self._held_out = False  # rows cut out of the graph for a measurement (hold_out): no mapped copy then
 
     # ------------------------------------------------------------------ properties
     n = property(lambda self: int(self._data.shape[0]))
@@ -602,11 +603,13 @@ class HostIndex:
         entry, gpu = self._entry, self._gpu
         self._entry = _live_entry(entry, G, rows)
         self._gpu = None  # (the device entry points are made again from the live ones)
+        self._held_out = True
         restore_graph = cut_rows(G, rows, hidden)
 
         def restore():
             restore_graph()
             self._entry, self._gpu = entry, gpu
+            self._held_out = False
 
         return restore
 

@@ -123,15 +123,17 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         Either falls back to "gather" (logged) when the memory cannot be mapped. Environment:
         ``KNNKIT_BANG_ACCESS``.
     mapped_memory : {"auto", "managed", "pinned"}
-        Which memory "mapped" reads. "managed": a copy of the graph and vectors in CUDA managed
-        memory, advised to stay in host memory (preferred location: the CPU) and to be read by
-        the GPU in place (accessed by: the device), which the driver maps for the GPU in large
-        pages: the GPU's random row reads keep their speed at any size (H200: 20,000 random
-        128-byte rows in 54-60 us from 0.25 to 24 GB). "pinned": the arrays page-locked in
-        place (``cudaHostRegister``), or copied into page-locked memory when they are a view of
-        a larger array; the GPU's reads of it slow down with the range (74 us from 0.25 GB,
-        400 us from 12 GB). "auto" (default): managed where the device has concurrent managed
-        access, else pinned; managed falls back to pinned (logged) when it cannot be made.
+        Which memory "mapped" reads. "managed": a copy of the graph and vectors, made once per
+        index, in CUDA managed memory advised to stay in host memory (preferred location: the
+        CPU) and to be read by the GPU in place (accessed by: the device), which the driver maps
+        for the GPU in large pages: the GPU's random row reads keep their speed at any size
+        (H200: 20,000 random 128-byte rows in 54-60 us from 0.25 to 24 GB). While rows are held
+        out of the graph for a measurement (``HostIndex.hold_out``) the walk gathers instead: the
+        copy would not see the cut. "pinned": the arrays page-locked in place
+        (``cudaHostRegister``), or copied into page-locked memory when they are a view of a
+        larger array; the GPU's reads of it slow down with the range (74 us from 0.25 GB, 400 us
+        from 12 GB). "auto" (default): managed where the device has concurrent managed access,
+        else pinned; managed falls back to pinned (logged) when it cannot be made.
         Environment: ``KNNKIT_BANG_MAPPED_MEMORY``.
     mapped_chunk : int
         "mapped": walk steps queued between two looks of the host at whether a batch has finished
@@ -392,8 +394,8 @@ def host_mapped(engine):
     :data:`MAPPED_MAX_BYTES` or :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when
     mapping fails (logged once): then the walk gathers on the host (BANG 4.3 / 4.6)."""
     access = _access_wanted()
-    if access == "gather":
-        return None
+    if access == "gather" or getattr(engine, "_held_out", False):
+        return None  # (held out: the graph is cut in place, which a managed copy would not see)
     with _map_lock:  # two searches on one index map it once
         return _host_mapped(engine, access)
 
