@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Thirty-eighth session, third call (nvidia-h200, cuVS 26.10 staged; issue 16): 20M x 96 clustered,
+# the host gather against mapped access from managed memory, one call and under the budget (1/8 of
+# graph + vectors), beside cuVS IVF-PQ + host refine in the same process; then the GPU tests of the
+# host-placed search. N (default 20M) and TAG name another size.
+. scripts/device/common.sh
+. scripts/device/peer_env.sh
+N=${N:-20000000}; TAG=${TAG:-20m}
+summ() {
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if "busy" in r:
+        print("  busy", r["busy"], r["beam"], "kernel_frac", round(r["kernel_frac"], 3), "busy_frac", round(r["busy_frac"], 3))
+    elif r.get("method") == "knnkit-host":
+        print(r["path"], "L", r["beam"], round(r["recall"], 4), round(r["qps"]), r.get("access"), r.get("mapped_memory"),
+              "walk_ms", round(1e3 * r["walk_s"], 2), "rerank_ms", round(1e3 * r["rerank_s"], 2), "calls", r.get("calls"),
+              "free_gb", round(r["gpu_free_bytes"] / 1e9, 2))
+    elif "method" in r:
+        print(r["method"], {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "method"})
+' "$1"
+}
+P=new-onecall,new-onecall-mapped
+KNNKIT_PROGRESS=0 timeout 420 $py benchmarks/bang_bench.py --n $N --d 96 --beams 24,32,48,64 --widths 4 --prefetch on \
+  --rerank on --paths $P,new,new-mapped,$P --cuvs-probes 4,6,8,12 --busy --out "$out/bang_$TAG.json" > "$out/bang_$TAG.log" 2>&1
+echo "$TAG rc=$? $(( $(date +%s) - t0 )) s"; summ "$out/bang_$TAG.log" | tee "$out/summary_$TAG.txt"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("stages", {k: v for k, v in d["stages"].items() if k.endswith("_s")})' "$out/bang_$TAG.json"
+if [ "${TESTS:-1}" = 1 ]; then
+  $py -m pytest -q -m gpu tests/test_bang_call.py tests/test_bang_width.py -p no:cacheprovider > "$out/tests.log" 2>&1
+  echo "tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$out/tests.log")"
+fi
