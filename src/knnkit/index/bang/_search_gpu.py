@@ -116,10 +116,12 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         are mapped into the GPU's address space once per index (``mapped_memory``) and the
         kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round trip per
         step, and the re-rank reads its rows the same way. Same results. "auto" (default): mapped
-        when the mapping is managed memory and graph and vectors take at most
-        :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when it is page-locked memory and
-        they take at most :data:`MAPPED_MAX_BYTES` as well (the GPU's random reads of page-locked
-        memory slow down as the mapped range grows: at 10 GB the host gather is faster).
+        when graph and vectors take at most :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory
+        and, in managed memory (a copy), at most :data:`MAPPED_MANAGED_AVAILABLE_FRACTION` of its
+        available memory, or, in page-locked memory, at most :data:`MAPPED_MAX_BYTES` (the GPU's
+        random reads of page-locked memory slow down as the mapped range grows: at 10 GB the host
+        gather is faster). Mapped managed memory against the host gather, one call, H200, x 96:
+        1.1-1.4x at 3M, 1.3-1.6x at 20M, 1.3-2.4x at 40M.
         Either falls back to "gather" (logged) when the memory cannot be mapped. Environment:
         ``KNNKIT_BANG_ACCESS``.
     mapped_memory : {"auto", "managed", "pinned"}
@@ -190,14 +192,20 @@ _REGISTER_FLAGS = (1 | 2 | 8, 1 | 2)  # portable | mapped | read-only (the GPU o
 _ALLOC_FLAGS = 1 | 2  # cudaHostAlloc: portable | mapped
 _ATTR_HOST_POINTER_FOR_REGISTERED = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
 #: access="auto" maps the graph and vectors only when they take at most this share of the host's
-#: physical memory (page-locked memory cannot be paged out; past it the host gather stays)
+#: physical memory (mapped memory, page-locked or managed, is not paged out; past it the host
+#: gather stays)
 MAPPED_MAX_HOST_FRACTION = 0.5
-#: ... and at most these bytes together. The GPU's random row reads from mapped host memory slow
-#: down as the mapped range grows (H200, 20,000 random 128-byte rows per launch: 154 us from 1 GB,
-#: 324 us from 4 GB, 398 us from 12 GB, transparent huge pages or not; `bang_mapped_micro.py`).
-#: Mapped access against the host gather, one call, x 96 float32: 1.33-1.78x at 1M (0.5 GB),
-#: 0.96-1.25x at 3M (1.5 GB), 0.71-0.86x at 6M (3.1 GB), 0.44-0.71x at 20M (10 GB): "auto" maps
-#: below the crossover (~1.9 GB on that log-size line) only
+#: ... and, in managed memory (a copy), only when they take at most this share of the host's
+#: available memory (the copy doubles their footprint; a forced access="mapped" allows 0.9)
+MAPPED_MANAGED_AVAILABLE_FRACTION = 0.5
+#: ... and, in page-locked memory, at most these bytes together. The GPU's random row reads from
+#: page-locked host memory slow down as the mapped range grows (H200, 20,000 random 128-byte rows
+#: per launch: 74 us from 0.25 GB, 136-154 us from 1 GB, 324-330 us from 4 GB, 398-400 us from
+#: 12 GB, transparent huge pages or not; `bang_mapped_micro.py`), while managed memory keeps
+#: 54-60 us from 0.25 to 24 GB (thirty-eighth session). Mapped page-locked access against the host
+#: gather, one call, x 96 float32: 1.33-1.78x at 1M (0.5 GB), 0.96-1.25x at 3M (1.5 GB),
+#: 0.71-0.86x at 6M (3.1 GB), 0.44-0.71x at 20M (10 GB): "auto" maps page-locked memory below the
+#: crossover (~1.9 GB on that log-size line) only
 MAPPED_MAX_BYTES = int(1.75 * (1 << 30))
 
 
@@ -409,7 +417,8 @@ def _host_mapped(engine, access):
     dev = cp.cuda.Device().id
     memory = _mapped_memory_kind(cp, dev)
     total = graph.nbytes + data.nbytes
-    if memory == "managed" and total > 0.9 * _host_available_bytes():
+    room = 0.9 if access == "mapped" else MAPPED_MANAGED_AVAILABLE_FRACTION
+    if memory == "managed" and total > room * _host_available_bytes():
         memory = "pinned"  # no room for the copy: the arrays are page-locked in place
     key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, dev, memory)
     got = getattr(engine, "_bang_mapped", None)
