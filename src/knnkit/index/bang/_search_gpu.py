@@ -396,11 +396,13 @@ _map_lock = threading.Lock()
 
 
 def host_mapped(engine):
-    """``(graph, data)`` as device arrays over page-locked, mapped host memory (the index's own
-    arrays, registered in place, or a page-locked copy), made once per index and kept while it
-    lives; ``None`` when the access is "gather", when "auto" finds them larger than
-    :data:`MAPPED_MAX_BYTES` or :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory, or when
-    mapping fails (logged once): then the walk gathers on the host (BANG 4.3 / 4.6)."""
+    """``(graph, data)`` as device arrays over mapped host memory (a copy in managed memory kept on
+    the host, or the index's own arrays registered in place, or a page-locked copy:
+    ``configure(mapped_memory=)``), made once per index and kept while it lives; ``None`` when the
+    access is "gather", while rows are held out of the graph, when "auto" finds them past its limits
+    (:data:`MAPPED_MAX_HOST_FRACTION`, :data:`MAPPED_MANAGED_AVAILABLE_FRACTION`,
+    :data:`MAPPED_MAX_BYTES`), or when mapping fails (logged once): then the walk gathers on the
+    host (BANG 4.3 / 4.6)."""
     access = _access_wanted()
     if access == "gather" or getattr(engine, "_held_out", False):
         return None  # (held out: the graph is cut in place, which a managed copy would not see)

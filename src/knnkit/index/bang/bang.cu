@@ -448,7 +448,8 @@ extern "C" __global__ void bang_stash(const unsigned char* __restrict__ rows, co
 
 // ---------------------------------------------------------------------------- mapped host step
 // Zero-copy host step (not in BANG, whose host threads gather the rows of section 4.3/4.6): the
-// graph and the vectors stay in host memory, page-locked and mapped (cudaHostRegister), and the GPU
+// graph and the vectors stay in host memory, mapped for the GPU (managed memory kept on the host,
+// or page-locked with cudaHostRegister: _search_gpu._map_arrays), and the GPU
 // reads each candidate's neighbour row over PCIe itself, so a walk step needs no copy of candidates
 // to the host, no host gather and no wait of the host: the host only queues kernels. The rows are
 // what gather_walk writes: nbrs (nrows, R) with the graph row of cand[r], -1 rows for -1
