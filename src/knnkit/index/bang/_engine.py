@@ -540,7 +540,8 @@ class HostIndex:
         """Give back the GPU memory the GPU search keeps between calls (per-call buffers, pinned
         host buffers, the vectors' device copy); the next GPU search makes them again. The PQ codes
         stay, and so does the mapping of the host graph and vectors of ``access="mapped"`` (it holds
-        no GPU memory; it goes with the index)."""
+        no GPU memory; it goes with the index). A mapping in managed memory is a copy of graph and
+        vectors in host memory, the size of both."""
         self._bang_ws = None
         self._bang_upload = None
         self._gpu_extra.pop("data", None)
