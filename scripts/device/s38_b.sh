@@ -7,22 +7,7 @@
 $py -m pytest -q -m gpu tests/test_bang_call.py tests/test_bang_width.py -p no:cacheprovider \
   > "$out/tests.log" 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$out/tests.log")"
-summ() {
-  python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    if not line.startswith("{"):
-        continue
-    r = json.loads(line)
-    if "busy" in r:
-        print("  busy", r["busy"], r["beam"], {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
-              if k not in ("busy", "beam", "width", "pipeline_batches")})
-    elif r.get("method") == "knnkit-host":
-        print(r["path"], "L", r["beam"], round(r["recall"], 4), round(r["qps"]), r.get("access"), r.get("mapped_memory"),
-              "walk_ms", round(1e3 * r["walk_s"], 2), "rerank_ms", round(1e3 * r["rerank_s"], 2), "calls", r.get("calls"),
-              "free_gb", round(r["gpu_free_bytes"] / 1e9, 2))
-' "$1"
-}
+summ() { python3 scripts/device/bang_rows.py "$1"; }
 P=new-onecall,new-onecall-mapped,new-onecall-mapped-pinned
 KNNKIT_PROGRESS=0 timeout 330 $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams 20,32,64 --widths 4 --prefetch on \
   --rerank on --paths $P,$P,new,new-mapped --no-cuvs --busy --out "$out/bang_3m_managed.json" > "$out/bang_3m.log" 2>&1

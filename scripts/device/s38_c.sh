@@ -6,23 +6,7 @@
 . scripts/device/common.sh
 . scripts/device/peer_env.sh
 N=${N:-20000000}; TAG=${TAG:-20m}; BT=${BT:-420}
-summ() {
-  python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    if not line.startswith("{"):
-        continue
-    r = json.loads(line)
-    if "busy" in r:
-        print("  busy", r["busy"], r["beam"], "kernel_frac", round(r["kernel_frac"], 3), "busy_frac", round(r["busy_frac"], 3))
-    elif r.get("method") == "knnkit-host":
-        print(r["path"], "L", r["beam"], round(r["recall"], 4), round(r["qps"]), r.get("access"), r.get("mapped_memory"),
-              "walk_ms", round(1e3 * r["walk_s"], 2), "rerank_ms", round(1e3 * r["rerank_s"], 2), "calls", r.get("calls"),
-              "free_gb", round(r["gpu_free_bytes"] / 1e9, 2))
-    elif "method" in r:
-        print(r["method"], {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "method"})
-' "$1"
-}
+summ() { python3 scripts/device/bang_rows.py "$1"; }
 P=new-onecall,new-onecall-mapped
 KNNKIT_PROGRESS=0 timeout $BT $py benchmarks/bang_bench.py --n $N --d 96 --beams 24,32,48,64 --widths 4 --prefetch on \
   --rerank on --paths ${PATHS:-$P,new,new-mapped,$P} --cuvs-probes 4,6,8,12 ${EXTRA:-} --busy --out "$out/bang_$TAG.json" > "$out/bang_$TAG.log" 2>&1
