@@ -223,18 +223,21 @@ def _whole(a):
     return True
 
 
+def _copy_rows(out, a):
+    """``a`` copied into ``out`` 64 MiB of rows at a time (``a`` may be a memory map); ``out``."""
+    step = max(1, (64 << 20) // max(1, a.nbytes // max(1, a.shape[0])))
+    for s in range(0, a.shape[0], step):
+        out[s:s + step] = a[s:s + step]
+    return out
+
+
 def _pinned_copy(cp, a):
     """``(copy, ptr)``: ``a`` copied (in chunks: ``a`` may be a memory map) into new page-locked,
     mapped host memory of our own (``cudaHostAlloc``), freed by :func:`_unmap`."""
-    import ctypes
-
     ptr = cp.cuda.runtime.hostAlloc(max(1, a.nbytes), _ALLOC_FLAGS)
     try:
         out = np.ctypeslib.as_array((ctypes.c_ubyte * max(1, a.nbytes)).from_address(ptr))[:a.nbytes]
-        out = out.view(a.dtype).reshape(a.shape)
-        step = max(1, (64 << 20) // max(1, a.nbytes // max(1, a.shape[0])))
-        for s in range(0, a.shape[0], step):
-            out[s:s + step] = a[s:s + step]
+        out = _copy_rows(out.view(a.dtype).reshape(a.shape), a)
     except BaseException:
         cp.cuda.runtime.freeHost(ptr)
         raise
@@ -292,10 +295,7 @@ def _managed_copy(cp, a, dev):
             if rc != 0:
                 raise RuntimeError(f"cuMemAdvise (advice {advice}) failed (CUresult {rc})")
         out = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(ptr.value))[:a.nbytes]
-        out = out.view(a.dtype).reshape(a.shape)
-        step = max(1, (64 << 20) // max(1, a.nbytes // max(1, a.shape[0])))
-        for s in range(0, a.shape[0], step):  # first touched by the host: the pages are host memory
-            out[s:s + step] = a[s:s + step]
+        out = _copy_rows(out.view(a.dtype).reshape(a.shape), a)  # first touched by the host: host pages
     except BaseException:
         lib.cuMemFree_v2(ptr.value)
         raise
@@ -369,16 +369,12 @@ def _unmap(cp, held):
 
 
 def _host_available_bytes():
-    """The host's available memory (``MemAvailable``), or its physical memory where that is not
-    known."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return _host_memory_bytes()
+    """The host's available memory (``MemAvailable``, read by the engine's host-memory checks), or
+    its physical memory where that is not known."""
+    from . import _engine
+
+    avail = _engine._host_available_bytes()
+    return _host_memory_bytes() if avail is None else avail
 
 
 def _host_memory_bytes():
