@@ -759,8 +759,9 @@ def test_map_arrays_managed_then_pinned(monkeypatch, caplog):
 def test_mapped_memory_choice_and_auto_limits(small, monkeypatch, caplog):
     """"auto" access maps managed memory up to the host share, page-locked memory only up to
     MAPPED_MAX_BYTES as well; a managed copy that does not fit the host's available memory (half of
-    it for "auto", 0.9 when mapped access is forced) becomes page-locked memory in place; a change
-    of the memory asked for remaps the index."""
+    it for "auto", 0.9 when mapped access is forced) becomes page-locked memory in place; the choice
+    is made once per index (the copy itself lowers the available memory), and a change of the
+    memory asked for remaps the index."""
     index, Q = small
     e = index._engine
     seen = []
@@ -787,12 +788,19 @@ def test_mapped_memory_choice_and_auto_limits(small, monkeypatch, caplog):
         assert sg.host_mapped(e) is None  # pinned then, and past its limit
         sg.configure(access="mapped")
         assert sg.host_mapped(e) is not None and e._bang_mapped["memory"] == "pinned" and seen[-1] == "pinned"
+        assert sg.host_mapped(e) is not None and len(seen) == 2  # decided once: no new mapping per call
         total = np.asarray(e._graph).nbytes + np.asarray(e._data).nbytes
         monkeypatch.setattr(sg, "_host_available_bytes", lambda: int(total / 0.7))  # 0.7 of it: forced only
+        e._bang_mapped = None
         assert sg.host_mapped(e) is not None and e._bang_mapped["memory"] == "managed" and seen[-1] == "managed"
+        monkeypatch.setattr(sg, "_host_available_bytes", lambda: 100)  # the copy lowered it: the mapping stays
+        assert sg.host_mapped(e) is not None and e._bang_mapped["memory"] == "managed" and len(seen) == 3
+        monkeypatch.setattr(sg, "_host_available_bytes", lambda: int(total / 0.7))
         sg.configure(access="auto")
+        e._bang_mapped = None
         assert sg.host_mapped(e) is None  # auto keeps half the available memory free: pinned, past its limit
         sg.configure(access="mapped")
+        e._bang_mapped = None
         monkeypatch.setattr(sg, "_managed_supported", lambda cp_, dev_: False)
         monkeypatch.setattr(sg, "_host_available_bytes", lambda: 1 << 40)
         assert sg.host_mapped(e) is not None and seen[-1] == "pinned"

@@ -413,12 +413,10 @@ def _host_mapped(engine, access):
 
     graph, data = np.asarray(engine._graph), np.asarray(engine._data)
     dev = cp.cuda.Device().id
-    memory = _mapped_memory_kind(cp, dev)
-    total = graph.nbytes + data.nbytes
-    room = 0.9 if access == "mapped" else MAPPED_MANAGED_AVAILABLE_FRACTION
-    if memory == "managed" and total > room * _host_available_bytes():
-        memory = "pinned"  # no room for the copy: the arrays are page-locked in place
-    key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, dev, memory)
+    want = _mapped_memory_kind(cp, dev)
+    # decided once per index, arrays, device and memory asked for: the host's available memory,
+    # which the managed copy itself lowers, is read only when a mapping is made
+    key = (graph.ctypes.data, graph.nbytes, data.ctypes.data, data.nbytes, dev, want)
     got = getattr(engine, "_bang_mapped", None)
     if got is not None and got["key"] == key and (got["views"] is not None or got["forced"] or access == "auto"):
         return got["views"]
@@ -427,6 +425,11 @@ def _host_mapped(engine, access):
     entry = {"key": key, "views": None, "held": [], "finalizer": None, "seconds": 0.0, "forced": access == "mapped",
              "memory": None}
     engine._bang_mapped = entry
+    total = graph.nbytes + data.nbytes
+    memory = want
+    room = 0.9 if access == "mapped" else MAPPED_MANAGED_AVAILABLE_FRACTION
+    if memory == "managed" and total > room * _host_available_bytes():
+        memory = "pinned"  # no room for the copy: the arrays are page-locked in place
     limit = MAPPED_MAX_HOST_FRACTION * _host_memory_bytes()
     if memory == "pinned":
         limit = min(limit, MAPPED_MAX_BYTES)
