@@ -180,3 +180,16 @@ def finish(bar):
     if bar.total is not None and bar.n < bar.total:
         bar.total = bar.n
         bar.refresh()
+
+
+def host_available_bytes() -> int | None:
+    """Memory the host can give this process now (``MemAvailable``: free plus reclaimable page
+    cache, so a memory-mapped input counts as available), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..._core.backend import as_host, cupy_or_none, get_array_module
 from ..._core.config import get_memory_budget, logger
+from ..._core.config import host_available_bytes as _host_available_bytes
 from ..._core.metrics import internal_metric, prepare_vectors
 from ..._core.params import check_int
 from .._engine import SearchGraph, host_bytes
@@ -118,19 +119,6 @@ def _budget_shard(n, d, K, budget, device):
     K_lists, p = internal_list_length(n, K, kind)
     shard, _ = _default_shard_size(n, d, K_lists, p, kind, int(budget))
     return min(int(n), max(shard, _smallest_shard(n, K)))
-
-
-def _host_available_bytes():
-    """Memory the host can give this process now (``MemAvailable``: free plus reclaimable page
-    cache, so a memory-mapped input counts as available), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _size(nbytes):

@@ -46,7 +46,7 @@ import time
 
 import numpy as np
 
-from ..._core.config import logger
+from ..._core.config import host_available_bytes, logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
@@ -369,11 +369,9 @@ def _unmap(cp, held):
 
 
 def _host_available_bytes():
-    """The host's available memory (``MemAvailable``, read by the engine's host-memory checks), or
-    its physical memory where that is not known."""
-    from . import _engine
-
-    avail = _engine._host_available_bytes()
+    """The host's available memory (``MemAvailable``), or its physical memory where that is not
+    known."""
+    avail = host_available_bytes()
     return _host_memory_bytes() if avail is None else avail
 
 
