@@ -47,7 +47,7 @@ def _walk_one(graph, codes, T, seeds, L, max_iters):
     """BANG's one-candidate walk as it was before the search width: expand the first unexpanded
     entry, insert its fresh neighbours one by one into the sorted list (plain Python); a step's
     neighbours are tested against the filter as it was before the step."""
-    words_n = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
+    words_n = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1], L=L, W=1)
     logs = []
     for q in range(T.shape[0]):
         words = np.zeros(words_n, np.uint32)
@@ -79,7 +79,7 @@ def _emulate_gpu(graph, codes, T, seeds, L, W, max_iters, prefetch):
     through the Bloom filter, survivors must beat the OLD list's worst entry; with prefetch the next
     W candidates are the W smallest unexpanded of (list + survivors) of union rank < L, chosen
     before the merge; without, the first W unexpanded of the merged list."""
-    words_n = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
+    words_n = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1], L=L, W=W)
     logs = []
     for q in range(T.shape[0]):
         words = np.zeros(words_n, np.uint32)

@@ -21,7 +21,7 @@ import numpy as np
 from ..._core.metrics import prepare_vectors
 from ..._core.prefetch import cache_hint
 
-__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for", "bits_view",
+__all__ = ["search_pq_cpu", "rerank_cpu", "gather_rows", "gather_walk", "bloom_words_for", "bloom_expansions", "bits_view",
            "exact_distances", "exact_topk"]
 
 
@@ -43,10 +43,23 @@ def _prefetch_row(a, r):
         _prefetch(a, r, a.shape[1] - 1)  # a row not aligned to a line ends in one more
 
 
-def bloom_words_for(max_iters, R, s):
-    """32-bit words of a query's Bloom filter: about 4 words per expected insertion / 3 bits each,
-    a power of two in [1024, 2^17] (the hash keeps word and bit fields apart below 2^17)."""
-    need = max(1024, (max_iters * R + s) // 2)
+def bloom_expansions(L, W):
+    """Expansions a query's Bloom filter is sized for: ``2 L + 4 W + 32``, about twice what a walk
+    makes (``L + 2 W + 16`` covers nearly every query; the longest walk of 500 queries on each of
+    the seven suite sets, beams 16-128, stayed below it). Longer walks see a higher false-positive
+    rate, which only skips unvisited neighbours, never returns a wrong id."""
+    return 2 * int(L) + 4 * int(W) + 32
+
+
+def bloom_words_for(max_iters, R, s, *, L, W):
+    """32-bit words of a query's Bloom filter (4.4; blocked: a node's 3 bits in one word): a power
+    of two >= half the ids of ``min(max_iters, bloom_expansions(L, W))`` expansions plus the seeds,
+    in [1024, 2^17] (the hash keeps word and bit fields apart below 2^17). Until the thirty-eighth
+    session it was sized for ``max_iters`` (default ``8 L``): 4-8x larger for the same recall on
+    the suite sets (within 0.0008 on one, equal on six: ``benchmarks/bang_bloom_cpu.py``), and the
+    largest part of the GPU walk's search state per query."""
+    expansions = min(int(max_iters), bloom_expansions(L, W))
+    need = max(1024, (expansions * R + s) // 2)
     w = 1
     while w < need:
         w *= 2
@@ -222,7 +235,7 @@ def search_pq_cpu(graph, codes, tables, seeds, *, L, max_iters, width=1, return_
     log_d = np.full((nq, max_iters), np.inf, np.float32)
     n_exp = np.zeros(nq, np.int32)
     n_iter = np.zeros(nq, np.int32)
-    words = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1])
+    words = bloom_words_for(max_iters, graph.shape[1], seeds.shape[1], L=L, W=width)
     _search(np.asarray(graph), np.asarray(codes), tables, np.ascontiguousarray(seeds, dtype=np.int32), int(L),
             int(width), int(max_iters), words, log_ids, log_d, n_exp, n_iter)
     if return_iterations:

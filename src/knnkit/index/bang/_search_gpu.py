@@ -589,7 +589,7 @@ class _Batch:
         self.m, self.ksub, self.S, self.d = m, ksub, S, d
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.event = cp.cuda.Event(disable_timing=True)
-        self.bloom_words = bloom_words_for(max_iters, R, s)
+        self.bloom_words = bloom_words_for(max_iters, R, s, L=L, W=W)
         self.new_cap = max(W * R, s)
         e = cp.empty
         with self.stream:
@@ -978,7 +978,7 @@ def _upload_buffers(engine, cp, data):
 def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=0):
     """GPU bytes one query takes in a :class:`_Batch` (its arrays, per query row; ``S``, ``d``,
     ``itemsize``: the stash's slots and rows, 0 without a stash)."""
-    bw = bloom_words_for(max_iters, R, s)
+    bw = bloom_words_for(max_iters, R, s, L=L, W=W)
     nc = max(W * R, s)
     b = 9 * L + 4 * bw + 9 * nc + 4 + 4 * W + 8 * max_iters + 4 + 4 * W * R + table_bytes(m, ksub) + 4 * s
     if S:
