@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from bang_bf16_cpu import recall, save, suite_indexes  # noqa: E402
+from bang_bf16_cpu import recall, save, suite_indexes, walk_inputs  # noqa: E402
 
 from knnkit.index.bang import _search_cpu  # noqa: E402
 
@@ -82,8 +82,6 @@ def main():
             for label in ids:
                 row[f"same_ids_{label}"] = float((ids[label] == ids["max_iters"]).all(axis=1).mean())
             # the walk's expansions (one log per query, 4 seeds as walk_inputs makes them): how long walks are
-            from bang_bf16_cpu import walk_inputs
-
             e, T, seeds = walk_inputs(index, Q)
             _ids, _d, n_exp = _search_cpu.search_pq_cpu(e._graph, e._codes, T, seeds, L=beam, max_iters=max_iters,
                                                         width=W)

@@ -38,13 +38,11 @@ def meminfo(key):
     return None
 
 
-class _Loc(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
 def _driver():
+    """The driver library (the library's, with its argument types) and a call that raises on an error."""
+    from knnkit.index.bang._search_gpu import _driver as library_driver
 
-    lib = ctypes.CDLL("libcuda.so.1")
+    lib = library_driver()
 
     def call(name, *args):
         rc = getattr(lib, name)(*args)
@@ -56,6 +54,7 @@ def _driver():
 def make_vmm(nbytes, loc_type):
     """Host memory through the virtual memory API: ``(ptr, release, info)``. ``loc_type`` 2 = HOST,
     3 = HOST_NUMA (node 0)."""
+    from knnkit.index.bang._search_gpu import _MemLocation as _Loc
 
     class Prop(ctypes.Structure):
         _fields_ = [("type", ctypes.c_int), ("handle_types", ctypes.c_int), ("location", _Loc),
@@ -94,22 +93,13 @@ def make_vmm(nbytes, loc_type):
                                 "host_access": host_access}
 
 
-def make_managed(nbytes):
-    """Managed memory advised to live on the CPU and be read by the GPU in place."""
+def make_managed(nbytes, cp):
+    """The library's managed copy (``_search_gpu._managed_copy``: advised to stay on the CPU and be
+    read by the GPU in place) of ``nbytes`` bytes of ones: ``(ptr, release, info)``."""
+    from knnkit.index.bang import _search_gpu as sg
 
-    lib, call = _driver()
-    ptr = ctypes.c_ulonglong()
-    call("cuMemAllocManaged", ctypes.byref(ptr), ctypes.c_size_t(nbytes), ctypes.c_uint(1))
-    fn = lib.cuMemAdvise_v2
-    fn.argtypes = [ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_int, _Loc]
-    for advice, loc in ((3, _Loc(2, 0)), (5, _Loc(1, 0))):  # preferred location CPU, accessed by GPU 0
-        rc = fn(ptr, nbytes, advice, loc)
-        if rc != 0:
-            raise RuntimeError(f"cuMemAdvise_v2({advice}) failed: CUresult {rc}")
-
-    def release():
-        call("cuMemFree_v2", ptr)
-    return ptr.value, release, {}
+    _copy, ptr = sg._managed_copy(cp, np.ones((nbytes, 1), np.uint8), cp.cuda.Device().id)
+    return ptr, lambda: sg._unmap(cp, [("managed", ptr)]), {}
 
 
 def main():
@@ -120,7 +110,6 @@ def main():
     ap.add_argument("--kinds", default="device,register,thp,hostalloc,vmm,vmm_numa,managed")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "mapped_micro.json"))
     a = ap.parse_args()
-
 
     import cupy as cp
 
@@ -141,9 +130,7 @@ def main():
             if kind in ("vmm", "vmm_numa", "managed"):
                 try:
                     if kind == "managed":
-                        ptr, release, info = make_managed(nbytes)
-                        host = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(ptr))
-                        host[:] = 1
+                        ptr, release, info = make_managed(nbytes, cp)
                     else:
                         ptr, release, info = make_vmm(nbytes, 2 if kind == "vmm" else 3)
                         fill = np.ones(64 << 20, np.uint8)

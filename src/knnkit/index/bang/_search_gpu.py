@@ -51,7 +51,8 @@ from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
 from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
-from ._search_cpu import _gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows, gather_walk
+from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows,
+                          gather_walk, walk_expansions)
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
            "rows_from_device", "MAX_WIDTH"]
@@ -319,8 +320,13 @@ def _map_arrays(cp, arrays, memory="pinned"):
     them, UVA) and what :func:`_unmap` gives back."""
     rt = cp.cuda.runtime
     dev = cp.cuda.Device().id
-    if memory != "managed" and rt.deviceGetAttribute(_ATTR_HOST_POINTER_FOR_REGISTERED, dev) != 1:
-        raise RuntimeError("the device cannot use host pointers of registered memory")
+
+    def check_registered():  # before page-locked memory is mapped: first, or when managed falls back
+        if rt.deviceGetAttribute(_ATTR_HOST_POINTER_FOR_REGISTERED, dev) != 1:
+            raise RuntimeError("the device cannot use host pointers of registered memory")
+
+    if memory != "managed":
+        check_registered()
     held, views = [], []
     try:
         for a in arrays:
@@ -333,6 +339,7 @@ def _map_arrays(cp, arrays, memory="pinned"):
                     logger.info("GraphIndex (host placement): managed memory unavailable (%s: %s); page-locked "
                                 "memory is mapped instead", type(e).__name__, e)
                     memory = "pinned"
+                    check_registered()
             if src is None and _whole(a) and a.nbytes:
                 for flags in _REGISTER_FLAGS:
                     try:
@@ -455,10 +462,9 @@ def _host_mapped(engine, access):
 
 def stash_slots(L, W, rerank, max_iters):
     """Re-rank slots per query of the "stash" mode: log positions ``< slots`` have their vector
-    gathered during the walk. A walk logs about L + a few W expansions (3M x 96, L = 64, W = 4:
-    68.6 on average), so L + 2W + 16 covers nearly every query; a position past it is gathered
-    after the walk."""
-    return int(min(max_iters, max(rerank, L) + 2 * W + 16))
+    gathered during the walk: :func:`~._search_cpu.walk_expansions` of the larger of ``rerank``
+    and ``L`` (at most ``max_iters``); a position past it is gathered after the walk."""
+    return int(min(max_iters, walk_expansions(max(rerank, L), W)))
 
 
 # ------------------------------------------------------------------------------ re-rank helpers
