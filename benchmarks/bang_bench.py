@@ -27,7 +27,9 @@ batched GEMM expansion instead of the direct kernel (``_pq.TABLE_METHOD``); ``-m
 and vectors mapped, read by the kernels over PCIe (``configure(access="mapped")``: no host gather,
 no round trip per step; the mapping is the first call's, ``mapped_managed_s`` or ``mapped_pinned_s``
 in the stages), in managed memory where the device has it, or with ``-pinned`` page-locked in place
-(``configure(mapped_memory="pinned")``, the only kind before the thirty-eighth session). Every
+(``configure(mapped_memory="pinned")``, the only kind before the thirty-eighth session), and with
+``-steps`` walked one launch per kernel per step (``configure(fused_walk=False)``, the mapped walk
+before the thirty-ninth session) instead of one ``bang_walk`` launch per batch. Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -119,7 +121,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps"}
 
 
 def main():
@@ -152,7 +154,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned (module docstring), e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned, -steps (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--cprofile", action="store_true",
                     help="a call per configuration under cProfile: the host's time per Python function (top 30)")
@@ -246,7 +248,7 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned
+                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -257,7 +259,8 @@ def main():
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,
                                               access="mapped" if "mapped" in flags else "gather",
-                                              mapped_memory="pinned" if "pinned" in flags else "auto")
+                                              mapped_memory="pinned" if "pinned" in flags else "auto",
+                                              fused_walk="steps" not in flags)
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call

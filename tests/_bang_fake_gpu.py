@@ -5,7 +5,7 @@ re-rank rows, the fallback, the cached workspace, the legacy path.
 Arrays are NumPy arrays of a subclass with ``.data.ptr`` (copies are ``ctypes.memmove`` between
 real host buffers); streams and events run everything at once, in queue order; the four kernels of
 ``bang.cu`` are emulated query by query from their source (``bang_distances``, ``bang_merge``,
-``bang_tables``, ``bang_stash``), PQ sums in subspace order as the CPU twin adds them, so the
+``bang_tables``, ``bang_stash``; ``bang_walk`` as their steps in a loop), PQ sums in subspace order as the CPU twin adds them, so the
 emulated GPU walk and the CPU twin agree exactly. What this cannot check: CUDA itself (launch
 limits, races between streams, the kernels' real code): the GPU tests do.
 
@@ -285,11 +285,43 @@ def _gather_graph(cand, nrows, graph, R, nbrs):
     out[...] = np.where((c >= 0)[:, None], graph[np.maximum(c, 0)], -1)
 
 
+def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, bloom, bloom_words, bloom_smem, hslots, L, W,
+          max_iters, log_ids, log_d, n_exp, steps, GS, nq):
+    """``bang_walk``: per query, the steps of the step kernels (distances without prefetch, merge
+    with the choice, the candidates' graph rows) until no candidate is left."""
+    R, s, L, W, max_iters, nq = int(R), int(s), int(L), int(W), int(max_iters), int(nq)
+    cap = max(W * R, s)
+    assert int(hslots) >= 2 * cap
+    for q in range(nq):
+        words = np.zeros((1, int(bloom_words)), np.uint32) if bloom_smem else bloom[q:q + 1]
+        wl_ids, wl_d = np.full((1, L), -1, np.int32), np.full((1, L), np.inf, np.float32)
+        wl_x = np.zeros((1, L), np.uint8)
+        new_ids, new_d, new_x = np.empty((1, cap), np.int32), np.empty((1, cap), np.float32), np.zeros((1, cap), np.uint8)
+        n_new, cand, ne = np.zeros(1, np.int32), np.full((1, W), -1, np.int32), np.zeros(1, np.int32)
+        nbrs = np.full((1, cap), -1, np.int32)
+        nbrs[0, :s] = seeds[q]
+        width, step = s, 0
+        while True:
+            _distances(nbrs, width, codes, m, T[q:q + 1], ksub, bf16, use_smem, 1, words, bloom_words, hslots, wl_ids,
+                       wl_d, wl_x, L, new_ids, new_d, new_x, n_new, cap, 0, W, cand, log_ids[q:q + 1],
+                       log_d[q:q + 1], ne, max_iters, GS, 1)
+            _merge(wl_ids, wl_d, wl_x, L, new_ids, new_d, new_x, n_new, cap, 1, W, cand, log_ids[q:q + 1],
+                   log_d[q:q + 1], ne, max_iters, 1)
+            step += 1
+            c = cand[0][cand[0] >= 0]
+            if c.size == 0:
+                break
+            rows = graph[c].reshape(-1)
+            width = rows.size
+            nbrs[0, :width] = rows
+        n_exp[q], steps[q] = ne[0], step
+
+
 def _live(cand, nrows, out):
     out[0] = int((cand.reshape(-1)[:int(nrows)] >= 0).sum())
 
 
-KERNELS = {"bang_distances": _distances, "bang_gather_graph": _gather_graph, "bang_live": _live,
+KERNELS = {"bang_distances": _distances, "bang_gather_graph": _gather_graph, "bang_live": _live, "bang_walk": _walk,
            "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash,
            "bang_rerank_rows": _rerank_rows, "bang_rerank_select": _rerank_select}
 
@@ -339,6 +371,7 @@ def install(monkeypatch):
     kernels = {name: _Kernel(fn) for name, fn in KERNELS.items()}
     monkeypatch.setattr(sg, "_kernel", lambda name: kernels[name])
     monkeypatch.setattr(sg, "_smem_fit", {})
+    monkeypatch.setattr(sg, "_walk_fit", {})
     # mapped host memory (access="mapped"): "device" views over the same host memory, nothing registered
     monkeypatch.setattr(sg, "_map_arrays",
                         lambda cp_, arrays, memory="pinned": (tuple(a.view(FakeArray) for a in arrays), []))

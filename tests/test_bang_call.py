@@ -346,21 +346,27 @@ def test_whole_refuses_views_of_larger_arrays(tmp_path):
     assert sg._whole(Xm) and sg._whole(np.asarray(Xm)) and not sg._whole(np.asarray(Xm)[1:])
 
 
-@pytest.mark.parametrize("W,prefetch,pb,chunk", [(1, True, None, 4), (4, True, 13, 1), (4, False, None, 3),
-                                                 (8, False, 7, 16)])
-def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, small, monkeypatch):
+@pytest.mark.parametrize("W,prefetch,pb,chunk,fused", [(1, True, None, 4, True), (4, True, 13, 1, False),
+                                                       (4, False, None, 3, False), (4, True, None, 4, True),
+                                                       (8, False, 7, 16, True)])
+def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, small, monkeypatch):
     """access="mapped": the kernels read the graph rows and the re-rank rows from the mapped host
-    arrays, the host only queues chunks of steps; same ids and distances as the host gather and the
-    CPU twin, logs equal to the twin's, whatever the chunk (steps past the end change nothing)."""
+    arrays, the host only queues the fused walk (one launch per batch) or chunks of steps; same ids
+    and distances as the host gather and the CPU twin, logs equal to the twin's, whatever the chunk
+    (steps past the end change nothing)."""
     index, Q = small
     e = index._engine
     L, k = 24, 5
     dg, ig = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb)
     assert sg.last_stats()["access"] == "gather"
     monkeypatch.setitem(sg._cfg, "mapped_chunk", chunk)
+    monkeypatch.setitem(sg._cfg, "fused_walk", fused)
     dm, im = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb, access="auto")
     st = sg.last_stats()
     assert st["access"] == "mapped" and st["rerank_mode"] == "mapped" and st["host_gather_rows"] == 0
+    assert st["fused_walk"] is fused
+    if fused:  # one launch per batch, plus the re-rank's
+        assert st["launches"] == st["batches"] and st["host_syncs"] <= 1 + st["batches"]
     assert st["h2d_bytes"] == 0 and st["stash_slots"] == 0
     np.testing.assert_array_equal(im, ig)
     np.testing.assert_array_equal(dm, dg)
@@ -517,17 +523,17 @@ def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
     knnkit.set_memory_budget(1 << 20 if budget == "small" else None)
     old = sg.configure()
     try:
-        for (kw, chunk), memory in itertools.product(
+        for (kw, chunk), memory, fused in itertools.product(
                 ((dict(), 4), (dict(prefetch=False), 1), (dict(search_width=1), 7),
-                 (dict(pipeline_batch=37), 4), (dict(rerank=10), 2)), ("managed", "pinned")):
+                 (dict(pipeline_batch=37), 4), (dict(rerank=10), 2)), ("managed", "pinned"), (True, False)):
             sp = knnkit.index.SearchParams(**kw)
             sg.configure(access="gather")
             dg, ig = index.search(Q, k=10, beam=64, params=sp)
-            sg.configure(access="mapped", mapped_chunk=chunk, mapped_memory=memory)
+            sg.configure(access="mapped", mapped_chunk=chunk, mapped_memory=memory, fused_walk=fused)
             dm, im = index.search(Q, k=10, beam=64, params=sp)
             st = sg.last_stats()
             assert st["access"] == "mapped" and st["host_gather_rows"] == 0, st
-            assert st["mapped_memory"] == memory, st
+            assert st["mapped_memory"] == memory and st["fused_walk"] is fused, st
             assert st["rerank_mode"] == ("device" if budget == "auto" else "mapped")
             np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str(kw))
             np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str(kw))

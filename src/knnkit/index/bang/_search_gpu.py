@@ -80,6 +80,7 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "access": os.environ.get("KNNKIT_BANG_ACCESS", "auto").strip() or "auto",
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
         "mapped_memory": os.environ.get("KNNKIT_BANG_MAPPED_MEMORY", "auto").strip() or "auto",
+        "fused_walk": os.environ.get("KNNKIT_BANG_FUSED_WALK", "1").strip() not in ("0", "false", "no"),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -92,7 +93,7 @@ MAPPED_MEMORY_KINDS = ("auto", "managed", "pinned")
 
 
 def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              mapped_memory=None):
+              mapped_memory=None, fused_walk=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -138,10 +139,19 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         from 12 GB). "auto" (default): managed where the device has concurrent managed access,
         else pinned; managed falls back to pinned (logged) when it cannot be made.
         Environment: ``KNNKIT_BANG_MAPPED_MEMORY``.
+    fused_walk : bool
+        "mapped": the whole walk of a batch in one launch of ``bang_walk`` (default): one block per
+        query loops over its steps with its PQ table, work list and (where it fits) Bloom filter
+        in shared memory, so the table is loaded once per query instead of once per step, a
+        finished query frees its block, and the host queues one kernel per batch. False: one
+        launch per kernel per step (``bang_gather_graph`` -> ``bang_distances`` -> ``bang_merge``,
+        in chunks of ``mapped_chunk``). Same results bit for bit. Environment:
+        ``KNNKIT_BANG_FUSED_WALK=0``.
     mapped_chunk : int
-        "mapped": walk steps queued between two looks of the host at whether a batch has finished
-        (one chunk is always queued ahead, so up to two chunks of steps run past the end, each
-        a few microseconds of empty kernels). Environment: ``KNNKIT_BANG_MAPPED_CHUNK``.
+        "mapped" without ``fused_walk``: walk steps queued between two looks of the host at whether
+        a batch has finished (one chunk is always queued ahead, so up to two chunks of steps run
+        past the end, each a few microseconds of empty kernels). Environment:
+        ``KNNKIT_BANG_MAPPED_CHUNK``.
     """
     old = dict(_cfg)
     if profile is not None:
@@ -162,6 +172,8 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if mapped_memory not in MAPPED_MEMORY_KINDS:
             raise ValueError(f"mapped_memory must be one of {MAPPED_MEMORY_KINDS}, got {mapped_memory!r}")
         _cfg["mapped_memory"] = mapped_memory
+    if fused_walk is not None:
+        _cfg["fused_walk"] = bool(fused_walk)
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
@@ -638,6 +650,7 @@ class _Batch:
         self.k_dist, self.k_merge = _kernel("bang_distances"), _kernel("bang_merge")
         self.k_stash = _kernel("bang_stash") if S else None
         self.k_gather, self.k_live = _kernel("bang_gather_graph"), _kernel("bang_live")
+        self.k_walk = _kernel("bang_walk")
         self.smem_merge = 17 * self.new_cap + 9 * L
         _merge_smem_opt_in(self.k_merge, self.smem_merge)
         # per-query arrays only (batch_bytes_per_query); the two live-count words are left out
@@ -664,19 +677,29 @@ class _Batch:
         self.n_new, self.cand, self.n_exp = self._n_new[:nq], self._cand[:nq], self._n_exp[:nq]
         self.log_ids, self.log_d = self._log_ids[:nq], self._log_d[:nq]
         self.nbr_dev = self._nbr_dev[:nq]
+        bf16 = self.T.dtype.itemsize == 2  # legacy hands in float32 tables (rounded values)
+        self.mapped = graph_dev is not None
+        # the fused walk (mapped only): one launch per batch, its list and scratch in shared memory
+        plan = None
+        if self.mapped and _cfg["fused_walk"]:
+            plan = _walk_plan(L=L, W=W, R=R, s=self.s, tbytes=m * ksub * self.T.dtype.itemsize,
+                              bloom_words=self.bloom_words, use_smem=use_smem)
+        self.fused = plan is not None
         with self.stream:
             if prof.on:
                 self._tick()
-            self.wl_ids.fill(-1)
-            self.wl_d.fill(np.inf)
-            self.wl_x.fill(0)
-            self.bloom.fill(0)
-            self.new_x.fill(0)
-            self.n_new.fill(0)
-            self.cand.fill(-1)
+            if not self.fused:  # the fused walk starts its list, scratch and counts itself
+                self.wl_ids.fill(-1)
+                self.wl_d.fill(np.inf)
+                self.wl_x.fill(0)
+                self.new_x.fill(0)
+                self.n_new.fill(0)
+                self.cand.fill(-1)
+                self.n_exp.fill(0)
+            if not (self.fused and plan[1]):  # a filter in shared memory is zeroed by its block
+                self.bloom.fill(0)
             self.log_ids.fill(-1)
             self.log_d.fill(np.inf)
-            self.n_exp.fill(0)
             if prof.on:
                 self._tick("reset")
         self.cand_host, self.nbr_host = self._cand_host[:nq], self._nbr_host[:nq]
@@ -692,7 +715,6 @@ class _Batch:
         self.done = False
         self.iters = 0
         self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
-        bf16 = self.T.dtype.itemsize == 2  # legacy hands in float32 tables (rounded values)
         tab = m * ksub * self.T.dtype.itemsize if use_smem else 0
         self.smem_dist = tab + step_shared_bytes(W * R)
         self.smem_seed = tab + step_shared_bytes(self.s)
@@ -712,7 +734,14 @@ class _Batch:
                            self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(nq))
         self.grid, self.block = (nq,), (_NT,)
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
-        self.mapped = graph_dev is not None
+        if self.fused:
+            t_smem, b_smem, self.smem_walk = plan
+            self.bloom_smem = b_smem
+            # steps per query into n_new (unused by the fused walk)
+            self.args_walk = (graph_dev, i32(R), self.seeds, i32(self.s), codes, i32(m), self.T, i32(ksub),
+                              i32(1 if bf16 else 0), i32(1 if t_smem else 0), self.bloom, i32(self.bloom_words),
+                              i32(1 if b_smem else 0), i32(hash_slots(self.new_cap)), i32(L), i32(W),
+                              i32(max_iters), self.log_ids, self.log_d, self.n_exp, self.n_new, i32(GS), i32(nq))
         if self.mapped:
             total = nq * W * R
             self.gather_grid = (int(max(1, min(-(-total // _EW), 1 << 16))),)
@@ -742,6 +771,20 @@ class _Batch:
                 self._tick("merge")
             self.n_launch += 2
         self.iters += 1
+
+    def walk_fused(self):
+        """Queue the whole walk of this batch: one ``bang_walk`` launch (one block per query)."""
+        p = self.prof.on
+        with self.stream:
+            if p:
+                self._tick()
+            self.k_walk(self.grid, self.block, self.args_walk, shared_mem=self.smem_walk)
+            if p:
+                self._tick("walk")
+        self.n_launch += 1
+        # the host does not see the steps: the re-rank plans over every log slot (C = max_iters;
+        # slots past a query's walk are empty and sort last, so the plan is the same)
+        self.iters = -(-self.max_iters // self.W)
 
     def queue_chunk(self, steps):
         """``steps`` mapped iterations, then the count of live candidate slots to pinned host memory
@@ -832,6 +875,51 @@ def step_shared_bytes(width):
     """Dynamic shared memory ``bang_distances`` needs beside the table for a step of ``width``
     neighbour ids: the de-duplication set (:func:`hash_slots` ints) and one fresh flag per id."""
     return 4 * hash_slots(width) + -(-int(width) // 16) * 16
+
+
+#: the fused walk keeps a query's Bloom filter in its block's shared memory while the block's whole
+#: dynamic shared memory stays within this (three blocks per SM of 227 KB); past it the filter
+#: lives in global memory (L2), as in the step kernels. Beam 32, R = 32, m = 48: ~37 KB with it.
+WALK_BLOOM_SMEM_MAX = 64 * 1024
+_walk_fit = {}
+
+
+def walk_shared_bytes(*, L, W, R, s, tbytes, bloom_words):
+    """Dynamic shared memory of ``bang_walk``, in its layout's order: the PQ table (``tbytes``, 0
+    when it is read from global memory; 16-aligned), the Bloom filter (``bloom_words`` 32-bit
+    words, 0 when global), the work list and the merge's output (16 bytes per slot), the step's
+    ids with the new and the sorted new entries (20 bytes each of ``max(W R, s)``), the
+    de-duplication set, the two flag rows of the list and the fresh flags."""
+    cap = max(int(W) * int(R), int(s))
+    return (-(-int(tbytes) // 16) * 16 + 4 * int(bloom_words) + 16 * int(L) + 20 * cap + 4 * hash_slots(cap)
+            + 2 * int(L) + cap)
+
+
+def _walk_plan(*, L, W, R, s, tbytes, bloom_words, use_smem):
+    """``(table in shared memory, filter in shared memory, dynamic bytes)`` of ``bang_walk`` for
+    these sizes, or None when its list and scratch alone exceed the device's shared memory per
+    block (the step kernels walk then). Raises the kernel's opt-in limit to what the launch asks."""
+    import cupy as cp
+
+    key = (cp.cuda.Device().id, int(L), int(W), int(R), int(s), int(tbytes), int(bloom_words), bool(use_smem))
+    if key in _walk_fit:
+        return _walk_fit[key]
+    kern = _kernel("bang_walk")
+    static = int(kern.attributes.get("shared_size_bytes", 0))
+    optin = min(_SMEM_MAX, int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_STATIC)))
+    base = walk_shared_bytes(L=L, W=W, R=R, s=s, tbytes=0, bloom_words=0)
+    plan = None
+    if base + static <= optin:
+        t = int(tbytes) if use_smem and base + int(tbytes) + static <= optin else 0
+        t_bytes = -(-t // 16) * 16
+        b = int(bloom_words) if base + t_bytes + 4 * int(bloom_words) + static <= min(optin, WALK_BLOOM_SMEM_MAX) \
+            else 0
+        need = walk_shared_bytes(L=L, W=W, R=R, s=s, tbytes=t, bloom_words=b)
+        if need + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < need:
+            kern.max_dynamic_shared_size_bytes = need
+        plan = (t > 0, b > 0, need)
+    _walk_fit[key] = plan
+    return plan
 
 
 def hash_slots(width):
@@ -1150,9 +1238,12 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
         cp.cuda.Device().synchronize()
         phases["setup"] = time.perf_counter() - t_start
     t_setup = time.perf_counter() - t_start
+    fused = mapped and all(b.fused for b in batches)
     for s0, b in zip(starts, batches):  # iteration 0: the seeds are the first "neighbour list"
         b.q0 = s0
-        if mapped:
+        if fused:
+            b.walk_fused()  # the whole walk
+        elif mapped:
             b.step_mapped(first=True)
         else:
             b.step(first=True)
@@ -1164,7 +1255,13 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     data_bits = bits_view(data)  # float16 rows travel as their bits (Numba has no float16)
     active = [] if mapped else list(batches)
     t_loop = time.perf_counter()
-    if mapped:
+    if fused:  # each batch's re-rank queued behind its walk: no host wait until the results
+        t0 = time.perf_counter()
+        for b in batches:
+            b.done = True
+            _finish(engine, cp, b, Q[b.q0:b.q0 + b.nq], k, rr, mode, Xdev, prof)
+        t_finish = time.perf_counter() - t0
+    elif mapped:
         t_wait, t_launch, t_finish, n_sync = _walk_mapped(engine, cp, Q, k, batches, rr, mode, Xdev, prof, n_sync)
     while active:
         # serve a batch whose candidates have arrived, else wait for the one served longest ago
@@ -1241,7 +1338,8 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     _stats.clear()
     _stats.update(total_s=t_end - t_start, walk_s=t_loop_end - t_start, setup_s=t_setup, loop_s=t_loop_end - t_loop,
                   rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
-                  host_finish_s=t_finish, iterations=max(b.iters for b in batches), batches=len(batches),
+                  host_finish_s=t_finish, batches=len(batches), fused_walk=fused,
+                  iterations=(max(int(b.n_new.max()) for b in batches) if fused else max(b.iters for b in batches)),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
                   legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,
                   mapped_memory=engine._bang_mapped["memory"] if mapped else None,

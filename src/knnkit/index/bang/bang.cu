@@ -585,3 +585,176 @@ extern "C" __global__ void bang_rerank_select(const float* __restrict__ dist, co
         I[q * k + j] = id;
     }
 }
+
+// ---------------------------------------------------------------------------- fused mapped walk
+// The whole walk of a query in one launch (mapped access only; not in BANG, whose host gathers
+// each iteration's rows, 4.3 / 4.6). One block per query loops over the steps that
+// bang_gather_graph -> bang_distances -> bang_merge take one launch each: it reads its candidates'
+// graph rows over PCIe from the mapped host graph, tests them against its Bloom filter (4.4, the
+// same order-independent test-then-mark), scores the fresh ones from its PQ table (4.5; loaded into
+// shared memory once per query, not once per step), merges them into its work list (4.7-4.8; the
+// list stays in shared memory) and chooses its next W candidates (no prefetch: nothing leaves the
+// GPU between steps, and the choice equals the merge's). A query that finishes frees its block for
+// the next one, where the step-per-launch walk ran every step until the slowest query of the batch
+// was done; and no host look at a live count is needed. Same arithmetic in the same order as the
+// three kernels, hence the same logs bit for bit (the GPU tests compare).
+// Shared memory (host: _search_gpu.walk_shared_bytes, same order): [table if use_smem, 16-aligned]
+// [Bloom words if bloom_smem] [wl_d, wl_ids, od, oi: L each] [nbrs, rd, ri, sd, si: cap each]
+// [hash: hslots] [wl_x, ox: L each] [fresh: cap], cap = max(W R, s).
+extern "C" __global__ void bang_walk(
+    const int* __restrict__ graph, int R, const int* __restrict__ seeds, int s,
+    const unsigned char* __restrict__ codes, int m, const void* __restrict__ tables, int ksub, int bf16,
+    int use_smem, unsigned* __restrict__ bloom, int bloom_words, int bloom_smem, int hslots, int L, int W,
+    int max_iters, int* __restrict__ log_ids, float* __restrict__ log_d, int* __restrict__ n_exp,
+    int* __restrict__ steps, int GS, int nq) {
+    extern __shared__ __align__(16) unsigned char s_mem[];
+    __shared__ int s_cnt, s_nc, s_npos;
+    __shared__ int s_pos[BANG_MAX_W];
+    __shared__ int s_cand[BANG_MAX_W];
+    const int q = blockIdx.x;
+    if (q >= nq) return;
+    const int cap = max(W * R, s);
+    const int esz = bf16 ? 2 : 4;
+    size_t off = 0;
+    unsigned char* s_tab = s_mem;
+    if (use_smem) off += ((size_t)m * ksub * esz + 15) & ~(size_t)15;
+    unsigned* words = bloom_smem ? reinterpret_cast<unsigned*>(s_mem + off) : bloom + (size_t)q * bloom_words;
+    if (bloom_smem) off += (size_t)bloom_words * 4;
+    float* wl_d = reinterpret_cast<float*>(s_mem + off); off += (size_t)L * 4;
+    int* wl_ids = reinterpret_cast<int*>(s_mem + off); off += (size_t)L * 4;
+    float* od = reinterpret_cast<float*>(s_mem + off); off += (size_t)L * 4;
+    int* oi = reinterpret_cast<int*>(s_mem + off); off += (size_t)L * 4;
+    int* nbrs = reinterpret_cast<int*>(s_mem + off); off += (size_t)cap * 4;
+    float* rd = reinterpret_cast<float*>(s_mem + off); off += (size_t)cap * 4;
+    int* ri = reinterpret_cast<int*>(s_mem + off); off += (size_t)cap * 4;
+    float* sd = reinterpret_cast<float*>(s_mem + off); off += (size_t)cap * 4;
+    int* si = reinterpret_cast<int*>(s_mem + off); off += (size_t)cap * 4;
+    int* hash = reinterpret_cast<int*>(s_mem + off); off += (size_t)hslots * 4;
+    unsigned char* wl_x = s_mem + off; off += L;
+    unsigned char* ox = s_mem + off; off += L;
+    unsigned char* fresh = s_mem + off;
+
+    // the query's PQ table, once (4.2): 16-byte loads where aligned
+    const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
+    if (use_smem) {
+        const int nbytes = m * ksub * esz;
+        if ((nbytes & 15) == 0 && (reinterpret_cast<size_t>(T) & 15) == 0) {
+            const float4* T4 = reinterpret_cast<const float4*>(T);
+            float4* S4 = reinterpret_cast<float4*>(s_tab);
+            for (int i = threadIdx.x; i < (nbytes >> 4); i += blockDim.x) S4[i] = __ldg(T4 + i);
+        } else {
+            for (int i = threadIdx.x; i < nbytes; i += blockDim.x) s_tab[i] = T[i];
+        }
+        T = s_tab;
+    }
+    const float* Tf = reinterpret_cast<const float*>(T);
+    const unsigned short* Th = reinterpret_cast<const unsigned short*>(T);
+    if (bloom_smem)
+        for (int i = threadIdx.x; i < bloom_words; i += blockDim.x) words[i] = 0u;
+    for (int i = threadIdx.x; i < L; i += blockDim.x) { wl_ids[i] = -1; wl_d[i] = BANG_INF; wl_x[i] = 0; }
+    for (int j = threadIdx.x; j < s; j += blockDim.x) nbrs[j] = seeds[(size_t)q * s + j];
+    int width = s;  // step 0: the seeds are the "neighbour row"
+    int ne = 0;     // expansions logged (thread 0's count)
+    int step = 0;
+    const unsigned wmask = (unsigned)(bloom_words - 1);
+    const int lane = threadIdx.x % GS;
+    const int groups = blockDim.x / GS;
+    for (;;) {
+        __syncthreads();  // nbrs (and on entry the table, filter, list) written
+        int has = 0;
+        for (int j = threadIdx.x; j < width && !has; j += blockDim.x) has = nbrs[j] >= 0;
+        has = __syncthreads_or(has);
+        if (threadIdx.x == 0) s_cnt = 0;
+        if (has) {  // --- distances (bang_distances without prefetch)
+            for (int i = threadIdx.x; i < hslots; i += blockDim.x) hash[i] = -1;
+            __syncthreads();
+            for (int j = threadIdx.x; j < width; j += blockDim.x) {
+                const int node = nbrs[j];
+                fresh[j] = (node >= 0 && !bang::bloom_contains(words, wmask, node) &&
+                            bang::hash_claim(hash, (unsigned)(hslots - 1), node)) ? 1 : 0;
+            }
+            __syncthreads();
+            const float worst_d = wl_ids[L - 1] >= 0 ? wl_d[L - 1] : BANG_INF;
+            const int worst_i = wl_ids[L - 1];
+            for (int base = 0; base < width; base += groups) {
+                const int j = base + threadIdx.x / GS;
+                const int node = j < width ? nbrs[j] : -1;
+                int f = 0;
+                if (lane == 0 && j < width && fresh[j]) {
+                    bang::bloom_set(words, wmask, node);
+                    f = 1;
+                }
+                f = __shfl_sync(0xffffffffu, f, 0, GS);
+                float acc = 0.f;
+                if (f) {
+                    const unsigned char* row = codes + (size_t)node * m;
+                    if (bf16) {
+                        for (int t = lane; t < m; t += GS) acc += __uint_as_float((unsigned)Th[t * ksub + row[t]] << 16);
+                    } else {
+                        for (int t = lane; t < m; t += GS) acc += Tf[t * ksub + row[t]];
+                    }
+                }
+                for (int o = GS / 2; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o, GS);
+                if (lane == 0 && f && bang::key_less(acc, node, worst_d, worst_i)) {
+                    const int p = atomicAdd(&s_cnt, 1);
+                    rd[p] = acc;
+                    ri[p] = node;
+                }
+            }
+        }
+        __syncthreads();
+        const int cnt = s_cnt;
+        if (cnt > 0) {  // --- merge (bang_merge): rank-sort the new entries, place both lists
+            for (int t = threadIdx.x; t < cnt; t += blockDim.x) {
+                const float d = rd[t];
+                const int id = ri[t];
+                int r = 0;
+                for (int u = 0; u < cnt; ++u) r += bang::key_less(rd[u], ri[u], d, id) ? 1 : 0;
+                sd[r] = d; si[r] = id;
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < L; i += blockDim.x) {
+                const float d = wl_d[i];
+                const int id = wl_ids[i];
+                int lo = 0, hi = cnt;
+                while (lo < hi) { const int mid = (lo + hi) >> 1; if (bang::key_less(sd[mid], si[mid], d, id)) lo = mid + 1; else hi = mid; }
+                const int pos = i + lo;
+                if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = wl_x[i]; }
+            }
+            for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+                const float d = sd[j];
+                const int id = si[j];
+                int lo = 0, hi = L;
+                while (lo < hi) { const int mid = (lo + hi) >> 1; if (bang::key_less(wl_d[mid], wl_ids[mid], d, id)) lo = mid + 1; else hi = mid; }
+                const int pos = j + lo;
+                if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = 0; }
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < L; i += blockDim.x) { wl_d[i] = od[i]; wl_ids[i] = oi[i]; wl_x[i] = ox[i]; }
+            __syncthreads();
+        }
+        // --- the next W candidates: the first W unexpanded entries (logged as expansions)
+        bang::first_unexpanded(wl_ids, wl_x, L, W, s_pos, &s_npos);
+        if (threadIdx.x == 0) {
+            int c = 0;
+            for (; c < s_npos && ne < max_iters; ++c, ++ne) {
+                const int p = s_pos[c];
+                wl_x[p] = 1;
+                bang::log_expansion(q, ne, wl_ids[p], wl_d[p], log_ids, log_d, max_iters);
+                s_cand[c] = wl_ids[p];
+            }
+            s_nc = c;
+        }
+        ++step;
+        __syncthreads();
+        const int nc = s_nc;
+        if (nc == 0) break;
+        // --- their graph rows, read over PCIe from the mapped host graph (bang_gather_graph)
+        width = nc * R;
+        for (int j = threadIdx.x; j < width; j += blockDim.x) {
+            const int c = j / R;
+            nbrs[j] = graph[(long long)s_cand[c] * R + (j - c * R)];
+        }
+    }
+    if (threadIdx.x == 0) { n_exp[q] = ne; steps[q] = step; }
+}
