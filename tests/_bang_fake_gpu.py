@@ -285,7 +285,7 @@ def _gather_graph(cand, nrows, graph, R, nbrs):
     out[...] = np.where((c >= 0)[:, None], graph[np.maximum(c, 0)], -1)
 
 
-def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, bloom, bloom_words, bloom_smem, hslots, L, W,
+def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, stage, bloom, bloom_words, bloom_smem, hslots, L, W,
           max_iters, log_ids, log_d, n_exp, steps, GS, nq):
     """``bang_walk``: per query, the steps of the step kernels (distances without prefetch, merge
     with the choice, the candidates' graph rows) until no candidate is left."""

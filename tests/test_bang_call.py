@@ -390,6 +390,26 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, sm
     np.testing.assert_array_equal(dm3, dg)
 
 
+def test_walk_plan_shared_memory(monkeypatch):
+    """``bang_walk``'s shared memory: table, staged code rows and Bloom filter in turn while they fit
+    their limits; None (the step kernels) when the list and scratch alone do not fit."""
+    install(monkeypatch)
+    size = dict(L=32, W=4, R=32, s=8, m=48)
+    base = sg.walk_shared_bytes(**size, tbytes=0, stage=False, bloom_words=0)
+    assert base == 16 * 32 + 24 * 128 + 4 * 256 + 2 * 32
+    assert sg.walk_shared_bytes(**size, tbytes=24576, stage=True, bloom_words=2048) == base + 24576 + 128 * 48 + 8192
+    t, stage, b, need = sg._walk_plan(**size, tbytes=24576, bloom_words=2048, use_smem=True)
+    assert t and stage and b and need == base + 24576 + 6144 + 8192
+    monkeypatch.setattr(sg, "WALK_BLOOM_SMEM_MAX", 32 * 1024)
+    monkeypatch.setattr(sg, "_walk_fit", {})
+    assert sg._walk_plan(**size, tbytes=24576, bloom_words=2048, use_smem=True)[1:3] == (True, False)
+    monkeypatch.setattr(sg, "WALK_STAGE_SMEM_MAX", 16 * 1024)
+    monkeypatch.setattr(sg, "_walk_fit", {})  # decided once per sizes: the limits are constants
+    assert sg._walk_plan(**size, tbytes=24576, bloom_words=2048, use_smem=True)[:3] == (True, False, False)
+    assert sg._walk_plan(**size, tbytes=24576, bloom_words=2048, use_smem=False)[:3] == (False, True, True)
+    assert sg._walk_plan(L=32, W=64, R=1024, s=8, m=48, tbytes=24576, bloom_words=2048, use_smem=True) is None
+
+
 def test_fake_gpu_mapped_unavailable_falls_back(small, monkeypatch, caplog):
     index, Q = small
     dg, ig = _fake_search(monkeypatch, index, Q)
@@ -537,6 +557,40 @@ def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
             assert st["rerank_mode"] == ("device" if budget == "auto" else "mapped")
             np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str(kw))
             np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str(kw))
+    finally:
+        sg.configure(**old)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage_max,bloom_max,bits", [(None, None, 16), (0, 0, 16), (None, 0, 16), (0, None, 16),
+                                                      (None, None, 32)])
+def test_gpu_fused_walk_plans_bitwise(stage_max, bloom_max, bits, gpu_index, monkeypatch):
+    """Every shared-memory plan of ``bang_walk`` (code rows staged or read from global memory, the
+    Bloom filter in shared or global memory, bfloat16 or float32 tables): the host gather's ids and
+    distances bit for bit, W = 1, 4 and 8."""
+    from knnkit.index.bang import _pq
+
+    index, Q = gpu_index
+    if stage_max is not None:
+        monkeypatch.setattr(sg, "WALK_STAGE_SMEM_MAX", stage_max)
+    if bloom_max is not None:
+        monkeypatch.setattr(sg, "WALK_BLOOM_SMEM_MAX", bloom_max)
+    monkeypatch.setattr(sg, "_walk_fit", {})
+    monkeypatch.setattr(_pq, "TABLE_BITS", bits)
+    old = sg.configure()
+    try:
+        for W in (1, 4, 8):
+            sp = knnkit.index.SearchParams(search_width=W)
+            sg.configure(access="gather")
+            dg, ig = index.search(Q, k=10, beam=48, params=sp)
+            sg.configure(access="mapped", fused_walk=True)
+            dm, im = index.search(Q, k=10, beam=48, params=sp)
+            st = sg.last_stats()
+            assert st["fused_walk"], st
+            plan = st["walk_plan"]
+            assert plan["codes_staged"] is (stage_max != 0) and plan["bloom_smem"] is (bloom_max != 0), plan
+            np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str((W, plan)))
+            np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str((W, plan)))
     finally:
         sg.configure(**old)
 

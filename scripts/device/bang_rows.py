@@ -13,10 +13,10 @@ for line in open(sys.argv[1]):
     except json.JSONDecodeError:
         continue
     if "busy" in r:
-        print("  busy", r["busy"], r["beam"], "kernel_frac", round(r["kernel_frac"], 3), "busy_frac",
+        print("  busy", r["busy"], r["beam"], "pb", r.get("pipeline_batches"), "kernel_frac", round(r["kernel_frac"], 3), "busy_frac",
               round(r["busy_frac"], 3))
     elif r.get("method") == "knnkit-host":
-        print(r["path"], "L", r["beam"], round(r["recall"], 4), round(r["qps"]), r.get("access"), r.get("mapped_memory"),
+        print(r["path"], "L", r["beam"], "pb", r.get("pipeline_batches"), round(r["recall"], 4), round(r["qps"]), r.get("access"), r.get("mapped_memory"),
               "walk_ms", round(1e3 * r["walk_s"], 2), "rerank_ms", round(1e3 * r["rerank_s"], 2), "calls",
               r.get("calls"), "free_gb", round(r.get("gpu_free_bytes", 0) / 1e9, 2))
     elif "method" in r:

@@ -682,7 +682,7 @@ class _Batch:
         # the fused walk (mapped only): one launch per batch, its list and scratch in shared memory
         plan = None
         if self.mapped and _cfg["fused_walk"]:
-            plan = _walk_plan(L=L, W=W, R=R, s=self.s, tbytes=m * ksub * self.T.dtype.itemsize,
+            plan = _walk_plan(L=L, W=W, R=R, s=self.s, m=m, tbytes=m * ksub * self.T.dtype.itemsize,
                               bloom_words=self.bloom_words, use_smem=use_smem)
         self.fused = plan is not None
         with self.stream:
@@ -696,7 +696,7 @@ class _Batch:
                 self.n_new.fill(0)
                 self.cand.fill(-1)
                 self.n_exp.fill(0)
-            if not (self.fused and plan[1]):  # a filter in shared memory is zeroed by its block
+            if not (self.fused and plan[2]):  # a filter in shared memory is zeroed by its block
                 self.bloom.fill(0)
             self.log_ids.fill(-1)
             self.log_d.fill(np.inf)
@@ -735,11 +735,12 @@ class _Batch:
         self.grid, self.block = (nq,), (_NT,)
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
         if self.fused:
-            t_smem, b_smem, self.smem_walk = plan
-            self.bloom_smem = b_smem
+            t_smem, stage, b_smem, self.smem_walk = plan
+            self.walk_plan = dict(table_smem=t_smem, codes_staged=stage, bloom_smem=b_smem, shared_bytes=self.smem_walk)
             # steps per query into n_new (unused by the fused walk)
             self.args_walk = (graph_dev, i32(R), self.seeds, i32(self.s), codes, i32(m), self.T, i32(ksub),
-                              i32(1 if bf16 else 0), i32(1 if t_smem else 0), self.bloom, i32(self.bloom_words),
+                              i32(1 if bf16 else 0), i32(1 if t_smem else 0), i32(1 if stage else 0), self.bloom,
+                              i32(self.bloom_words),
                               i32(1 if b_smem else 0), i32(hash_slots(self.new_cap)), i32(L), i32(W),
                               i32(max_iters), self.log_ids, self.log_d, self.n_exp, self.n_new, i32(GS), i32(nq))
         if self.mapped:
@@ -879,45 +880,52 @@ def step_shared_bytes(width):
 
 #: the fused walk keeps a query's Bloom filter in its block's shared memory while the block's whole
 #: dynamic shared memory stays within this (three blocks per SM of 227 KB); past it the filter
-#: lives in global memory (L2), as in the step kernels. Beam 32, R = 32, m = 48: ~37 KB with it.
+#: lives in global memory (L2), as in the step kernels. Beam 32, R = 32, m = 48: ~43 KB with it.
 WALK_BLOOM_SMEM_MAX = 64 * 1024
+#: ... and stages a step's fresh code rows in shared memory while it stays within this
+WALK_STAGE_SMEM_MAX = 96 * 1024
 _walk_fit = {}
 
 
-def walk_shared_bytes(*, L, W, R, s, tbytes, bloom_words):
+def walk_shared_bytes(*, L, W, R, s, m, tbytes, stage, bloom_words):
     """Dynamic shared memory of ``bang_walk``, in its layout's order: the PQ table (``tbytes``, 0
-    when it is read from global memory; 16-aligned), the Bloom filter (``bloom_words`` 32-bit
-    words, 0 when global), the work list and the merge's output (16 bytes per slot), the step's
-    ids with the new and the sorted new entries (20 bytes each of ``max(W R, s)``), the
-    de-duplication set, the two flag rows of the list and the fresh flags."""
+    when it is read from global memory; 16-aligned), a step's code rows (``stage``: ``m`` bytes
+    each of ``max(W R, s)``; 16-aligned), the Bloom filter (``bloom_words`` 32-bit words, 0 when
+    global), the work list and the merge's output (16 bytes per slot), the step's ids, new and
+    sorted entries and fresh ids (24 bytes each of ``max(W R, s)``), the de-duplication set and
+    the two flag rows of the list."""
     cap = max(int(W) * int(R), int(s))
-    return (-(-int(tbytes) // 16) * 16 + 4 * int(bloom_words) + 16 * int(L) + 20 * cap + 4 * hash_slots(cap)
-            + 2 * int(L) + cap)
+    return (-(-int(tbytes) // 16) * 16 + (-(-cap * int(m) // 16) * 16 if stage else 0) + 4 * int(bloom_words)
+            + 16 * int(L) + 24 * cap + 4 * hash_slots(cap) + 2 * int(L))
 
 
-def _walk_plan(*, L, W, R, s, tbytes, bloom_words, use_smem):
-    """``(table in shared memory, filter in shared memory, dynamic bytes)`` of ``bang_walk`` for
-    these sizes, or None when its list and scratch alone exceed the device's shared memory per
-    block (the step kernels walk then). Raises the kernel's opt-in limit to what the launch asks."""
+def _walk_plan(*, L, W, R, s, m, tbytes, bloom_words, use_smem):
+    """``(table in shared memory, code rows staged, filter in shared memory, dynamic bytes)`` of
+    ``bang_walk`` for these sizes, or None when its list and scratch alone exceed the device's
+    shared memory per block (the step kernels walk then). Raises the kernel's opt-in limit to what
+    the launch asks."""
     import cupy as cp
 
-    key = (cp.cuda.Device().id, int(L), int(W), int(R), int(s), int(tbytes), int(bloom_words), bool(use_smem))
+    key = (cp.cuda.Device().id, int(L), int(W), int(R), int(s), int(m), int(tbytes), int(bloom_words),
+           bool(use_smem))
     if key in _walk_fit:
         return _walk_fit[key]
     kern = _kernel("bang_walk")
     static = int(kern.attributes.get("shared_size_bytes", 0))
     optin = min(_SMEM_MAX, int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_STATIC)))
-    base = walk_shared_bytes(L=L, W=W, R=R, s=s, tbytes=0, bloom_words=0)
+    size = dict(L=L, W=W, R=R, s=s, m=m)
     plan = None
-    if base + static <= optin:
-        t = int(tbytes) if use_smem and base + int(tbytes) + static <= optin else 0
-        t_bytes = -(-t // 16) * 16
-        b = int(bloom_words) if base + t_bytes + 4 * int(bloom_words) + static <= min(optin, WALK_BLOOM_SMEM_MAX) \
-            else 0
-        need = walk_shared_bytes(L=L, W=W, R=R, s=s, tbytes=t, bloom_words=b)
+    if walk_shared_bytes(**size, tbytes=0, stage=False, bloom_words=0) + static <= optin:
+        t = int(tbytes) if use_smem and walk_shared_bytes(**size, tbytes=tbytes, stage=False, bloom_words=0) \
+            + static <= optin else 0
+        stage = walk_shared_bytes(**size, tbytes=t, stage=True, bloom_words=0) + static \
+            <= min(optin, WALK_STAGE_SMEM_MAX)
+        b = int(bloom_words) if walk_shared_bytes(**size, tbytes=t, stage=stage, bloom_words=bloom_words) \
+            + static <= min(optin, WALK_BLOOM_SMEM_MAX) else 0
+        need = walk_shared_bytes(**size, tbytes=t, stage=stage, bloom_words=b)
         if need + static > _SMEM_STATIC and kern.max_dynamic_shared_size_bytes < need:
             kern.max_dynamic_shared_size_bytes = need
-        plan = (t > 0, b > 0, need)
+        plan = (t > 0, stage, b > 0, need)
     _walk_fit[key] = plan
     return plan
 
@@ -1339,6 +1347,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     _stats.update(total_s=t_end - t_start, walk_s=t_loop_end - t_start, setup_s=t_setup, loop_s=t_loop_end - t_loop,
                   rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
                   host_finish_s=t_finish, batches=len(batches), fused_walk=fused,
+                  walk_plan=batches[0].walk_plan if fused else None,
                   iterations=(max(int(b.n_new.max()) for b in batches) if fused else max(b.iters for b in batches)),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
                   legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,

@@ -598,17 +598,22 @@ extern "C" __global__ void bang_rerank_select(const float* __restrict__ dist, co
 // the next one, where the step-per-launch walk ran every step until the slowest query of the batch
 // was done; and no host look at a live count is needed. Same arithmetic in the same order as the
 // three kernels, hence the same logs bit for bit (the GPU tests compare).
+// A step's fresh neighbours are compacted first and, with `stage`, their code rows loaded into
+// shared memory at once (16-byte loads where aligned): each group of GS lanes then scores a node
+// from shared memory, where reading its row from global memory inside the scoring loop put one
+// memory latency per group of nodes in series (16 of them a step at W R = 128, GS = 16).
 // Shared memory (host: _search_gpu.walk_shared_bytes, same order): [table if use_smem, 16-aligned]
-// [Bloom words if bloom_smem] [wl_d, wl_ids, od, oi: L each] [nbrs, rd, ri, sd, si: cap each]
-// [hash: hslots] [wl_x, ox: L each] [fresh: cap], cap = max(W R, s).
+// [code rows if stage: cap m, 16-aligned] [Bloom words if bloom_smem] [wl_d, wl_ids, od, oi: L
+// each] [nbrs, rd, ri, sd, si, fids: cap each] [hash: hslots] [wl_x, ox: L each],
+// cap = max(W R, s).
 extern "C" __global__ void bang_walk(
     const int* __restrict__ graph, int R, const int* __restrict__ seeds, int s,
     const unsigned char* __restrict__ codes, int m, const void* __restrict__ tables, int ksub, int bf16,
-    int use_smem, unsigned* __restrict__ bloom, int bloom_words, int bloom_smem, int hslots, int L, int W,
+    int use_smem, int stage, unsigned* __restrict__ bloom, int bloom_words, int bloom_smem, int hslots, int L, int W,
     int max_iters, int* __restrict__ log_ids, float* __restrict__ log_d, int* __restrict__ n_exp,
     int* __restrict__ steps, int GS, int nq) {
     extern __shared__ __align__(16) unsigned char s_mem[];
-    __shared__ int s_cnt, s_nc, s_npos;
+    __shared__ int s_cnt, s_nc, s_npos, s_nf;
     __shared__ int s_pos[BANG_MAX_W];
     __shared__ int s_cand[BANG_MAX_W];
     const int q = blockIdx.x;
@@ -618,6 +623,8 @@ extern "C" __global__ void bang_walk(
     size_t off = 0;
     unsigned char* s_tab = s_mem;
     if (use_smem) off += ((size_t)m * ksub * esz + 15) & ~(size_t)15;
+    unsigned char* s_codes = s_mem + off;
+    if (stage) off += ((size_t)cap * m + 15) & ~(size_t)15;
     unsigned* words = bloom_smem ? reinterpret_cast<unsigned*>(s_mem + off) : bloom + (size_t)q * bloom_words;
     if (bloom_smem) off += (size_t)bloom_words * 4;
     float* wl_d = reinterpret_cast<float*>(s_mem + off); off += (size_t)L * 4;
@@ -629,10 +636,12 @@ extern "C" __global__ void bang_walk(
     int* ri = reinterpret_cast<int*>(s_mem + off); off += (size_t)cap * 4;
     float* sd = reinterpret_cast<float*>(s_mem + off); off += (size_t)cap * 4;
     int* si = reinterpret_cast<int*>(s_mem + off); off += (size_t)cap * 4;
+    int* fids = reinterpret_cast<int*>(s_mem + off); off += (size_t)cap * 4;
     int* hash = reinterpret_cast<int*>(s_mem + off); off += (size_t)hslots * 4;
     unsigned char* wl_x = s_mem + off; off += L;
-    unsigned char* ox = s_mem + off; off += L;
-    unsigned char* fresh = s_mem + off;
+    unsigned char* ox = s_mem + off;
+    // code rows: 16-byte copies when every row starts 16-aligned, else 4 or 1
+    const int cword = ((m & 15) == 0 && (reinterpret_cast<size_t>(codes) & 15) == 0) ? 16 : ((m & 3) == 0 ? 4 : 1);
 
     // the query's PQ table, once (4.2): 16-byte loads where aligned
     const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
@@ -667,27 +676,43 @@ extern "C" __global__ void bang_walk(
         if (threadIdx.x == 0) s_cnt = 0;
         if (has) {  // --- distances (bang_distances without prefetch)
             for (int i = threadIdx.x; i < hslots; i += blockDim.x) hash[i] = -1;
+            if (threadIdx.x == 0) s_nf = 0;
             __syncthreads();
+            // fresh = not in the filter as it was before this step, once per id (any order: the
+            // new entries are rank-sorted by the merge)
             for (int j = threadIdx.x; j < width; j += blockDim.x) {
                 const int node = nbrs[j];
-                fresh[j] = (node >= 0 && !bang::bloom_contains(words, wmask, node) &&
-                            bang::hash_claim(hash, (unsigned)(hslots - 1), node)) ? 1 : 0;
+                if (node >= 0 && !bang::bloom_contains(words, wmask, node) &&
+                    bang::hash_claim(hash, (unsigned)(hslots - 1), node))
+                    fids[atomicAdd(&s_nf, 1)] = node;
             }
             __syncthreads();
+            const int nf = s_nf;
+            for (int i = threadIdx.x; i < nf; i += blockDim.x) bang::bloom_set(words, wmask, fids[i]);
+            if (stage) {
+                const int wpr = m / cword;
+                for (int t = threadIdx.x; t < nf * wpr; t += blockDim.x) {
+                    const int r = t / wpr, w = t - r * wpr;
+                    const size_t src = (size_t)fids[r] * m;
+                    if (cword == 16) {
+                        reinterpret_cast<uint4*>(s_codes + (size_t)r * m)[w] = __ldg(reinterpret_cast<const uint4*>(codes + src) + w);
+                    } else if (cword == 4) {
+                        reinterpret_cast<unsigned*>(s_codes + (size_t)r * m)[w] = __ldg(reinterpret_cast<const unsigned*>(codes + src) + w);
+                    } else {
+                        s_codes[(size_t)r * m + w] = codes[src + w];
+                    }
+                }
+                __syncthreads();
+            }
             const float worst_d = wl_ids[L - 1] >= 0 ? wl_d[L - 1] : BANG_INF;
             const int worst_i = wl_ids[L - 1];
-            for (int base = 0; base < width; base += groups) {
+            for (int base = 0; base < nf; base += groups) {  // uniform trip count across the block
                 const int j = base + threadIdx.x / GS;
-                const int node = j < width ? nbrs[j] : -1;
-                int f = 0;
-                if (lane == 0 && j < width && fresh[j]) {
-                    bang::bloom_set(words, wmask, node);
-                    f = 1;
-                }
-                f = __shfl_sync(0xffffffffu, f, 0, GS);
+                const bool f = j < nf;
+                const int node = f ? fids[j] : -1;
                 float acc = 0.f;
                 if (f) {
-                    const unsigned char* row = codes + (size_t)node * m;
+                    const unsigned char* row = stage ? s_codes + (size_t)j * m : codes + (size_t)node * m;
                     if (bf16) {
                         for (int t = lane; t < m; t += GS) acc += __uint_as_float((unsigned)Th[t * ksub + row[t]] << 16);
                     } else {
