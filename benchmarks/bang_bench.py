@@ -156,8 +156,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned, -steps, -together (module docstring), "
-                         "e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned, -steps, -together (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--cprofile", action="store_true",
                     help="a call per configuration under cProfile: the host's time per Python function (top 30)")
