@@ -29,9 +29,7 @@ no round trip per step; the mapping is the first call's, ``mapped_managed_s`` or
 in the stages), in managed memory where the device has it, or with ``-pinned`` page-locked in place
 (``configure(mapped_memory="pinned")``, the only kind before the thirty-eighth session), and with
 ``-steps`` walked one launch per kernel per step (``configure(fused_walk=False)``, the mapped walk
-before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, and with
-``-together`` the batches' fused walks launched at once (``configure(walk_in_turn=False)``) instead
-of one after the other. Every
+before the thirty-ninth session) instead of one ``bang_walk`` launch per batch. Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -123,7 +121,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "together"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps"}
 
 
 def main():
@@ -156,7 +154,7 @@ def main():
                     help="memory budget during the build (small: candidate lists out of core)")
     ap.add_argument("--paths", default="new",
                     help="GPU search paths to sweep: legacy or new, each followed by any of the flags -onecall, "
-                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned, -steps, -together (module docstring), e.g. new-onecall-host")
+                         "-host, -gpuvec, -cupy, -f32, -gemm, -mapped, -pinned, -steps (module docstring), e.g. new-onecall-host")
     ap.add_argument("--profile", action="store_true", help="a profiled call per configuration (phases)")
     ap.add_argument("--cprofile", action="store_true",
                     help="a call per configuration under cProfile: the host's time per Python function (top 30)")
@@ -250,7 +248,7 @@ def main():
             for prefetch in prefetches:
                 for rr in reranks:
                     for path in paths:
-                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps -together
+                        # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -262,7 +260,7 @@ def main():
                                               rerank_kernels="cupy" not in flags,
                                               access="mapped" if "mapped" in flags else "gather",
                                               mapped_memory="pinned" if "pinned" in flags else "auto",
-                                              fused_walk="steps" not in flags, walk_in_turn="together" not in flags)
+                                              fused_walk="steps" not in flags)
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call

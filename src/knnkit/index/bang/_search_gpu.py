@@ -81,7 +81,6 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
         "mapped_memory": os.environ.get("KNNKIT_BANG_MAPPED_MEMORY", "auto").strip() or "auto",
         "fused_walk": os.environ.get("KNNKIT_BANG_FUSED_WALK", "1").strip() not in ("0", "false", "no"),
-        "walk_in_turn": os.environ.get("KNNKIT_BANG_WALK_IN_TURN", "1").strip() not in ("0", "false", "no"),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -94,7 +93,7 @@ MAPPED_MEMORY_KINDS = ("auto", "managed", "pinned")
 
 
 def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              mapped_memory=None, fused_walk=None, walk_in_turn=None):
+              mapped_memory=None, fused_walk=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -148,12 +147,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         launch per kernel per step (``bang_gather_graph`` -> ``bang_distances`` -> ``bang_merge``,
         in chunks of ``mapped_chunk``). Same results bit for bit. Environment:
         ``KNNKIT_BANG_FUSED_WALK=0``.
-    walk_in_turn : bool
-        With ``fused_walk``: each batch's walk starts when the previous batch's walk has ended
-        (default), so that batch's re-rank, which waits on the PCIe link for its rows, runs beside
-        the next walk, which needs the SMs; False: every batch's walk is launched at once (they
-        share the SMs and finish together, and the re-ranks then run with nothing beside them).
-        Environment: ``KNNKIT_BANG_WALK_IN_TURN=0``.
     mapped_chunk : int
         "mapped" without ``fused_walk``: walk steps queued between two looks of the host at whether
         a batch has finished (one chunk is always queued ahead, so up to two chunks of steps run
@@ -181,8 +174,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         _cfg["mapped_memory"] = mapped_memory
     if fused_walk is not None:
         _cfg["fused_walk"] = bool(fused_walk)
-    if walk_in_turn is not None:
-        _cfg["walk_in_turn"] = bool(walk_in_turn)
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
@@ -1256,15 +1247,10 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
         phases["setup"] = time.perf_counter() - t_start
     t_setup = time.perf_counter() - t_start
     fused = mapped and all(b.fused for b in batches)
-    in_turn = fused and _cfg["walk_in_turn"]
-    for j, (s0, b) in enumerate(zip(starts, batches)):  # iteration 0: the seeds are the first "neighbour list"
+    for s0, b in zip(starts, batches):  # iteration 0: the seeds are the first "neighbour list"
         b.q0 = s0
         if fused:
-            if in_turn and j:  # after the previous batch's walk: its re-rank runs beside this walk
-                b.stream.wait_event(batches[j - 1].event)
             b.walk_fused()  # the whole walk
-            if in_turn:
-                b.event.record(b.stream)
         elif mapped:
             b.step_mapped(first=True)
         else:
@@ -1360,7 +1346,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     _stats.clear()
     _stats.update(total_s=t_end - t_start, walk_s=t_loop_end - t_start, setup_s=t_setup, loop_s=t_loop_end - t_loop,
                   rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
-                  host_finish_s=t_finish, batches=len(batches), fused_walk=fused, walk_in_turn=in_turn,
+                  host_finish_s=t_finish, batches=len(batches), fused_walk=fused,
                   walk_plan=batches[0].walk_plan if fused else None,
                   iterations=(max(int(b.n_new.max()) for b in batches) if fused else max(b.iters for b in batches)),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
