@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Thirty-ninth session, fifth call (nvidia-h200; issue 16; ran at tree c44462f, whose -together flag was reverted after it): the
+# Thirty-ninth session, fifth call (nvidia-h200; issue 16; tree c44462f, its -together flag reverted
+# after this call): the batches' fused walks one after the
 # other (each batch's re-rank beside the next walk) against all at once, 3M x 96, two and four
 # pipelined batches, one call and under the budget; the fused GPU tests first.
 . scripts/device/common.sh
