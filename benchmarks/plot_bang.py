@@ -23,6 +23,9 @@ PATH_NAMES = {
     "new-onecall-mapped-pinned": ("mapped (page-locked), one call", "tab:purple"),
     "new": ("host gather, under the budget", "tab:green"),
     "new-mapped": ("mapped (managed), under the budget", "tab:red"),
+    # the mapped walk by steps (one launch per kernel per step; before the fused bang_walk)
+    "new-onecall-mapped-steps": ("mapped by steps, one call", "tab:olive"),
+    "new-mapped-steps": ("mapped by steps, under the budget", "tab:brown"),
 }
 
 

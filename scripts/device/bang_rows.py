@@ -6,6 +6,8 @@ import json
 import sys
 
 for line in open(sys.argv[1]):
+    if '{"' in line and not line.startswith("{"):  # a row printed behind a progress bar's last line
+        line = line[line.index('{"'):]
     if not line.startswith("{"):
         continue
     try:
