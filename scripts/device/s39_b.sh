@@ -14,11 +14,4 @@ KNNKIT_PROGRESS=0 timeout 300 $py benchmarks/bang_bench.py --n 3000000 --d 96 --
 echo "bench rc=$? $(( $(date +%s) - t0 )) s"; summ "$out/bang_3m.log" | tee "$out/summary_3m.txt"
 KNNKIT_PROGRESS=0 timeout 200 $py benchmarks/bang_bench.py --n 3000000 --d 96 --beams 32,64 --widths 4 --prefetch on \
   --rerank on --paths new-onecall-mapped,new-onecall-mapped-steps --no-cuvs --profile --out "$out/prof.json" > "$out/prof.log" 2>&1
-python3 - "$out/prof.json" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["rows"]:
-    if "gpu_s" in r:
-        print(r["path"], r["beam"], round(r["qps"]), {k: round(v * 1e3, 2) for k, v in r["gpu_s"].items()},
-              {k: round(v * 1e3, 2) for k, v in r.get("phases", {}).items()}, "iters", r["iterations"],
-              "exp", round(r["expansions_mean"], 1), r.get("walk_plan"))
-PY
+python3 scripts/device/bang_prof.py "$out/prof.json"
