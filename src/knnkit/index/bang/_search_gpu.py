@@ -116,8 +116,9 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         How a walk step reaches the host graph. "gather" (BANG 4.3 / 4.6): the candidates go to the
         host, host threads gather their rows, the rows come back. "mapped": the graph and vectors
         are mapped into the GPU's address space once per index (``mapped_memory``) and the
-        kernels read the rows over PCIe themselves (``bang_gather_graph``): no host round trip per
-        step, and the re-rank reads its rows the same way. Same results. "auto" (default): mapped
+        kernels read the rows over PCIe themselves (``bang_walk``, or ``bang_gather_graph`` by
+        steps: ``fused_walk``): no host round trip per step, and the re-rank reads its rows the
+        same way. Same results. "auto" (default): mapped
         when graph and vectors take at most :data:`MAPPED_MAX_HOST_FRACTION` of the host's memory
         and, in managed memory (a copy), at most :data:`MAPPED_MANAGED_AVAILABLE_FRACTION` of its
         available memory, or, in page-locked memory, at most :data:`MAPPED_MAX_BYTES` (the GPU's
