@@ -307,7 +307,8 @@ def test_configure_round_trip():
     try:
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
-                           "mapped_chunk": old["mapped_chunk"], "mapped_memory": old["mapped_memory"]}
+                           "mapped_chunk": old["mapped_chunk"], "mapped_memory": old["mapped_memory"],
+                           "fused_walk": old["fused_walk"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -317,6 +318,11 @@ def test_configure_round_trip():
         for bad in (0, 2.0, True, "4"):
             with pytest.raises(ValueError, match="mapped_chunk"):
                 sg.configure(mapped_chunk=bad)
+        for bad in (0, 1, "yes"):
+            with pytest.raises(ValueError, match="fused_walk"):
+                sg.configure(fused_walk=bad)
+        sg.configure(fused_walk=False)
+        assert sg._cfg["fused_walk"] is False
     finally:
         sg.configure(**old)
     assert sg._cfg == old

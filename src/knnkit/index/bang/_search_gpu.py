@@ -174,6 +174,8 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
             raise ValueError(f"mapped_memory must be one of {MAPPED_MEMORY_KINDS}, got {mapped_memory!r}")
         _cfg["mapped_memory"] = mapped_memory
     if fused_walk is not None:
+        if not isinstance(fused_walk, (bool, np.bool_)):
+            raise ValueError(f"fused_walk must be True or False, got {fused_walk!r}")
         _cfg["fused_walk"] = bool(fused_walk)
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
