@@ -786,9 +786,6 @@ class _Batch:
             if p:
                 self._tick("walk")
         self.n_launch += 1
-        # the host does not see the steps: the re-rank plans over every log slot (C = max_iters;
-        # slots past a query's walk are empty and sort last, so the plan is the same)
-        self.iters = -(-self.max_iters // self.W)
 
     def queue_chunk(self, steps):
         """``steps`` mapped iterations, then the count of live candidate slots to pinned host memory
@@ -1508,7 +1505,9 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
     with b.stream:
         if prof.on:
             b._tick()
-        C = min(b.max_iters, b.W * b.iters)  # every query logged at most W per step
+        # every query logged at most W per step; the fused walk's steps are not seen by the host, so
+        # its plan covers every log slot (slots past a walk are empty and sort last: the same plan)
+        C = b.max_iters if b.fused else min(b.max_iters, b.W * b.iters)
         if rerank_kernels_apply(b.log_d, C, rr):  # plan and rows in one kernel
             src = Xdev if mode in ("device", "mapped") else (b.slots if mode == "stash" else None)
             cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr, src, b.S,
