@@ -29,7 +29,10 @@ no round trip per step; the mapping is the first call's, ``mapped_managed_s`` or
 in the stages), in managed memory where the device has it, or with ``-pinned`` page-locked in place
 (``configure(mapped_memory="pinned")``, the only kind before the thirty-eighth session), and with
 ``-steps`` walked one launch per kernel per step (``configure(fused_walk=False)``, the mapped walk
-before the thirty-ninth session) instead of one ``bang_walk`` launch per batch. Every
+before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, and with
+``-loadtab`` the fused walk loading tables made by a kernel before it
+(``configure(walk_tables=False)``, the fused walk of the thirty-ninth session) instead of each
+block making its own. Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -121,7 +124,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab"}
 
 
 def main():
@@ -249,6 +252,7 @@ def main():
                 for rr in reranks:
                     for path in paths:
                         # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps
+                        # -loadtab
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -260,7 +264,7 @@ def main():
                                               rerank_kernels="cupy" not in flags,
                                               access="mapped" if "mapped" in flags else "gather",
                                               mapped_memory="pinned" if "pinned" in flags else "auto",
-                                              fused_walk="steps" not in flags)
+                                              fused_walk="steps" not in flags, walk_tables="loadtab" not in flags)
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call

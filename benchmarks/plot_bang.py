@@ -26,6 +26,9 @@ PATH_NAMES = {
     # the mapped walk by steps (one launch per kernel per step; before the fused bang_walk)
     "new-onecall-mapped-steps": ("mapped by steps, one call", "tab:olive"),
     "new-mapped-steps": ("mapped by steps, under the budget", "tab:brown"),
+    # the fused walk loading tables made before it (before the blocks made their own)
+    "new-onecall-mapped-loadtab": ("mapped, tables loaded, one call", "tab:pink"),
+    "new-mapped-loadtab": ("mapped, tables loaded, under the budget", "tab:gray"),
 }
 
 

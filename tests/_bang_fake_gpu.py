@@ -3,9 +3,10 @@ the CPU tests can run its host loop end to end: batches, pinned buffers, copies,
 re-rank rows, the fallback, the cached workspace, the legacy path.
 
 Arrays are NumPy arrays of a subclass with ``.data.ptr`` (copies are ``ctypes.memmove`` between
-real host buffers); streams and events run everything at once, in queue order; the four kernels of
+real host buffers); streams and events run everything at once, in queue order; the kernels of
 ``bang.cu`` are emulated query by query from their source (``bang_distances``, ``bang_merge``,
-``bang_tables``, ``bang_stash``; ``bang_walk`` as their steps in a loop), PQ sums in subspace order as the CPU twin adds them, so the
+``bang_tables``, ``bang_stash``, ``bang_rerank_exact``; ``bang_walk`` as their steps in a loop), PQ
+sums in subspace order as the CPU twin adds them, so the
 emulated GPU walk and the CPU twin agree exactly. What this cannot check: CUDA itself (launch
 limits, races between streams, the kernels' real code): the GPU tests do.
 
@@ -19,7 +20,9 @@ import numpy as np
 
 from _fake_device_array import FakeArray, _h, dev  # noqa: F401 (dev: used by the tests)
 
-from knnkit.index.bang._search_cpu import _bloom_contains, _bloom_insert
+from knnkit._core.metrics import prepare_vectors
+from knnkit.index.bang._pq import _tables_cpu, round_bf16
+from knnkit.index.bang._search_cpu import _bloom_contains, _bloom_insert, exact_distances
 
 
 
@@ -285,14 +288,28 @@ def _gather_graph(cand, nrows, graph, R, nbrs):
     out[...] = np.where((c >= 0)[:, None], graph[np.maximum(c, 0)], -1)
 
 
+def _walk_table(Qs, C, q, ip, bf16):
+    """``bang_walk``'s table of query ``q`` made in its block (``build_table``): ``bang_tables_direct``'s
+    values, as ``_pq.tables_into`` makes them on the CPU (float32, or bfloat16 bits)."""
+    t = np.empty((1, C.shape[0], C.shape[1]), np.float32)
+    _tables_cpu(np.asarray(Qs[q:q + 1]), np.asarray(C), bool(ip), t)
+    if bf16:
+        return (round_bf16(t).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    return t
+
+
 def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, stage, bloom, bloom_words, bloom_smem, hslots, L, W,
-          max_iters, log_ids, log_d, n_exp, steps, GS, nq):
+          max_iters, log_ids, log_d, n_exp, steps, GS, nq, Qs, C, dsub, ip, build_table):
     """``bang_walk``: per query, the steps of the step kernels (distances without prefetch, merge
-    with the choice, the candidates' graph rows) until no candidate is left."""
+    with the choice, the candidates' graph rows) until no candidate is left; with ``build_table``
+    the query's table made first from ``Qs`` and ``C``."""
     R, s, L, W, max_iters, nq = int(R), int(s), int(L), int(W), int(max_iters), int(nq)
     cap = max(W * R, s)
     assert int(hslots) >= 2 * cap
+    if build_table:
+        assert use_smem and Qs.shape[1:] == (C.shape[0], int(dsub)) and C.shape[1] == int(ksub)
     for q in range(nq):
+        Tq = _walk_table(Qs, C, q, ip, bf16) if build_table else T[q:q + 1]
         words = np.zeros((1, int(bloom_words)), np.uint32) if bloom_smem else bloom[q:q + 1]
         wl_ids, wl_d = np.full((1, L), -1, np.int32), np.full((1, L), np.inf, np.float32)
         wl_x = np.zeros((1, L), np.uint8)
@@ -302,7 +319,7 @@ def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, stage, bloom, b
         nbrs[0, :s] = seeds[q]
         width, step = s, 0
         while True:
-            _distances(nbrs, width, codes, m, T[q:q + 1], ksub, bf16, use_smem, 1, words, bloom_words, hslots, wl_ids,
+            _distances(nbrs, width, codes, m, Tq, ksub, bf16, use_smem, 1, words, bloom_words, hslots, wl_ids,
                        wl_d, wl_x, L, new_ids, new_d, new_x, n_new, cap, 0, W, cand, log_ids[q:q + 1],
                        log_d[q:q + 1], ne, max_iters, GS, 1)
             _merge(wl_ids, wl_d, wl_x, L, new_ids, new_d, new_x, n_new, cap, 1, W, cand, log_ids[q:q + 1],
@@ -317,13 +334,28 @@ def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, stage, bloom, b
         n_exp[q], steps[q] = ne[0], step
 
 
+def _rerank_exact(Qp, d, cand, c, src, by_id, dtype, row_bytes, scale, cosine, ip, dist, nq):
+    """``bang_rerank_exact``: the candidates' rows (by id, or by position q * c + j), prepared
+    and their exact distances as the CuPy path computes them (``prepare_vectors``,
+    ``exact_distances``), +inf where the candidate is -1."""
+    d, c, nq = int(d), int(c), int(nq)
+    X = np.asarray(src).reshape(-1, d)
+    assert X.dtype == [np.float32, np.float16, np.uint8, np.int8][int(dtype)] and int(row_bytes) == d * X.itemsize
+    cd = np.asarray(cand)[:nq]
+    at = np.maximum(cd, 0) if by_id else np.arange(nq * c).reshape(nq, c)
+    rows = np.where((cd >= 0).reshape(-1)[:, None], X[at.reshape(-1)], 0).astype(X.dtype)
+    Xc = prepare_vectors(rows, "cosine" if cosine else "sqeuclidean", float(scale)).reshape(nq, c, d)
+    got = exact_distances(np.asarray(Qp)[:nq], Xc, "ip" if (ip or cosine) else "l2")
+    dist[:nq] = np.where(cd >= 0, got, np.float32(np.inf))
+
+
 def _live(cand, nrows, out):
     out[0] = int((cand.reshape(-1)[:int(nrows)] >= 0).sum())
 
 
 KERNELS = {"bang_distances": _distances, "bang_gather_graph": _gather_graph, "bang_live": _live, "bang_walk": _walk,
            "bang_merge": _merge, "bang_tables": _tables, "bang_stash": _stash,
-           "bang_rerank_rows": _rerank_rows, "bang_rerank_select": _rerank_select}
+           "bang_rerank_rows": _rerank_rows, "bang_rerank_select": _rerank_select, "bang_rerank_exact": _rerank_exact}
 
 
 class FakeOutOfMemory(Exception):

@@ -308,7 +308,7 @@ def test_configure_round_trip():
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
                            "mapped_chunk": old["mapped_chunk"], "mapped_memory": old["mapped_memory"],
-                           "fused_walk": old["fused_walk"]}
+                           "fused_walk": old["fused_walk"], "walk_tables": old["walk_tables"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -323,6 +323,11 @@ def test_configure_round_trip():
                 sg.configure(fused_walk=bad)
         sg.configure(fused_walk=False)
         assert sg._cfg["fused_walk"] is False
+        for bad in (0, 1, "yes"):
+            with pytest.raises(ValueError, match="walk_tables"):
+                sg.configure(walk_tables=bad)
+        sg.configure(walk_tables=False)
+        assert sg._cfg["walk_tables"] is False
     finally:
         sg.configure(**old)
     assert sg._cfg == old
@@ -352,14 +357,16 @@ def test_whole_refuses_views_of_larger_arrays(tmp_path):
     assert sg._whole(Xm) and sg._whole(np.asarray(Xm)) and not sg._whole(np.asarray(Xm)[1:])
 
 
-@pytest.mark.parametrize("W,prefetch,pb,chunk,fused", [(1, True, None, 4, True), (4, True, 13, 1, False),
-                                                       (4, False, None, 3, False), (4, True, None, 4, True),
-                                                       (8, False, 7, 16, True)])
-def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, small, monkeypatch):
+@pytest.mark.parametrize("W,prefetch,pb,chunk,fused,walk_tables",
+                         [(1, True, None, 4, True, True), (4, True, 13, 1, False, True),
+                          (4, False, None, 3, False, True), (4, True, None, 4, True, False),
+                          (4, True, None, 4, True, True), (8, False, 7, 16, True, True)])
+def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, walk_tables, small, monkeypatch):
     """access="mapped": the kernels read the graph rows and the re-rank rows from the mapped host
-    arrays, the host only queues the fused walk (one launch per batch) or chunks of steps; same ids
-    and distances as the host gather and the CPU twin, logs equal to the twin's, whatever the chunk
-    (steps past the end change nothing)."""
+    arrays, the host only queues the fused walk (one launch per batch; its blocks making their
+    tables, or the tables made first) or chunks of steps; same ids and distances as the host gather
+    and the CPU twin, logs equal to the twin's, whatever the chunk (steps past the end change
+    nothing)."""
     index, Q = small
     e = index._engine
     L, k = 24, 5
@@ -367,10 +374,15 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, sm
     assert sg.last_stats()["access"] == "gather"
     monkeypatch.setitem(sg._cfg, "mapped_chunk", chunk)
     monkeypatch.setitem(sg._cfg, "fused_walk", fused)
+    monkeypatch.setitem(sg._cfg, "walk_tables", walk_tables)
     dm, im = _fake_search(monkeypatch, index, Q, k, L, W, prefetch=prefetch, pipeline_batch=pb, access="auto")
     st = sg.last_stats()
     assert st["access"] == "mapped" and st["rerank_mode"] == "mapped" and st["host_gather_rows"] == 0
     assert st["fused_walk"] is fused
+    b0 = e._bang_ws["batches"][0]
+    if fused:  # the step kernels' state is not allocated; nor the tables when the blocks make them
+        assert st["walk_plan"]["table_in_walk"] is walk_tables and b0._wl_ids is None and b0._nbr_dev is None
+        assert (b0._T is None) is walk_tables and (b0._Qs is None) is not walk_tables
     if fused:  # one launch per batch, plus the re-rank's
         assert st["launches"] == st["batches"] and st["host_syncs"] <= 1 + st["batches"]
     assert st["h2d_bytes"] == 0 and st["stash_slots"] == 0
@@ -469,12 +481,18 @@ def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
     index, Q = small
     e = index._engine
     L, W, R, d = 24, 4, e._graph.shape[1], e._data.shape[1]
-    shape = dict(L=L, R=R, W=W, max_iters=8 * L, s=4, m=e._codes.shape[1], ksub=e._codebook.shape[1])
-    rr_bytes = L * (d * (4 + 4) + 12)
-    per_mapped = sg.batch_bytes_per_query(**shape) + rr_bytes
-    per_gather = sg.batch_bytes_per_query(S=sg.stash_slots(L, W, L, 8 * L), d=d, itemsize=4, **shape) + rr_bytes
-    assert per_gather > per_mapped
-    n = 9  # queries a call with the stash (mapped: 10)
+    m, ksub = e._codes.shape[1], e._codebook.shape[1]
+    shape = dict(L=L, R=R, W=W, max_iters=8 * L, s=4, m=m, ksub=ksub)
+    install(monkeypatch)
+    use_smem = sg._table_fits_shared(sg.table_bytes(m, ksub), sg._step_extra(W, R, 4))
+    plan, walk_tables = sg.fused_plan(**shape, use_smem=use_smem, mapped=True)
+    assert plan is not None and walk_tables  # (the fake's shared memory: the fused walk makes its tables)
+    batch_mapped = sg.batch_bytes_per_query(**shape, plan=plan, walk_tables=True, dsub=e._codebook.shape[2])
+    per_mapped = batch_mapped + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="mapped")
+    per_gather = (sg.batch_bytes_per_query(S=sg.stash_slots(L, W, L, 8 * L), d=d, itemsize=4, **shape)
+                  + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="stash"))
+    assert per_gather > 3 * per_mapped  # no table, no step state, no re-rank rows
+    n = 9  # queries a call with the stash (mapped: far more)
     assert (n * per_gather) // per_mapped > n
     knnkit.set_memory_budget(int(e._codes.nbytes) + int(e._codebook.nbytes) + n * per_gather)
     try:
@@ -487,6 +505,8 @@ def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
         knnkit.set_memory_budget(None)
     assert calls_gather == -(-len(Q) // n)
     assert calls_mapped == -(-len(Q) // ((n * per_gather) // per_mapped))
+    b = e._bang_ws["batches"][0]  # the estimate is what a fused batch allocates
+    assert b.fused and b.nbytes == b.cap * batch_mapped
     np.testing.assert_array_equal(im, ig)
     np.testing.assert_array_equal(dm, dg)
 
@@ -507,6 +527,21 @@ def gpu_index(_gpu_built):
     sg.configure(legacy=False, profile=False, access="auto")
 
 
+def _equal_to_rounding(d, i, d_ref, i_ref, rtol=1e-5, err_msg=""):
+    """The new path's re-rank (``bang_rerank_exact``: its own order of the sums) against v2's
+    (einsum): distances equal to float32 rounding, ids equal except where two neighbours' distances
+    tie to that rounding (a swap) or at the last place (a tie with the first one left out)."""
+    np.testing.assert_allclose(d, d_ref, rtol=rtol, atol=1e-6, err_msg=err_msg)
+    near = np.zeros(i.shape, bool)
+    gap = np.isclose(d_ref[:, 1:], d_ref[:, :-1], rtol=rtol, atol=1e-6)
+    near[:, 1:] |= gap
+    near[:, :-1] |= gap
+    near[:, -1] = True
+    bad = (i != i_ref) & ~near
+    assert not bad.any(), (err_msg, np.argwhere(bad)[:5])
+    assert (i == i_ref).mean() >= 0.99, err_msg
+
+
 def _both(index, Q, **kw):
     """(legacy, new) results of the same call, host arrays."""
     sp = knnkit.index.SearchParams(**kw)
@@ -519,10 +554,11 @@ def _both(index, Q, **kw):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("budget", ["small", "auto"])
-def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
+def test_gpu_new_equals_legacy(budget, gpu_index):
     """stash (small budget; host with a short re-rank) and device (automatic budget: the vectors
-    fit) re-ranks, prefetch on and off, W = 1 and 4, several pipeline batches: ids and distances
-    equal to v2's, bit for bit."""
+    fit) re-ranks, prefetch on and off, W = 1 and 4, several pipeline batches: v2's walk (the logs
+    are compared bit for bit by the CPU tests' emulation and the width tests), and v2's re-rank up
+    to the rounding of its sums (``bang_rerank_exact`` adds in another order than einsum)."""
     index, Q = gpu_index
     knnkit.set_memory_budget(1 << 20 if budget == "small" else None)
     for kw in (dict(), dict(prefetch=False), dict(search_width=1), dict(pipeline_batch=37), dict(rerank=10)):
@@ -530,8 +566,7 @@ def test_gpu_new_equals_legacy_bitwise(budget, gpu_index):
         st = sg.last_stats()
         want = "device" if budget == "auto" else ("host" if "rerank" in kw else "stash")
         assert st["rerank_mode"] == want, (kw, st["rerank_mode"])
-        np.testing.assert_array_equal(i_n, il, err_msg=str(kw))
-        np.testing.assert_array_equal(dn, dl, err_msg=str(kw))
+        _equal_to_rounding(dn, i_n, dl, il, err_msg=str(kw))
     # the last call above had other shape parameters (rerank=10): the first call with these
     # makes the index's buffers, the second reuses them
     index.search(Q, k=10, beam=64)
@@ -568,12 +603,13 @@ def test_gpu_mapped_equals_gather_bitwise(budget, gpu_index):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stage_max,bloom_max,bits", [(None, None, 16), (0, 0, 16), (None, 0, 16), (0, None, 16),
-                                                      (None, None, 32)])
-def test_gpu_fused_walk_plans_bitwise(stage_max, bloom_max, bits, gpu_index, monkeypatch):
+@pytest.mark.parametrize("stage_max,bloom_max,bits,walk_tables", [(None, None, 16, True), (None, None, 16, False),
+                                                                  (0, 0, 16, True), (None, 0, 16, True),
+                                                                  (0, None, 16, False), (None, None, 32, True)])
+def test_gpu_fused_walk_plans_bitwise(stage_max, bloom_max, bits, walk_tables, gpu_index, monkeypatch):
     """Every shared-memory plan of ``bang_walk`` (code rows staged or read from global memory, the
-    Bloom filter in shared or global memory, bfloat16 or float32 tables): the host gather's ids and
-    distances bit for bit, W = 1, 4 and 8."""
+    Bloom filter in shared or global memory, bfloat16 or float32 tables, made by the blocks or
+    loaded): the host gather's ids and distances bit for bit, W = 1, 4 and 8."""
     from knnkit.index.bang import _pq
 
     index, Q = gpu_index
@@ -589,12 +625,13 @@ def test_gpu_fused_walk_plans_bitwise(stage_max, bloom_max, bits, gpu_index, mon
             sp = knnkit.index.SearchParams(search_width=W)
             sg.configure(access="gather")
             dg, ig = index.search(Q, k=10, beam=48, params=sp)
-            sg.configure(access="mapped", fused_walk=True)
+            sg.configure(access="mapped", fused_walk=True, walk_tables=walk_tables)
             dm, im = index.search(Q, k=10, beam=48, params=sp)
             st = sg.last_stats()
             assert st["fused_walk"], st
             plan = st["walk_plan"]
             assert plan["codes_staged"] is (stage_max != 0) and plan["bloom_smem"] is (bloom_max != 0), plan
+            assert plan["table_in_walk"] is walk_tables, plan
             np.testing.assert_array_equal(_host(im), _host(ig), err_msg=str((W, plan)))
             np.testing.assert_array_equal(_host(dm), _host(dg), err_msg=str((W, plan)))
     finally:
@@ -685,8 +722,12 @@ def test_gpu_stash_fallback_and_counts(gpu_index, monkeypatch):
     dn, i_n = index.search(Q, k=10, beam=64)
     st = sg.last_stats()
     assert st["rerank_mode"] == "stash" and st["rerank_fallback_rows"] > 0
-    np.testing.assert_array_equal(_host(i_n), il)
-    np.testing.assert_array_equal(_host(dn), dl)
+    _equal_to_rounding(_host(dn), _host(i_n), dl, il)
+    monkeypatch.setattr(sg, "stash_slots", lambda *a: 10 ** 4)  # every row stashed: the same bits
+    d2, i2 = index.search(Q, k=10, beam=64)
+    assert sg.last_stats()["rerank_fallback_rows"] == 0
+    np.testing.assert_array_equal(_host(i2), _host(i_n))
+    np.testing.assert_array_equal(_host(d2), _host(dn))
     for b in index._engine._bang_ws["batches"]:
         np.testing.assert_array_equal(b.count, cp.asnumpy(b.n_exp))
 
@@ -755,6 +796,59 @@ def test_gpu_rerank_kernels_equal_the_cupy_path(rng):
         assert bool((I[:, :kk] == wi).all()) and bool(((D[:, :kk] == wd) | (cp.isnan(wd) & cp.isnan(D[:, :kk]))).all())
         if kk < k:
             assert bool((I[:, kk:] == -1).all()) and bool(cp.isinf(D[:, kk:]).all())
+
+
+@pytest.mark.gpu
+def test_gpu_rerank_exact_kernel(rng):
+    """``bang_rerank_exact``: the exact distances of float64 arithmetic on the prepared rows (every
+    storage dtype, scaled data, l2 / inner product / cosine), +inf for -1; rows read by id and the
+    same rows read by position from a buffer give the same bits; the selection on them is
+    ``exact_topk``'s up to float32 rounding."""
+    import cupy as cp
+
+    from knnkit._core.metrics import prepare_vectors
+
+    n, nq, c, d = 3000, 37, 41, 77  # d: not a multiple of the warp
+    for dtype, metric, scale in ((np.float32, "sqeuclidean", 1.0), (np.float16, "inner_product", 1.0),
+                                 (np.uint8, "sqeuclidean", 2.0 ** -7), (np.int8, "cosine", 1.0),
+                                 (np.float32, "cosine", 2.0 ** 60), (np.float32, "euclidean", 2.0 ** -40)):
+        if np.dtype(dtype).kind == "f":
+            X = (rng.standard_normal((n, d)) * (1.0 / scale if scale != 1.0 else 1.0)).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            X = rng.integers(info.min, info.max, (n, d), endpoint=True).astype(dtype)
+        X[5] = 0  # an empty row (cosine: norm 1)
+        Qp = prepare_vectors(X[rng.integers(0, n, nq)].astype(np.float32) + 0.25, metric, scale)
+        cand = rng.integers(-1, n, (nq, c)).astype(np.int32)
+        cand[0, :3] = [5, -1, 5]
+        Xd, cd, Qd = cp.asarray(X), cp.asarray(cand), cp.asarray(Qp)
+        got = sg.rerank_exact_gpu(cp, Qd, Xd, cd, by_id=True, metric=metric, scale=scale).get()
+        rows = sg.rows_from_device(cp, Xd, cd)
+        by_pos = sg.rerank_exact_gpu(cp, Qd, rows, cd, by_id=False, metric=metric, scale=scale).get()
+        np.testing.assert_array_equal(by_pos, got, err_msg=str((dtype, metric)))
+        P = prepare_vectors(X, metric, scale).astype(np.float64)[np.maximum(cand, 0)]
+        if metric in ("inner_product", "cosine"):
+            want = -(P * Qp.astype(np.float64)[:, None, :]).sum(2)
+        else:
+            want = ((P - Qp.astype(np.float64)[:, None, :]) ** 2).sum(2)
+        want = np.where(cand >= 0, want, np.inf)
+        scale_abs = ((np.abs(P) + np.abs(Qp)[:, None, :]) ** 2).sum(2) + 1e-30
+        ok = cand >= 0
+        assert np.all(np.isinf(got[~ok])), (dtype, metric)
+        assert np.all(np.abs(got[ok] - want[ok]) <= 1e-5 * scale_abs[ok]), (dtype, metric)
+        D, I = sg.rerank_select_gpu(cp, cp.asarray(got), cd, 10)
+        Dw, Iw = (a.get() for a in exact_topk_np(Qp, P.astype(np.float32), cand, metric))
+        np.testing.assert_allclose(D.get(), Dw, rtol=1e-4, atol=1e-4 * float(np.abs(Dw[np.isfinite(Dw)]).max()))
+
+
+def exact_topk_np(Qp, P, cand, metric):
+    """exact_topk on the host, as CuPy arrays (the selection the kernel path replaces)."""
+    import cupy as cp
+
+    from knnkit.index.bang._search_cpu import exact_topk
+
+    d, i = exact_topk(Qp, P, cand, 10, "ip" if metric in ("inner_product", "cosine") else "l2")
+    return cp.asarray(d), cp.asarray(i)
 
 
 @pytest.mark.gpu

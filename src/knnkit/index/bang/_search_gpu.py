@@ -51,7 +51,7 @@ from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
 from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
-from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows,
+from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_topk, gather_rows,
                           gather_walk, walk_expansions)
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
@@ -81,6 +81,7 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "mapped_chunk": int(os.environ.get("KNNKIT_BANG_MAPPED_CHUNK", "4")),
         "mapped_memory": os.environ.get("KNNKIT_BANG_MAPPED_MEMORY", "auto").strip() or "auto",
         "fused_walk": os.environ.get("KNNKIT_BANG_FUSED_WALK", "1").strip() not in ("0", "false", "no"),
+        "walk_tables": os.environ.get("KNNKIT_BANG_WALK_TABLES", "1").strip() not in ("0", "false", "no"),
         "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
@@ -93,7 +94,7 @@ MAPPED_MEMORY_KINDS = ("auto", "managed", "pinned")
 
 
 def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              mapped_memory=None, fused_walk=None):
+              mapped_memory=None, fused_walk=None, walk_tables=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -109,9 +110,12 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         ("stash" when ``2 * rerank >= L``, else "host"); for measuring one against the other.
         Environment: ``KNNKIT_BANG_RERANK``.
     rerank_kernels : bool
-        A finished batch's re-rank through the ``bang_rerank_rows`` / ``bang_rerank_select``
-        kernels (default) or through ~35 CuPy calls (argsort, take_along_axis, masks). Same
-        results; for measuring. Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
+        A finished batch's re-rank through the ``bang_rerank_rows`` (plan), ``bang_rerank_exact``
+        (exact distances, rows read by id from the device copy or the mapped host vectors: no
+        row buffer) and ``bang_rerank_select`` kernels (default), or through ~35 CuPy calls
+        (argsort, take_along_axis, masks, the rows gathered and prepared, einsum). Same ids; the
+        distances may differ in the last bit (another order of the sums). For measuring.
+        Environment: ``KNNKIT_BANG_RERANK_KERNELS=0``.
     access : {"auto", "mapped", "gather"}
         How a walk step reaches the host graph. "gather" (BANG 4.3 / 4.6): the candidates go to the
         host, host threads gather their rows, the rows come back. "mapped": the graph and vectors
@@ -148,6 +152,13 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         launch per kernel per step (``bang_gather_graph`` -> ``bang_distances`` -> ``bang_merge``,
         in chunks of ``mapped_chunk``). Same results bit for bit. Environment:
         ``KNNKIT_BANG_FUSED_WALK=0``.
+    walk_tables : bool
+        The fused walk with its table in shared memory: each block makes its query's PQ table
+        itself (default), from the padded query and the codebook, with the table kernel's
+        arithmetic (same bits), so no per-query table is written to GPU memory and read back (24
+        KB a query at 48-byte codes: the largest part of a bounded call's state) and no table
+        kernel runs before the walk. False: the tables made by ``bang_tables_direct`` first. Same
+        results bit for bit. Environment: ``KNNKIT_BANG_WALK_TABLES=0``.
     mapped_chunk : int
         "mapped" without ``fused_walk``: walk steps queued between two looks of the host at whether
         a batch has finished (one chunk is always queued ahead, so up to two chunks of steps run
@@ -177,6 +188,10 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if not isinstance(fused_walk, (bool, np.bool_)):
             raise ValueError(f"fused_walk must be True or False, got {fused_walk!r}")
         _cfg["fused_walk"] = bool(fused_walk)
+    if walk_tables is not None:
+        if not isinstance(walk_tables, (bool, np.bool_)):
+            raise ValueError(f"walk_tables must be True or False, got {walk_tables!r}")
+        _cfg["walk_tables"] = bool(walk_tables)
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
@@ -604,32 +619,41 @@ class _Batch:
     ``cap`` queries; kept by the index across calls) and, per call (:meth:`bind`), views of the
     first ``nq`` rows and the kernel arguments (an iteration only launches, it allocates nothing)."""
 
-    def __init__(self, cp, cap, *, L, R, W, max_iters, s, m, ksub, S=0, d=0, vdtype=None, own=True, tbits=32):
+    def __init__(self, cp, cap, *, L, R, W, max_iters, s, m, ksub, S=0, d=0, vdtype=None, own=True, tbits=32,
+                 plan=None, walk_tables=False, dsub=0):
         self.cp = cp
         self.cap, self.L, self.R, self.W, self.max_iters, self.s = cap, L, R, W, max_iters, s
         self.m, self.ksub, self.S, self.d = m, ksub, S, d
+        # plan: the fused walk's (:func:`_walk_plan`), which needs none of the step kernels' per-query
+        # state (work list, new entries, candidates, neighbour rows) nor, with its filter in shared
+        # memory, a filter array; walk_tables: its blocks make their tables from the padded queries
+        # (dsub floats per subspace), so there is no table array either
+        self.plan, self.walk_tables, self.dsub = plan, bool(walk_tables and plan is not None and plan[0]), dsub
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.event = cp.cuda.Event(disable_timing=True)
         self.bloom_words = bloom_words_for(max_iters, R, s, L=L, W=W)
         self.new_cap = max(W * R, s)
         e = cp.empty
+        steps = plan is None
         with self.stream:
-            self._wl_ids = e((cap, L), cp.int32)
-            self._wl_d = e((cap, L), cp.float32)
-            self._wl_x = e((cap, L), cp.uint8)
-            self._bloom = e((cap, self.bloom_words), cp.uint32)
-            self._new_ids = e((cap, self.new_cap), cp.int32)
-            self._new_d = e((cap, self.new_cap), cp.float32)
-            self._new_x = e((cap, self.new_cap), cp.uint8)
-            self._n_new = e(cap, cp.int32)
-            self._cand = e((cap, W), cp.int32)
+            self._wl_ids = e((cap, L), cp.int32) if steps else None
+            self._wl_d = e((cap, L), cp.float32) if steps else None
+            self._wl_x = e((cap, L), cp.uint8) if steps else None
+            self._bloom = e((cap, self.bloom_words), cp.uint32) if steps or not plan[2] else None
+            self._new_ids = e((cap, self.new_cap), cp.int32) if steps else None
+            self._new_d = e((cap, self.new_cap), cp.float32) if steps else None
+            self._new_x = e((cap, self.new_cap), cp.uint8) if steps else None
+            self._n_new = e(cap, cp.int32)  # (the fused walk: its step counts)
+            self._cand = e((cap, W), cp.int32) if steps else None
             self._log_ids = e((cap, max_iters), cp.int32)
             self._log_d = e((cap, max_iters), cp.float32)
             self._n_exp = e(cap, cp.int32)
-            self._nbr_dev = e((cap, W * R), cp.int32)
+            self._nbr_dev = e((cap, W * R), cp.int32) if steps else None
             # own: tables and seeds written in place each call (legacy: made per call and handed in)
             # own tables: bfloat16 bits (uint16) when tbits == 16 (_pq.TABLE_BITS), else float32
-            self._T = e((cap, m, ksub), cp.uint16 if tbits == 16 else cp.float32) if own else None
+            self.tdtype = np.dtype(np.uint16 if tbits == 16 else np.float32) if own else None
+            self._T = e((cap, m, ksub), self.tdtype) if own and not self.walk_tables else None
+            self._Qs = e((cap, m, dsub), cp.float32) if self.walk_tables else None
             self._seeds = e((cap, s), cp.int32) if own else None
             if S:
                 self._slots = e((cap * S, d), vdtype)
@@ -642,8 +666,8 @@ class _Batch:
         self._live_dev = cp.zeros(2, cp.int32)
         self._live_host = _pinned(2, np.int32)
         self.live_events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
-        self._cand_host = _pinned((cap, W), np.int32)
-        self._nbr_host = _pinned((cap, W * R), np.int32)
+        self._cand_host = _pinned((cap, W), np.int32) if steps else None
+        self._nbr_host = _pinned((cap, W * R), np.int32) if steps else None
         self._off = np.empty(cap + 1, np.int32)
         if S:
             self._vec_host = [_pinned((cap * W, d), vdtype) for _ in range(2)]
@@ -661,63 +685,82 @@ class _Batch:
                               and a is not self._live_dev))
         self.prof = _OFF
 
-    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graph_dev=None):
+    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graph_dev=None,
+             codebook=None, ip=False):
         """Views of the first ``nq`` rows for this call, the work state reset on the stream (after
         the tables and seeds already queued there), kernel arguments. ``T`` / ``seeds``: the
         tables and seeds when made elsewhere (legacy), else this batch's own buffers. ``graph_dev``:
-        the mapped host graph (``access="mapped"``: the kernels read its rows)."""
+        the mapped host graph (``access="mapped"``: the kernels read its rows). ``codebook`` / ``ip``:
+        what the fused walk's blocks make their tables from (``walk_tables``)."""
         cp = self.cp
         i32 = np.int32
         L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
         self.nq, self.prefetch, self.prof = nq, prefetch, prof
-        self.T = self._T[:nq] if T is None else T
         self.seeds = self._seeds[:nq] if seeds is None else cp.ascontiguousarray(seeds, dtype=cp.int32)
         if self.seeds.shape != (nq, self.s):
             raise RuntimeError(f"seeds of shape {self.seeds.shape}, expected {(nq, self.s)}")
-        self.wl_ids, self.wl_d, self.wl_x = self._wl_ids[:nq], self._wl_d[:nq], self._wl_x[:nq]
-        self.bloom = self._bloom[:nq]
-        self.new_ids, self.new_d, self.new_x = self._new_ids[:nq], self._new_d[:nq], self._new_x[:nq]
-        self.n_new, self.cand, self.n_exp = self._n_new[:nq], self._cand[:nq], self._n_exp[:nq]
         self.log_ids, self.log_d = self._log_ids[:nq], self._log_d[:nq]
-        self.nbr_dev = self._nbr_dev[:nq]
-        bf16 = self.T.dtype.itemsize == 2  # legacy hands in float32 tables (rounded values)
+        self.n_new, self.n_exp = self._n_new[:nq], self._n_exp[:nq]
+        self.bloom = self._bloom[:nq] if self._bloom is not None else None
         self.mapped = graph_dev is not None
-        # the fused walk (mapped only): one launch per batch, its list and scratch in shared memory
-        plan = None
-        if self.mapped and _cfg["fused_walk"]:
-            plan = _walk_plan(L=L, W=W, R=R, s=self.s, m=m, tbytes=m * ksub * self.T.dtype.itemsize,
-                              bloom_words=self.bloom_words, use_smem=use_smem)
-        self.fused = plan is not None
+        # the fused walk (mapped only, planned by _setup): one launch per batch, its list and
+        # scratch in shared memory
+        self.fused = self.plan is not None
+        if self.fused and not self.mapped:
+            raise RuntimeError("a fused-walk batch needs the mapped graph")
+        self.done = False
+        self.iters = 0
+        self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
+        self.count = np.zeros(nq, np.int32)  # expansions logged per query, as the host saw them
         with self.stream:
             if prof.on:
                 self._tick()
-            if not self.fused:  # the fused walk starts its list, scratch and counts itself
-                self.wl_ids.fill(-1)
-                self.wl_d.fill(np.inf)
-                self.wl_x.fill(0)
-                self.new_x.fill(0)
-                self.n_new.fill(0)
-                self.cand.fill(-1)
-                self.n_exp.fill(0)
-            if not (self.fused and plan[2]):  # a filter in shared memory is zeroed by its block
+            if self.bloom is not None:  # (a filter in shared memory is zeroed by its block)
                 self.bloom.fill(0)
             self.log_ids.fill(-1)
             self.log_d.fill(np.inf)
+            if not self.fused:  # the fused walk starts its list, scratch and counts itself
+                self._wl_ids[:nq].fill(-1)
+                self._wl_d[:nq].fill(np.inf)
+                self._wl_x[:nq].fill(0)
+                self._new_x[:nq].fill(0)
+                self.n_new.fill(0)
+                self._cand[:nq].fill(-1)
+                self.n_exp.fill(0)
             if prof.on:
                 self._tick("reset")
+        if self.fused:
+            t_smem, stage, b_smem, self.smem_walk = self.plan
+            self.T = self._Qs[:nq] if self.walk_tables else self._T[:nq]
+            bf16 = self.tdtype.itemsize == 2
+            self.walk_plan = dict(table_smem=t_smem, codes_staged=stage, bloom_smem=b_smem, shared_bytes=self.smem_walk,
+                                  table_in_walk=self.walk_tables)
+            C = codebook if self.walk_tables else self.log_d  # (unread without walk_tables)
+            bloom = self.log_ids if self.bloom is None else self.bloom  # (unread with the filter in shared memory)
+            self.grid, self.block = (nq,), (_NT,)
+            # steps per query into n_new
+            self.args_walk = (graph_dev, i32(R), self.seeds, i32(self.s), codes, i32(m), self.T, i32(ksub),
+                              i32(1 if bf16 else 0), i32(1 if t_smem else 0), i32(1 if stage else 0), bloom,
+                              i32(self.bloom_words), i32(1 if b_smem else 0), i32(hash_slots(self.new_cap)), i32(L),
+                              i32(W), i32(max_iters), self.log_ids, self.log_d, self.n_exp, self.n_new, i32(GS),
+                              i32(nq), self.T, C, i32(self.dsub), i32(1 if ip else 0), i32(1 if self.walk_tables else 0))
+            return
+        self.walk_plan = None
+        self.T = self._T[:nq] if T is None else T
+        self.wl_ids, self.wl_d, self.wl_x = self._wl_ids[:nq], self._wl_d[:nq], self._wl_x[:nq]
+        self.new_ids, self.new_d, self.new_x = self._new_ids[:nq], self._new_d[:nq], self._new_x[:nq]
+        self.cand = self._cand[:nq]
+        self.nbr_dev = self._nbr_dev[:nq]
+        bf16 = self.T.dtype.itemsize == 2  # legacy hands in float32 tables (rounded values)
         self.cand_host, self.nbr_host = self._cand_host[:nq], self._nbr_host[:nq]
         self.cand_flat = self.cand_host.reshape(nq * W)
         self.nbr_rows = self.nbr_host.reshape(nq * W, R)
         self.off = self._off[:nq + 1]
-        self.count = np.zeros(nq, np.int32)  # expansions logged per query, as the host saw them
         if self.S:
             self.slots = self._slots[:nq * self.S]
             self.vec_host = [v[:nq * W] for v in self._vec_host]
             self.dst_host = [v[:nq * W] for v in self._dst_host]
             self.turn = 0
-        self.done = False
-        self.iters = 0
-        self.n_launch = self.n_copy = self.h2d_bytes = self.d2h_bytes = 0
         tab = m * ksub * self.T.dtype.itemsize if use_smem else 0
         self.smem_dist = tab + step_shared_bytes(W * R)
         self.smem_seed = tab + step_shared_bytes(self.s)
@@ -737,15 +780,6 @@ class _Batch:
                            self.log_ids, self.log_d, self.n_exp, i32(max_iters), i32(nq))
         self.grid, self.block = (nq,), (_NT,)
         self.cand_args = (self.cand_host.ctypes.data, self.cand.data.ptr, nq * W * 4, _D2H)
-        if self.fused:
-            t_smem, stage, b_smem, self.smem_walk = plan
-            self.walk_plan = dict(table_smem=t_smem, codes_staged=stage, bloom_smem=b_smem, shared_bytes=self.smem_walk)
-            # steps per query into n_new (unused by the fused walk)
-            self.args_walk = (graph_dev, i32(R), self.seeds, i32(self.s), codes, i32(m), self.T, i32(ksub),
-                              i32(1 if bf16 else 0), i32(1 if t_smem else 0), i32(1 if stage else 0), self.bloom,
-                              i32(self.bloom_words),
-                              i32(1 if b_smem else 0), i32(hash_slots(self.new_cap)), i32(L), i32(W),
-                              i32(max_iters), self.log_ids, self.log_d, self.n_exp, self.n_new, i32(GS), i32(nq))
         if self.mapped:
             total = nq * W * R
             self.gather_grid = (int(max(1, min(-(-total // _EW), 1 << 16))),)
@@ -930,6 +964,24 @@ def _walk_plan(*, L, W, R, s, m, tbytes, bloom_words, use_smem):
     return plan
 
 
+def fused_plan(*, L, R, W, max_iters, s, m, ksub, use_smem, mapped, tbits=None):
+    """``(plan, walk_tables)`` of a call: the fused walk's :func:`_walk_plan` (None: the walk goes by
+    steps: not mapped, ``configure(fused_walk=False)``, or its list and scratch do not fit shared
+    memory), and whether its blocks make their PQ tables themselves (table in shared memory,
+    ``_pq.TABLE_METHOD`` "direct", ``configure(walk_tables=True)``)."""
+    if not mapped or not _cfg["fused_walk"]:
+        return None, False
+    tbits = table_bits() if tbits is None else int(tbits)
+    plan = _walk_plan(L=L, W=W, R=R, s=s, m=m, tbytes=m * ksub * tbits // 8,
+                      bloom_words=bloom_words_for(max_iters, R, s, L=L, W=W), use_smem=use_smem)
+    return plan, bool(plan is not None and plan[0] and table_method() == "direct" and _cfg["walk_tables"])
+
+
+def _step_extra(W, R, n_seeds):
+    """Shared memory the step kernels need beside the table (the wider of a step and the seeds)."""
+    return max(step_shared_bytes(W * R), step_shared_bytes(max(1, int(n_seeds))))
+
+
 def hash_slots(width):
     """Slots of ``bang_distances``' set of a step's ids: a power of two >= 2x the ids."""
     return _pow2ceil(2 * max(1, int(width)))
@@ -1036,14 +1088,44 @@ def _release(engine, batches):
             ws["busy"] = False
 
 
-def _exact(engine, Qb, rows, cand, k):
-    """Exact top-k of the re-rank rows (as v2: prepare, reshape, the distances of ``exact_topk``),
-    the selection by :func:`rerank_select_gpu` where the kernels apply."""
+#: storage dtypes ``bang_rerank_exact`` widens itself (its ``dtype`` codes)
+_ROW_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3}
+
+
+def rerank_exact_gpu(cp, Qp, src, cand, *, by_id, metric, scale):
+    """``bang_rerank_exact``: exact internal distances (nq, c) float32 of prepared queries ``Qp``
+    to their candidates ``cand`` (nq, c; +inf where -1), the rows read from ``src`` (storage dtype)
+    by id (``by_id``: the vectors, on the device or mapped) or by position (a row buffer, row q * c
+    + j), prepared in the kernel as :func:`prepare_vectors` prepares them (``metric``: the user's;
+    ``scale``: the index's), on the current stream."""
+    nq, c = cand.shape
+    d = int(src.shape[1])
+    Qp = cp.ascontiguousarray(Qp, dtype=cp.float32)
+    cand = cp.ascontiguousarray(cand, dtype=cp.int32)
+    dist = cp.empty((nq, c), dtype=cp.float32)
+    if nq:
+        _kernel("bang_rerank_exact")((int(nq),), (256,),
+                                     (Qp, np.int32(d), cand, np.int32(c), src, np.int32(1 if by_id else 0),
+                                      np.int32(_ROW_DTYPES[np.dtype(src.dtype)]), np.int32(d * src.dtype.itemsize),
+                                      np.float64(scale), np.int32(1 if metric == "cosine" else 0),
+                                      np.int32(1 if metric == "inner_product" else 0), dist, np.int32(nq)),
+                                     shared_mem=4 * d)
+    return dist
+
+
+def _exact(engine, Qb, src, cand, k, by_id=False):
+    """Exact top-k of the re-rank candidates ``cand``: where the kernels apply,
+    :func:`rerank_exact_gpu` (rows read from ``src``: by id from the vectors with ``by_id``, else
+    a row buffer, row q * c + j) and :func:`rerank_select_gpu`; else as v2: the rows (gathered by
+    id if need be), prepared, reshaped, ``exact_topk``."""
     import cupy as cp
 
-    Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], cand.shape[1], -1)
-    if _cfg["rerank_kernels"] and 1 <= cand.shape[1] <= RERANK_KERNEL_MAX_COLS:
-        return rerank_select_gpu(cp, exact_distances(Qb, Xc, engine._imetric), cand, k)
+    c = cand.shape[1]
+    if _cfg["rerank_kernels"] and 1 <= c <= RERANK_KERNEL_MAX_COLS and np.dtype(src.dtype) in _ROW_DTYPES:
+        dist = rerank_exact_gpu(cp, Qb, src, cand, by_id=by_id, metric=engine.metric, scale=engine.scale)
+        return rerank_select_gpu(cp, dist, cand, k)
+    rows = rows_from_device(cp, src, cand) if by_id else src
+    Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], c, -1)
     return exact_topk(Qb, Xc, cand, k, engine._imetric)
 
 
@@ -1077,14 +1159,36 @@ def _upload_buffers(engine, cp, data):
 
 
 # ------------------------------------------------------------------------------ the search
-def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=0):
+def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=0, tbits=None, plan=None,
+                          walk_tables=False, dsub=0):
     """GPU bytes one query takes in a :class:`_Batch` (its arrays, per query row; ``S``, ``d``,
-    ``itemsize``: the stash's slots and rows, 0 without a stash)."""
+    ``itemsize``: the stash's slots and rows, 0 without a stash; ``plan`` / ``walk_tables``: the
+    fused walk's, from :func:`fused_plan`, which leave out the step kernels' state, the filter
+    when it is in shared memory and the table when the blocks make it)."""
     bw = bloom_words_for(max_iters, R, s, L=L, W=W)
     nc = max(W * R, s)
-    b = 9 * L + 4 * bw + 9 * nc + 4 + 4 * W + 8 * max_iters + 4 + 4 * W * R + table_bytes(m, ksub) + 4 * s
+    tbits = table_bits() if tbits is None else int(tbits)
+    b = 8 * max_iters + 4 + 4 + 4 * s  # log, expansions, steps (n_new), seeds
+    if plan is None:
+        b += 9 * L + 4 * bw + 9 * nc + 4 * W + 4 * W * R + m * ksub * tbits // 8
+    else:
+        b += 0 if plan[2] else 4 * bw
+        b += 4 * m * int(dsub) if walk_tables and plan[0] else m * ksub * tbits // 8
     if S:
         b += (S + W) * d * itemsize + 4 * W
+    return int(b)
+
+
+def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
+    """GPU bytes of one query's re-rank: plan (ids, log positions, flags), exact distances and the
+    k <= rerank results, plus a row buffer where one is needed ("stash" / "host", or the CuPy path:
+    rows and their prepared float32 copy)."""
+    b = rerank * (4 + 8 + 1 + 4 + 12)
+    kernels = _cfg["rerank_kernels"] and 1 <= rerank <= RERANK_KERNEL_MAX_COLS
+    if not kernels:
+        b += rerank * d * (itemsize + 4)
+    elif mode in ("stash", "host"):
+        b += rerank * d * itemsize
     return int(b)
 
 
@@ -1112,9 +1216,13 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
     mapped = host_mapped(engine) is not None
     S = 0 if xdev is not None or mapped else stash_slots(L, W, rerank, max_iters)
     m, ksub = int(codes.shape[1]), int(codebook.shape[1])
+    s = max(1, int(s))
+    plan, walk_tables = fused_plan(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, mapped=mapped,
+                                   use_smem=_table_fits_shared(table_bytes(m, ksub), _step_extra(W, R, s)))
     per = batch_bytes_per_query(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, S=S, d=d,
-                                itemsize=itemsize)
-    per += rerank * (d * (itemsize + 4) + 12)  # the re-rank's rows, prepared rows, distances and ids
+                                itemsize=itemsize, plan=plan, walk_tables=walk_tables, dsub=int(codebook.shape[2]))
+    mode = "device" if xdev is not None or mapped else ("stash" if S else "host")
+    per += rerank_bytes_per_query(rerank=rerank, d=d, itemsize=itemsize, mode=mode)
     if config._globals["memory_budget"] is not None:
         room = budget - int(codes.nbytes) - int(codebook.nbytes) - (0 if xdev is None else int(xdev.nbytes))
     else:
@@ -1191,8 +1299,8 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     R = graph.shape[1]
     m = codes.shape[1]
     ksub = codebook.shape[1]
-    extra = max(step_shared_bytes(W * R), step_shared_bytes(max(1, int(n_seeds))))
-    use_smem = _table_fits_shared(table_bytes(m, ksub, 32 if legacy else None), extra)  # legacy: float32 tables
+    use_smem = _table_fits_shared(table_bytes(m, ksub, 32 if legacy else None),
+                                  _step_extra(W, R, n_seeds))  # legacy: float32 tables
     GS = _group_size(m)
     pb = int(pipeline_batch) if pipeline_batch else max(1, -(-nq // 2))
     starts = list(range(0, nq, pb))
@@ -1430,11 +1538,17 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
            use_smem, GS, prefetch, prof, graph_dev=None):
     """The index's cached batches (or new ones), each with its tables (``_tables_into``), seeds and
     reset queued on its own stream behind the caller's work: no host wait. ``(batches, reused)``."""
-    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=max(1, int(n_seeds)), m=m, ksub=ksub, S=S, tbits=table_bits(),
-                 d=data.shape[1] if S else 0, vdtype=data.dtype.str if S else None)
+    s = max(1, int(n_seeds))
+    plan, walk_tables = fused_plan(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, use_smem=use_smem,
+                                   mapped=graph_dev is not None)
+    shape = dict(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, S=S, tbits=table_bits(),
+                 d=data.shape[1] if S else 0, vdtype=data.dtype.str if S else None, plan=plan,
+                 walk_tables=walk_tables, dsub=int(codebook.shape[2]) if walk_tables else 0)
     batches, reused = _workspace(engine, cp, sizes, shape)
     try:
         cn = engine._gpu_cache("pq_cnorms", lambda: (codebook * codebook).sum(axis=2))
+        C = cp.ascontiguousarray(codebook, dtype=cp.float32) if walk_tables else None
+        rotation = engine.rotation_on_device()
         ready = cp.cuda.Event(disable_timing=True)
         ready.record(cp.cuda.get_current_stream())  # the queries (and whatever the caller queued) first
         for s0, nb, b in zip(starts, sizes, batches):
@@ -1444,15 +1558,17 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
             with b.stream:
                 if prof.on:
                     b._tick()
-                _tables_into(cp, engine.pq_queries(Qb), codebook, cn, engine.pq_metric, b._T[:nb],
-                             engine.rotation_on_device())
+                if b.walk_tables:  # the walk's blocks make the tables from these (bang_tables_direct's input)
+                    b._Qs[:nb] = _padded(cp.ascontiguousarray(engine.pq_queries(Qb), dtype=cp.float32), m, rotation)
+                else:
+                    _tables_into(cp, engine.pq_queries(Qb), codebook, cn, engine.pq_metric, b._T[:nb], rotation)
                 if prof.on:
                     b._tick("tables")
                 b._seeds[:nb] = entry.seeds_for(Qb, n_seeds)
                 if prof.on:
                     b._tick("seeds")
             b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof,
-                   graph_dev=graph_dev)
+                   graph_dev=graph_dev, codebook=C, ip=engine.pq_metric == "ip")
     except BaseException:
         _release(engine, batches)
         raise
@@ -1508,17 +1624,15 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         # every query logged at most W per step; the fused walk's steps are not seen by the host, so
         # its plan covers every log slot (slots past a walk are empty and sort last: the same plan)
         C = b.max_iters if b.fused else min(b.max_iters, b.W * b.iters)
-        if rerank_kernels_apply(b.log_d, C, rr):  # plan and rows in one kernel
-            src = Xdev if mode in ("device", "mapped") else (b.slots if mode == "stash" else None)
-            cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr, src, b.S,
-                                                              from_slots=mode == "stash")
+        stash = mode == "stash"
+        if rerank_kernels_apply(b.log_d, C, rr):  # the plan (and the stash's rows) in one kernel
+            cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr,
+                                                              b.slots if stash else None, b.S, from_slots=stash)
             nmiss = nmiss[0]
         else:  # CuPy: the plan, then the rows
             cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
             rows = missing = nmiss = None
-            if mode in ("device", "mapped"):
-                rows = rows_from_device(cp, Xdev, cand)
-            elif mode == "stash":
+            if stash:
                 rows, missing = rows_from_slots(cp, b.slots, b.S, cand, pos)
                 nmiss = missing.sum()
         b.rr_cand, b.rr_pos = cand, pos
@@ -1528,10 +1642,12 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
             b.rr_rows = b.rr_missing = b.rr_result = None
             return
         b.rr_rows = rows
-        b.rr_missing = missing if mode == "stash" else None
-        if mode == "stash":
+        b.rr_missing = missing if stash else None
+        if stash:
             b.rr_nmiss = nmiss
-        b.rr_result = _exact(engine, Qb, rows, cand, k)
+            b.rr_result = _exact(engine, Qb, rows, cand, k)
+        else:  # "device" / "mapped": rows read by id where they are (no row buffer)
+            b.rr_result = _exact(engine, Qb, Xdev, cand, k, by_id=True)
         if prof.on:
             b._tick("rerank_exact")
 

@@ -14,6 +14,8 @@
 // Work list layout per query: ids[L], dist[L], flag[L] (1 = expanded); empty slots hold id -1 and
 // distance +inf and sort last.
 
+#include <cuda_fp16.h>
+
 #define BANG_INF __int_as_float(0x7f800000)
 #define BANG_MAX_W 64  // largest search width (shared scratch of the selection); the host checks
 
@@ -98,6 +100,24 @@ __device__ __forceinline__ void store_entry(void* __restrict__ T, size_t i, floa
     } else {
         static_cast<float*>(T)[i] = t;
     }
+}
+
+// One entry of a direct PQ table (4.2): the squared distance between query subvector qv and
+// centroid cv (dsub floats each) in dimension order, every step rounded (no fused multiply-add),
+// or (ip) minus their inner product -- _pq._tables_cpu's order, so CPU and GPU tables agree bit
+// for bit. Shared by bang_tables_direct and bang_walk's in-block table.
+__device__ __forceinline__ float table_entry(const float* __restrict__ qv, const float* __restrict__ cv, int dsub,
+                                             int ip) {
+    float t = 0.f;
+    if (ip) {
+        for (int u = 0; u < dsub; ++u) t = __fadd_rn(t, __fmul_rn(qv[u], cv[u]));
+        return -t;
+    }
+    for (int u = 0; u < dsub; ++u) {
+        const float e = __fsub_rn(qv[u], cv[u]);
+        t = __fadd_rn(t, __fmul_rn(e, e));
+    }
+    return t;
 }
 
 }  // namespace bang
@@ -406,19 +426,7 @@ extern "C" __global__ void bang_tables_direct(const float* __restrict__ Qs, cons
         const int c = (int)(i % ksub);
         const size_t qj = i / ksub;  // q * m + j
         const int j = (int)(qj % m);
-        const float* qv = Qs + qj * dsub;
-        const float* cv = C + ((size_t)j * ksub + c) * dsub;
-        float t = 0.f;
-        if (ip) {
-            for (int u = 0; u < dsub; ++u) t = __fadd_rn(t, __fmul_rn(qv[u], cv[u]));
-            t = -t;
-        } else {
-            for (int u = 0; u < dsub; ++u) {
-                const float e = __fsub_rn(qv[u], cv[u]);
-                t = __fadd_rn(t, __fmul_rn(e, e));
-            }
-        }
-        bang::store_entry(T, i, t, bf16);
+        bang::store_entry(T, i, bang::table_entry(Qs + qj * dsub, C + ((size_t)j * ksub + c) * dsub, dsub, ip), bf16);
     }
 }
 
@@ -586,6 +594,72 @@ extern "C" __global__ void bang_rerank_select(const float* __restrict__ dist, co
     }
 }
 
+// Exact re-rank distances (4.9) read straight from the stored vectors: dist[q, j] = the internal
+// distance of prepared query q (Qp, nq x d float32) to candidate cand[q, j]'s vector, whose row is
+// read by id from `src` (by_id: the device copy of the vectors, or the mapped host vectors over
+// PCIe -- no row buffer in GPU memory) or by position from `src` = a row buffer (q * c + j: the
+// stash's slots or rows uploaded from the host). The row is prepared as prepare_vectors prepares
+// it: widened from its storage dtype (0 float32, 1 float16, 2 uint8, 3 int8), times `scale` (a
+// power of two, through double), and for cosine divided by its norm -- folded into the product,
+// -(x . q) / |x| (an empty row keeps norm 1). l2: sum of (x - q)^2; ip / cosine: minus the inner
+// product. One warp per candidate; each lane adds its dimensions in order, then a fixed shuffle
+// tree: the same bits whichever source the row came from (the GPU re-rank modes agree exactly).
+// Candidates -1 get +inf. Dynamic shared memory: the query (d floats).
+__device__ __forceinline__ float bang_load_elem(const unsigned char* __restrict__ row, int t, int dtype) {
+    switch (dtype) {
+        case 1: return __half2float(reinterpret_cast<const __half*>(row)[t]);
+        case 2: return (float)row[t];
+        case 3: return (float)reinterpret_cast<const signed char*>(row)[t];
+        default: return reinterpret_cast<const float*>(row)[t];
+    }
+}
+
+extern "C" __global__ void bang_rerank_exact(const float* __restrict__ Qp, int d, const int* __restrict__ cand, int c,
+                                             const unsigned char* __restrict__ src, int by_id, int dtype,
+                                             int row_bytes, double scale, int cosine, int ip,
+                                             float* __restrict__ dist, int nq) {
+    extern __shared__ float s_q[];
+    const long long q = blockIdx.x;
+    if (q >= nq) return;
+    for (int t = threadIdx.x; t < d; t += blockDim.x) s_q[t] = Qp[q * d + t];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const bool scaled = scale != 1.0;
+    for (int j = warp; j < c; j += nw) {
+        const int id = cand[q * c + j];
+        if (id < 0) {
+            if (lane == 0) dist[q * c + j] = BANG_INF;
+            continue;
+        }
+        const unsigned char* row = src + (by_id ? (long long)id : q * c + j) * (long long)row_bytes;
+        float acc = 0.f, ss = 0.f;
+#pragma unroll 4
+        for (int t = lane; t < d; t += 32) {
+            float x = bang_load_elem(row, t, dtype);
+            if (scaled) x = (float)((double)x * scale);
+            if (ip || cosine) {
+                acc = __fmaf_rn(x, s_q[t], acc);
+                if (cosine) ss = __fmaf_rn(x, x, ss);
+            } else {
+                const float e = __fsub_rn(x, s_q[t]);
+                acc = __fmaf_rn(e, e, acc);
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+            if (cosine) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+        }
+        if (lane == 0) {
+            float v = acc;
+            if (cosine) {
+                const float nrm = sqrtf(ss);
+                v = __fdiv_rn(acc, nrm > 0.f ? nrm : 1.f);
+            }
+            dist[q * c + j] = (ip || cosine) ? -v : v;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------- fused mapped walk
 // The whole walk of a query in one launch (mapped access only; not in BANG, whose host gathers
 // each iteration's rows, 4.3 / 4.6). One block per query loops over the steps that
@@ -602,6 +676,10 @@ extern "C" __global__ void bang_rerank_select(const float* __restrict__ dist, co
 // shared memory at once (16-byte loads where aligned): each group of GS lanes then scores a node
 // from shared memory, where reading its row from global memory inside the scoring loop put one
 // memory latency per group of nodes in series (16 of them a step at W R = 128, GS = 16).
+// build_table (table in shared memory only): the block makes its query's table itself from Qs
+// (nq, m, dsub: the padded, centred, rotated query) and the codebook C (m, ksub, dsub), with
+// bang_tables_direct's arithmetic (bang::table_entry), so the walk is the same bit for bit and no
+// per-query table (24 KB at m = 48, bfloat16) is written to and read back from global memory.
 // Shared memory (host: _search_gpu.walk_shared_bytes, same order): [table if use_smem, 16-aligned]
 // [code rows if stage: cap m, 16-aligned] [Bloom words if bloom_smem] [wl_d, wl_ids, od, oi: L
 // each] [nbrs, rd, ri, sd, si, fids: cap each] [hash: hslots] [wl_x, ox: L each],
@@ -611,7 +689,8 @@ extern "C" __global__ void bang_walk(
     const unsigned char* __restrict__ codes, int m, const void* __restrict__ tables, int ksub, int bf16,
     int use_smem, int stage, unsigned* __restrict__ bloom, int bloom_words, int bloom_smem, int hslots, int L, int W,
     int max_iters, int* __restrict__ log_ids, float* __restrict__ log_d, int* __restrict__ n_exp,
-    int* __restrict__ steps, int GS, int nq) {
+    int* __restrict__ steps, int GS, int nq, const float* __restrict__ Qs, const float* __restrict__ C, int dsub,
+    int ip, int build_table) {
     extern __shared__ __align__(16) unsigned char s_mem[];
     __shared__ int s_cnt, s_nc, s_npos, s_nf;
     __shared__ int s_pos[BANG_MAX_W];
@@ -643,9 +722,19 @@ extern "C" __global__ void bang_walk(
     // code rows: 16-byte copies when every row starts 16-aligned, else 4 or 1
     const int cword = ((m & 15) == 0 && (reinterpret_cast<size_t>(codes) & 15) == 0) ? 16 : ((m & 3) == 0 ? 4 : 1);
 
-    // the query's PQ table, once (4.2): 16-byte loads where aligned
+    // the query's PQ table, once (4.2): made here from its padded subvectors Qs and the codebook C
+    // (build_table: bang_tables_direct's arithmetic, so the same bits; no table array in global
+    // memory, no table kernel), or loaded from `tables` with 16-byte loads where aligned
     const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
-    if (use_smem) {
+    if (use_smem && build_table) {
+        const float* qs = Qs + (size_t)q * m * dsub;
+        for (int i = threadIdx.x; i < m * ksub; i += blockDim.x) {
+            const int j = i / ksub, c = i - j * ksub;
+            bang::store_entry(s_tab, i, bang::table_entry(qs + j * dsub, C + ((size_t)j * ksub + c) * dsub, dsub, ip),
+                              bf16);
+        }
+        T = s_tab;
+    } else if (use_smem) {
         const int nbytes = m * ksub * esz;
         if ((nbytes & 15) == 0 && (reinterpret_cast<size_t>(T) & 15) == 0) {
             const float4* T4 = reinterpret_cast<const float4*>(T);
