@@ -8,7 +8,7 @@
 N=${N:-20000000}; TAG=${TAG:-20m}; BT=${BT:-420}
 summ() { python3 scripts/device/bang_rows.py "$1"; }
 P=new-onecall,new-onecall-mapped
-KNNKIT_PROGRESS=0 timeout $BT $py benchmarks/bang_bench.py --n $N --d 96 --beams 24,32,48,64 --widths 4 --prefetch on \
+KNNKIT_PROGRESS=0 timeout $BT $py benchmarks/bang_bench.py --n $N --d 96 --beams ${BEAMS:-24,32,48,64} --widths 4 --prefetch on \
   --rerank on --paths ${PATHS:-$P,new,new-mapped,$P} --cuvs-probes 4,6,8,12 ${EXTRA:-} --busy --out "$out/bang_$TAG.json" > "$out/bang_$TAG.log" 2>&1
 echo "$TAG rc=$? $(( $(date +%s) - t0 )) s"; summ "$out/bang_$TAG.log" | tee "$out/summary_$TAG.txt"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("stages", {k: v for k, v in d["stages"].items() if k.endswith("_s")})' "$out/bang_$TAG.json"

@@ -120,6 +120,49 @@ __device__ __forceinline__ float table_entry(const float* __restrict__ qv, const
     return t;
 }
 
+// A query's whole table into shared memory T (m x ksub entries, float32 or bfloat16 bits) by the
+// block, from its padded subvectors qs (m x dsub) and the codebook C (m x ksub x dsub: entry i's
+// centroid is C + i dsub). Entry values are table_entry's (the same bits as bang_tables_direct).
+// Why the DS template: one entry at a time left each thread with ~96 dependent L2 loads in series
+// (m = 48, ksub = 256, 128 threads), ~15 us per block; with dsub known, U entries' centroids are
+// loaded before any is used, so U loads are in flight per thread.
+template <int DS>
+__device__ __forceinline__ void build_table_fixed(void* __restrict__ T, const float* __restrict__ qs,
+                                                  const float* __restrict__ C, int m, int ksub, int ip, int bf16) {
+    constexpr int U = 8;
+    const int total = m * ksub;
+    for (int base = threadIdx.x; base < total; base += U * blockDim.x) {
+        float cv[U][DS];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * blockDim.x;
+            if (i < total) {
+#pragma unroll
+                for (int t = 0; t < DS; ++t) cv[u][t] = __ldg(C + (size_t)i * DS + t);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * blockDim.x;
+            if (i < total) store_entry(T, i, table_entry(qs + (i / ksub) * DS, cv[u], DS, ip), bf16);
+        }
+    }
+}
+
+__device__ void build_table(void* __restrict__ T, const float* __restrict__ qs, const float* __restrict__ C, int m,
+                            int ksub, int dsub, int ip, int bf16) {
+    switch (dsub) {
+        case 1: build_table_fixed<1>(T, qs, C, m, ksub, ip, bf16); return;
+        case 2: build_table_fixed<2>(T, qs, C, m, ksub, ip, bf16); return;
+        case 3: build_table_fixed<3>(T, qs, C, m, ksub, ip, bf16); return;
+        case 4: build_table_fixed<4>(T, qs, C, m, ksub, ip, bf16); return;
+        case 8: build_table_fixed<8>(T, qs, C, m, ksub, ip, bf16); return;
+        default:
+            for (int i = threadIdx.x; i < m * ksub; i += blockDim.x)
+                store_entry(T, i, table_entry(qs + (i / ksub) * dsub, C + (size_t)i * dsub, dsub, ip), bf16);
+    }
+}
+
 }  // namespace bang
 
 // PQ distances of each query's fresh neighbours (section 4.5). nbrs: (nq, width) ids (-1 = none;
@@ -727,12 +770,7 @@ extern "C" __global__ void bang_walk(
     // memory, no table kernel), or loaded from `tables` with 16-byte loads where aligned
     const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
     if (use_smem && build_table) {
-        const float* qs = Qs + (size_t)q * m * dsub;
-        for (int i = threadIdx.x; i < m * ksub; i += blockDim.x) {
-            const int j = i / ksub, c = i - j * ksub;
-            bang::store_entry(s_tab, i, bang::table_entry(qs + j * dsub, C + ((size_t)j * ksub + c) * dsub, dsub, ip),
-                              bf16);
-        }
+        bang::build_table(s_tab, Qs + (size_t)q * m * dsub, C, m, ksub, dsub, ip, bf16);
         T = s_tab;
     } else if (use_smem) {
         const int nbytes = m * ksub * esz;
