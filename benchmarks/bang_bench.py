@@ -32,7 +32,9 @@ in the stages), in managed memory where the device has it, or with ``-pinned`` p
 before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, and with
 ``-loadtab`` the fused walk loading tables made by a kernel before it
 (``configure(walk_tables=False)``, the fused walk of the thirty-ninth session) instead of each
-block making its own. Every
+block making its own; ``-rowsfirst`` the re-rank's rows copied into a buffer before the exact
+distances (``_search_gpu.RERANK_ROWS_FIRST``) and ``-einsum`` those distances by CuPy's einsum
+(``RERANK_EINSUM``): the re-rank before the fortieth session with both. Every
 configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
 call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
 boundaries) as its own row.
@@ -124,7 +126,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst", "einsum"}
 
 
 def main():
@@ -252,13 +254,15 @@ def main():
                 for rr in reranks:
                     for path in paths:
                         # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps
-                        # -loadtab
+                        # -loadtab -rowsfirst -einsum
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
                             raise SystemExit(f"unknown path {path!r}")
                         _pq.TABLE_BITS = 32 if "f32" in flags else 16  # float32 tables
                         _pq.TABLE_METHOD = "gemm" if "gemm" in flags else "direct"  # tables by the GEMM
+                        _search_gpu.RERANK_ROWS_FIRST = "rowsfirst" in flags  # re-rank rows into a buffer first
+                        _search_gpu.RERANK_EINSUM = "einsum" in flags  # exact distances by einsum
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,

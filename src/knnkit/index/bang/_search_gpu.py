@@ -51,7 +51,7 @@ from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
 from .._search_gpu import _pow2ceil
 from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
-from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_topk, gather_rows,
+from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows,
                           gather_walk, walk_expansions)
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
@@ -1090,6 +1090,12 @@ def _release(engine, batches):
 
 #: storage dtypes ``bang_rerank_exact`` widens itself (its ``dtype`` codes)
 _ROW_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3}
+#: For measurements only (the bench's ``-rowsfirst`` / ``-einsum``): "device" / "mapped" re-rank
+#: rows copied into a buffer by ``bang_rerank_rows`` first (as before the fortieth session) instead
+#: of read by id where they are; the exact distances by CuPy's einsum on prepared rows (the
+#: thirty-ninth session's) instead of ``bang_rerank_exact``.
+RERANK_ROWS_FIRST = False
+RERANK_EINSUM = False
 
 
 def rerank_exact_gpu(cp, Qp, src, cand, *, by_id, metric, scale):
@@ -1121,11 +1127,14 @@ def _exact(engine, Qb, src, cand, k, by_id=False):
     import cupy as cp
 
     c = cand.shape[1]
-    if _cfg["rerank_kernels"] and 1 <= c <= RERANK_KERNEL_MAX_COLS and np.dtype(src.dtype) in _ROW_DTYPES:
+    kernels = _cfg["rerank_kernels"] and 1 <= c <= RERANK_KERNEL_MAX_COLS
+    if kernels and not RERANK_EINSUM and np.dtype(src.dtype) in _ROW_DTYPES:
         dist = rerank_exact_gpu(cp, Qb, src, cand, by_id=by_id, metric=engine.metric, scale=engine.scale)
         return rerank_select_gpu(cp, dist, cand, k)
     rows = rows_from_device(cp, src, cand) if by_id else src
     Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], c, -1)
+    if kernels:
+        return rerank_select_gpu(cp, exact_distances(Qb, Xc, engine._imetric), cand, k)
     return exact_topk(Qb, Xc, cand, k, engine._imetric)
 
 
@@ -1625,9 +1634,11 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         # its plan covers every log slot (slots past a walk are empty and sort last: the same plan)
         C = b.max_iters if b.fused else min(b.max_iters, b.W * b.iters)
         stash = mode == "stash"
+        rows_first = RERANK_ROWS_FIRST and mode in ("device", "mapped")
         if rerank_kernels_apply(b.log_d, C, rr):  # the plan (and the stash's rows) in one kernel
-            cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr,
-                                                              b.slots if stash else None, b.S, from_slots=stash)
+            src = b.slots if stash else (Xdev if rows_first else None)
+            cand, pos, rows, missing, nmiss = rerank_rows_gpu(cp, b.log_ids, b.log_d, C, rr, src, b.S,
+                                                              from_slots=stash)
             nmiss = nmiss[0]
         else:  # CuPy: the plan, then the rows
             cand, pos = rerank_plan(cp, b.log_ids, b.log_d, rr, C)
@@ -1645,6 +1656,8 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         b.rr_missing = missing if stash else None
         if stash:
             b.rr_nmiss = nmiss
+            b.rr_result = _exact(engine, Qb, rows, cand, k)
+        elif rows_first and rows is not None:  # (measurements only)
             b.rr_result = _exact(engine, Qb, rows, cand, k)
         else:  # "device" / "mapped": rows read by id where they are (no row buffer)
             b.rr_result = _exact(engine, Qb, Xdev, cand, k, by_id=True)
