@@ -35,9 +35,11 @@ before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, 
 block making its own; ``-rowsfirst`` the re-rank's rows copied into a buffer before the exact
 distances (``_search_gpu.RERANK_ROWS_FIRST``) and ``-einsum`` those distances by CuPy's einsum
 (``RERANK_EINSUM``): the re-rank before the fortieth session with both. Every
-configuration gets one full-size warm-up call (the cached buffers are made there), then the timed
-call; ``--profile`` adds a third, profiled call (per-phase times, device synchronised at phase
-boundaries) as its own row.
+configuration gets one full-size warm-up call (the cached buffers are made there; CuPy's memory pool
+emptied before it, so the timed call reuses its blocks, as repeated calls do), then the timed call
+(``-coldpool``: the pool emptied after the warm-up instead, so every temporary of the timed call is
+a new ``cudaMalloc``, as every run before the fortieth session measured); ``--profile`` adds a
+third, profiled call (per-phase times, device synchronised at phase boundaries) as its own row.
 """
 
 import argparse
@@ -126,7 +128,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst", "einsum"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst", "einsum", "coldpool"}
 
 
 def main():
@@ -254,7 +256,7 @@ def main():
                 for rr in reranks:
                     for path in paths:
                         # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps
-                        # -loadtab -rowsfirst -einsum
+                        # -loadtab -rowsfirst -einsum -coldpool
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -274,9 +276,14 @@ def main():
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call
                         sp = knnkit.index.SearchParams(prefetch=prefetch, rerank=None if rr == "on" else a.k,
                                                        search_width=width, pipeline_batch=-(-a.queries // nb))
-                        # warm-up at full size: compilation, and the buffers the new path keeps
-                        index.search(Qd, k=a.k, beam=beam, params=sp)
+                        # warm-up at full size: compilation, and the buffers the new path keeps; the
+                        # pool emptied before it, so the timed call reuses the warm-up's blocks (the
+                        # steady state of repeated calls; gpu_pool_bytes: one call's peak) -- or with
+                        # -coldpool after it (every temporary a new cudaMalloc: the bench before s40)
                         pool.free_all_blocks()
+                        index.search(Qd, k=a.k, beam=beam, params=sp)
+                        if "coldpool" in flags:
+                            pool.free_all_blocks()
                         cp.cuda.Device().synchronize()
                         t = time.perf_counter()
                         _d, i = index.search(Qd, k=a.k, beam=beam, params=sp)
@@ -298,7 +305,8 @@ def main():
                             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
                             from _gpu_busy import gpu_busy
 
-                            pool.free_all_blocks()
+                            if "coldpool" in flags:
+                                pool.free_all_blocks()
                             busy = gpu_busy(lambda: index.search(Qd, k=a.k, beam=beam, params=sp),
                                             cp.cuda.Device().synchronize)
                             res["rows"].append(dict(row, busy=busy))
@@ -328,7 +336,8 @@ def main():
                             print(text, flush=True)
                         if a.profile:
                             _search_gpu.configure(profile=True)
-                            pool.free_all_blocks()
+                            if "coldpool" in flags:
+                                pool.free_all_blocks()
                             cp.cuda.Device().synchronize()
                             t = time.perf_counter()
                             index.search(Qd, k=a.k, beam=beam, params=sp)
