@@ -120,6 +120,47 @@ __device__ __forceinline__ float table_entry(const float* __restrict__ qv, const
     return t;
 }
 
+// Merge `cnt` new entries (rd, ri; flags nx, or none: all unexpanded) into a sorted work list of L
+// slots (wl_d, wl_ids, wl_x) -- sections 4.7-4.8: the new entries are rank-sorted into (sd, si,
+// sx), then each list entry goes to slot i + (new entries before it) and each new entry to slot
+// j + (list entries before it), both by binary search, through (od, oi, ox), and back into the
+// list; what lands past L drops out. One block; called with the block synchronised (rd, ri
+// written), returns synchronised. Shared by bang_merge (list in global memory) and bang_walk (in
+// shared memory): the same placements, hence the same lists.
+__device__ __forceinline__ void merge_into_list(float* wl_d, int* wl_ids, unsigned char* wl_x, int L,
+                                                const float* rd, const int* ri, const unsigned char* nx, int cnt,
+                                                float* sd, int* si, unsigned char* sx, float* od, int* oi,
+                                                unsigned char* ox) {
+    for (int t = threadIdx.x; t < cnt; t += blockDim.x) {
+        const float d = rd[t];
+        const int id = ri[t];
+        int r = 0;
+        for (int u = 0; u < cnt; ++u) r += key_less(rd[u], ri[u], d, id) ? 1 : 0;
+        sd[r] = d; si[r] = id;
+        if (nx) sx[r] = nx[t];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < L; i += blockDim.x) {  // list entries: slot i + #new smaller
+        const float d = wl_d[i];
+        const int id = wl_ids[i];
+        int lo = 0, hi = cnt;
+        while (lo < hi) { const int mid = (lo + hi) >> 1; if (key_less(sd[mid], si[mid], d, id)) lo = mid + 1; else hi = mid; }
+        const int pos = i + lo;
+        if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = wl_x[i]; }
+    }
+    for (int j = threadIdx.x; j < cnt; j += blockDim.x) {  // new entries: slot j + #list smaller
+        const float d = sd[j];
+        const int id = si[j];
+        int lo = 0, hi = L;
+        while (lo < hi) { const int mid = (lo + hi) >> 1; if (key_less(wl_d[mid], wl_ids[mid], d, id)) lo = mid + 1; else hi = mid; }
+        const int pos = j + lo;
+        if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = nx ? sx[j] : (unsigned char)0; }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < L; i += blockDim.x) { wl_d[i] = od[i]; wl_ids[i] = oi[i]; wl_x[i] = ox[i]; }
+    __syncthreads();
+}
+
 // A query's whole table into shared memory T (m x ksub entries, float32 or bfloat16 bits) by the
 // block, from its padded subvectors qs (m x dsub) and the codebook C (m x ksub x dsub: entry i's
 // centroid is C + i dsub). Entry values are table_entry's (the same bits as bang_tables_direct).
@@ -382,33 +423,7 @@ extern "C" __global__ void bang_merge(int* __restrict__ wl_ids, float* __restric
         const size_t nb = (size_t)q * new_cap;
         for (int t = threadIdx.x; t < cnt; t += blockDim.x) { rd[t] = new_d[nb + t]; ri[t] = new_ids[nb + t]; }
         __syncthreads();
-        for (int t = threadIdx.x; t < cnt; t += blockDim.x) {
-            const float d = rd[t];
-            const int id = ri[t];
-            int r = 0;
-            for (int u = 0; u < cnt; ++u) r += bang::key_less(rd[u], ri[u], d, id) ? 1 : 0;
-            sd[r] = d; si[r] = id; sx[r] = new_x[nb + t];
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < L; i += blockDim.x) {  // work-list entries: slot i + #new smaller
-            const float d = wl_d[wb + i];
-            const int id = wl_ids[wb + i];
-            int lo = 0, hi = cnt;
-            while (lo < hi) { const int mid = (lo + hi) >> 1; if (bang::key_less(sd[mid], si[mid], d, id)) lo = mid + 1; else hi = mid; }
-            const int pos = i + lo;
-            if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = wl_x[wb + i]; }
-        }
-        for (int j = threadIdx.x; j < cnt; j += blockDim.x) {  // new entries: slot j + #work-list smaller
-            const float d = sd[j];
-            const int id = si[j];
-            int lo = 0, hi = L;
-            while (lo < hi) { const int mid = (lo + hi) >> 1; if (bang::key_less(wl_d[wb + mid], wl_ids[wb + mid], d, id)) lo = mid + 1; else hi = mid; }
-            const int pos = j + lo;
-            if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = sx[j]; }
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < L; i += blockDim.x) { wl_d[wb + i] = od[i]; wl_ids[wb + i] = oi[i]; wl_x[wb + i] = ox[i]; }
-        __syncthreads();
+        bang::merge_into_list(wl_d + wb, wl_ids + wb, wl_x + wb, L, rd, ri, new_x + nb, cnt, sd, si, sx, od, oi, ox);
     }
     if (!select) return;
     // next candidates without prefetch, fused here (one launch less per iteration)
@@ -856,35 +871,8 @@ extern "C" __global__ void bang_walk(
         }
         __syncthreads();
         const int cnt = s_cnt;
-        if (cnt > 0) {  // --- merge (bang_merge): rank-sort the new entries, place both lists
-            for (int t = threadIdx.x; t < cnt; t += blockDim.x) {
-                const float d = rd[t];
-                const int id = ri[t];
-                int r = 0;
-                for (int u = 0; u < cnt; ++u) r += bang::key_less(rd[u], ri[u], d, id) ? 1 : 0;
-                sd[r] = d; si[r] = id;
-            }
-            __syncthreads();
-            for (int i = threadIdx.x; i < L; i += blockDim.x) {
-                const float d = wl_d[i];
-                const int id = wl_ids[i];
-                int lo = 0, hi = cnt;
-                while (lo < hi) { const int mid = (lo + hi) >> 1; if (bang::key_less(sd[mid], si[mid], d, id)) lo = mid + 1; else hi = mid; }
-                const int pos = i + lo;
-                if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = wl_x[i]; }
-            }
-            for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
-                const float d = sd[j];
-                const int id = si[j];
-                int lo = 0, hi = L;
-                while (lo < hi) { const int mid = (lo + hi) >> 1; if (bang::key_less(wl_d[mid], wl_ids[mid], d, id)) lo = mid + 1; else hi = mid; }
-                const int pos = j + lo;
-                if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = 0; }
-            }
-            __syncthreads();
-            for (int i = threadIdx.x; i < L; i += blockDim.x) { wl_d[i] = od[i]; wl_ids[i] = oi[i]; wl_x[i] = ox[i]; }
-            __syncthreads();
-        }
+        if (cnt > 0)  // --- merge (as bang_merge): the new entries, all unexpanded
+            bang::merge_into_list(wl_d, wl_ids, wl_x, L, rd, ri, nullptr, cnt, sd, si, nullptr, od, oi, ox);
         // --- the next W candidates: the first W unexpanded entries (logged as expansions)
         bang::first_unexpanded(wl_ids, wl_x, L, W, s_pos, &s_npos);
         if (threadIdx.x == 0) {
