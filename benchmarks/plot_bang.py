@@ -29,6 +29,10 @@ PATH_NAMES = {
     # the fused walk loading tables made before it (before the blocks made their own)
     "new-onecall-mapped-loadtab": ("mapped, tables loaded, one call", "tab:pink"),
     "new-mapped-loadtab": ("mapped, tables loaded, under the budget", "tab:gray"),
+    "new-mapped-coldpool": ("mapped, under the budget, pool emptied before the timed call", "tab:cyan"),
+    # the thirty-ninth session's whole path, measured as it measured (pool emptied)
+    "new-onecall-mapped-loadtab-rowsfirst-einsum-coldpool": ("the s39 path (tables loaded, rows buffered, einsum)",
+                                                             "tab:olive"),
 }
 
 

@@ -1205,8 +1205,9 @@ def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
 #: room, the call goes ahead with them and logs it): the walk's per-call and per-step costs are per
 #: batch, so small calls cost throughput. H200, 3M x 96, budget 1/8 of graph + vectors (the
 #: codes take 3/4 of it): calls of ~470 queries read 84k QPS at recall 0.91 against 743-752k for
-#: one call of 10k. 4096 queries (two batches of 2048) hold ~0.4 GB of state at beam 32, 48-byte
-#: codes: bounded, whatever the number of queries.
+#: one call of 10k. 4096 queries (two batches of 2048) hold ~0.25 GB of state at beam 32, 48-byte
+#: codes, with the host gather (~60 KB a query), 14 MB with the fused mapped walk (~3.4 KB):
+#: bounded, whatever the number of queries.
 MIN_CALL_QUERIES = 4096
 
 
