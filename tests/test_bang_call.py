@@ -408,6 +408,26 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, wa
     np.testing.assert_array_equal(dm3, dg)
 
 
+def test_fake_gpu_wide_vectors_rerank_by_rows(small, monkeypatch):
+    """Vectors wider than ``bang_rerank_exact`` takes (its query in shared memory) are re-ranked
+    from gathered rows by einsum: the same answers, and their rows counted in a call's memory."""
+    index, Q = small
+    e = index._engine
+    dm, im = _fake_search(monkeypatch, index, Q, access="mapped")
+    d = e._data.shape[1]
+    narrow = sg.rerank_bytes_per_query(rerank=24, d=d, itemsize=4, mode="mapped")
+    monkeypatch.setattr(sg, "RERANK_EXACT_MAX_DIM", d - 1)
+    assert sg.rerank_bytes_per_query(rerank=24, d=d, itemsize=4, mode="mapped") == narrow + 24 * d * 8
+    dw, iw = _fake_search(monkeypatch, index, Q, access="mapped")
+    np.testing.assert_array_equal(iw, im)
+    np.testing.assert_array_equal(dw, dm)
+    import cupy  # the fake
+
+    with pytest.raises(ValueError, match="dimensions"):
+        sg.rerank_exact_gpu(cupy, dev(Q), dev(e._data), dev(np.zeros((len(Q), 3), np.int32)), by_id=True,
+                            metric="sqeuclidean", scale=1.0)
+
+
 def test_walk_plan_shared_memory(monkeypatch):
     """``bang_walk``'s shared memory: table, staged code rows and Bloom filter in turn while they fit
     their limits; None (the step kernels) when the list and scratch alone do not fit."""

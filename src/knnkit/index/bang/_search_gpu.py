@@ -1096,6 +1096,9 @@ _ROW_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uin
 #: thirty-ninth session's) instead of ``bang_rerank_exact``.
 RERANK_ROWS_FIRST = False
 RERANK_EINSUM = False
+#: widest vectors ``bang_rerank_exact`` takes: it keeps the query in shared memory (4 d bytes) within
+#: the 48 KB a launch gets without opting in; wider ones take the rows-and-einsum path
+RERANK_EXACT_MAX_DIM = 12 * 1024
 
 
 def rerank_exact_gpu(cp, Qp, src, cand, *, by_id, metric, scale):
@@ -1106,6 +1109,8 @@ def rerank_exact_gpu(cp, Qp, src, cand, *, by_id, metric, scale):
     ``scale``: the index's), on the current stream."""
     nq, c = cand.shape
     d = int(src.shape[1])
+    if d > RERANK_EXACT_MAX_DIM:
+        raise ValueError(f"bang_rerank_exact takes vectors of at most {RERANK_EXACT_MAX_DIM} dimensions, got {d}")
     Qp = cp.ascontiguousarray(Qp, dtype=cp.float32)
     cand = cp.ascontiguousarray(cand, dtype=cp.int32)
     dist = cp.empty((nq, c), dtype=cp.float32)
@@ -1128,7 +1133,7 @@ def _exact(engine, Qb, src, cand, k, by_id=False):
 
     c = cand.shape[1]
     kernels = _cfg["rerank_kernels"] and 1 <= c <= RERANK_KERNEL_MAX_COLS
-    if kernels and not RERANK_EINSUM and np.dtype(src.dtype) in _ROW_DTYPES:
+    if kernels and not RERANK_EINSUM and np.dtype(src.dtype) in _ROW_DTYPES and src.shape[1] <= RERANK_EXACT_MAX_DIM:
         dist = rerank_exact_gpu(cp, Qb, src, cand, by_id=by_id, metric=engine.metric, scale=engine.scale)
         return rerank_select_gpu(cp, dist, cand, k)
     rows = rows_from_device(cp, src, cand) if by_id else src
@@ -1194,7 +1199,7 @@ def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
     rows and their prepared float32 copy)."""
     b = rerank * (4 + 8 + 1 + 4 + 12)
     kernels = _cfg["rerank_kernels"] and 1 <= rerank <= RERANK_KERNEL_MAX_COLS
-    if not kernels:
+    if not kernels or RERANK_EINSUM or d > RERANK_EXACT_MAX_DIM:  # the rows and their prepared copy
         b += rerank * d * (itemsize + 4)
     elif mode in ("stash", "host"):
         b += rerank * d * itemsize
