@@ -93,6 +93,18 @@ def recall(found, gt_d, X, Q, k):
     return float(ok[:, :k].mean())
 
 
+def _cumulative_us(pr, n=40):
+    """The ``n`` functions of a cProfile run with the most cumulative time, in microseconds (the
+    standard listing rounds to milliseconds, too coarse for a 5 ms call)."""
+    import pstats
+
+    rows = sorted(pstats.Stats(pr).stats.items(), key=lambda kv: -kv[1][3])[:n]
+    out = ["\n cumulative_us  own_us  calls  function"]
+    for (file, line, fn), (_cc, nc, tt, ct, _callers) in rows:
+        out.append(f"{ct * 1e6:14.0f} {tt * 1e6:7.0f} {nc:6d}  {file}:{line}({fn})")
+    return "\n".join(out) + "\n"
+
+
 def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
     """cuVS IVF-PQ (codes of ``pq_bytes``) + host refine over the same data and queries: rows appended to
     res, tagged ``when`` (before or after knnkit's rows: ``--cuvs-twice`` measures the peer's drift)."""
@@ -319,7 +331,8 @@ def main():
                             import site
                             import sysconfig
 
-                            pool.free_all_blocks()
+                            if "coldpool" in flags:
+                                pool.free_all_blocks()
                             cp.cuda.Device().synchronize()
                             pr = cProfile.Profile()
                             pr.enable()
@@ -328,6 +341,7 @@ def main():
                             pr.disable()
                             buf = io.StringIO()
                             pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(30)
+                            buf.write(_cumulative_us(pr))
                             # no machine path in results: the repository and site-packages by name
                             text = buf.getvalue().replace(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "<repo>")
                             for sp_dir in set(site.getsitepackages() + [sysconfig.get_paths()["purelib"]]):
