@@ -504,7 +504,7 @@ def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
     m, ksub = e._codes.shape[1], e._codebook.shape[1]
     shape = dict(L=L, R=R, W=W, max_iters=8 * L, s=4, m=m, ksub=ksub)
     install(monkeypatch)
-    use_smem = sg._table_fits_shared(sg.table_bytes(m, ksub), sg._step_extra(W, R, 4))
+    use_smem = sg._tables_in_shared(m, ksub, W, R, 4)
     plan, walk_tables = sg.fused_plan(**shape, use_smem=use_smem, mapped=True)
     assert plan is not None and walk_tables  # (the fake's shared memory: the fused walk makes its tables)
     batch_mapped = sg.batch_bytes_per_query(**shape, plan=plan, walk_tables=True, dsub=e._codebook.shape[2])

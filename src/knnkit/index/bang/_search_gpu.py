@@ -628,7 +628,7 @@ class _Batch:
         # state (work list, new entries, candidates, neighbour rows) nor, with its filter in shared
         # memory, a filter array; walk_tables: its blocks make their tables from the padded queries
         # (dsub floats per subspace), so there is no table array either
-        self.plan, self.walk_tables, self.dsub = plan, bool(walk_tables and plan is not None and plan[0]), dsub
+        self.plan, self.walk_tables, self.dsub = plan, bool(walk_tables), dsub
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.event = cp.cuda.Event(disable_timing=True)
         self.bloom_words = bloom_words_for(max_iters, R, s, L=L, W=W)
@@ -977,9 +977,11 @@ def fused_plan(*, L, R, W, max_iters, s, m, ksub, use_smem, mapped, tbits=None):
     return plan, bool(plan is not None and plan[0] and table_method() == "direct" and _cfg["walk_tables"])
 
 
-def _step_extra(W, R, n_seeds):
-    """Shared memory the step kernels need beside the table (the wider of a step and the seeds)."""
-    return max(step_shared_bytes(W * R), step_shared_bytes(max(1, int(n_seeds))))
+def _tables_in_shared(m, ksub, W, R, n_seeds, bits=None):
+    """Whether a query's table goes to the step kernels' shared memory (:func:`_table_fits_shared`)
+    beside a step's own (the wider of a step and the seeds); ``bits``: the tables' (legacy: 32)."""
+    extra = max(step_shared_bytes(W * R), step_shared_bytes(max(1, int(n_seeds))))
+    return _table_fits_shared(table_bytes(m, ksub, bits), extra)
 
 
 def hash_slots(width):
@@ -1187,7 +1189,7 @@ def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=
         b += 9 * L + 4 * bw + 9 * nc + 4 * W + 4 * W * R + m * ksub * tbits // 8
     else:
         b += 0 if plan[2] else 4 * bw
-        b += 4 * m * int(dsub) if walk_tables and plan[0] else m * ksub * tbits // 8
+        b += 4 * m * int(dsub) if walk_tables else m * ksub * tbits // 8
     if S:
         b += (S + W) * d * itemsize + 4 * W
     return int(b)
@@ -1233,7 +1235,7 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
     m, ksub = int(codes.shape[1]), int(codebook.shape[1])
     s = max(1, int(s))
     plan, walk_tables = fused_plan(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, mapped=mapped,
-                                   use_smem=_table_fits_shared(table_bytes(m, ksub), _step_extra(W, R, s)))
+                                   use_smem=_tables_in_shared(m, ksub, W, R, s))
     per = batch_bytes_per_query(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, S=S, d=d,
                                 itemsize=itemsize, plan=plan, walk_tables=walk_tables, dsub=int(codebook.shape[2]))
     mode = "device" if xdev is not None or mapped else ("stash" if S else "host")
@@ -1314,8 +1316,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     R = graph.shape[1]
     m = codes.shape[1]
     ksub = codebook.shape[1]
-    use_smem = _table_fits_shared(table_bytes(m, ksub, 32 if legacy else None),
-                                  _step_extra(W, R, n_seeds))  # legacy: float32 tables
+    use_smem = _tables_in_shared(m, ksub, W, R, n_seeds, 32 if legacy else None)  # legacy: float32 tables
     GS = _group_size(m)
     pb = int(pipeline_batch) if pipeline_batch else max(1, -(-nq // 2))
     starts = list(range(0, nq, pb))
@@ -1662,8 +1663,7 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         b.rr_missing = missing if stash else None
         if stash:
             b.rr_nmiss = nmiss
-            b.rr_result = _exact(engine, Qb, rows, cand, k)
-        elif rows_first and rows is not None:  # (measurements only)
+        if rows is not None:  # the stash's rows (or, measuring, the rows copied first)
             b.rr_result = _exact(engine, Qb, rows, cand, k)
         else:  # "device" / "mapped": rows read by id where they are (no row buffer)
             b.rr_result = _exact(engine, Qb, Xdev, cand, k, by_id=True)
