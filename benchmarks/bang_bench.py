@@ -179,6 +179,10 @@ def main():
                     help="a call per configuration under cProfile: the host's time per Python function (top 30)")
     ap.add_argument("--busy", action="store_true",
                     help="a call per configuration under torch.profiler: the GPU's busy time (_gpu_busy.py)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="a call per configuration under torch.profiler with CPU activities: the call's timeline "
+                         "(kernels, copies, CUDA API calls, knnkit's host pieces) and the GPU's idle gaps "
+                         "(_gpu_busy.gpu_timeline)")
     ap.add_argument("--device-peer", action="store_true", help="also the device-placed GraphIndex")
     ap.add_argument("--no-cuvs", action="store_true")
     ap.add_argument("--cuvs-twice", action="store_true",
@@ -324,6 +328,17 @@ def main():
                             res["rows"].append(dict(row, busy=busy))
                             print(json.dumps({"busy": path, "beam": beam, "width": width, "pipeline_batches": nb, **busy}),
                                   flush=True)
+                        if a.timeline:
+                            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+                            from _gpu_busy import gpu_timeline
+
+                            try:
+                                tl = gpu_timeline(lambda: index.search(Qd, k=a.k, beam=beam, params=sp),
+                                                  cp.cuda.Device().synchronize)
+                            except Exception as e:  # a measurement aid: its failure is reported, not fatal
+                                tl = {"error": f"{type(e).__name__}: {e}"}
+                            res.setdefault("timeline", []).append({"path": path, "beam": beam, "width": width, **tl})
+                            print(json.dumps({"timeline": path, "beam": beam, **tl.get("summary", tl)}), flush=True)
                         if a.cprofile:
                             import cProfile
                             import io
