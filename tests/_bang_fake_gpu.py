@@ -309,8 +309,10 @@ def _walk(graph, R, seeds, s, codes, m, T, ksub, bf16, use_smem, stage, bloom, b
     if build_table:
         assert use_smem and Qs.shape[1:] == (C.shape[0], int(dsub)) and C.shape[1] == int(ksub)
     for q in range(nq):
+        log_ids[q], log_d[q] = -1, np.inf  # the block starts its log (no fill before the walk)
         Tq = _walk_table(Qs, C, q, ip, bf16) if build_table else T[q:q + 1]
         words = np.zeros((1, int(bloom_words)), np.uint32) if bloom_smem else bloom[q:q + 1]
+        words[...] = 0  # (the block zeroes its filter wherever it lives)
         wl_ids, wl_d = np.full((1, L), -1, np.int32), np.full((1, L), np.inf, np.float32)
         wl_x = np.zeros((1, L), np.uint8)
         new_ids, new_d, new_x = np.empty((1, cap), np.int32), np.empty((1, cap), np.float32), np.zeros((1, cap), np.uint8)

@@ -225,7 +225,9 @@ def test_fake_gpu_calls_bounded_by_the_memory_budget(small, monkeypatch):
         # the estimate is what a batch allocates on the device
         b = e._bang_ws["batches"][0]
         assert b.nbytes == b.cap * per
-        knnkit.set_memory_budget(int(e._codes.nbytes + e._codebook.nbytes) + 20 * (per + 24 * (16 * 8 + 12)))
+        call = sg.call_bytes_per_query(s=4, d=e._data.shape[1], m=e._codes.shape[1], dsub=e._codebook.shape[2],
+                                       n_entry=len(e._entry), walk_tables=False)
+        knnkit.set_memory_budget(int(e._codes.nbytes + e._codebook.nbytes) + 20 * (per + call + 24 * (16 * 8 + 12)))
         d2, i2 = _fake_search(monkeypatch, index, Q, W=4, pipeline_batch=3)
         assert sg.last_stats()["calls"] == -(-len(Q) // 20)
         np.testing.assert_array_equal(i2, i0)
@@ -382,7 +384,7 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, wa
     b0 = e._bang_ws["batches"][0]
     if fused:  # the step kernels' state is not allocated; nor the tables when the blocks make them
         assert st["walk_plan"]["table_in_walk"] is walk_tables and b0._wl_ids is None and b0._nbr_dev is None
-        assert (b0._T is None) is walk_tables and (b0._Qs is None) is not walk_tables
+        assert (b0._T is None) is walk_tables
     if fused:  # one launch per batch, plus the re-rank's
         assert st["launches"] == st["batches"] and st["host_syncs"] <= 1 + st["batches"]
     assert st["h2d_bytes"] == 0 and st["stash_slots"] == 0
@@ -508,9 +510,12 @@ def test_fake_gpu_mapped_bounded_calls(small, monkeypatch):
     plan, walk_tables = sg.fused_plan(**shape, use_smem=use_smem, mapped=True)
     assert plan is not None and walk_tables  # (the fake's shared memory: the fused walk makes its tables)
     batch_mapped = sg.batch_bytes_per_query(**shape, plan=plan, walk_tables=True, dsub=e._codebook.shape[2])
-    per_mapped = batch_mapped + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="mapped")
+    call = dict(s=4, d=d, m=m, dsub=e._codebook.shape[2], n_entry=len(e._entry))
+    per_mapped = (batch_mapped + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="mapped")
+                  + sg.call_bytes_per_query(**call, walk_tables=True))
     per_gather = (sg.batch_bytes_per_query(S=sg.stash_slots(L, W, L, 8 * L), d=d, itemsize=4, **shape)
-                  + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="stash"))
+                  + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="stash")
+                  + sg.call_bytes_per_query(**call, walk_tables=False))
     assert per_gather > 3 * per_mapped  # no table, no step state, no re-rank rows
     n = 9  # queries a call with the stash (mapped: far more)
     assert (n * per_gather) // per_mapped > n

@@ -55,7 +55,7 @@ from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_distan
                           gather_walk, walk_expansions)
 
 __all__ = ["search_host_gpu", "last_stats", "configure", "stash_slots", "rerank_plan", "rows_from_slots",
-           "rows_from_device", "MAX_WIDTH"]
+           "rows_from_device", "call_bytes_per_query", "MAX_WIDTH"]
 
 _KERNEL = kernel_path(__file__, "bang.cu")
 _NT = 128  # threads per block of the walk kernels
@@ -649,12 +649,11 @@ class _Batch:
             self._log_d = e((cap, max_iters), cp.float32)
             self._n_exp = e(cap, cp.int32)
             self._nbr_dev = e((cap, W * R), cp.int32) if steps else None
-            # own: tables and seeds written in place each call (legacy: made per call and handed in)
-            # own tables: bfloat16 bits (uint16) when tbits == 16 (_pq.TABLE_BITS), else float32
+            # own: tables written in place each call (legacy: made per call and handed in), as
+            # bfloat16 bits (uint16) when tbits == 16 (_pq.TABLE_BITS), else float32; the seeds and
+            # the walk's padded queries are the call's (:func:`_setup`: one selection for all batches)
             self.tdtype = np.dtype(np.uint16 if tbits == 16 else np.float32) if own else None
             self._T = e((cap, m, ksub), self.tdtype) if own and not self.walk_tables else None
-            self._Qs = e((cap, m, dsub), cp.float32) if self.walk_tables else None
-            self._seeds = e((cap, s), cp.int32) if own else None
             if S:
                 self._slots = e((cap * S, d), vdtype)
                 self._vec_dev = e((cap * W, d), vdtype)
@@ -685,18 +684,19 @@ class _Batch:
                               and a is not self._live_dev))
         self.prof = _OFF
 
-    def bind(self, nq, codes, *, T=None, seeds=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graph_dev=None,
+    def bind(self, nq, codes, *, seeds, T=None, Qs=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graph_dev=None,
              codebook=None, ip=False):
         """Views of the first ``nq`` rows for this call, the work state reset on the stream (after
-        the tables and seeds already queued there), kernel arguments. ``T`` / ``seeds``: the
-        tables and seeds when made elsewhere (legacy), else this batch's own buffers. ``graph_dev``:
-        the mapped host graph (``access="mapped"``: the kernels read its rows). ``codebook`` / ``ip``:
-        what the fused walk's blocks make their tables from (``walk_tables``)."""
+        the tables already queued there; the fused walk resets its own), kernel arguments.
+        ``seeds``: this batch's rows of the call's seeds; ``T``: its tables when made elsewhere
+        (legacy), else this batch's own buffer; ``Qs``: its rows of the call's padded queries, which
+        the fused walk's blocks make their tables from (``walk_tables``, with ``codebook`` / ``ip``).
+        ``graph_dev``: the mapped host graph (``access="mapped"``: the kernels read its rows)."""
         cp = self.cp
         i32 = np.int32
         L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
         self.nq, self.prefetch, self.prof = nq, prefetch, prof
-        self.seeds = self._seeds[:nq] if seeds is None else cp.ascontiguousarray(seeds, dtype=cp.int32)
+        self.seeds = cp.ascontiguousarray(seeds, dtype=cp.int32)
         if self.seeds.shape != (nq, self.s):
             raise RuntimeError(f"seeds of shape {self.seeds.shape}, expected {(nq, self.s)}")
         self.log_ids, self.log_d = self._log_ids[:nq], self._log_d[:nq]
@@ -715,11 +715,10 @@ class _Batch:
         with self.stream:
             if prof.on:
                 self._tick()
-            if self.bloom is not None:  # (a filter in shared memory is zeroed by its block)
+            if not self.fused:  # the fused walk starts its filter, log, list, scratch and counts itself
                 self.bloom.fill(0)
-            self.log_ids.fill(-1)
-            self.log_d.fill(np.inf)
-            if not self.fused:  # the fused walk starts its list, scratch and counts itself
+                self.log_ids.fill(-1)
+                self.log_d.fill(np.inf)
                 self._wl_ids[:nq].fill(-1)
                 self._wl_d[:nq].fill(np.inf)
                 self._wl_x[:nq].fill(0)
@@ -731,7 +730,9 @@ class _Batch:
                 self._tick("reset")
         if self.fused:
             t_smem, stage, b_smem, self.smem_walk = self.plan
-            self.T = self._Qs[:nq] if self.walk_tables else self._T[:nq]
+            if self.walk_tables and (Qs is None or Qs.shape != (nq, m, self.dsub) or not Qs.flags.c_contiguous):
+                raise RuntimeError(f"the fused walk's padded queries: expected a contiguous {(nq, m, self.dsub)} array")
+            self.T = Qs if self.walk_tables else self._T[:nq]
             bf16 = self.tdtype.itemsize == 2
             self.walk_plan = dict(table_smem=t_smem, codes_staged=stage, bloom_smem=b_smem, shared_bytes=self.smem_walk,
                                   table_in_walk=self.walk_tables)
@@ -1184,15 +1185,22 @@ def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=
     bw = bloom_words_for(max_iters, R, s, L=L, W=W)
     nc = max(W * R, s)
     tbits = table_bits() if tbits is None else int(tbits)
-    b = 8 * max_iters + 4 + 4 + 4 * s  # log, expansions, steps (n_new), seeds
+    b = 8 * max_iters + 4 + 4  # log, expansions, steps (n_new)
     if plan is None:
         b += 9 * L + 4 * bw + 9 * nc + 4 * W + 4 * W * R + m * ksub * tbits // 8
     else:
         b += 0 if plan[2] else 4 * bw
-        b += 4 * m * int(dsub) if walk_tables else m * ksub * tbits // 8
+        b += 0 if walk_tables else m * ksub * tbits // 8
     if S:
         b += (S + W) * d * itemsize + 4 * W
     return int(b)
+
+
+def call_bytes_per_query(*, s, d, m, dsub, n_entry, walk_tables):
+    """GPU bytes one query takes in a call's own arrays (:func:`_setup`): its centred query, its
+    padded copy for the walk's tables (``walk_tables``; counted even where it is a view), its
+    ``s`` seeds and its row of the seed selection's GEMM (``n_entry`` centroids)."""
+    return int(4 * d + (4 * m * int(dsub) if walk_tables else 0) + 4 * max(1, int(s)) + 4 * int(n_entry))
 
 
 def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
@@ -1240,6 +1248,8 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
                                 itemsize=itemsize, plan=plan, walk_tables=walk_tables, dsub=int(codebook.shape[2]))
     mode = "device" if xdev is not None or mapped else ("stash" if S else "host")
     per += rerank_bytes_per_query(rerank=rerank, d=d, itemsize=itemsize, mode=mode)
+    per += call_bytes_per_query(s=s, d=d, m=m, dsub=int(codebook.shape[2]), n_entry=len(engine._entry),
+                                walk_tables=walk_tables)
     if config._globals["memory_budget"] is not None:
         room = budget - int(codes.nbytes) - int(codebook.nbytes) - (0 if xdev is None else int(xdev.nbytes))
     else:
@@ -1342,6 +1352,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
         else:
             mode = "host"
     n_sync = 0
+    held = ()
     common = dict(codes=codes, codebook=codebook, entry=entry, L=L, R=R, W=W, max_iters=max_iters, n_seeds=n_seeds,
                   m=m, ksub=ksub, use_smem=use_smem, GS=GS, prefetch=prefetch, prof=prof)
     if legacy:
@@ -1350,12 +1361,20 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     else:
         if graph_dev is not None:
             common["prefetch"] = False  # nothing leaves early: the merge chooses (same results)
-        batches, reused = _setup(engine, cp, Q, starts, sizes, S=S, data=data, graph_dev=graph_dev, **common)
+        batches, reused, held = _setup(engine, cp, Q, starts, sizes, S=S, data=data, graph_dev=graph_dev, **common)
     try:
         return _run(engine, cp, Q, k, batches, starts, t_start=t_start, reused=reused, legacy=legacy, mode=mode, S=S,
                     Xdev=Xdev, graph=graph, data=data, W=W, rr=rr, use_smem=use_smem, prof=prof, phases=phases,
                     n_sync=n_sync, mapped=graph_dev is not None)
+    except BaseException:
+        # the call's seeds and queries (held) go back to the pool only once no queued kernel reads them
+        try:
+            cp.cuda.Device().synchronize()
+        except Exception:  # (a device already in error: the original exception says more)
+            pass
+        raise
     finally:
+        del held  # (_run ended with a wait for the device, or the except above did)
         for b in batches:  # the events of this call's profile go with it
             b.prof = _OFF
         if not legacy:
@@ -1552,8 +1571,11 @@ def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R,
 
 def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
            use_smem, GS, prefetch, prof, graph_dev=None):
-    """The index's cached batches (or new ones), each with its tables (``_tables_into``), seeds and
-    reset queued on its own stream behind the caller's work: no host wait. ``(batches, reused)``."""
+    """The index's cached batches (or new ones), bound to this call. The call's seeds (one GEMM and
+    one selection for every batch) and, for the fused walk's tables, its padded queries are made on
+    the caller's stream; each batch's stream waits for them, then makes its tables there (unless
+    the walk's blocks make them) and resets its state: no host wait. ``(batches, reused, held)``:
+    ``held``, the call's arrays the batches read, kept until the call's end."""
     s = max(1, int(n_seeds))
     plan, walk_tables = fused_plan(L=L, R=R, W=W, max_iters=max_iters, s=s, m=m, ksub=ksub, use_smem=use_smem,
                                    mapped=graph_dev is not None)
@@ -1565,30 +1587,39 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
         cn = engine._gpu_cache("pq_cnorms", lambda: (codebook * codebook).sum(axis=2))
         C = cp.ascontiguousarray(codebook, dtype=cp.float32) if walk_tables else None
         rotation = engine.rotation_on_device()
+        cur = cp.cuda.get_current_stream()
+        if prof.on:
+            e0 = prof.ev(cur)
+        Qc = engine.pq_queries(Q)  # (centred: one subtraction for the call)
+        # the walk's blocks make their tables from these (bang_tables_direct's input); a view of Qc
+        # when the subspaces cover d exactly and there is no rotation
+        Qs = _padded(cp.ascontiguousarray(Qc, dtype=cp.float32), m, rotation) if walk_tables else None
+        if Qs is not None and not Qs.flags.c_contiguous:
+            Qs = cp.ascontiguousarray(Qs)
+        if prof.on:
+            e1 = prof.ev(cur)
+        seeds = entry.seeds_for(Q, n_seeds)
+        if prof.on:
+            prof.spans += [("tables", e0, e1), ("seeds", e1, prof.ev(cur))]
         ready = cp.cuda.Event(disable_timing=True)
-        ready.record(cp.cuda.get_current_stream())  # the queries (and whatever the caller queued) first
+        ready.record(cur)  # the queries, the call's arrays (and whatever the caller queued) first
         for s0, nb, b in zip(starts, sizes, batches):
             b.stream.wait_event(ready)
             b.prof = prof
-            Qb = Q[s0:s0 + nb]
-            with b.stream:
-                if prof.on:
-                    b._tick()
-                if b.walk_tables:  # the walk's blocks make the tables from these (bang_tables_direct's input)
-                    b._Qs[:nb] = _padded(cp.ascontiguousarray(engine.pq_queries(Qb), dtype=cp.float32), m, rotation)
-                else:
-                    _tables_into(cp, engine.pq_queries(Qb), codebook, cn, engine.pq_metric, b._T[:nb], rotation)
-                if prof.on:
-                    b._tick("tables")
-                b._seeds[:nb] = entry.seeds_for(Qb, n_seeds)
-                if prof.on:
-                    b._tick("seeds")
-            b.bind(nb, codes, use_smem=use_smem, GS=GS, prefetch=prefetch, vec_load=True, prof=prof,
-                   graph_dev=graph_dev, codebook=C, ip=engine.pq_metric == "ip")
+            if not walk_tables:
+                with b.stream:
+                    if prof.on:
+                        b._tick()
+                    _tables_into(cp, Qc[s0:s0 + nb], codebook, cn, engine.pq_metric, b._T[:nb], rotation)
+                    if prof.on:
+                        b._tick("tables")
+            b.bind(nb, codes, seeds=seeds[s0:s0 + nb], Qs=None if Qs is None else Qs[s0:s0 + nb], use_smem=use_smem,
+                   GS=GS, prefetch=prefetch, vec_load=True, prof=prof, graph_dev=graph_dev, codebook=C,
+                   ip=engine.pq_metric == "ip")
     except BaseException:
         _release(engine, batches)
         raise
-    return batches, reused
+    return batches, reused, (Qc, Qs, seeds)
 
 
 def _rerank_legacy(engine, cp, batches, Q, k, rerank, profile, phases):

@@ -783,6 +783,12 @@ extern "C" __global__ void bang_walk(
     // the query's PQ table, once (4.2): made here from its padded subvectors Qs and the codebook C
     // (build_table: bang_tables_direct's arithmetic, so the same bits; no table array in global
     // memory, no table kernel), or loaded from `tables` with 16-byte loads where aligned
+    // the query's log starts empty here (no fill kernels before the walk): the re-rank reads
+    // every column, and columns past the walk's expansions must hold -1 / +inf
+    for (int i = threadIdx.x; i < max_iters; i += blockDim.x) {
+        log_ids[(size_t)q * max_iters + i] = -1;
+        log_d[(size_t)q * max_iters + i] = BANG_INF;
+    }
     const unsigned char* T = static_cast<const unsigned char*>(tables) + (size_t)q * m * ksub * esz;
     if (use_smem && build_table) {
         bang::build_table(s_tab, Qs + (size_t)q * m * dsub, C, m, ksub, dsub, ip, bf16);
@@ -800,8 +806,8 @@ extern "C" __global__ void bang_walk(
     }
     const float* Tf = reinterpret_cast<const float*>(T);
     const unsigned short* Th = reinterpret_cast<const unsigned short*>(T);
-    if (bloom_smem)
-        for (int i = threadIdx.x; i < bloom_words; i += blockDim.x) words[i] = 0u;
+    // the filter starts empty, in shared or global memory (no fill kernel before the walk)
+    for (int i = threadIdx.x; i < bloom_words; i += blockDim.x) words[i] = 0u;
     for (int i = threadIdx.x; i < L; i += blockDim.x) { wl_ids[i] = -1; wl_d[i] = BANG_INF; wl_x[i] = 0; }
     for (int j = threadIdx.x; j < s; j += blockDim.x) nbrs[j] = seeds[(size_t)q * s + j];
     int width = s;  // step 0: the seeds are the "neighbour row"
