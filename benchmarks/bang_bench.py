@@ -34,7 +34,9 @@ before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, 
 (``configure(walk_tables=False)``, the fused walk of the thirty-ninth session) instead of each
 block making its own; ``-rowsfirst`` the re-rank's rows copied into a buffer before the exact
 distances (``_search_gpu.RERANK_ROWS_FIRST``) and ``-einsum`` those distances by CuPy's einsum
-(``RERANK_EINSUM``): the re-rank before the fortieth session with both. Every
+(``RERANK_EINSUM``): the re-rank before the fortieth session with both; ``-rrsame`` the fused walk's
+re-rank on its batch's own stream (``configure(rerank_priority=False)``, as before the forty-first
+session) instead of a stream of the highest priority. Every
 configuration gets one full-size warm-up call (the cached buffers are made there; CuPy's memory pool
 emptied before it, so the timed call reuses its blocks, as repeated calls do), then the timed call
 (``-coldpool``: the pool emptied after the warm-up instead, so every temporary of the timed call is
@@ -140,7 +142,8 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst", "einsum", "coldpool"}
+PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst",
+              "einsum", "coldpool", "rrsame"}
 
 
 def main():
@@ -189,6 +192,9 @@ def main():
                     help="cuVS IVF-PQ also before knnkit's build (the peer's rows of both runs, tagged 'when')")
     ap.add_argument("--no-knnkit", action="store_true",
                     help="the peer only (same data, queries and ground truth; codes of --pq-bytes, default ceil(d / 2))")
+    ap.add_argument("--cache", default=None,
+                    help="a folder for the data, ground truth and built index: made on the first run, loaded on "
+                         "the next (another tree's process measures the same index; its stages say 'cached')")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "bang_bench.json"))
     a = ap.parse_args()
 
@@ -208,9 +214,15 @@ def main():
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
 
-    tmp = tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
+    tmp = a.cache or tempfile.mkdtemp(dir=os.environ.get("TMPDIR"))
+    os.makedirs(tmp, exist_ok=True)
+    cached = a.cache is not None and all(os.path.exists(os.path.join(tmp, f)) for f in
+                                         ("base.npy", "queries.npy", "gt_d.npy", "index.knnkit"))
+    res["stages"]["cached"] = cached
     t = time.perf_counter()
-    if a.data == "broad":
+    if cached:
+        X, Q = np.load(os.path.join(tmp, "base.npy"), mmap_mode="r"), np.load(os.path.join(tmp, "queries.npy"))
+    elif a.data == "broad":
         from knnkit.datasets.suite import make_broad_clusters
 
         Xb, Q = make_broad_clusters(a.n, a.d, n_queries=a.queries, random_state=1)
@@ -221,8 +233,14 @@ def main():
         X, Q = generate(os.path.join(tmp, "base.npy"), a.n, a.d, a.queries, seed=1)
     res["stages"]["generate_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    gt_d, _gt_i = knnkit.knn(X, cp.asarray(Q), k=a.k, device="gpu")  # X streamed from the memory map
-    gt_d = cp.asnumpy(gt_d)
+    if cached:
+        gt_d = np.load(os.path.join(tmp, "gt_d.npy"))
+    else:
+        gt_d, _gt_i = knnkit.knn(X, cp.asarray(Q), k=a.k, device="gpu")  # X streamed from the memory map
+        gt_d = cp.asnumpy(gt_d)
+        if a.cache:
+            np.save(os.path.join(tmp, "queries.npy"), Q)
+            np.save(os.path.join(tmp, "gt_d.npy"), gt_d)
     res["stages"]["ground_truth_s"] = time.perf_counter() - t
     dump()
 
@@ -237,15 +255,20 @@ def main():
     if a.build_budget_mb is not None:
         knnkit.set_memory_budget(int(a.build_budget_mb * 2 ** 20))
     t = time.perf_counter()
-    index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0, graph_degree=a.graph_degree,
-                                    pq_bytes=a.pq_bytes, compression=a.compression)
-    res["stages"]["build_s"] = time.perf_counter() - t
+    if cached:
+        index = knnkit.GraphIndex.load(os.path.join(tmp, "index.knnkit"), device="gpu")
+    else:
+        index = knnkit.GraphIndex.build(X, placement="host", device="gpu", random_state=0,
+                                        graph_degree=a.graph_degree, pq_bytes=a.pq_bytes, compression=a.compression)
+        if a.cache:
+            index.save(os.path.join(tmp, "index.knnkit"))
+    res["stages"]["build_s" if not cached else "load_s"] = time.perf_counter() - t
     knnkit.set_memory_budget(None)
     res["stages"]["build_params"] = {k: v for k, v in index._engine.build_params.items()
                                      if isinstance(v, (int, float, str, bool, type(None)))}
     res["stages"]["host_check"] = index.build_params.get("host_check")
     res["default_beam"] = index.search_params.beam
-    res["stages"]["build_phases_s"] = index.build_timings
+    res["stages"]["build_phases_s"] = getattr(index, "build_timings", None) if not cached else None
     res["stages"]["connectivity"] = index._engine.build_params.get("connectivity")
     eng = index._engine
     need = a.n * a.d * 4 + a.n * eng.graph_degree * 4
@@ -287,6 +310,8 @@ def main():
                                               access="mapped" if "mapped" in flags else "gather",
                                               mapped_memory="pinned" if "pinned" in flags else "auto",
                                               fused_walk="steps" not in flags, walk_tables="loadtab" not in flags)
+                        if "rrsame" in flags or "rerank_priority" in _search_gpu._cfg:  # (a tree before it: no switch)
+                            _search_gpu.configure(rerank_priority="rrsame" not in flags)
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call

@@ -310,7 +310,8 @@ def test_configure_round_trip():
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
                            "mapped_chunk": old["mapped_chunk"], "mapped_memory": old["mapped_memory"],
-                           "fused_walk": old["fused_walk"], "walk_tables": old["walk_tables"]}
+                           "fused_walk": old["fused_walk"], "walk_tables": old["walk_tables"],
+                           "rerank_priority": old["rerank_priority"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -330,6 +331,11 @@ def test_configure_round_trip():
                 sg.configure(walk_tables=bad)
         sg.configure(walk_tables=False)
         assert sg._cfg["walk_tables"] is False
+        for bad in (0, 1, "yes"):
+            with pytest.raises(ValueError, match="rerank_priority"):
+                sg.configure(rerank_priority=bad)
+        sg.configure(rerank_priority=False)
+        assert sg._cfg["rerank_priority"] is False
     finally:
         sg.configure(**old)
     assert sg._cfg == old
@@ -385,8 +391,9 @@ def test_fake_gpu_mapped_equals_gather_and_cpu(W, prefetch, pb, chunk, fused, wa
     if fused:  # the step kernels' state is not allocated; nor the tables when the blocks make them
         assert st["walk_plan"]["table_in_walk"] is walk_tables and b0._wl_ids is None and b0._nbr_dev is None
         assert (b0._T is None) is walk_tables
-    if fused:  # one launch per batch, plus the re-rank's
+    if fused:  # one launch per batch, plus the re-rank's (which writes the call's results in place)
         assert st["launches"] == st["batches"] and st["host_syncs"] <= 1 + st["batches"]
+        assert st["results_in_place"] and st["iterations"] >= 1 and st["expansions_mean"] >= 1
     assert st["h2d_bytes"] == 0 and st["stash_slots"] == 0
     np.testing.assert_array_equal(im, ig)
     np.testing.assert_array_equal(dm, dg)

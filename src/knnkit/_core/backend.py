@@ -34,10 +34,13 @@ def gpu_available() -> bool:
 class ArrayInfo:
     """Where an input came from: framework ('numpy', 'cupy', 'torch') and whether on a GPU."""
 
-    __slots__ = ("framework", "on_gpu", "device_id")
+    __slots__ = ("framework", "on_gpu", "device_id", "absmax")
 
     def __init__(self, framework, on_gpu, device_id=None):
         self.framework, self.on_gpu, self.device_id = framework, on_gpu, device_id
+        # the largest |value| of the validated array, where check_matrix found it on the way (GPU
+        # float arrays: one reduction is both the NaN/Inf check and this), else None
+        self.absmax = None
 
     def __repr__(self):
         return f"ArrayInfo(framework={self.framework!r}, on_gpu={self.on_gpu})"

@@ -1,6 +1,7 @@
 """Input checks done once at every public entry point, so that bad input gets a clear
 ValueError/TypeError here and never reaches a CUDA kernel."""
 
+import math
 import numbers
 
 import numpy as np
@@ -67,7 +68,15 @@ def check_matrix(x, name="data", allow_float64=True, check_finite=True, integer=
     if not a.flags.c_contiguous:
         a = xp.ascontiguousarray(a)
     if dt.kind == "f" and check_finite:
-        finite = bool(xp.isfinite(a).all())
+        if xp is np:
+            finite = bool(xp.isfinite(a).all())
+        else:
+            # on the GPU one reduction (and one wait for it) serves both: the largest |value| is
+            # NaN or Inf exactly when some value is (CuPy's max propagates NaN), and the search's
+            # scale check wants it next (ArrayInfo.absmax)
+            big = float(xp.abs(a).max())
+            finite = math.isfinite(big)
+            info.absmax = big if finite else None
         if not finite:
             raise ValueError(f"{name} contains NaN or Inf values")
     return a, info

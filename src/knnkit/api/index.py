@@ -807,7 +807,9 @@ class GraphIndex:
         # the stored vectors are at the power-of-two scale of the data (1.0 for ordinary data):
         # queries far larger than that scale allows overflow float32 in the walk (inf distances and
         # arbitrary ids, returned without a word); they are answered exactly at a scale for both
-        if (np.dtype(q.dtype) == np.float32 or scale > 1.0) and not fits_scale(absmax(q), scale):
+        q_max = info.absmax  # (found by check_matrix on the GPU, else None)
+        if (np.dtype(q.dtype) == np.float32 or scale > 1.0) and not fits_scale(
+                absmax(q) if q_max is None else q_max, scale):
             why = (f"queries have values up to {absmax(q):.3g}, beyond what the index's stored scale "
                    f"(data up to {absmax(self._engine.data):.3g}) can compare in float32")
             if isinstance(self._engine, HostIndex):

@@ -82,7 +82,8 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "mapped_memory": os.environ.get("KNNKIT_BANG_MAPPED_MEMORY", "auto").strip() or "auto",
         "fused_walk": os.environ.get("KNNKIT_BANG_FUSED_WALK", "1").strip() not in ("0", "false", "no"),
         "walk_tables": os.environ.get("KNNKIT_BANG_WALK_TABLES", "1").strip() not in ("0", "false", "no"),
-        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
+        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no"),
+        "rerank_priority": os.environ.get("KNNKIT_BANG_RERANK_PRIORITY", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
 RERANK_KERNEL_MAX_COLS = 4096
@@ -94,7 +95,7 @@ MAPPED_MEMORY_KINDS = ("auto", "managed", "pinned")
 
 
 def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              mapped_memory=None, fused_walk=None, walk_tables=None):
+              mapped_memory=None, fused_walk=None, walk_tables=None, rerank_priority=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -159,6 +160,13 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         KB a query at 48-byte codes: the largest part of a bounded call's state) and no table
         kernel runs before the walk. False: the tables made by ``bang_tables_direct`` first. Same
         results bit for bit. Environment: ``KNNKIT_BANG_WALK_TABLES=0``.
+    rerank_priority : bool
+        The fused walk's re-rank ("device" / "mapped") queued on a stream of the device's highest
+        priority, behind its batch's walk (default): when a batch's walk ends, the block scheduler
+        starts its re-rank (bound by the link: it reads its rows over PCIe) ahead of the blocks of
+        the next batch's walk still waiting (bound by the SMs and latency), so the two overlap
+        instead of running one after the other. False: on the batch's own stream. Same results.
+        Environment: ``KNNKIT_BANG_RERANK_PRIORITY=0``.
     mapped_chunk : int
         "mapped" without ``fused_walk``: walk steps queued between two looks of the host at whether
         a batch has finished (one chunk is always queued ahead, so up to two chunks of steps run
@@ -192,6 +200,10 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if not isinstance(walk_tables, (bool, np.bool_)):
             raise ValueError(f"walk_tables must be True or False, got {walk_tables!r}")
         _cfg["walk_tables"] = bool(walk_tables)
+    if rerank_priority is not None:
+        if not isinstance(rerank_priority, (bool, np.bool_)):
+            raise ValueError(f"rerank_priority must be True or False, got {rerank_priority!r}")
+        _cfg["rerank_priority"] = bool(rerank_priority)
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
@@ -199,9 +211,28 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
     return old
 
 
+class _Lazy:
+    """A statistic read from the device when :func:`last_stats` asks: the batches' arrays it reads
+    (``batches``: ``(batch, generation)`` pairs) still hold the call's values unless a later call
+    bound them again, which makes it None."""
+
+    def __init__(self, batches, read):
+        self.batches, self.read = batches, read
+
+    def value(self):
+        if any(b.generation != g for b, g in self.batches):
+            return None
+        return self.read()
+
+    def __repr__(self):
+        return "<read on last_stats()>"
+
+
 def last_stats():
-    """Timers and counters of the last GPU host-placement search (a copy)."""
-    out = dict(_stats)
+    """Timers and counters of the last GPU host-placement search (a copy). ``iterations`` and
+    ``expansions_mean`` are read from the device here: None once a later call reused the buffers
+    they were counted in."""
+    out = {k: (v.value() if isinstance(v, _Lazy) else v) for k, v in _stats.items()}
     for key in ("phases", "gpu_s"):
         if key in out:
             out[key] = dict(out[key])
@@ -210,6 +241,14 @@ def last_stats():
 
 def _kernel(name):
     return get_kernel(_KERNEL, name)
+
+
+def _highest_priority(cp):
+    """The device's highest stream priority (the smallest number; 0 where there are none)."""
+    try:
+        return int(min(cp.cuda.runtime.deviceGetStreamPriorityRange()))
+    except Exception:  # (a runtime without priorities: every stream is alike)
+        return 0
 
 
 def _pinned(shape, dtype):
@@ -554,15 +593,22 @@ def rerank_rows_gpu(cp, log_ids, log_d, C, rr, src=None, S=0, from_slots=False):
     return cand, pos, rows, missing, n_missing
 
 
-def rerank_select_gpu(cp, dist, cand, k):
+def rerank_select_gpu(cp, dist, cand, k, out=None):
     """The selection of :func:`exact_topk` after its distances, in one kernel: ``(D, I)`` (nq, k)
     float32 / int64, the k best of each row of ``dist`` (+inf where ``cand`` is -1; ties by column),
-    id -1 where the distance is not finite, +inf / -1 past ``c`` columns."""
+    id -1 where the distance is not finite, +inf / -1 past ``c`` columns. ``out``: ``(D, I)``
+    written in place (contiguous, of those shapes and dtypes)."""
     nq, c = cand.shape
     dist = cp.ascontiguousarray(dist, dtype=cp.float32)
     cand = cp.ascontiguousarray(cand, dtype=cp.int32)
-    D = cp.empty((nq, int(k)), dtype=cp.float32)
-    I = cp.empty((nq, int(k)), dtype=cp.int64)
+    if out is None:
+        D = cp.empty((nq, int(k)), dtype=cp.float32)
+        I = cp.empty((nq, int(k)), dtype=cp.int64)
+    else:
+        D, I = out
+        if D.shape != (nq, int(k)) or I.shape != (nq, int(k)) or D.dtype != cp.float32 or I.dtype != cp.int64 \
+                or not (D.flags.c_contiguous and I.flags.c_contiguous):
+            raise ValueError("rerank_select_gpu: out must be contiguous float32 and int64 arrays of shape (nq, k)")
     if nq:
         Cp = _pow2ceil(c)
         _kernel("bang_rerank_select")((int(nq),), (int(min(256, max(32, Cp // 2))),),
@@ -631,6 +677,9 @@ class _Batch:
         self.plan, self.walk_tables, self.dsub = plan, bool(walk_tables), dsub
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.event = cp.cuda.Event(disable_timing=True)
+        # the fused walk's re-rank: a stream of the highest priority, after the walk's end (rerank_priority)
+        self.rr_stream = cp.cuda.Stream(non_blocking=True, priority=_highest_priority(cp))
+        self.walk_end = cp.cuda.Event(disable_timing=True)
         self.bloom_words = bloom_words_for(max_iters, R, s, L=L, W=W)
         self.new_cap = max(W * R, s)
         e = cp.empty
@@ -683,6 +732,7 @@ class _Batch:
         self.nbytes = int(sum(a.nbytes for a in vars(self).values() if isinstance(a, cp.ndarray)
                               and a is not self._live_dev))
         self.prof = _OFF
+        self.generation = 0
 
     def bind(self, nq, codes, *, seeds, T=None, Qs=None, use_smem, GS, prefetch, vec_load, prof=_OFF, graph_dev=None,
              codebook=None, ip=False):
@@ -696,6 +746,9 @@ class _Batch:
         i32 = np.int32
         L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
         self.nq, self.prefetch, self.prof = nq, prefetch, prof
+        self.generation += 1  # (a statistic of an earlier call read from these arrays is stale: _Lazy)
+        # this batch's rows of the call's results, where the re-rank writes them, and those (_setup)
+        self.out = self.call_out = None
         self.seeds = cp.ascontiguousarray(seeds, dtype=cp.int32)
         if self.seeds.shape != (nq, self.s):
             raise RuntimeError(f"seeds of shape {self.seeds.shape}, expected {(nq, self.s)}")
@@ -839,9 +892,9 @@ class _Batch:
         self.pending.append(slot)
         self.live_slot ^= 1
 
-    def _tick(self, name=None):
-        """Profile: an event on this stream; the span since the previous tick is ``name``."""
-        e = self.prof.ev(self.stream)
+    def _tick(self, name=None, stream=None):
+        """Profile: an event on this stream (or ``stream``); the span since the previous tick is ``name``."""
+        e = self.prof.ev(self.stream if stream is None else stream)
         if name is not None:
             self.prof.spans.append((name, self._t, e))
         self._t = e
@@ -1127,18 +1180,18 @@ def rerank_exact_gpu(cp, Qp, src, cand, *, by_id, metric, scale):
     return dist
 
 
-def _exact(engine, Qb, src, cand, k, by_id=False):
+def _exact(engine, Qb, src, cand, k, by_id=False, out=None):
     """Exact top-k of the re-rank candidates ``cand``: where the kernels apply,
     :func:`rerank_exact_gpu` (rows read from ``src``: by id from the vectors with ``by_id``, else
-    a row buffer, row q * c + j) and :func:`rerank_select_gpu`; else as v2: the rows (gathered by
-    id if need be), prepared, reshaped, ``exact_topk``."""
+    a row buffer, row q * c + j) and :func:`rerank_select_gpu` (into ``out`` when given); else as
+    v2: the rows (gathered by id if need be), prepared, reshaped, ``exact_topk`` (new arrays)."""
     import cupy as cp
 
     c = cand.shape[1]
     kernels = _cfg["rerank_kernels"] and 1 <= c <= RERANK_KERNEL_MAX_COLS
     if kernels and not RERANK_EINSUM and np.dtype(src.dtype) in _ROW_DTYPES and src.shape[1] <= RERANK_EXACT_MAX_DIM:
         dist = rerank_exact_gpu(cp, Qb, src, cand, by_id=by_id, metric=engine.metric, scale=engine.scale)
-        return rerank_select_gpu(cp, dist, cand, k)
+        return rerank_select_gpu(cp, dist, cand, k, out=out)
     rows = rows_from_device(cp, src, cand) if by_id else src
     Xc = prepare_vectors(rows, engine.metric, engine.scale).reshape(cand.shape[0], c, -1)
     if kernels:
@@ -1361,7 +1414,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     else:
         if graph_dev is not None:
             common["prefetch"] = False  # nothing leaves early: the merge chooses (same results)
-        batches, reused, held = _setup(engine, cp, Q, starts, sizes, S=S, data=data, graph_dev=graph_dev, **common)
+        batches, reused, held = _setup(engine, cp, Q, k, starts, sizes, S=S, data=data, graph_dev=graph_dev, **common)
     try:
         return _run(engine, cp, Q, k, batches, starts, t_start=t_start, reused=reused, legacy=legacy, mode=mode, S=S,
                     Xdev=Xdev, graph=graph, data=data, W=W, rr=rr, use_smem=use_smem, prof=prof, phases=phases,
@@ -1479,11 +1532,16 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     cp.cuda.Device().synchronize()
     n_sync += 1
     t_end = time.perf_counter()
+    # every batch's re-rank wrote its rows of the call's results in place (else: concatenated below)
+    in_place = all(b.out is not None and d is b.out[0] and i is b.out[1] for b, d, i in zip(batches, D_parts, I_parts))
     if profile:
         phases["rerank"] = t_end - t_rr
         phases["total"] = t_end - t_start
+    # expansions and steps are counted on the device: read when last_stats() asks (a reduction and
+    # a host wait each, four a call, were ~0.3 ms of a 6 ms call), from the batches' own arrays
+    lazy = [(b, b.generation) for b in batches]
     if legacy or mapped:
-        exp_mean = float(np.mean([float(b.n_exp.mean()) for b in batches]))
+        exp_mean = _Lazy(lazy, lambda: float(np.mean([float(b.n_exp.mean()) for b in batches])))
     else:
         exp_mean = float(np.mean([float(b.count.mean()) for b in batches]))
     _stats.clear()
@@ -1491,7 +1549,8 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   rerank_s=t_end - t_rr, host_wait_s=t_wait, host_gather_s=t_gather, host_launch_s=t_launch,
                   host_finish_s=t_finish, batches=len(batches), fused_walk=fused,
                   walk_plan=batches[0].walk_plan if fused else None,
-                  iterations=(max(int(b.n_new.max()) for b in batches) if fused else max(b.iters for b in batches)),
+                  iterations=(_Lazy(lazy, lambda: max(int(b.n_new.max()) for b in batches)) if fused
+                              else max(b.iters for b in batches)),
                   table_in_smem=bool(use_smem), search_width=W, out_of_turn=n_polled, expansions_mean=exp_mean,
                   legacy=legacy, access="mapped" if mapped else "gather", rerank_mode=mode, stash_slots=S,
                   mapped_memory=engine._bang_mapped["memory"] if mapped else None,
@@ -1500,13 +1559,16 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   launches=int(sum(b.n_launch for b in batches)), copies=int(sum(b.n_copy for b in batches)),
                   h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
                   d2h_bytes=int(sum(b.d2h_bytes for b in batches)),
-                  host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync)
+                  host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync,
+                  results_in_place=in_place)
     if profile:
         _stats["phases"] = phases
         _stats["gpu_s"] = prof.sums()
     logger.debug("BANG GPU search: %s", _stats)
     if len(D_parts) == 1:
         return D_parts[0], I_parts[0]
+    if in_place:
+        return batches[0].call_out
     return cp.concatenate(D_parts), cp.concatenate(I_parts)
 
 
@@ -1569,7 +1631,7 @@ def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R,
     return batches
 
 
-def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
+def _setup(engine, cp, Q, k, starts, sizes, *, S, data, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
            use_smem, GS, prefetch, prof, graph_dev=None):
     """The index's cached batches (or new ones), bound to this call. The call's seeds (one GEMM and
     one selection for every batch) and, for the fused walk's tables, its padded queries are made on
@@ -1601,6 +1663,9 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
         seeds = entry.seeds_for(Q, n_seeds)
         if prof.on:
             prof.spans += [("tables", e0, e1), ("seeds", e1, prof.ev(cur))]
+        # the call's results: each batch's re-rank writes its rows (no concatenation after)
+        D = cp.empty((Q.shape[0], int(k)), dtype=cp.float32)
+        I = cp.empty((Q.shape[0], int(k)), dtype=cp.int64)
         ready = cp.cuda.Event(disable_timing=True)
         ready.record(cur)  # the queries, the call's arrays (and whatever the caller queued) first
         for s0, nb, b in zip(starts, sizes, batches):
@@ -1616,10 +1681,11 @@ def _setup(engine, cp, Q, starts, sizes, *, S, data, codes, codebook, entry, L, 
             b.bind(nb, codes, seeds=seeds[s0:s0 + nb], Qs=None if Qs is None else Qs[s0:s0 + nb], use_smem=use_smem,
                    GS=GS, prefetch=prefetch, vec_load=True, prof=prof, graph_dev=graph_dev, codebook=C,
                    ip=engine.pq_metric == "ip")
+            b.out, b.call_out = (D[s0:s0 + nb], I[s0:s0 + nb]), (D, I)
     except BaseException:
         _release(engine, batches)
         raise
-    return batches, reused, (Qc, Qs, seeds)
+    return batches, reused, (Qc, Qs, seeds, D, I)
 
 
 def _rerank_legacy(engine, cp, batches, Q, k, rerank, profile, phases):
@@ -1665,9 +1731,14 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
     the other batches still walk. "device" / "stash": rows, exact distances, top k; a stash miss
     (log position past the slots) is counted on the device and repaired in :func:`_collect`.
     "host": the candidates only (the host gathers their rows in :func:`_collect`)."""
-    with b.stream:
+    stream = b.stream
+    if _cfg["rerank_priority"] and b.fused and mode in ("device", "mapped"):
+        b.walk_end.record(b.stream)
+        b.rr_stream.wait_event(b.walk_end)
+        stream = b.rr_stream
+    with stream:
         if prof.on:
-            b._tick()
+            b._tick(stream=stream)
         # every query logged at most W per step; the fused walk's steps are not seen by the host, so
         # its plan covers every log slot (slots past a walk are empty and sort last: the same plan)
         C = b.max_iters if b.fused else min(b.max_iters, b.W * b.iters)
@@ -1686,7 +1757,7 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
                 nmiss = missing.sum()
         b.rr_cand, b.rr_pos = cand, pos
         if prof.on:
-            b._tick("rerank_rows")
+            b._tick("rerank_rows", stream)
         if mode == "host":
             b.rr_rows = b.rr_missing = b.rr_result = None
             return
@@ -1695,11 +1766,11 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         if stash:
             b.rr_nmiss = nmiss
         if rows is not None:  # the stash's rows (or, measuring, the rows copied first)
-            b.rr_result = _exact(engine, Qb, rows, cand, k)
+            b.rr_result = _exact(engine, Qb, rows, cand, k, out=None if stash else b.out)
         else:  # "device" / "mapped": rows read by id where they are (no row buffer)
-            b.rr_result = _exact(engine, Qb, Xdev, cand, k, by_id=True)
+            b.rr_result = _exact(engine, Qb, Xdev, cand, k, by_id=True, out=b.out)
         if prof.on:
-            b._tick("rerank_exact")
+            b._tick("rerank_exact", stream)
 
 
 def _collect(engine, cp, b, Qb, k, rr, mode, data, prof):
