@@ -585,6 +585,32 @@ def _both(index, Q, **kw):
 
 
 @pytest.mark.gpu
+def test_gpu_queries_checked_in_one_reduction(gpu_index):
+    """On the GPU one reduction is both the queries' NaN/Inf check and their largest magnitude
+    (``ArrayInfo.absmax``), which the search's scale check then uses: NaN and +-Inf refused in
+    float32 and float16, also where larger finite values surround them; queries beyond the
+    index's scale refused by name."""
+    import cupy as cp
+
+    from knnkit._core.validation import check_matrix
+
+    a = cp.asarray(np.random.default_rng(0).standard_normal((50, 7)).astype(np.float32))
+    a[3, 2] = -9.5
+    _q, info = check_matrix(a, "queries")
+    assert info.absmax == 9.5
+    for bad in (np.nan, np.inf, -np.inf):
+        for dt in (cp.float32, cp.float16):
+            b = a.astype(dt)
+            b[10, 1] = bad
+            b[11, 1] = -30.0
+            with pytest.raises(ValueError, match="queries contains NaN or Inf"):
+                check_matrix(b, "queries")
+    index, Q = gpu_index
+    with pytest.raises(ValueError, match="beyond what the index's stored scale"):
+        index.search(cp.asarray(Q) * np.float32(1e30), k=5)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("budget", ["small", "auto"])
 def test_gpu_new_equals_legacy(budget, gpu_index):
     """stash (small budget; host with a short re-rank) and device (automatic budget: the vectors
