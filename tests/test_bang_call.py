@@ -235,6 +235,39 @@ def test_fake_gpu_calls_bounded_by_the_memory_budget(small, monkeypatch):
         knnkit.set_memory_budget(None)
 
 
+def test_fake_gpu_seed_selection_by_the_budget(small, monkeypatch):
+    """The seed GEMM's (nq, n_entry) products are counted in a call's memory: where they would cost
+    a call the seeds are selected "direct" (no products) and the queries still go in one call;
+    where they fit, or without a budget, by GEMM ("auto")."""
+    index, Q = small
+    e = index._engine
+    monkeypatch.setattr(type(e), "_rerank_data_gpu", lambda self: None)
+    monkeypatch.setattr(sg, "MIN_CALL_QUERIES", 1)
+    d0, i0 = _fake_search(monkeypatch, index, Q, W=4)
+    assert sg.last_stats()["seed_method"] == "auto" and sg.last_stats()["calls"] == 1
+    L, W, R, d = 24, 4, e._graph.shape[1], e._data.shape[1]
+    m, ksub, s = e._codes.shape[1], e._codebook.shape[1], 4
+    per = (sg.batch_bytes_per_query(L=L, R=R, W=W, max_iters=8 * L, s=s, m=m, ksub=ksub,
+                                    S=sg.stash_slots(L, W, L, 8 * L), d=d, itemsize=4)
+           + sg.rerank_bytes_per_query(rerank=L, d=d, itemsize=4, mode="stash"))
+    call = dict(s=s, d=d, m=m, dsub=e._codebook.shape[2], n_entry=len(e._entry), walk_tables=False)
+    direct, gemm = (per + sg.call_bytes_per_query(**call, seed_gemm=g) for g in (False, True))
+    assert gemm - direct == 4 * len(e._entry)
+    base = int(e._codes.nbytes + e._codebook.nbytes)
+    try:
+        knnkit.set_memory_budget(base + len(Q) * direct + (gemm - direct))  # all queries fit, not their products
+        d1, i1 = _fake_search(monkeypatch, index, Q, W=4)
+        assert sg.last_stats()["seed_method"] == "direct" and sg.last_stats()["calls"] == 1
+        knnkit.set_memory_budget(base + len(Q) * gemm)
+        d2, i2 = _fake_search(monkeypatch, index, Q, W=4)
+        assert sg.last_stats()["seed_method"] == "auto" and sg.last_stats()["calls"] == 1
+    finally:
+        knnkit.set_memory_budget(None)
+    for dd, ii in ((d1, i1), (d2, i2)):
+        np.testing.assert_array_equal(ii, i0)
+        np.testing.assert_array_equal(dd, d0)
+
+
 def test_fake_gpu_out_of_memory_retries_smaller(small, monkeypatch):
     """A CUDA out-of-memory in a call gives back the kept buffers and walks again with half as many
     queries per call (same answers); one that persists down to one query raises MemoryError."""

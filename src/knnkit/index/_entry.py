@@ -90,8 +90,11 @@ class EntryPoints:
             conv = xp.asarray
         return EntryPoints(conv(self.centroids), conv(self.medoids), self.metric)
 
-    def seeds_for(self, queries, s, *, exact=False):
+    def seeds_for(self, queries, s, *, exact=False, gpu_method="auto"):
         """(nq, s) int32 medoid ids of the ``s`` nearest centroids of each query (-1 padded).
+
+        ``gpu_method``: :func:`~._search_gpu.select_seeds_gpu`'s ``method`` on the GPU ("direct":
+        no (nq, c) matrix of dot products in GPU memory).
 
         On the GPU every centroid is scanned. On the CPU the entries are grouped into cells
         (:func:`build_entry_cells`). Up to ``_CPU_EXACT_SEEDS_MAX`` entry points, or
@@ -101,7 +104,7 @@ class EntryPoints:
         """
         xp = get_array_module(queries)
         if xp is not np and _GPU_SEED_KERNEL and self.centroids.shape[0] > 0:
-            return self._seeds_gpu(queries, s)
+            return self._seeds_gpu(queries, s, gpu_method)
         if xp is np:
             from ._search_cpu import select_seeds_cpu
 
@@ -160,7 +163,7 @@ class EntryPoints:
             self._cells = (self.centroids,) + cells + (mu, cell_radii(cells[0], cells[1], cells[2]))
         return self._cells[1:]
 
-    def _seeds_gpu(self, queries, s):
+    def _seeds_gpu(self, queries, s, method="auto"):
         """seeds_for on the GPU: a cuBLAS GEMM and one selection kernel, no host sync."""
         import cupy as cp
 
@@ -176,7 +179,7 @@ class EntryPoints:
             self._dev = (self.centroids, C, M, (C * C).sum(axis=1), mu)
         _, C, M, cn, mu = self._dev
         q = cp.ascontiguousarray(queries if mu is None else queries - mu, dtype=cp.float32)
-        return select_seeds_gpu(q, C, M, int(max(1, s)), self.metric, cnorms=cn)
+        return select_seeds_gpu(q, C, M, int(max(1, s)), self.metric, cnorms=cn, method=method)
 
 
 def build_entry_cells(centroids, medoids, *, min_entries=None, n_iter=8, random_state=0):

@@ -244,11 +244,12 @@ def _kernel(name):
 
 
 def _highest_priority(cp):
-    """The device's highest stream priority (the smallest number; 0 where there are none)."""
+    """The device's highest stream priority: the smallest number of its range, or a number below
+    any range, which CUDA clamps to the highest (where CuPy does not expose the range)."""
     try:
         return int(min(cp.cuda.runtime.deviceGetStreamPriorityRange()))
-    except Exception:  # (a runtime without priorities: every stream is alike)
-        return 0
+    except Exception:
+        return -(1 << 10)
 
 
 def _pinned(shape, dtype):
@@ -1249,11 +1250,13 @@ def batch_bytes_per_query(*, L, R, W, max_iters, s, m, ksub, S=0, d=0, itemsize=
     return int(b)
 
 
-def call_bytes_per_query(*, s, d, m, dsub, n_entry, walk_tables):
+def call_bytes_per_query(*, s, d, m, dsub, n_entry, walk_tables, seed_gemm=True):
     """GPU bytes one query takes in a call's own arrays (:func:`_setup`): its centred query, its
     padded copy for the walk's tables (``walk_tables``; counted even where it is a view), its
-    ``s`` seeds and its row of the seed selection's GEMM (``n_entry`` centroids)."""
-    return int(4 * d + (4 * m * int(dsub) if walk_tables else 0) + 4 * max(1, int(s)) + 4 * int(n_entry))
+    ``s`` seeds and, with ``seed_gemm``, its row of the seed selection's GEMM (``n_entry``
+    centroids; the "direct" selection has none)."""
+    return int(4 * d + (4 * m * int(dsub) if walk_tables else 0) + 4 * max(1, int(s))
+               + (4 * int(n_entry) if seed_gemm else 0))
 
 
 def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
@@ -1279,16 +1282,19 @@ def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
 MIN_CALL_QUERIES = 4096
 
 
-def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, d, itemsize):
-    """How many queries one walk takes so that its batches (two pipelined halves), the re-rank's
-    rows and the resident codes fit the memory budget (:func:`knnkit.set_memory_budget`; the
-    automatic budget is a fraction of the free memory, which already leaves out the resident
-    arrays, and the index's idle cached batches are reusable room). ``None``: no bound (no budget)."""
+def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, d, itemsize, nq=None):
+    """``(queries, seed_method)``: how many queries one walk takes so that its batches (two
+    pipelined halves), the call's arrays, the re-rank's and the resident codes fit the memory
+    budget (:func:`knnkit.set_memory_budget`; the automatic budget is a fraction of the free
+    memory, which already leaves out the resident arrays, and the index's idle cached batches are
+    reusable room), and how the call selects its seeds: by cuBLAS GEMM ("auto") where its (nq, c)
+    products fit beside the rest for all ``nq`` queries (or no ``nq`` is given), else "direct"
+    (no products in memory, more queries a call). ``(None, "auto")``: no bound (no budget)."""
     from ..._core import config
 
     budget = config.get_memory_budget()
     if not budget:
-        return None
+        return None, "auto"
     xdev = engine._rerank_data_gpu()  # (made here if it fits: the room below leaves it out)
     # no stash when the vectors are on the GPU, or mapped (the re-rank reads them there)
     mapped = host_mapped(engine) is not None
@@ -1301,19 +1307,24 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
                                 itemsize=itemsize, plan=plan, walk_tables=walk_tables, dsub=int(codebook.shape[2]))
     mode = "device" if xdev is not None or mapped else ("stash" if S else "host")
     per += rerank_bytes_per_query(rerank=rerank, d=d, itemsize=itemsize, mode=mode)
-    per += call_bytes_per_query(s=s, d=d, m=m, dsub=int(codebook.shape[2]), n_entry=len(engine._entry),
-                                walk_tables=walk_tables)
+    call = dict(s=s, d=d, m=m, dsub=int(codebook.shape[2]), n_entry=len(engine._entry), walk_tables=walk_tables)
+    per_gemm = per + call_bytes_per_query(**call, seed_gemm=True)
+    per += call_bytes_per_query(**call, seed_gemm=False)
     if config._globals["memory_budget"] is not None:
         room = budget - int(codes.nbytes) - int(codebook.nbytes) - (0 if xdev is None else int(xdev.nbytes))
     else:
         ws = getattr(engine, "_bang_ws", None)
         room = budget + (sum(b.nbytes for b in ws["batches"]) if ws is not None and not ws["busy"] else 0)
-    fit = room // per
+    if nq is None or nq * per_gemm <= room:  # the GEMM's products cost no call
+        fit, method = room // per_gemm, "auto"
+        if fit >= MIN_CALL_QUERIES:
+            return int(fit), method
+    fit, method = room // per, "direct"
     if fit < MIN_CALL_QUERIES:
         logger.info("GraphIndex (host placement): %d bytes of the memory budget left beside the codes hold %d "
                     "queries' search state; walking %d at a time", max(0, room), max(0, fit), MIN_CALL_QUERIES)
         fit = MIN_CALL_QUERIES
-    return int(fit)
+    return int(fit), method
 
 
 def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds, rerank, prefetch,
@@ -1335,16 +1346,17 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
         raise ValueError(f"search_width must be in [1, {MAX_WIDTH}] on the GPU, got {W}")
     nq = Q.shape[0]
     data = engine._data
-    cap = queries_per_call(engine, codes=codes, codebook=codebook, L=L, R=int(engine._graph.shape[1]), W=W,
-                           max_iters=max_iters, s=n_seeds, rerank=int(rerank), d=int(data.shape[1]),
-                           itemsize=np.dtype(data.dtype).itemsize)
+    cap, seed_method = queries_per_call(engine, codes=codes, codebook=codebook, L=L, R=int(engine._graph.shape[1]),
+                                        W=W, max_iters=max_iters, s=n_seeds, rerank=int(rerank), d=int(data.shape[1]),
+                                        itemsize=np.dtype(data.dtype).itemsize, nq=nq)
     from ..._core.cuda import OutOfMemory, retry_on_oom
 
     def walk(step):
         try:
             return [_search_call(engine, Q[s0:s0 + step], k, codes=codes, codebook=codebook, entry=entry, L=L,
                                  max_iters=max_iters, n_seeds=n_seeds, rerank=rerank, prefetch=prefetch,
-                                 pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile)
+                                 pipeline_batch=pipeline_batch, W=W, legacy=legacy, profile=profile,
+                                 seed_method=seed_method)
                     for s0 in range(0, max(nq, 1), step)]
         except OutOfMemory():
             # the buffers kept between calls hold device memory the pool cannot free; the retry
@@ -1362,8 +1374,9 @@ def search_host_gpu(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_see
 
 
 def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds, rerank, prefetch, pipeline_batch,
-                 W, legacy, profile):
-    """One walk of all of ``Q`` (the body of :func:`search_host_gpu`)."""
+                 W, legacy, profile, seed_method="auto"):
+    """One walk of all of ``Q`` (the body of :func:`search_host_gpu`; ``seed_method``: from
+    :func:`queries_per_call`)."""
     import cupy as cp
 
     legacy = _cfg["legacy"] if legacy is None else bool(legacy)
@@ -1414,11 +1427,12 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     else:
         if graph_dev is not None:
             common["prefetch"] = False  # nothing leaves early: the merge chooses (same results)
-        batches, reused, held = _setup(engine, cp, Q, k, starts, sizes, S=S, data=data, graph_dev=graph_dev, **common)
+        batches, reused, held = _setup(engine, cp, Q, k, starts, sizes, S=S, data=data, graph_dev=graph_dev,
+                                       seed_method=seed_method, **common)
     try:
         return _run(engine, cp, Q, k, batches, starts, t_start=t_start, reused=reused, legacy=legacy, mode=mode, S=S,
                     Xdev=Xdev, graph=graph, data=data, W=W, rr=rr, use_smem=use_smem, prof=prof, phases=phases,
-                    n_sync=n_sync, mapped=graph_dev is not None)
+                    n_sync=n_sync, mapped=graph_dev is not None, seed_method="legacy" if legacy else seed_method)
     except BaseException:
         # the call's seeds and queries (held) go back to the pool only once no queued kernel reads them
         try:
@@ -1435,7 +1449,7 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
 
 
 def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S, Xdev, graph, data, W, rr, use_smem,
-         prof, phases, n_sync, mapped=False):
+         prof, phases, n_sync, mapped=False, seed_method="auto"):
     """The walk of every batch (host loop), then the re-rank; stats into ``_stats``."""
     profile = prof.on
     if profile:
@@ -1560,7 +1574,9 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
                   d2h_bytes=int(sum(b.d2h_bytes for b in batches)),
                   host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync,
-                  results_in_place=in_place)
+                  results_in_place=in_place, seed_method=seed_method,
+                  rerank_stream_priority=(getattr(batches[0].rr_stream, "priority", None)
+                                          if fused and _cfg["rerank_priority"] else None))
     if profile:
         _stats["phases"] = phases
         _stats["gpu_s"] = prof.sums()
@@ -1632,7 +1648,7 @@ def _setup_legacy(engine, cp, Q, starts, sizes, *, codes, codebook, entry, L, R,
 
 
 def _setup(engine, cp, Q, k, starts, sizes, *, S, data, codes, codebook, entry, L, R, W, max_iters, n_seeds, m, ksub,
-           use_smem, GS, prefetch, prof, graph_dev=None):
+           use_smem, GS, prefetch, prof, graph_dev=None, seed_method="auto"):
     """The index's cached batches (or new ones), bound to this call. The call's seeds (one GEMM and
     one selection for every batch) and, for the fused walk's tables, its padded queries are made on
     the caller's stream; each batch's stream waits for them, then makes its tables there (unless
@@ -1660,7 +1676,7 @@ def _setup(engine, cp, Q, k, starts, sizes, *, S, data, codes, codebook, entry, 
             Qs = cp.ascontiguousarray(Qs)
         if prof.on:
             e1 = prof.ev(cur)
-        seeds = entry.seeds_for(Q, n_seeds)
+        seeds = entry.seeds_for(Q, n_seeds, gpu_method=seed_method)
         if prof.on:
             prof.spans += [("tables", e0, e1), ("seeds", e1, prof.ev(cur))]
         # the call's results: each batch's re-rank writes its rows (no concatenation after)
