@@ -46,3 +46,27 @@ timed("gemm_two_streams", lambda r: alt(r, lambda: Q @ C.T))
 timed("sub_two_streams", lambda r: alt(r, lambda: Q - C[0]))
 timed("fill_two_streams", lambda r: alt(r, lambda: Q.fill(0)))
 print(json.dumps(res, indent=1))
+
+# GPU time of a call's seed selection, 10k queries: GEMM + selection against the direct kernel
+# (no (nq, c) products in memory), c = 1732 (3M's entry points) and 4096 (the cap, 20M on)
+gpu = {}
+for c in (1732, 4096):
+    Qa = rs.standard_normal((10000, 96), dtype=cp.float32)
+    Ca = rs.standard_normal((c, 96), dtype=cp.float32)
+    Ma = cp.arange(c, dtype=cp.int32)
+    cna = (Ca * Ca).sum(axis=1)
+    for method in ("gemm", "direct"):
+        for s in (2, 4):
+            for _ in range(3):
+                select_seeds_gpu(Qa, Ca, Ma, s, "l2", cnorms=cna, method=method)
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record()
+            for _ in range(20):
+                out = select_seeds_gpu(Qa, Ca, Ma, s, "l2", cnorms=cna, method=method)
+            b.record()
+            b.synchronize()
+            gpu[f"c{c}_s{s}_{method}_us"] = round(cp.cuda.get_elapsed_time(a, b) / 20 * 1e3, 1)
+    same = bool((select_seeds_gpu(Qa, Ca, Ma, 4, "l2", cnorms=cna, method="gemm")
+                 == select_seeds_gpu(Qa, Ca, Ma, 4, "l2", cnorms=cna, method="direct")).all())
+    gpu[f"c{c}_same_seeds"] = same
+print(json.dumps(gpu, indent=1))
