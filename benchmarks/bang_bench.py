@@ -34,9 +34,7 @@ before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, 
 (``configure(walk_tables=False)``, the fused walk of the thirty-ninth session) instead of each
 block making its own; ``-rowsfirst`` the re-rank's rows copied into a buffer before the exact
 distances (``_search_gpu.RERANK_ROWS_FIRST``) and ``-einsum`` those distances by CuPy's einsum
-(``RERANK_EINSUM``): the re-rank before the fortieth session with both; ``-rrsame`` the fused walk's
-re-rank on its batch's own stream (``configure(rerank_priority=False)``, as before the forty-first
-session) instead of a stream of the highest priority. Every
+(``RERANK_EINSUM``): the re-rank before the fortieth session with both. Every
 configuration gets one full-size warm-up call (the cached buffers are made there; CuPy's memory pool
 emptied before it, so the timed call reuses its blocks, as repeated calls do), then the timed call
 (``-coldpool``: the pool emptied after the warm-up instead, so every temporary of the timed call is
@@ -143,7 +141,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
 
 
 PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst",
-              "einsum", "coldpool", "rrsame"}
+              "einsum", "coldpool"}
 
 
 def main():
@@ -310,8 +308,6 @@ def main():
                                               access="mapped" if "mapped" in flags else "gather",
                                               mapped_memory="pinned" if "pinned" in flags else "auto",
                                               fused_walk="steps" not in flags, walk_tables="loadtab" not in flags)
-                        if "rrsame" in flags or "rerank_priority" in _search_gpu._cfg:  # (a tree before it: no switch)
-                            _search_gpu.configure(rerank_priority="rrsame" not in flags)
                         knnkit.set_memory_budget(None if "gpuvec" in flags else budget)
                         # onecall: every query in one walk, as before the per-call memory bound
                         _search_gpu.MIN_CALL_QUERIES = a.queries if "onecall" in flags else min_call

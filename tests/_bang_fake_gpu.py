@@ -30,7 +30,7 @@ from knnkit.index.bang._search_cpu import _bloom_contains, _bloom_insert, exact_
 class _Stream:
     ptr = 0
 
-    def __init__(self, non_blocking=False, priority=0):
+    def __init__(self, non_blocking=False):
         pass
 
     def __enter__(self):

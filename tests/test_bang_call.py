@@ -237,7 +237,8 @@ def test_fake_gpu_calls_bounded_by_the_memory_budget(small, monkeypatch):
 
 def test_fake_gpu_seed_selection_by_the_budget(small, monkeypatch):
     """The seed GEMM's (nq, n_entry) products are counted in a call's memory: where they would cost
-    a call the seeds are selected "direct" (no products) and the queries still go in one call;
+    a call the seeds are selected "direct" (no products) and the queries still go in one call,
+    unless the index has more entry points than "direct" is worth (then by GEMM in more calls);
     where they fit, or without a budget, by GEMM ("auto")."""
     index, Q = small
     e = index._engine
@@ -258,12 +259,15 @@ def test_fake_gpu_seed_selection_by_the_budget(small, monkeypatch):
         knnkit.set_memory_budget(base + len(Q) * direct + (gemm - direct))  # all queries fit, not their products
         d1, i1 = _fake_search(monkeypatch, index, Q, W=4)
         assert sg.last_stats()["seed_method"] == "direct" and sg.last_stats()["calls"] == 1
+        monkeypatch.setattr(sg, "SEED_DIRECT_MAX_ENTRIES", len(e._entry) - 1)  # too many entries for "direct"
+        d3, i3 = _fake_search(monkeypatch, index, Q, W=4)
+        assert sg.last_stats()["seed_method"] == "auto" and sg.last_stats()["calls"] == 2
         knnkit.set_memory_budget(base + len(Q) * gemm)
         d2, i2 = _fake_search(monkeypatch, index, Q, W=4)
         assert sg.last_stats()["seed_method"] == "auto" and sg.last_stats()["calls"] == 1
     finally:
         knnkit.set_memory_budget(None)
-    for dd, ii in ((d1, i1), (d2, i2)):
+    for dd, ii in ((d1, i1), (d2, i2), (d3, i3)):
         np.testing.assert_array_equal(ii, i0)
         np.testing.assert_array_equal(dd, d0)
 
@@ -343,8 +347,7 @@ def test_configure_round_trip():
         assert sg._cfg == {"profile": True, "legacy": True, "rerank_mode": "host",
                            "rerank_kernels": old["rerank_kernels"], "access": old["access"],
                            "mapped_chunk": old["mapped_chunk"], "mapped_memory": old["mapped_memory"],
-                           "fused_walk": old["fused_walk"], "walk_tables": old["walk_tables"],
-                           "rerank_priority": old["rerank_priority"]}
+                           "fused_walk": old["fused_walk"], "walk_tables": old["walk_tables"]}
         with pytest.raises(ValueError, match="rerank_mode"):
             sg.configure(rerank_mode="disk")
         with pytest.raises(ValueError, match="access"):
@@ -364,11 +367,6 @@ def test_configure_round_trip():
                 sg.configure(walk_tables=bad)
         sg.configure(walk_tables=False)
         assert sg._cfg["walk_tables"] is False
-        for bad in (0, 1, "yes"):
-            with pytest.raises(ValueError, match="rerank_priority"):
-                sg.configure(rerank_priority=bad)
-        sg.configure(rerank_priority=False)
-        assert sg._cfg["rerank_priority"] is False
     finally:
         sg.configure(**old)
     assert sg._cfg == old

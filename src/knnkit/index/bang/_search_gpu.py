@@ -82,8 +82,7 @@ _cfg = {"profile": _env_flag("KNNKIT_BANG_PROFILE"), "legacy": _env_flag("KNNKIT
         "mapped_memory": os.environ.get("KNNKIT_BANG_MAPPED_MEMORY", "auto").strip() or "auto",
         "fused_walk": os.environ.get("KNNKIT_BANG_FUSED_WALK", "1").strip() not in ("0", "false", "no"),
         "walk_tables": os.environ.get("KNNKIT_BANG_WALK_TABLES", "1").strip() not in ("0", "false", "no"),
-        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no"),
-        "rerank_priority": os.environ.get("KNNKIT_BANG_RERANK_PRIORITY", "1").strip() not in ("0", "false", "no")}
+        "rerank_kernels": os.environ.get("KNNKIT_BANG_RERANK_KERNELS", "1").strip() not in ("0", "false", "no")}
 #: widest row the re-rank kernels sort in shared memory (8 bytes a key: 32 KiB); a plan over more
 #: logged expansions, or a re-rank of more candidates, takes the CuPy path
 RERANK_KERNEL_MAX_COLS = 4096
@@ -95,7 +94,7 @@ MAPPED_MEMORY_KINDS = ("auto", "managed", "pinned")
 
 
 def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=None, access=None, mapped_chunk=None,
-              mapped_memory=None, fused_walk=None, walk_tables=None, rerank_priority=None):
+              mapped_memory=None, fused_walk=None, walk_tables=None):
     """Process-wide switches of the GPU search; returns the previous settings (a dict, which can be
     passed back as ``configure(**old)``).
 
@@ -160,13 +159,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         KB a query at 48-byte codes: the largest part of a bounded call's state) and no table
         kernel runs before the walk. False: the tables made by ``bang_tables_direct`` first. Same
         results bit for bit. Environment: ``KNNKIT_BANG_WALK_TABLES=0``.
-    rerank_priority : bool
-        The fused walk's re-rank ("device" / "mapped") queued on a stream of the device's highest
-        priority, behind its batch's walk (default): when a batch's walk ends, the block scheduler
-        starts its re-rank (bound by the link: it reads its rows over PCIe) ahead of the blocks of
-        the next batch's walk still waiting (bound by the SMs and latency), so the two overlap
-        instead of running one after the other. False: on the batch's own stream. Same results.
-        Environment: ``KNNKIT_BANG_RERANK_PRIORITY=0``.
     mapped_chunk : int
         "mapped" without ``fused_walk``: walk steps queued between two looks of the host at whether
         a batch has finished (one chunk is always queued ahead, so up to two chunks of steps run
@@ -200,10 +192,6 @@ def configure(*, profile=None, legacy=None, rerank_mode=_UNSET, rerank_kernels=N
         if not isinstance(walk_tables, (bool, np.bool_)):
             raise ValueError(f"walk_tables must be True or False, got {walk_tables!r}")
         _cfg["walk_tables"] = bool(walk_tables)
-    if rerank_priority is not None:
-        if not isinstance(rerank_priority, (bool, np.bool_)):
-            raise ValueError(f"rerank_priority must be True or False, got {rerank_priority!r}")
-        _cfg["rerank_priority"] = bool(rerank_priority)
     if mapped_chunk is not None:
         if isinstance(mapped_chunk, bool) or not isinstance(mapped_chunk, (int, np.integer)) or mapped_chunk < 1:
             raise ValueError(f"mapped_chunk must be an int >= 1, got {mapped_chunk!r}")
@@ -241,15 +229,6 @@ def last_stats():
 
 def _kernel(name):
     return get_kernel(_KERNEL, name)
-
-
-def _highest_priority(cp):
-    """The device's highest stream priority: the smallest number of its range, or a number below
-    any range, which CUDA clamps to the highest (where CuPy does not expose the range)."""
-    try:
-        return int(min(cp.cuda.runtime.deviceGetStreamPriorityRange()))
-    except Exception:
-        return -(1 << 10)
 
 
 def _pinned(shape, dtype):
@@ -678,9 +657,6 @@ class _Batch:
         self.plan, self.walk_tables, self.dsub = plan, bool(walk_tables), dsub
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.event = cp.cuda.Event(disable_timing=True)
-        # the fused walk's re-rank: a stream of the highest priority, after the walk's end (rerank_priority)
-        self.rr_stream = cp.cuda.Stream(non_blocking=True, priority=_highest_priority(cp))
-        self.walk_end = cp.cuda.Event(disable_timing=True)
         self.bloom_words = bloom_words_for(max_iters, R, s, L=L, W=W)
         self.new_cap = max(W * R, s)
         e = cp.empty
@@ -893,9 +869,9 @@ class _Batch:
         self.pending.append(slot)
         self.live_slot ^= 1
 
-    def _tick(self, name=None, stream=None):
-        """Profile: an event on this stream (or ``stream``); the span since the previous tick is ``name``."""
-        e = self.prof.ev(self.stream if stream is None else stream)
+    def _tick(self, name=None):
+        """Profile: an event on this stream; the span since the previous tick is ``name``."""
+        e = self.prof.ev(self.stream)
         if name is not None:
             self.prof.spans.append((name, self._t, e))
         self._t = e
@@ -1282,14 +1258,22 @@ def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
 MIN_CALL_QUERIES = 4096
 
 
+#: the most entry points (centroids) for which a call selects its seeds "direct" to save a call:
+#: H200, 10k queries, d = 96, s = 2-4: 1732 centroids 593-617 us direct against 173-193 us by GEMM
+#: (+0.4 ms, below a call's fixed costs), 4096 centroids 3.4 ms against 0.37-0.42 ms (more than a
+#: call costs; seeds_host_micro.py, benchmarks/results/h200-2026-12-01-s41)
+SEED_DIRECT_MAX_ENTRIES = 2048
+
+
 def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, d, itemsize, nq=None):
     """``(queries, seed_method)``: how many queries one walk takes so that its batches (two
     pipelined halves), the call's arrays, the re-rank's and the resident codes fit the memory
     budget (:func:`knnkit.set_memory_budget`; the automatic budget is a fraction of the free
     memory, which already leaves out the resident arrays, and the index's idle cached batches are
-    reusable room), and how the call selects its seeds: by cuBLAS GEMM ("auto") where its (nq, c)
-    products fit beside the rest for all ``nq`` queries (or no ``nq`` is given), else "direct"
-    (no products in memory, more queries a call). ``(None, "auto")``: no bound (no budget)."""
+    reusable room), and how the call selects its seeds: by cuBLAS GEMM ("auto"; its (nq, c)
+    products are counted), or "direct" (no products in memory) where that takes ``nq`` queries in
+    fewer calls and the index has at most :data:`SEED_DIRECT_MAX_ENTRIES` entry points.
+    ``(None, "auto")``: no bound (no budget)."""
     from ..._core import config
 
     budget = config.get_memory_budget()
@@ -1315,11 +1299,17 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
     else:
         ws = getattr(engine, "_bang_ws", None)
         room = budget + (sum(b.nbytes for b in ws["batches"]) if ws is not None and not ws["busy"] else 0)
-    if nq is None or nq * per_gemm <= room:  # the GEMM's products cost no call
-        fit, method = room // per_gemm, "auto"
-        if fit >= MIN_CALL_QUERIES:
-            return int(fit), method
-    fit, method = room // per, "direct"
+    fit, method = room // per_gemm, "auto"
+    n_entry = len(engine._entry)
+    if nq is not None and nq * per_gemm > room and n_entry <= SEED_DIRECT_MAX_ENTRIES:
+        # the GEMM's products cost a call: "direct" has none, at more GPU time per query
+        fit_direct = room // per
+
+        def calls(f):
+            return -(-nq // max(f, MIN_CALL_QUERIES))
+
+        if calls(fit_direct) < calls(fit):
+            fit, method = fit_direct, "direct"
     if fit < MIN_CALL_QUERIES:
         logger.info("GraphIndex (host placement): %d bytes of the memory budget left beside the codes hold %d "
                     "queries' search state; walking %d at a time", max(0, room), max(0, fit), MIN_CALL_QUERIES)
@@ -1574,9 +1564,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
                   h2d_bytes=int(sum(b.h2d_bytes for b in batches)) + host_rr_bytes,
                   d2h_bytes=int(sum(b.d2h_bytes for b in batches)),
                   host_gather_rows=gathered, host_gather_vec_rows=gathered_vec, host_syncs=n_sync,
-                  results_in_place=in_place, seed_method=seed_method,
-                  rerank_stream_priority=(getattr(batches[0].rr_stream, "priority", None)
-                                          if fused and _cfg["rerank_priority"] else None))
+                  results_in_place=in_place, seed_method=seed_method)
     if profile:
         _stats["phases"] = phases
         _stats["gpu_s"] = prof.sums()
@@ -1747,14 +1735,9 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
     the other batches still walk. "device" / "stash": rows, exact distances, top k; a stash miss
     (log position past the slots) is counted on the device and repaired in :func:`_collect`.
     "host": the candidates only (the host gathers their rows in :func:`_collect`)."""
-    stream = b.stream
-    if _cfg["rerank_priority"] and b.fused and mode in ("device", "mapped"):
-        b.walk_end.record(b.stream)
-        b.rr_stream.wait_event(b.walk_end)
-        stream = b.rr_stream
-    with stream:
+    with b.stream:
         if prof.on:
-            b._tick(stream=stream)
+            b._tick()
         # every query logged at most W per step; the fused walk's steps are not seen by the host, so
         # its plan covers every log slot (slots past a walk are empty and sort last: the same plan)
         C = b.max_iters if b.fused else min(b.max_iters, b.W * b.iters)
@@ -1773,7 +1756,7 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
                 nmiss = missing.sum()
         b.rr_cand, b.rr_pos = cand, pos
         if prof.on:
-            b._tick("rerank_rows", stream)
+            b._tick("rerank_rows")
         if mode == "host":
             b.rr_rows = b.rr_missing = b.rr_result = None
             return
@@ -1786,7 +1769,7 @@ def _finish(engine, cp, b, Qb, k, rr, mode, Xdev, prof):
         else:  # "device" / "mapped": rows read by id where they are (no row buffer)
             b.rr_result = _exact(engine, Qb, Xdev, cand, k, by_id=True, out=b.out)
         if prof.on:
-            b._tick("rerank_exact", stream)
+            b._tick("rerank_exact")
 
 
 def _collect(engine, cp, b, Qb, k, rr, mode, data, prof):
