@@ -259,7 +259,7 @@ def test_fake_gpu_seed_selection_by_the_budget(small, monkeypatch):
         knnkit.set_memory_budget(base + len(Q) * direct + (gemm - direct))  # all queries fit, not their products
         d1, i1 = _fake_search(monkeypatch, index, Q, W=4)
         assert sg.last_stats()["seed_method"] == "direct" and sg.last_stats()["calls"] == 1
-        monkeypatch.setattr(sg, "SEED_DIRECT_MAX_ENTRIES", len(e._entry) - 1)  # too many entries for "direct"
+        monkeypatch.setattr(sg, "SEED_DIRECT_MIN_BLOCK_QUERIES", 16)  # more than a block serves: not "direct"
         d3, i3 = _fake_search(monkeypatch, index, Q, W=4)
         assert sg.last_stats()["seed_method"] == "auto" and sg.last_stats()["calls"] == 2
         knnkit.set_memory_budget(base + len(Q) * gemm)

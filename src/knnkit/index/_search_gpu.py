@@ -356,6 +356,14 @@ def _visited_config(visited, L, cmax, hash_size, bloom_bits):
     return 1, bwords, max(bwords * 32 // _BLOOM_LOAD, L + cmax)
 
 
+def seed_block_queries(c, d, *, direct):
+    """Queries one block of ``seed_select`` serves over ``c`` centroids of ``d`` dimensions: as many
+    rows of distances (and, ``direct``, of the queries themselves) as fit 48 KB of shared memory,
+    up to 8. The direct kernel reads every centroid row once per block."""
+    per_q = 4 * (int(c) + ((int(d) + 3) // 4 * 4 if direct else 0))
+    return next((b for b in (8, 4, 2, 1) if b * per_q <= 48 * 1024), 1)
+
+
 def select_seeds_gpu(queries, centroids, medoids, s, metric, *, cnorms=None, method="auto"):
     """Entry points per query: medoids of its ``s`` nearest centroids, nearest first (one kernel).
 
@@ -404,10 +412,8 @@ def select_seeds_gpu(queries, centroids, medoids, s, metric, *, cnorms=None, met
         method = "gemm"
     if cnorms is None:
         cnorms = (centroids * centroids).sum(axis=1) if metric == "l2" else centroids[:1, 0]
-    dpad = (d + 3) // 4 * 4
-    per_q = 4 * (c + (dpad if method == "direct" else 0))
-    qb = next((b for b in (8, 4, 2, 1) if b * per_q <= 48 * 1024), 1)
-    smem = qb * per_q
+    qb = seed_block_queries(c, d, direct=method == "direct")
+    smem = qb * 4 * (c + ((d + 3) // 4 * 4 if method == "direct" else 0))
     if smem > _MAX_SMEM:
         raise ValueError(f"seed selection over {c} centroids needs {smem} bytes of shared memory")
     dots = queries @ centroids.T if method == "gemm" else None

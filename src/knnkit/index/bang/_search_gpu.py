@@ -49,7 +49,7 @@ import numpy as np
 from ..._core.config import host_available_bytes, logger
 from ..._core.cuda import get_kernel, kernel_path
 from ..._core.metrics import prepare_vectors
-from .._search_gpu import _pow2ceil
+from .._search_gpu import _pow2ceil, seed_block_queries
 from ._pq import _padded, pq_tables, table_bits, table_bytes, table_method, tables_into
 from ._search_cpu import (_gather_rows, bits_view, bloom_words_for, exact_distances, exact_topk, gather_rows,
                           gather_walk, walk_expansions)
@@ -1258,11 +1258,13 @@ def rerank_bytes_per_query(*, rerank, d, itemsize, mode):
 MIN_CALL_QUERIES = 4096
 
 
-#: the most entry points (centroids) for which a call selects its seeds "direct" to save a call:
-#: H200, 10k queries, d = 96, s = 2-4: 1732 centroids 593-617 us direct against 173-193 us by GEMM
-#: (+0.4 ms, below a call's fixed costs), 4096 centroids 3.4 ms against 0.37-0.42 ms (more than a
-#: call costs; seeds_host_micro.py, benchmarks/results/h200-2026-12-01-s41)
-SEED_DIRECT_MAX_ENTRIES = 2048
+#: the fewest queries a block of the "direct" seed selection must serve (it reads every centroid
+#: row once per block: ``select_seeds_gpu`` fits as many queries' distance rows in 48 KB of shared
+#: memory as it can, up to 8) for a call to select "direct" to save a call. H200, 10k queries,
+#: d = 96: 1732 centroids (4 queries a block) 593-617 us against 173-193 us by GEMM, +0.4 ms, below
+#: what a call's fixed costs come to; 4096 centroids (2 a block) 3.4 ms against 0.37-0.42 ms, more
+#: (seeds_host_micro.py, benchmarks/results/h200-2026-12-01-s41)
+SEED_DIRECT_MIN_BLOCK_QUERIES = 4
 
 
 def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, d, itemsize, nq=None):
@@ -1272,7 +1274,7 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
     memory, which already leaves out the resident arrays, and the index's idle cached batches are
     reusable room), and how the call selects its seeds: by cuBLAS GEMM ("auto"; its (nq, c)
     products are counted), or "direct" (no products in memory) where that takes ``nq`` queries in
-    fewer calls and the index has at most :data:`SEED_DIRECT_MAX_ENTRIES` entry points.
+    fewer calls and its blocks serve at least :data:`SEED_DIRECT_MIN_BLOCK_QUERIES` queries each.
     ``(None, "auto")``: no bound (no budget)."""
     from ..._core import config
 
@@ -1301,7 +1303,7 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
         room = budget + (sum(b.nbytes for b in ws["batches"]) if ws is not None and not ws["busy"] else 0)
     fit, method = room // per_gemm, "auto"
     n_entry = len(engine._entry)
-    if nq is not None and nq * per_gemm > room and n_entry <= SEED_DIRECT_MAX_ENTRIES:
+    if nq is not None and nq * per_gemm > room and seed_block_queries(n_entry, d, direct=True) >= SEED_DIRECT_MIN_BLOCK_QUERIES:
         # the GEMM's products cost a call: "direct" has none, at more GPU time per query
         fit_direct = room // per
 
