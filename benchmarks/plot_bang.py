@@ -23,6 +23,8 @@ PATH_NAMES = {
     "new-onecall-mapped-pinned": ("mapped (page-locked), one call", "tab:purple"),
     "new": ("host gather, under the budget", "tab:green"),
     "new-mapped": ("mapped (managed), under the budget", "tab:red"),
+    # s41: the re-rank on its batch's stream (the kept behaviour) where new-mapped had a priority stream
+    "new-mapped-rrsame": ("mapped, under the budget, re-rank on the batch's stream", "tab:gray"),
     # the mapped walk by steps (one launch per kernel per step; before the fused bang_walk)
     "new-onecall-mapped-steps": ("mapped by steps, one call", "tab:olive"),
     "new-mapped-steps": ("mapped by steps, under the budget", "tab:brown"),

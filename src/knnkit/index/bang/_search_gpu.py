@@ -23,7 +23,11 @@ Re-ranking (4.9), three ways (``last_stats()["rerank_mode"]``):
 * ``"host"`` (re-rank short against the walk, ``2 * rerank < L``): after the walk, gathered on the
   host into two pinned chunks that alternate with their copies.
 
-Per-call buffers (device and pinned) are kept by the index (``HostIndex._bang_ws``) and reused by
+A call's own work before the walks is done once for all its batches on the caller's stream
+(``_setup``): the queries centred, one seed selection (cuBLAS GEMM and one kernel, or "direct"
+where the GEMM's products would cost a call: ``queries_per_call``), the result arrays the re-ranks
+write in place; the fused walk starts its own log and filter. Per-call buffers (device and pinned)
+are kept by the index (``HostIndex._bang_ws``) and reused by
 the next call of the same shape; the PQ tables are one kernel per batch (``bang_tables_direct``:
 each entry summed in one pass and stored as bfloat16, the values the CPU twin computes; see
 ``_pq.TABLE_BITS`` / ``_pq.TABLE_METHOD``). ``configure(legacy=True)`` runs the v2 path (commit
