@@ -24,6 +24,18 @@ def _union(intervals):
     return total
 
 
+def _trace_events(prof):
+    """The chrome-trace events of a finished ``torch.profiler`` run (through a temporary file)."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+
+
 def gpu_busy(fn, sync):
     """Profile one ``fn()`` (``sync()`` waits for the GPU); a dict of seconds and fractions, or
     ``{"error": ...}`` where torch's profiler is missing."""
@@ -37,14 +49,7 @@ def gpu_busy(fn, sync):
         fn()
         sync()
         wall = time.perf_counter() - t
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
-    finally:
-        os.unlink(path)
+    events = _trace_events(prof)
     kern, copy = [], []
     for e in events:
         cat = str(e.get("cat", "")).lower()
@@ -118,14 +123,7 @@ def gpu_timeline(fn, sync, marks=TIMELINE_MARKS, n_warm=1):
     finally:
         for m, attr, f in saved:
             setattr(m, attr, f)
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
-    finally:
-        os.unlink(path)
+    events = _trace_events(prof)
     call = [e for e in events if e.get("name") == "timeline_call" and "ts" in e]
     if not call:
         return {"error": "no timeline_call event in the trace"}
