@@ -1297,7 +1297,8 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
                                 itemsize=itemsize, plan=plan, walk_tables=walk_tables, dsub=int(codebook.shape[2]))
     mode = "device" if xdev is not None or mapped else ("stash" if S else "host")
     per += rerank_bytes_per_query(rerank=rerank, d=d, itemsize=itemsize, mode=mode)
-    call = dict(s=s, d=d, m=m, dsub=int(codebook.shape[2]), n_entry=len(engine._entry), walk_tables=walk_tables)
+    n_entry = len(engine._entry)
+    call = dict(s=s, d=d, m=m, dsub=int(codebook.shape[2]), n_entry=n_entry, walk_tables=walk_tables)
     per_gemm = per + call_bytes_per_query(**call, seed_gemm=True)
     per += call_bytes_per_query(**call, seed_gemm=False)
     if config._globals["memory_budget"] is not None:
@@ -1306,8 +1307,8 @@ def queries_per_call(engine, *, codes, codebook, L, R, W, max_iters, s, rerank, 
         ws = getattr(engine, "_bang_ws", None)
         room = budget + (sum(b.nbytes for b in ws["batches"]) if ws is not None and not ws["busy"] else 0)
     fit, method = room // per_gemm, "auto"
-    n_entry = len(engine._entry)
-    if nq is not None and nq * per_gemm > room and seed_block_queries(n_entry, d, direct=True) >= SEED_DIRECT_MIN_BLOCK_QUERIES:
+    direct_cheap = seed_block_queries(n_entry, d, direct=True) >= SEED_DIRECT_MIN_BLOCK_QUERIES
+    if nq is not None and nq * per_gemm > room and direct_cheap:
         # the GEMM's products cost a call: "direct" has none, at more GPU time per query
         fit_direct = room // per
 
@@ -1544,6 +1545,9 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     t_end = time.perf_counter()
     # every batch's re-rank wrote its rows of the call's results in place (else: concatenated below)
     in_place = all(b.out is not None and d is b.out[0] and i is b.out[1] for b, d, i in zip(batches, D_parts, I_parts))
+    result = batches[0].call_out if in_place else None
+    for b in batches:  # (the cached batches keep no reference to what the caller gets)
+        b.out = b.call_out = None
     if profile:
         phases["rerank"] = t_end - t_rr
         phases["total"] = t_end - t_start
@@ -1578,7 +1582,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     if len(D_parts) == 1:
         return D_parts[0], I_parts[0]
     if in_place:
-        return batches[0].call_out
+        return result
     return cp.concatenate(D_parts), cp.concatenate(I_parts)
 
 
