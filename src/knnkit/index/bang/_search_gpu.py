@@ -728,8 +728,7 @@ class _Batch:
         L, W, R, m, ksub, max_iters = self.L, self.W, self.R, self.m, self.ksub, self.max_iters
         self.nq, self.prefetch, self.prof = nq, prefetch, prof
         self.generation += 1  # (a statistic of an earlier call read from these arrays is stale: _Lazy)
-        # this batch's rows of the call's results, where the re-rank writes them, and those (_setup)
-        self.out = self.call_out = None
+        self.out = None  # this batch's rows of the call's results, where the re-rank writes them (_setup)
         self.seeds = cp.ascontiguousarray(seeds, dtype=cp.int32)
         if self.seeds.shape != (nq, self.s):
             raise RuntimeError(f"seeds of shape {self.seeds.shape}, expected {(nq, self.s)}")
@@ -1429,7 +1428,8 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
     try:
         return _run(engine, cp, Q, k, batches, starts, t_start=t_start, reused=reused, legacy=legacy, mode=mode, S=S,
                     Xdev=Xdev, graph=graph, data=data, W=W, rr=rr, use_smem=use_smem, prof=prof, phases=phases,
-                    n_sync=n_sync, mapped=graph_dev is not None, seed_method="legacy" if legacy else seed_method)
+                    n_sync=n_sync, mapped=graph_dev is not None, seed_method="legacy" if legacy else seed_method,
+                    results=held[-2:] if held else None)
     except BaseException:
         # the call's seeds and queries (held) go back to the pool only once no queued kernel reads them
         try:
@@ -1446,8 +1446,9 @@ def _search_call(engine, Q, k, *, codes, codebook, entry, L, max_iters, n_seeds,
 
 
 def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S, Xdev, graph, data, W, rr, use_smem,
-         prof, phases, n_sync, mapped=False, seed_method="auto"):
-    """The walk of every batch (host loop), then the re-rank; stats into ``_stats``."""
+         prof, phases, n_sync, mapped=False, seed_method="auto", results=None):
+    """The walk of every batch (host loop), then the re-rank; stats into ``_stats``. ``results``: the
+    call's ``(D, I)`` whose rows the batches' re-ranks write (``_setup``), returned when all did."""
     profile = prof.on
     if profile:
         cp.cuda.Device().synchronize()
@@ -1545,9 +1546,8 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     t_end = time.perf_counter()
     # every batch's re-rank wrote its rows of the call's results in place (else: concatenated below)
     in_place = all(b.out is not None and d is b.out[0] and i is b.out[1] for b, d, i in zip(batches, D_parts, I_parts))
-    result = batches[0].call_out if in_place else None
     for b in batches:  # (the cached batches keep no reference to what the caller gets)
-        b.out = b.call_out = None
+        b.out = None
     if profile:
         phases["rerank"] = t_end - t_rr
         phases["total"] = t_end - t_start
@@ -1582,7 +1582,7 @@ def _run(engine, cp, Q, k, batches, starts, *, t_start, reused, legacy, mode, S,
     if len(D_parts) == 1:
         return D_parts[0], I_parts[0]
     if in_place:
-        return result
+        return results
     return cp.concatenate(D_parts), cp.concatenate(I_parts)
 
 
@@ -1669,9 +1669,8 @@ def _setup(engine, cp, Q, k, starts, sizes, *, S, data, codes, codebook, entry, 
         Qc = engine.pq_queries(Q)  # (centred: one subtraction for the call)
         # the walk's blocks make their tables from these (bang_tables_direct's input); a view of Qc
         # when the subspaces cover d exactly and there is no rotation
-        Qs = _padded(cp.ascontiguousarray(Qc, dtype=cp.float32), m, rotation) if walk_tables else None
-        if Qs is not None and not Qs.flags.c_contiguous:
-            Qs = cp.ascontiguousarray(Qs)
+        Qs = cp.ascontiguousarray(_padded(cp.ascontiguousarray(Qc, dtype=cp.float32), m, rotation)) if walk_tables \
+            else None
         if prof.on:
             e1 = prof.ev(cur)
         seeds = entry.seeds_for(Q, n_seeds, gpu_method=seed_method)
@@ -1695,7 +1694,7 @@ def _setup(engine, cp, Q, k, starts, sizes, *, S, data, codes, codebook, entry, 
             b.bind(nb, codes, seeds=seeds[s0:s0 + nb], Qs=None if Qs is None else Qs[s0:s0 + nb], use_smem=use_smem,
                    GS=GS, prefetch=prefetch, vec_load=True, prof=prof, graph_dev=graph_dev, codebook=C,
                    ip=engine.pq_metric == "ip")
-            b.out, b.call_out = (D[s0:s0 + nb], I[s0:s0 + nb]), (D, I)
+            b.out = (D[s0:s0 + nb], I[s0:s0 + nb])
     except BaseException:
         _release(engine, batches)
         raise
