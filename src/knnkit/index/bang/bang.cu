@@ -120,6 +120,25 @@ __device__ __forceinline__ float table_entry(const float* __restrict__ qv, const
     return t;
 }
 
+// A node's PQ distance (4.5): its code row scored against the query's table (float32 entries, or
+// bfloat16 ones in the upper 16 bits), the m subspaces strided over the GS lanes of its group, then
+// a shuffle tree inside the group. Every lane of the group calls it, active or not (the shuffles
+// need them all); lane 0 holds the sum. Shared by bang_distances and bang_walk: the same order of
+// additions, so the same bits.
+__device__ __forceinline__ float pq_score(const unsigned char* row, bool active, const float* Tf,
+                                          const unsigned short* Th, int m, int ksub, int bf16, int lane, int GS) {
+    float acc = 0.f;
+    if (active) {
+        if (bf16) {
+            for (int t = lane; t < m; t += GS) acc += __uint_as_float((unsigned)Th[t * ksub + row[t]] << 16);
+        } else {
+            for (int t = lane; t < m; t += GS) acc += Tf[t * ksub + row[t]];
+        }
+    }
+    for (int o = GS / 2; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o, GS);
+    return acc;
+}
+
 // Merge `cnt` new entries (rd, ri; flags nx, or none: all unexpanded) into a sorted work list of L
 // slots (wl_d, wl_ids, wl_x) -- sections 4.7-4.8: the new entries are rank-sorted into (sd, si,
 // sx), then each list entry goes to slot i + (new entries before it) and each new entry to slot
@@ -306,16 +325,8 @@ extern "C" __global__ void bang_distances(
                 fresh = 1;
             }
             fresh = __shfl_sync(0xffffffffu, fresh, 0, GS);
-            float acc = 0.f;
-            if (fresh) {
-                const unsigned char* row = codes + (size_t)node * m;
-                if (bf16) {
-                    for (int t = lane; t < m; t += GS) acc += __uint_as_float((unsigned)Th[t * ksub + row[t]] << 16);
-                } else {
-                    for (int t = lane; t < m; t += GS) acc += Tf[t * ksub + row[t]];
-                }
-            }
-            for (int off = GS / 2; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off, GS);
+            const float acc = bang::pq_score(fresh ? codes + (size_t)node * m : nullptr, fresh, Tf, Th, m, ksub,
+                                             bf16, lane, GS);
             if (lane == 0 && fresh && bang::key_less(acc, node, worst_d, worst_i)) {
                 const int p = atomicAdd(&s_cnt, 1);
                 my_new_ids[p] = node;
@@ -858,16 +869,8 @@ extern "C" __global__ void bang_walk(
                 const int j = base + threadIdx.x / GS;
                 const bool f = j < nf;
                 const int node = f ? fids[j] : -1;
-                float acc = 0.f;
-                if (f) {
-                    const unsigned char* row = stage ? s_codes + (size_t)j * m : codes + (size_t)node * m;
-                    if (bf16) {
-                        for (int t = lane; t < m; t += GS) acc += __uint_as_float((unsigned)Th[t * ksub + row[t]] << 16);
-                    } else {
-                        for (int t = lane; t < m; t += GS) acc += Tf[t * ksub + row[t]];
-                    }
-                }
-                for (int o = GS / 2; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o, GS);
+                const unsigned char* row = !f ? nullptr : stage ? s_codes + (size_t)j * m : codes + (size_t)node * m;
+                const float acc = bang::pq_score(row, f, Tf, Th, m, ksub, bf16, lane, GS);
                 if (lane == 0 && f && bang::key_less(acc, node, worst_d, worst_i)) {
                     const int p = atomicAdd(&s_cnt, 1);
                     rd[p] = acc;
