@@ -233,10 +233,12 @@ def test_host_build_checks_its_walk(rng):
     with pytest.warns(RuntimeWarning, match="recall@10"):
         bad = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)
     assert max(bad.build_params["host_check"]["recall"]) < 0.9
-    assert len(bad.build_params["host_check"]["beams"]) == 3
+    # below the warning line at 4x: the check goes on to 8x (64, 128, 256, 512)
+    assert bad.build_params["host_check"]["beams"] == [64, 128, 256, 512]
     # short of the target at every beam: the default is the best beam checked, not the first
     chk = bad.build_params["host_check"]
-    assert bad.search_params.beam == (chk["beams"][-1] if chk["recall"][-1] > chk["recall"][0] else 64)
+    best = int(np.argmax(chk["recall"]))
+    assert bad.search_params.beam == (chk["beams"][best] if chk["recall"][best] > chk["recall"][0] else 64)
 
 
 def test_host_distances_exact_and_deterministic(rng):
