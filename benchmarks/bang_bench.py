@@ -34,7 +34,9 @@ before the thirty-ninth session) instead of one ``bang_walk`` launch per batch, 
 (``configure(walk_tables=False)``, the fused walk of the thirty-ninth session) instead of each
 block making its own; ``-rowsfirst`` the re-rank's rows copied into a buffer before the exact
 distances (``_search_gpu.RERANK_ROWS_FIRST``) and ``-einsum`` those distances by CuPy's einsum
-(``RERANK_EINSUM``): the re-rank before the fortieth session with both. Every
+(``RERANK_EINSUM``): the re-rank before the fortieth session with both; ``-seedsmem`` the seeds'
+GEMM dots selected by ``seed_select``'s shared-memory mode (``knnkit.index._search_gpu.SEED_SELECT_ROWS
+= False``, before the forty-second session) instead of ``seed_select_rows``. Every
 configuration gets one full-size warm-up call (the cached buffers are made there; CuPy's memory pool
 emptied before it, so the timed call reuses its blocks, as repeated calls do), then the timed call
 (``-coldpool``: the pool emptied after the warm-up instead, so every temporary of the timed call is
@@ -141,7 +143,7 @@ def run_cuvs(a, X, Q, Qd, gt_d, pq_bytes, res, dump, when="after"):
 
 
 PATH_FLAGS = {"onecall", "host", "gpuvec", "cupy", "f32", "gemm", "mapped", "pinned", "steps", "loadtab", "rowsfirst",
-              "einsum", "coldpool"}
+              "einsum", "coldpool", "seedsmem"}
 
 
 def main():
@@ -200,6 +202,7 @@ def main():
 
     import knnkit
     from knnkit.index.bang import _pq, _search_gpu
+    from knnkit.index import _search_gpu as _seed_gpu
     from knnkit.index.bang._search_gpu import last_stats
 
     res = {"machine": {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "host": platform.node(),
@@ -293,7 +296,7 @@ def main():
                 for rr in reranks:
                     for path in paths:
                         # "legacy" or "new", then any of -onecall -host -gpuvec -cupy -f32 -gemm -mapped -pinned -steps
-                        # -loadtab -rowsfirst -einsum -coldpool
+                        # -loadtab -rowsfirst -einsum -coldpool -seedsmem
                         words = path.split("-")
                         flags = set(words[1:])
                         if words[0] not in ("legacy", "new") or not flags <= PATH_FLAGS:
@@ -302,6 +305,8 @@ def main():
                         _pq.TABLE_METHOD = "gemm" if "gemm" in flags else "direct"  # tables by the GEMM
                         _search_gpu.RERANK_ROWS_FIRST = "rowsfirst" in flags  # re-rank rows into a buffer first
                         _search_gpu.RERANK_EINSUM = "einsum" in flags  # exact distances by einsum
+                        # seeds by seed_select's shared-memory mode (before the forty-second session)
+                        _seed_gpu.SEED_SELECT_ROWS = "seedsmem" not in flags
                         _search_gpu.configure(legacy=words[0] == "legacy", profile=False,
                                               rerank_mode="host" if "host" in flags else None,
                                               rerank_kernels="cupy" not in flags,

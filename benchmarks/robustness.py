@@ -112,7 +112,7 @@ def _recall(I, D, TI, TD, metric, eps=1e-3):
                         similarity=(metric == "inner_product"), eps=eps))
 
 
-def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
+def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True, placement="device", max_beam=None):
     res = {}
     if graph:
         t, g = _timed(lambda: knnkit.knn_graph(X, k=K, metric=metric, device=device, random_state=seed), device)
@@ -121,7 +121,10 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
                                else None)
         res["graph_recall"] = round(float(graph_recall(X, g, sample=1000, metric=metric, random_state=seed,
                                                        device=device, ties=True)), 4)
-    t, index = _timed(lambda: knnkit.GraphIndex.build(X, metric=metric, device=device, random_state=seed), device)
+    build = dict(metric=metric, device=device, random_state=seed)
+    if placement != "device":
+        build["placement"] = placement  # (before issue 16's option existed the keyword was absent)
+    t, index = _timed(lambda: knnkit.GraphIndex.build(X, **build), device)
     if device == "gpu":
         # the first build of a set may compile kernels no warm-up reached: CuPy's CUB reductions are
         # specialised by the reduction's size (twenty-seventh session, tight_c1000 1M: the entry
@@ -129,8 +132,7 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
         # once cached), so the GPU build is timed a second time and both are recorded
         res["index_build_first_s"] = round(t, 3)
         del index
-        t, index = _timed(lambda: knnkit.GraphIndex.build(X, metric=metric, device=device, random_state=seed),
-                          device)
+        t, index = _timed(lambda: knnkit.GraphIndex.build(X, **build), device)
     res["index_build_s"] = round(t, 3)
     res["graph_degree"] = index.graph_degree
     res["n_entry"] = len(index.entry_points)
@@ -143,6 +145,8 @@ def run_knnkit(name, X, Q, metric, device, TI, TD, seed, graph=True):
     curve, strict = [], []
     beams = sorted(set(BEAMS + [default_beam]))
     for b in beams + (GPU_EXTRA_BEAMS if device == "gpu" else CPU_EXTRA_BEAMS):
+        if max_beam is not None and b > max_beam and b != default_beam:
+            continue
         if b < K or (b > beams[-1] and curve and curve[-1][0] >= LONG_SWEEP_STOP):
             continue
         try:
@@ -305,7 +309,9 @@ def _fmt(v, nd=3):
 
 def markdown(doc):
     dev = doc["params"]["device"]
-    lines = [f"# Robustness suite — {dev}, scale {doc['params']['scale']}", "",
+    host = doc["params"].get("placement") == "host"
+    lines = [f"# Robustness suite — {dev}, scale {doc['params']['scale']}"
+             + (", GraphIndex placement='host' (BANG)" if host else ""), "",
              f"commit `{doc['commit']}`, {doc['date']}, {doc['hardware'].get('gpu') or doc['hardware']['processor']} "
              f"({doc['hardware']['cpu_count']} CPU cores). k = {K}; recall with ties forgiven; QPS at a recall "
              "interpolated on the beam sweep (— = never reached). knnkit with default parameters.", ""]
@@ -334,7 +340,9 @@ def markdown(doc):
             build = f"{build:.3f} ({r['index_build_first_s']:.3f})"
         lines.append("| " + " | ".join(_fmt(x) for x in [
             s["name"], f"{s['n']} × {s['d']}", s["metric"], r.get("graph_recall"), pg, build,
-            r.get("index_components"), r.get("index_unreachable"), r.get("n_entry"), r.get("recall_default_beam"),
+            r.get("index_components"), r.get("index_unreachable"), r.get("n_entry"),
+            (f"{r['recall_default_beam']:.3f} (beam {r.get('default_beam')})"
+             if host and r.get("recall_default_beam") is not None else r.get("recall_default_beam")),
             r.get("max_recall"), r.get("plateau"), r.get("qps_at_0.95"), r.get("qps_at_0.99"), t99, pb, pm, p95, p99]) + " |")
     lines += ["", "index build s on the GPU: the second build of the set, the first (which may compile kernels "
               "specialised by size) in parentheses. "
@@ -397,6 +405,11 @@ def main(argv=None):
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-graph", action="store_true", help="skip the knn_graph columns (index only)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--placement", choices=("device", "host"), default="device",
+                    help="GraphIndex placement: host is BANG's (issue 16: graph and vectors in host memory, PQ "
+                         "walk, exact re-rank; its build's check sets the default beam); output <device>_<scale>_host")
+    ap.add_argument("--max-beam", type=int, default=None, help="the beam sweep's largest beam (the default beam "
+                    "is always measured)")
     ap.add_argument("--more-beams", default="", help="GPU: beams swept after the calibration's largest "
                     "(comma-separated), e.g. 6144,8192,12288,16384 to see where a hard set reaches 0.999")
     ap.add_argument("--sweep-to", type=float, default=None,
@@ -414,11 +427,12 @@ def main(argv=None):
            "hardware": _hardware(args.device),
            "params": {"device": args.device, "scale": args.scale, "k": K, "beams": BEAMS, "hnsw_efs": EFS,
                       "cagra_itopk": ITOPK, "seed": args.seed, "knnkit": knnkit.__version__,
-                      "peers": not args.no_peers, "graph": not args.no_graph,
+                      "peers": not args.no_peers, "graph": not args.no_graph, "placement": args.placement,
+                      "max_beam": args.max_beam,
                       "gpu_extra_beams": GPU_EXTRA_BEAMS, "cpu_extra_beams": CPU_EXTRA_BEAMS, "long_sweep_stop": LONG_SWEEP_STOP},
            "sets": []}
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{args.device}_{args.scale}")
+    stem = os.path.join(args.out, f"{args.device}_{args.scale}" + ("_host" if args.placement == "host" else ""))
     if args.device == "gpu" and sets:
         # compile every kernel the timed calls use (the first call of each compiles; see README)
         import cupy as cp
@@ -458,7 +472,7 @@ def main(argv=None):
         TD, TI = knnkit.knn(Xd, Qd, k=K, metric=metric, device=args.device)
         try:
             entry["knnkit"] = run_knnkit(name, Xd, Qd, metric, args.device, TI, TD, args.seed,
-                                         graph=not args.no_graph)
+                                         graph=not args.no_graph, placement=args.placement, max_beam=args.max_beam)
         except Exception as e:
             entry["knnkit"] = {"error": repr(e)[:300], "traceback": traceback.format_exc()[-1500:]}
         if not args.no_peers:

@@ -523,6 +523,32 @@ def test_select_seeds_matches_cpu_entry_points(metric, d, c, s, nq, method):
         select_seeds_gpu(cp.asarray(Q), cp.asarray(C), cp.asarray(M), s, metric)))
 
 
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("c,s,nq", [(1, 3, 9), (37, 8, 700), (100, 64, 33), (4096, 4, 2000), (4096, 200, 64),
+                                    (3000, 33, 257)])
+def test_seed_select_rows_equals_shared_memory_mode(metric, c, s, nq, monkeypatch):
+    """The warp-a-query selection over the GEMM's dots gives seed_select's seeds bit for bit: ties
+    (repeated centroids: equal distances, smaller index first), more seeds than a lane keeps (its
+    slots rescanned above the last key it gave), more seeds than centroids (-1 past c)."""
+    from knnkit.index import _search_gpu as sg
+
+    cp = _cp()
+    rng = np.random.default_rng(c * 7 + s)
+    C = rng.standard_normal((c, 16)).astype(np.float32)
+    if c > 4:
+        C[c // 2:c // 2 + 3] = C[1]  # repeated centroids: exact ties
+    C = np.round(C * 4) / 4  # coarse values: many equal distances
+    M = rng.permutation(10 * c)[:c].astype(np.int32)
+    Q = np.round(rng.standard_normal((nq, 16)) * 4).astype(np.float32) / 4
+    args = (cp.asarray(Q), cp.asarray(C), cp.asarray(M), s, metric)
+    monkeypatch.setattr(sg, "SEED_SELECT_ROWS", True)
+    rows = cp_get(sg.select_seeds_gpu(*args, method="gemm"))
+    monkeypatch.setattr(sg, "SEED_SELECT_ROWS", False)
+    shared = cp_get(sg.select_seeds_gpu(*args, method="gemm"))
+    np.testing.assert_array_equal(rows, shared)
+    assert np.all(rows[:, c:] == -1) and np.all(rows[:, :min(c, s)] >= 0)
+
+
 @pytest.mark.parametrize("visited", ["hash", "bloom"])
 def test_many_seeds_refill_visited_set_between_chunks(visited):
     """3000 seeds per query: more than the visited set holds before a refill (the seed loop refills)."""

@@ -364,6 +364,12 @@ def seed_block_queries(c, d, *, direct):
     return next((b for b in (8, 4, 2, 1) if b * per_q <= 48 * 1024), 1)
 
 
+#: "gemm" seeds selected by ``seed_select_rows`` (one warp a query, reading the dots in place);
+#: False: by ``seed_select``'s shared-memory mode, two queries a block at 4096 centroids (the same
+#: seeds; kept for measuring the two against each other)
+SEED_SELECT_ROWS = True
+
+
 def select_seeds_gpu(queries, centroids, medoids, s, metric, *, cnorms=None, method="auto"):
     """Entry points per query: medoids of its ``s`` nearest centroids, nearest first (one kernel).
 
@@ -412,6 +418,12 @@ def select_seeds_gpu(queries, centroids, medoids, s, metric, *, cnorms=None, met
         method = "gemm"
     if cnorms is None:
         cnorms = (centroids * centroids).sum(axis=1) if metric == "l2" else centroids[:1, 0]
+    if method == "gemm" and SEED_SELECT_ROWS:
+        # one warp a query over its row of Q C^T (no shared memory: any number of centroids)
+        dots = queries @ centroids.T
+        _kernel("seed_select_rows<256>")(((nq + 7) // 8,), (256,), (dots, cnorms, medoids, np.int32(nq), np.int32(c),
+                                                                    np.int32(metric == "ip"), np.int32(s), out))
+        return out
     qb = seed_block_queries(c, d, direct=method == "direct")
     smem = qb * 4 * (c + ((d + 3) // 4 * 4 if method == "direct" else 0))
     if smem > _MAX_SMEM:
