@@ -147,6 +147,8 @@ def test_pq_deterministic(rng):
 
 def test_choose_m_budget():
     assert _pq.choose_m(100, 96) == 48
+    # one byte a dimension up to 8 dimensions (2-d data in one byte: 256 cells), two beyond
+    assert [_pq.choose_m(100, d) for d in (1, 2, 3, 8, 9, 10, 300)] == [1, 2, 3, 8, 5, 5, 128]
     assert _pq.choose_m(100, 96, pq_bytes=12) == 12
     assert _pq.choose_m(10 ** 6, 96, budget=40 * 10 ** 6) == 20
     with pytest.raises(ValueError, match="memory budget"):
@@ -229,12 +231,13 @@ def test_host_build_checks_its_walk(rng):
         np.testing.assert_array_equal(eng.kth_distances(rows[:20], 10, device="cpu", exclude=rows), kth)
     finally:
         knnkit.set_memory_budget(None)
-    U = rng.random((3000, 32), dtype=np.float32)
+    # (8,000 rows: at 3,000 the check's 16x beam, 1,024, re-ranks a third of the data exactly)
+    U = rng.random((8000, 64), dtype=np.float32)
     with pytest.warns(RuntimeWarning, match="recall@10"):
         bad = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)
     assert max(bad.build_params["host_check"]["recall"]) < 0.9
-    # below the warning line at 4x: the check goes on to 8x (64, 128, 256, 512)
-    assert bad.build_params["host_check"]["beams"] == [64, 128, 256, 512]
+    # below the warning line at 4x: the check goes on, doubling, to 16x while below it
+    assert bad.build_params["host_check"]["beams"] == [64, 128, 256, 512, 1024]
     # short of the target at every beam: the default is the best beam checked, not the first
     chk = bad.build_params["host_check"]
     best = int(np.argmax(chk["recall"]))

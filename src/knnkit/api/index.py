@@ -308,7 +308,7 @@ class GraphIndex:
             counts); logged and shown in ``repr``. Host indexes are not calibrated and do not
             support :meth:`extend`; their build checks the walk on 200 data rows held out of the
             graph instead (``build_params["host_check"]``: recall@10 at the default beam and 2x /
-            4x it, 8x while below 0.90; the first beam that reaches 0.95 becomes the default, else
+            4x it, 8x and 16x while below 0.90; the first beam that reaches 0.95 becomes the default, else
             the best checked; a walk below 0.90 everywhere warns).
         compression : {None, "pq", "opq"}
             Vector compression for the GPU walk (host placement; device placement has none):
@@ -515,19 +515,20 @@ class GraphIndex:
     #: Host indexes are not calibrated; their build checks the walk instead: ``HOST_CHECK_ROWS``
     #: data rows held out of the graph (:meth:`HostIndex.hold_out`) as queries, recall@10 against
     #: exact distances to the other points (ties forgiven) at the default beam, then at 2x and 4x it
-    #: while below ``HOST_CHECK_TARGET``, and at 8x it while 4x is below ``HOST_CHECK_WARN``. A larger
-    #: beam that reaches the target becomes the index's default, else the best beam checked; below
-    #: ``HOST_CHECK_WARN`` at every beam the build warns. (The 8x step: broad 2M x 96, H200, the
-    #: default beam became 256 at recall 0.883 where 512 read 0.930 for 10k queries; results/
-    #: h200-2026-12-01-s42/first/.) Short PQ codes and hard
+    #: while below ``HOST_CHECK_TARGET``, and at 8x and 16x it while still below ``HOST_CHECK_WARN``.
+    #: A larger beam that reaches the target becomes the index's default, else the best beam
+    #: checked; below ``HOST_CHECK_WARN`` at every beam the build warns. (The steps past 4x: broad
+    #: 2M x 96, H200, the default beam became 256 at recall 0.883 where 512 read 0.930 for 10k
+    #: queries, results/h200-2026-12-01-s42/first/; uniform 960-d, 50k points, 128-byte OPQ codes:
+    #: 0.83 at 512 in the check, 0.89 for queries, 0.97 at 1024.) Short PQ codes and hard
     #: data are how a host index gets there (H100, 2M x 96: 12-byte PQ 0.09-0.34 at beams 16-128;
     #: broad overlapping clusters with the default codes 0.52-0.76 at beams 64-256;
     #: ``benchmarks/results/h100-2026-11-26-s14/bang/``).
     HOST_CHECK_ROWS = 200
     HOST_CHECK_TARGET = 0.95
     HOST_CHECK_WARN = 0.90
-    #: multiples of the default beam the check walks at (the last only below ``HOST_CHECK_WARN``)
-    HOST_CHECK_MULTIPLES = (1, 2, 4, 8)
+    #: multiples of the default beam the check walks at (past 4x only while below ``HOST_CHECK_WARN``)
+    HOST_CHECK_MULTIPLES = (1, 2, 4, 8, 16)
 
     def _check_host(self, random_state):
         from .._core.random import seed_from
@@ -566,7 +567,7 @@ class GraphIndex:
         try:
             for mult in self.HOST_CHECK_MULTIPLES:
                 if mult > 4 and recall[-1] >= self.HOST_CHECK_WARN:
-                    break  # 4x holds the warning line: not worth a default twice as slow
+                    break  # the last beam holds the warning line: not worth a default twice as slow
                 beam_, tau_, iters_, seeds_ = self.search_params.resolve(k, {"beam": base * mult},
                                                                          n_entry=len(eng._entry))
                 d, _i = eng.search(q, k, beam=beam_, tau=tau_, max_iters=iters_, n_seeds=seeds_,

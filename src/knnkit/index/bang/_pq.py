@@ -51,17 +51,26 @@ def pad_dim(d, m):
     return dsub, dsub * m
 
 
+#: up to this dimension the codes take one byte a dimension (a subspace of one dimension, 256
+#: levels learned by k-means): two dimensions a byte leave 2-d data 256 cells and 3-d data 65,536,
+#: so at 100k points hundreds of points share a code and the PQ walk cannot order them (H200,
+#: robustness suite, host placement: points_2d 0.81 and duplicates 0.97 at the default beam, 0.16
+#: and 0.81 at beam 64; results/robustness/gpu_small_host_2026-12-01_s42_before.md)
+ONE_DIM_SUBSPACES_UP_TO = 8
+
+
 def choose_m(n, d, *, pq_bytes=None, budget=0):
     """Code bytes per vector: ``pq_bytes`` when given, else ``ceil(d / 2)`` (two dimensions per
-    subspace; BANG's 74 bytes for 128-d is close to this) capped at 128, lowered until the codes
-    take at most half of ``budget`` (bytes of GPU memory; 0 = no limit).
+    subspace; BANG's 74 bytes for 128-d is close to this) capped at 128, or ``d`` up to
+    :data:`ONE_DIM_SUBSPACES_UP_TO` dimensions; lowered until the codes take at most half of
+    ``budget`` (bytes of GPU memory; 0 = no limit).
 
-    >>> choose_m(1000, 96), choose_m(10**6, 96, budget=40 * 10**6)
-    (48, 20)
+    >>> choose_m(1000, 96), choose_m(10**6, 96, budget=40 * 10**6), choose_m(1000, 2)
+    (48, 20, 2)
     """
     if pq_bytes is not None:
         return int(pq_bytes)
-    m = min(128, max(1, -(-d // 2)))
+    m = max(1, d) if d <= ONE_DIM_SUBSPACES_UP_TO else min(128, -(-d // 2))
     if budget and n * m > budget // 2:
         fit = int(budget // 2 // max(1, n))
         if fit < 1:
