@@ -460,6 +460,17 @@ __global__ void __launch_bounds__(NT) rerank_topk(const float* __restrict__ Xf, 
 // above the last one it gave (keys are distinct: their centroid ids).  Those are exactly the
 // remaining keys seed_select's rescans find, so the seeds are the same, in the same order
 // (distance |c|^2 - 2 dot or -dot, ties by smaller index, NaN never chosen).  Reads only.
+// The warp's smallest (distance, index) key: every lane ends with it (xor shuffles; ties by index).
+__device__ __forceinline__ void warp_min_key(float& vd, int& vj) {
+    using namespace kk;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float od = __shfl_xor_sync(0xffffffffu, vd, off);
+        const int oj = __shfl_xor_sync(0xffffffffu, vj, off);
+        if (key_less(od, oj, vd, vj)) { vd = od; vj = oj; }
+    }
+}
+
 #define SEED_KEEP 4
 __device__ __forceinline__ void seed_keep_insert(float v, int j, float (&kd)[SEED_KEEP], int (&kj)[SEED_KEEP]) {
     using namespace kk;
@@ -512,12 +523,7 @@ __global__ void __launch_bounds__(NT) seed_select_rows(const float* __restrict__
     for (int t = 0; t < s; ++t) {
         float vd = kd[0];
         int vj = kj[0];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            const float od = __shfl_xor_sync(0xffffffffu, vd, off);
-            const int oj = __shfl_xor_sync(0xffffffffu, vj, off);
-            if (key_less(od, oj, vd, vj)) { vd = od; vj = oj; }
-        }
+        warp_min_key(vd, vj);
         if (lane == 0) o[t] = vj != KK_INT_MAX ? medoids[vj] : -1;
         if (vj != KK_INT_MAX && (vj & 31) == lane) {  // the winner gives its head
 #pragma unroll
@@ -607,12 +613,7 @@ __global__ void __launch_bounds__(NT) seed_select(const float* __restrict__ Q, c
         for (int t = 0; t < s; ++t) {
             float vd = bd;
             int vj = bj;
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float od = __shfl_xor_sync(0xffffffffu, vd, off);
-                const int oj = __shfl_xor_sync(0xffffffffu, vj, off);
-                if (key_less(od, oj, vd, vj)) { vd = od; vj = oj; }
-            }
+            warp_min_key(vd, vj);
             if (lane == 0) o[t] = vj != KK_INT_MAX ? medoids[vj] : -1;
             if (vj != KK_INT_MAX && (vj & 31) == lane) {
                 row[vj] = __int_as_float(0x7fffffff);
