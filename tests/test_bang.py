@@ -3,6 +3,7 @@ ground truth (ties counted by distance), determinism, save/load with memory-mapp
 validation; GPU tests compare the GPU loop with the CPU path."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -242,6 +243,23 @@ def test_host_build_checks_its_walk(rng):
     chk = bad.build_params["host_check"]
     best = int(np.argmax(chk["recall"]))
     assert bad.search_params.beam == (chk["beams"][best] if chk["recall"][best] > chk["recall"][0] else 64)
+
+
+def test_host_build_check_stops_at_its_largest_beam(rng, monkeypatch):
+    """The check's doubling past 4x stops at ``HOST_CHECK_MAX_BEAM`` and below the number of points
+    (a user's default beam of 2048 must not send the GPU walk's list to 32768)."""
+    seed = int(rng.integers(1 << 30))
+    U = rng.random((8000, 64), dtype=np.float32)
+    monkeypatch.setattr(knnkit.GraphIndex, "HOST_CHECK_MAX_BEAM", 512)
+    with pytest.warns(RuntimeWarning, match="recall@10"):
+        index = knnkit.GraphIndex.build(U, placement="host", pq_bytes=1, device="cpu", random_state=seed)
+    assert index.build_params["host_check"]["beams"] == [64, 128, 256, 512]
+    monkeypatch.setattr(knnkit.GraphIndex, "HOST_CHECK_MAX_BEAM", 4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (whether it warns depends on the draw)
+        small = knnkit.GraphIndex.build(U[:700], placement="host", pq_bytes=1, device="cpu", random_state=seed)
+    chk = small.build_params["host_check"]
+    assert max(chk["beams"]) < 700  # 16x (1024) would be past the 700 points
 
 
 def test_host_distances_exact_and_deterministic(rng):

@@ -527,8 +527,12 @@ class GraphIndex:
     HOST_CHECK_ROWS = 200
     HOST_CHECK_TARGET = 0.95
     HOST_CHECK_WARN = 0.90
-    #: multiples of the default beam the check walks at (past 4x only while below ``HOST_CHECK_WARN``)
+    #: multiples of the default beam the check walks at (past 4x only while below ``HOST_CHECK_WARN``,
+    #: and only up to ``HOST_CHECK_MAX_BEAM`` and below the number of points)
     HOST_CHECK_MULTIPLES = (1, 2, 4, 8, 16)
+    #: (the GPU walk's list lives in shared memory: a user's default beam of 2048 must not send the
+    #: check to 32768)
+    HOST_CHECK_MAX_BEAM = 4096
 
     def _check_host(self, random_state):
         from .._core.random import seed_from
@@ -566,8 +570,10 @@ class GraphIndex:
         restore = eng.hold_out(rows)
         try:
             for mult in self.HOST_CHECK_MULTIPLES:
-                if mult > 4 and recall[-1] >= self.HOST_CHECK_WARN:
-                    break  # the last beam holds the warning line: not worth a default twice as slow
+                if mult > 4 and (recall[-1] >= self.HOST_CHECK_WARN or base * mult > self.HOST_CHECK_MAX_BEAM
+                                 or base * mult >= n):
+                    break  # the last beam holds the warning line (not worth a default twice as slow), or
+                    # the next is past what the check walks
                 beam_, tau_, iters_, seeds_ = self.search_params.resolve(k, {"beam": base * mult},
                                                                          n_entry=len(eng._entry))
                 d, _i = eng.search(q, k, beam=beam_, tau=tau_, max_iters=iters_, n_seeds=seeds_,

@@ -54,8 +54,8 @@ def pad_dim(d, m):
 #: up to this dimension the codes take one byte a dimension (a subspace of one dimension, 256
 #: levels learned by k-means): two dimensions a byte leave 2-d data 256 cells and 3-d data 65,536,
 #: so at 100k points hundreds of points share a code and the PQ walk cannot order them (H200,
-#: robustness suite, host placement: points_2d 0.81 and duplicates 0.97 at the default beam, 0.16
-#: and 0.81 at beam 64; results/robustness/gpu_small_host_2026-12-01_s42_before.md)
+#: robustness suite, host placement: points_2d 0.81 and duplicates 0.97 at the default beam, and
+#: 0.16 and 0.81 at beam 64 in the build's check; results/robustness/gpu_small_host_2026-12-01_s42_before.md)
 ONE_DIM_SUBSPACES_UP_TO = 8
 
 
