@@ -262,6 +262,22 @@ def test_host_build_check_stops_at_its_largest_beam(rng, monkeypatch):
     assert max(chk["beams"]) < 700  # 16x (1024) would be past the 700 points
 
 
+def test_host_low_dim_codes_order_points(rng):
+    """2-d data: one code byte a dimension (65,536 PQ cells) lets the walk order 40k points, so the
+    default beam holds; at one byte for both dimensions (256 cells) the build's check read 0.36 at
+    beam 64 and the default went to 512."""
+    from knnkit.datasets.suite import make_2d
+
+    seed = int(rng.integers(1 << 30))
+    X, Q = make_2d(40000, n_queries=200, random_state=seed)
+    index = knnkit.GraphIndex.build(X, placement="host", device="cpu", random_state=seed)
+    assert index._engine.pq_bytes == 2
+    assert index.build_params["host_check"]["recall"][0] >= 0.95 and index.build_params["host_check"]["beams"] == [64]
+    TD, TI = knnkit.knn(X, Q, k=10, device="cpu")
+    D, I = index.search(Q, k=10)
+    assert knnkit.evaluate.recall(I, TI, found_distances=D, true_distances=TD) >= 0.98
+
+
 def test_host_distances_exact_and_deterministic(rng):
     seed = int(rng.integers(1 << 30))
     X = rng.standard_normal((3000, 12)).astype(np.float32)

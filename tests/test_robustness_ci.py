@@ -72,3 +72,19 @@ def test_repair_is_what_connects(name):
     st = index.build_params["connectivity"]
     assert st["components_before"] > 1 and st["components_after"] == 1 and st["unreachable_after"] == 0
     assert _recall(index, Q, TD, TI, metric, beam=None) >= 0.99
+
+
+_HOST_SETS = ["uniform_d32", "uniform_d128", "tight_c1000", "tight_c10000", "broad_clusters", "duplicates",
+              "manifold", "skewed_norms_ip", "points_2d", "sift_like_u8"]
+
+
+@pytest.mark.parametrize("name", _HOST_SETS)
+def test_host_placement_recall_defaults(name):
+    """GraphIndex(placement="host") (BANG: PQ walk, exact re-rank) with default parameters: the
+    build's check sets the default beam, and recall there is >= 0.90 on every ci set (the GPU run
+    of the small suite: >= 0.928, results/robustness/gpu_small_host_2026-12-01_s42.md)."""
+    [(_, X, Q, metric)] = robustness_sets("ci", names=[name], real=False)
+    index = knnkit.GraphIndex.build(X, metric=metric, device="cpu", random_state=0, placement="host")
+    TD, TI = knnkit.knn(X, Q, k=K, metric=metric, device="cpu")
+    D, I = index.search(Q, k=K)
+    assert recall(I, TI, found_distances=D, true_distances=TD, similarity=metric == "inner_product") >= 0.90
