@@ -275,7 +275,7 @@ def test_host_low_dim_codes_order_points(rng):
     assert index.build_params["host_check"]["recall"][0] >= 0.95 and index.build_params["host_check"]["beams"] == [64]
     TD, TI = knnkit.knn(X, Q, k=10, device="cpu")
     D, I = index.search(Q, k=10)
-    assert knnkit.evaluate.recall(I, TI, found_distances=D, true_distances=TD) >= 0.98
+    assert knnkit.evaluate.recall(I, TI, found_distances=D, true_distances=TD) >= 0.95
 
 
 def test_host_distances_exact_and_deterministic(rng):
