@@ -19,6 +19,11 @@ when matplotlib is installed.
 
     PYTHONPATH=src python benchmarks/robustness.py --device cpu --scale ci --out benchmarks/results/robustness
     PYTHONPATH=src python benchmarks/robustness.py --device gpu --scale small --sets tight_c1000,skin_u8 --out $OUT
+    PYTHONPATH=src python benchmarks/robustness.py --device gpu --scale small --placement host --no-peers --no-graph
+
+``--placement host`` builds every index with ``placement="host"`` (BANG: graph and vectors in host
+memory, PQ walk, exact re-rank; the build's check sets the default beam, shown beside its recall)
+and writes ``<device>_<scale>_host``; ``--max-beam`` caps the beam sweep.
 
 Real sets are found through ``$KNNKIT_DATA`` or ``../shared/data`` relative to the repository root
 (the script changes to the repository root before looking).
