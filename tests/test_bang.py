@@ -137,6 +137,28 @@ def test_rerank_cpu_blocks_change_no_bit(rng, dtype, metric):
         np.testing.assert_array_equal(got[1], whole[1])
 
 
+@pytest.mark.parametrize("dsub,ksub", [(1, 256), (2, 256), (3, 100), (8, 256)])
+def test_pq_nearest_centroid_is_the_first_smallest(dsub, ksub, rng):
+    """The CPU coder (distances summed a dimension at a time, the smallest found as the smallest
+    ``bits << 8 | index``) picks what a scan of float32 sums in dimension order picks: the first
+    strictly smallest; exact ties (coarse values) to the smaller index; no finite distance -> 0."""
+    S = (np.round(rng.standard_normal((500, 3, dsub)) * 2) / 2).astype(np.float32)
+    C = (np.round(rng.standard_normal((3, ksub, dsub)) * 2) / 2).astype(np.float32)
+    S[0, 0] = np.float32(3e19)  # its squared distances overflow to inf for every centroid
+    S[1, 1, 0] = np.nan
+    out = np.empty((500, 3), np.uint8)
+    _pq._encode_cpu(S, C, out)
+    for j in range(3):
+        acc = np.zeros((500, ksub), np.float32)
+        for t in range(dsub):  # the same float32 operations, in dimension order
+            e = S[:, j, t, None] - C[None, j, :, t]
+            acc += e * e
+        finite = np.isfinite(acc)
+        ref = np.where(finite.any(axis=1), np.argmin(np.where(finite, acc, np.inf), axis=1), 0)
+        np.testing.assert_array_equal(out[:, j], ref)
+    assert out[0, 0] == 0 and out[1, 1] == 0
+
+
 def test_pq_deterministic(rng):
     X = rng.random((2000, 8), dtype=np.float32)
     a = _pq.train_pq(X, 4, random_state=7)

@@ -95,6 +95,38 @@ def _padded(X, m, rotation=None):
 
 
 # ---------------------------------------------------------------------------------------- CPU
+_FLOAT32_INF_BITS = 0x7F800000
+
+
+@numba.njit(cache=True)
+def _nearest_centroid(S, i, j, CT, dist):
+    """``(index, squared distance)`` of the centroid nearest to ``S[i, j]`` among the columns of
+    ``CT`` (dsub, ksub <= 256: one subspace's codebook, transposed); ``dist`` a float32 scratch of
+    ksub. The distances to all centroids are summed one dimension at a time, so the loop over
+    centroids vectorises; each centroid's sum is still ``0 + e_0^2 + e_1^2 + ...`` in dimension
+    order in float32, the same operations as a loop per centroid. The smallest is found as the
+    smallest integer ``bits << 8 | index`` (a sum of squares is >= +0, whose float32 bits order as
+    integers; the index breaks ties, smaller first), a reduction that vectorises too. Where no
+    distance is finite (inf or NaN), ``(0, inf)``: what a scan keeping the first strictly smaller
+    value from ``inf`` returns."""
+    dsub, ksub = CT.shape
+    for c in range(ksub):
+        dist[c] = np.float32(0.0)
+    for t in range(dsub):
+        x = S[i, j, t]
+        for c in range(ksub):
+            e = x - CT[t, c]
+            dist[c] += e * e
+    bits = dist.view(np.int32)
+    key = np.int64(0x7FFFFFFFFFFFFFFF)
+    for c in range(ksub):
+        key = min(key, (np.int64(bits[c]) << 8) | c)
+    if (key >> 8) >= _FLOAT32_INF_BITS:
+        return 0, np.float32(np.inf)
+    bi = key & 0xFF
+    return bi, dist[bi]
+
+
 @numba.njit(parallel=True, cache=True)
 def _kmeans_cpu(S, C, iters):
     """Lloyd iterations on every subspace (in place on ``C``: (m, ksub, dsub)); ``S``: (s, m, dsub).
@@ -104,18 +136,14 @@ def _kmeans_cpu(S, C, iters):
     for j in numba.prange(m):
         lab = np.empty(s, np.int64)
         dmin = np.empty(s, np.float32)
+        dist = np.empty(ksub, np.float32)
+        CT = np.empty((dsub, ksub), np.float32)
         for _it in range(iters):
+            for c in range(ksub):
+                for t in range(dsub):
+                    CT[t, c] = C[j, c, t]
             for i in range(s):
-                best, bi = np.inf, 0
-                for c in range(ksub):
-                    acc = np.float32(0.0)
-                    for t in range(dsub):
-                        diff = S[i, j, t] - C[j, c, t]
-                        acc += diff * diff
-                    if acc < best:
-                        best, bi = acc, c
-                lab[i] = bi
-                dmin[i] = best
+                lab[i], dmin[i] = _nearest_centroid(S, i, j, CT, dist)
             sums = np.zeros((ksub, dsub), np.float64)
             cnt = np.zeros(ksub, np.int64)
             for i in range(s):
@@ -133,21 +161,24 @@ def _kmeans_cpu(S, C, iters):
                         C[j, c, t] = S[far, j, t]
 
 
+#: rows a parallel chunk of :func:`_encode_cpu` codes (one distance buffer a chunk)
+_ENCODE_CHUNK = 256
+
+
 @numba.njit(parallel=True, cache=True)
 def _encode_cpu(S, C, out):
     n, m, dsub = S.shape
     ksub = C.shape[1]
-    for i in numba.prange(n):
-        for j in range(m):
-            best, bi = np.inf, 0
-            for c in range(ksub):
-                acc = np.float32(0.0)
-                for t in range(dsub):
-                    diff = S[i, j, t] - C[j, c, t]
-                    acc += diff * diff
-                if acc < best:
-                    best, bi = acc, c
-            out[i, j] = bi
+    CT = np.empty((m, dsub, ksub), np.float32)
+    for j in range(m):
+        for c in range(ksub):
+            for t in range(dsub):
+                CT[j, t, c] = C[j, c, t]
+    for b in numba.prange((n + _ENCODE_CHUNK - 1) // _ENCODE_CHUNK):
+        dist = np.empty(ksub, np.float32)
+        for i in range(b * _ENCODE_CHUNK, min(n, (b + 1) * _ENCODE_CHUNK)):
+            for j in range(m):
+                out[i, j] = _nearest_centroid(S, i, j, CT[j], dist)[0]
 
 
 # ---------------------------------------------------------------------------------------- GPU
