@@ -451,15 +451,6 @@ __global__ void __launch_bounds__(NT) rerank_topk(const float* __restrict__ Xf, 
     }
 }
 
-// Entry-point selection from a (nq, c) matrix of dots Q C^T (cuBLAS) in global memory, one warp per
-// query (seed_select's have_dots mode staged two queries' rows in shared memory per 256-thread
-// block, and 2 of its 8 warps selected: 250 us for 10k queries x 4096 centroids on an H200).  Each
-// lane keeps the SEED_KEEP smallest (distance, centroid) keys of its slots j = lane mod 32, sorted
-// in registers; a round takes the warp's smallest head (shuffles), the winning lane shifts its list
-// and, once the list is spent while its slots may hold more, rescans them for the smallest keys
-// above the last one it gave (keys are distinct: their centroid ids).  Those are exactly the
-// remaining keys seed_select's rescans find, so the seeds are the same, in the same order
-// (distance |c|^2 - 2 dot or -dot, ties by smaller index, NaN never chosen).  Reads only.
 // The warp's smallest (distance, index) key: every lane ends with it (xor shuffles; ties by index).
 __device__ __forceinline__ void warp_min_key(float& vd, int& vj) {
     using namespace kk;
@@ -471,6 +462,15 @@ __device__ __forceinline__ void warp_min_key(float& vd, int& vj) {
     }
 }
 
+// Entry-point selection from a (nq, c) matrix of dots Q C^T (cuBLAS) in global memory, one warp per
+// query (seed_select's have_dots mode staged two queries' rows in shared memory per 256-thread
+// block, and 2 of its 8 warps selected: 250 us for 10k queries x 4096 centroids on an H200).  Each
+// lane keeps the SEED_KEEP smallest (distance, centroid) keys of its slots j = lane mod 32, sorted
+// in registers; a round takes the warp's smallest head (shuffles), the winning lane shifts its list
+// and, once the list is spent while its slots may hold more, rescans them for the smallest keys
+// above the last one it gave (keys are distinct: their centroid ids).  Those are exactly the
+// remaining keys seed_select's rescans find, so the seeds are the same, in the same order
+// (distance |c|^2 - 2 dot or -dot, ties by smaller index, NaN never chosen).  Reads only.
 #define SEED_KEEP 4
 __device__ __forceinline__ void seed_keep_insert(float v, int j, float (&kd)[SEED_KEEP], int (&kj)[SEED_KEEP]) {
     using namespace kk;
