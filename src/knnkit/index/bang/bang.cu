@@ -139,6 +139,17 @@ __device__ __forceinline__ float pq_score(const unsigned char* row, bool active,
     return acc;
 }
 
+// Entries of a sorted list (d, ids; n of them) that come before the key (kd, ki): the slot the
+// key takes in it (binary search; 4.7-4.8's merge places every entry by this count).
+__device__ __forceinline__ int count_before(const float* d, const int* ids, int n, float kd, int ki) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (key_less(d[mid], ids[mid], kd, ki)) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 // Merge `cnt` new entries (rd, ri; flags nx, or none: all unexpanded) into a sorted work list of L
 // slots (wl_d, wl_ids, wl_x) -- sections 4.7-4.8: the new entries are rank-sorted into (sd, si,
 // sx), then each list entry goes to slot i + (new entries before it) and each new entry to slot
@@ -162,17 +173,13 @@ __device__ __forceinline__ void merge_into_list(float* wl_d, int* wl_ids, unsign
     for (int i = threadIdx.x; i < L; i += blockDim.x) {  // list entries: slot i + #new smaller
         const float d = wl_d[i];
         const int id = wl_ids[i];
-        int lo = 0, hi = cnt;
-        while (lo < hi) { const int mid = (lo + hi) >> 1; if (key_less(sd[mid], si[mid], d, id)) lo = mid + 1; else hi = mid; }
-        const int pos = i + lo;
+        const int pos = i + count_before(sd, si, cnt, d, id);
         if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = wl_x[i]; }
     }
     for (int j = threadIdx.x; j < cnt; j += blockDim.x) {  // new entries: slot j + #list smaller
         const float d = sd[j];
         const int id = si[j];
-        int lo = 0, hi = L;
-        while (lo < hi) { const int mid = (lo + hi) >> 1; if (key_less(wl_d[mid], wl_ids[mid], d, id)) lo = mid + 1; else hi = mid; }
-        const int pos = j + lo;
+        const int pos = j + count_before(wl_d, wl_ids, L, d, id);
         if (pos < L) { od[pos] = d; oi[pos] = id; ox[pos] = nx ? sx[j] : (unsigned char)0; }
     }
     __syncthreads();
@@ -352,13 +359,9 @@ extern "C" __global__ void bang_distances(
         int r = 0;
         for (int u = 0; u < cnt && r < W; ++u) r += bang::key_less(my_new_d[u], my_new_ids[u], d, id) ? 1 : 0;
         if (r < W) {
-            int lo = 0, hi = L;
-            while (lo < hi) {
-                const int mid = (lo + hi) >> 1;
-                if (bang::key_less(wl_d[wb + mid], wl_ids[wb + mid], d, id)) lo = mid + 1; else hi = mid;
-            }
+            const int below = bang::count_before(wl_d + wb, wl_ids + wb, L, d, id);
             s_nidx[r] = t;
-            s_nless[r] = lo;
+            s_nless[r] = below;
         }
         // new entries below each of the first W unexpanded work-list entries (rank in the union)
         for (int o = 0; o < nold; ++o) {
